@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* One's-complement checksum helpers shared by the TC and XDP programs. */
+#ifndef RG_BPF_CSUM_H
+#define RG_BPF_CSUM_H
+
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+
+static __always_inline __u16 rg_csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/*
+ * Incremental update of a checksum field when one 16-bit word changes from
+ * old to new (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')). All three values are
+ * in network byte order; one's-complement sums do not care which.
+ */
+static __always_inline void rg_csum_replace2(__sum16 *sum, __be16 old, __be16 new)
+{
+	__u32 c = (__u16)~*sum;
+
+	c += (__u16)~old;
+	c += (__u16)new;
+	*sum = rg_csum_fold(c);
+}
+
+/* Full checksum of a 20-byte IPv4 header (check field must be zero). */
+static __always_inline __sum16 rg_ipv4_csum(const void *iph)
+{
+	const __u16 *w = iph;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += w[i];
+	return rg_csum_fold(sum);
+}
+
+#endif

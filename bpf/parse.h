@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Header parsing shared by both programs: Ethernet, up to two VLAN tags,
+ * IPv4 (any IHL) or IPv6 (fixed header), UDP, then a RoCE v2 BTH (+AETH on
+ * ACKs) or a Geneve header. Works on [data, data_end) so TC and XDP share it.
+ */
+#ifndef RG_BPF_PARSE_H
+#define RG_BPF_PARSE_H
+
+#include <linux/types.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "roceguard/roceguard.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+#define RG_MAX_VLAN_DEPTH 2
+#define RG_BTH_LEN 12
+#define RG_AETH_LEN 4
+/* Deepest header parsed: Ethernet + 2 VLAN + IPv4 with options + UDP + BTH + AETH. */
+#define RG_PARSE_DEPTH (14 + 2 * 4 + 60 + 8 + RG_BTH_LEN + RG_AETH_LEN)
+
+struct rg_vlanhdr {
+	__be16 tci;
+	__be16 proto;
+};
+
+enum rg_parse_class {
+	RG_PKT_OTHER = 0, /* not ours: pass untouched */
+	RG_PKT_ROCE,      /* RoCE v2: UDP 4791 + BTH */
+	RG_PKT_GENEVE,    /* UDP 6081 with room for a Geneve base header */
+};
+
+struct rg_pkt {
+	void *l3;            /* IPv4 or IPv6 header (valid when family != 0) */
+	void *l4;            /* UDP header */
+	void *l5;            /* BTH or Geneve header */
+	__u32 family;        /* AF_INET / AF_INET6, 0 when not IP */
+	__u32 err;           /* RG_EV_PARSE_* to count, 0 when none */
+	__u8 tos;            /* IPv4 TOS / IPv6 traffic class */
+	__u8 opcode;         /* BTH opcode */
+	__u8 syndrome;       /* AETH syndrome (ACK opcode only) */
+	__u8 vlan_depth;
+	__u32 dest_qp;
+	__u32 psn;
+};
+
+static __always_inline int rg_ip_is_fragment(const struct iphdr *ip)
+{
+	return (ip->frag_off & bpf_htons(0x3fff)) != 0; /* MF or offset */
+}
+
+static __always_inline int rg_ipv6_is_ext(__u8 nexthdr)
+{
+	switch (nexthdr) {
+	case 0:   /* hop-by-hop */
+	case 43:  /* routing */
+	case 44:  /* fragment */
+	case 50:  /* ESP */
+	case 51:  /* AH */
+	case 60:  /* destination options */
+	case 135: /* mobility */
+	case 139: /* HIP */
+	case 140: /* shim6 */
+		return 1;
+	}
+	return 0;
+}
+
+/* Classifies the frame at [data, data_end); fills p for RoCE and Geneve. */
+static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
+						    struct rg_pkt *p)
+{
+	struct ethhdr *eth = data;
+	void *pos = data + sizeof(*eth);
+	__be16 proto;
+	__u8 l4proto;
+
+	p->err = 0;
+	p->family = 0;
+	p->vlan_depth = 0;
+	if (pos > data_end) {
+		p->err = RG_EV_PARSE_TRUNC_L2;
+		return RG_PKT_OTHER;
+	}
+	proto = eth->h_proto;
+
+#pragma unroll
+	for (int i = 0; i < RG_MAX_VLAN_DEPTH + 1; i++) {
+		struct rg_vlanhdr *vh = pos;
+
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		if (i == RG_MAX_VLAN_DEPTH) {
+			p->err = RG_EV_PARSE_VLAN_DEPTH;
+			return RG_PKT_OTHER;
+		}
+		if ((void *)(vh + 1) > data_end) {
+			p->err = RG_EV_PARSE_TRUNC_L2;
+			return RG_PKT_OTHER;
+		}
+		proto = vh->proto;
+		pos = vh + 1;
+		p->vlan_depth++;
+	}
+
+	p->l3 = pos;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = pos;
+		__u32 ihl;
+
+		if ((void *)(ip + 1) > data_end) {
+			p->err = RG_EV_PARSE_TRUNC_L3;
+			return RG_PKT_OTHER;
+		}
+		ihl = ip->ihl;
+		if (ip->version != 4 || ihl < 5) {
+			p->err = RG_EV_PARSE_TRUNC_L3;
+			return RG_PKT_OTHER;
+		}
+		if (pos + ihl * 4 > data_end) {
+			p->err = RG_EV_PARSE_TRUNC_L3;
+			return RG_PKT_OTHER;
+		}
+		p->family = AF_INET;
+		p->tos = ip->tos;
+		l4proto = ip->protocol;
+		if (l4proto == IPPROTO_UDP && rg_ip_is_fragment(ip)) {
+			p->err = RG_EV_PARSE_FRAGMENT;
+			return RG_PKT_OTHER;
+		}
+		pos += ihl * 4;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = pos;
+
+		if ((void *)(ip6 + 1) > data_end) {
+			p->err = RG_EV_PARSE_TRUNC_L3;
+			return RG_PKT_OTHER;
+		}
+		if (ip6->version != 6) {
+			p->err = RG_EV_PARSE_TRUNC_L3;
+			return RG_PKT_OTHER;
+		}
+		p->family = AF_INET6;
+		p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+		l4proto = ip6->nexthdr;
+		if (rg_ipv6_is_ext(l4proto)) {
+			/* RoCE v2 never carries extension headers; do not guess. */
+			p->err = RG_EV_PARSE_IPV6_EXT;
+			return RG_PKT_OTHER;
+		}
+		pos = ip6 + 1;
+	} else {
+		return RG_PKT_OTHER;
+	}
+
+	if (l4proto != IPPROTO_UDP)
+		return RG_PKT_OTHER;
+
+	struct udphdr *udp = pos;
+
+	if ((void *)(udp + 1) > data_end) {
+		p->err = RG_EV_PARSE_TRUNC_L4;
+		return RG_PKT_OTHER;
+	}
+	p->l4 = udp;
+	pos = udp + 1;
+	p->l5 = pos;
+
+	if (udp->dest == bpf_htons(RG_ROCE_UDP_PORT)) {
+		__u8 *bth = pos;
+
+		if (pos + RG_BTH_LEN > data_end) {
+			p->err = RG_EV_PARSE_TRUNC_BTH;
+			return RG_PKT_OTHER;
+		}
+		p->opcode = bth[0];
+		p->dest_qp = ((__u32)bth[5] << 16) | ((__u32)bth[6] << 8) | bth[7];
+		p->psn = ((__u32)bth[9] << 16) | ((__u32)bth[10] << 8) | bth[11];
+		p->syndrome = 0;
+		if (p->opcode == RG_BTH_OPCODE_ACK) {
+			if (pos + RG_BTH_LEN + RG_AETH_LEN > data_end) {
+				p->err = RG_EV_PARSE_TRUNC_BTH;
+				return RG_PKT_OTHER;
+			}
+			p->syndrome = bth[RG_BTH_LEN];
+		}
+		return RG_PKT_ROCE;
+	}
+	if (udp->dest == bpf_htons(RG_GENEVE_UDP_PORT)) {
+		if (pos + sizeof(struct rg_genevehdr) > data_end) {
+			p->err = RG_EV_PARSE_GENEVE;
+			return RG_PKT_OTHER;
+		}
+		return RG_PKT_GENEVE;
+	}
+	return RG_PKT_OTHER;
+}
+
+#endif

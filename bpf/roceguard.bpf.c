@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * roceguard data plane.
+ *
+ * rg_tc_egress   (TC egress): RoCE v2 DSCP re-mark keeping ECN, per-QP
+ *                retransmit accounting, Geneve encapsulation towards
+ *                configured peers with a tunnel-MTU guard.
+ * rg_xdp_ingress (XDP):       Geneve decapsulation from configured peers with
+ *                RFC 6040 ECN handling, DSCP repair, per-QP gap/duplicate,
+ *                NAK, CNP and CE accounting.
+ *
+ * Anything that is not RoCE v2 (or not a configured tunnel) leaves
+ * byte-identical with the pass verdict.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <xdp/xdp_helpers.h>
+
+#include "counters.h"
+#include "dscp.h"
+#include "geneve.h"
+#include "parse.h"
+#include "psn.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Verdict for packets roceguard lets through: later tc filters still run. */
+#define RG_TC_PASS TC_ACT_UNSPEC
+
+SEC("tc")
+int rg_tc_egress(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+	struct rg_counters *c;
+	const struct rg_peer *peer;
+	struct rg_qp_key flow;
+	struct rg_pkt p;
+	int verdict = RG_TC_PASS;
+
+	/* Headers can sit in paged data; pull what the parser reads. */
+	if (data + RG_PARSE_DEPTH > data_end && skb->len > (__u32)(data_end - data)) {
+		bpf_skb_pull_data(skb, skb->len < RG_PARSE_DEPTH ? skb->len : RG_PARSE_DEPTH);
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+	}
+
+	if (rg_parse(data, data_end, &p) != RG_PKT_ROCE) {
+		if (p.err) {
+			c = rg_counters_get(skb->ifindex, RG_DIR_EGRESS);
+			rg_count(c, p.err, skb->len);
+		}
+		return RG_TC_PASS;
+	}
+
+	c = rg_counters_get(skb->ifindex, RG_DIR_EGRESS);
+	if ((rg_cfg.flags & RG_CFG_F_REMARK) &&
+	    rg_remark(&p, data_end, rg_target_dscp(&p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
+		rg_count(c, RG_EV_DSCP_REWRITTEN, skb->len);
+	rg_account(&p, data_end, c, RG_DIR_EGRESS, skb->len);
+
+	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth)
+		return RG_TC_PASS;
+	peer = rg_route_lookup(&p, data_end);
+	if (!peer)
+		return RG_TC_PASS;
+
+	rg_qp_key_fill(&flow, &p, data_end);
+	switch (rg_geneve_encap(skb, &p, peer, &flow, c, &verdict)) {
+	case RG_ENCAP_DONE:
+		return verdict;
+	case RG_ENCAP_OVERSIZE:
+		if (rg_cfg.mtu_policy == RG_MTU_DROP) {
+			rg_count(c, RG_EV_OVERSIZE_DROPPED, skb->len);
+			return TC_ACT_SHOT;
+		}
+		rg_count(c, RG_EV_OVERSIZE_PASSED, skb->len);
+		return RG_TC_PASS;
+	default:
+		return RG_TC_PASS;
+	}
+}
+
+/* libxdp dispatcher: run early, and let the next program see what we pass. */
+struct {
+	__uint(priority, 10);
+	__uint(XDP_PASS, 1);
+} XDP_RUN_CONFIG(rg_xdp_ingress);
+
+SEC("xdp")
+int rg_xdp_ingress(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	struct rg_counters *c = NULL;
+	enum rg_parse_class cls;
+	struct rg_outer outer;
+	struct rg_pkt p;
+
+	cls = rg_parse(data, data_end, &p);
+	if (cls == RG_PKT_GENEVE && (rg_cfg.flags & RG_CFG_F_DECAP)) {
+		c = rg_counters_get(ctx->ingress_ifindex, RG_DIR_INGRESS);
+		if (!rg_geneve_match(&p, data, data_end, c, &outer))
+			return XDP_PASS;
+		if (bpf_xdp_adjust_head(ctx, outer.len)) {
+			rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
+			return XDP_PASS;
+		}
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+
+		struct ethhdr *eth = data;
+
+		if ((void *)(eth + 1) > data_end)
+			return XDP_DROP; /* cannot happen: checked before stripping */
+		/* The inner frame is still addressed as it was at the far
+		 * gateway: address it to this interface so the stack takes it. */
+		__builtin_memcpy(eth->h_dest, outer.dmac, ETH_ALEN);
+		__builtin_memcpy(eth->h_source, outer.smac, ETH_ALEN);
+		rg_count(c, RG_EV_DECAPSULATED, data_end - data);
+
+		cls = rg_parse(data, data_end, &p);
+		if (p.family) { /* any inner IP packet, RoCE or not */
+			__u8 ecn;
+
+			switch (rg_ecn_decapsulate(outer.ecn, rg_tos_ecn(p.tos), &ecn)) {
+			case RG_ECN_DROP:
+				rg_count(c, RG_EV_ECN_DROP, data_end - data);
+				return XDP_DROP;
+			case RG_ECN_SET:
+				rg_set_tos(&p, data_end, (p.tos & ~RG_ECN_MASK) | ecn);
+				break;
+			default:
+				break;
+			}
+		}
+	}
+
+	if (cls != RG_PKT_ROCE) {
+		if (p.err) {
+			if (!c)
+				c = rg_counters_get(ctx->ingress_ifindex, RG_DIR_INGRESS);
+			rg_count(c, p.err, data_end - data);
+		}
+		return XDP_PASS;
+	}
+
+	if (!c)
+		c = rg_counters_get(ctx->ingress_ifindex, RG_DIR_INGRESS);
+	if ((rg_cfg.flags & RG_CFG_F_REPAIR) &&
+	    rg_remark(&p, data_end, rg_target_dscp(&p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
+		rg_count(c, RG_EV_DSCP_REPAIRED, data_end - data);
+	rg_account(&p, data_end, c, RG_DIR_INGRESS, data_end - data);
+	return XDP_PASS;
+}

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The one header shared by the BPF programs and the C++ loader: map keys and
+ * values, counter enums and the load-time configuration. Anything that
+ * crosses the user/kernel boundary is defined here and nowhere else.
+ */
+#ifndef ROCEGUARD_ROCEGUARD_H
+#define ROCEGUARD_ROCEGUARD_H
+
+#ifdef __BPF__
+#include <linux/types.h>
+#else
+#include <linux/types.h>
+#include <stddef.h>
+#endif
+
+#define RG_ROCE_UDP_PORT 4791
+#define RG_GENEVE_UDP_PORT 6081
+#define RG_GENEVE_PROTO_TEB 0x6558 /* inner Ethernet frame (RFC 8926 §3.4) */
+
+#define RG_DEFAULT_DSCP 46
+#define RG_DEFAULT_CNP_DSCP 48
+#define RG_DEFAULT_OUTER_TTL 64
+#define RG_DEFAULT_TUNNEL_MTU 1500
+#define RG_DEFAULT_QP_ENTRIES 65536
+#define RG_MAX_PEERS 256
+#define RG_MAX_ROUTES 4096
+#define RG_MAX_COUNTER_KEYS 512 /* {ifindex, direction} pairs */
+
+/* Geneve outer UDP source port range for ECMP entropy (RFC 8926 §3.3). */
+#define RG_ENTROPY_PORT_MIN 49152
+#define RG_ENTROPY_PORT_MASK 0x3fff
+
+#define RG_PSN_MASK 0xffffffu /* 24-bit PSN */
+#define RG_PSN_HALF 0x800000u /* serial-number arithmetic window */
+
+#define RG_BTH_OPCODE_ACK 0x11
+#define RG_BTH_OPCODE_ATOMIC_ACK 0x12
+#define RG_BTH_OPCODE_READ_REQUEST 0x0c
+#define RG_BTH_OPCODE_CNP 0x81
+
+#define RG_AETH_SYNDROME_KIND_MASK 0xe0
+#define RG_AETH_KIND_ACK 0x00
+#define RG_AETH_KIND_RNR_NAK 0x20
+#define RG_AETH_KIND_NAK 0x60
+#define RG_AETH_NAK_PSN_SEQ_ERR 0x60
+
+enum rg_direction {
+	RG_DIR_EGRESS = 0,
+	RG_DIR_INGRESS = 1,
+	RG_DIR_MAX,
+};
+
+/*
+ * Counter events. Userspace names them with rg_event_names (loader/names.cpp);
+ * a unit test checks that table against RG_EV_MAX. Append only: the index is
+ * the position in the pinned per-CPU value, so reordering would shift
+ * counters carried over from an earlier loader.
+ */
+enum rg_event {
+	RG_EV_ROCE_PACKETS = 0,    /* RoCE v2 packets seen (after decap on ingress) */
+	RG_EV_DSCP_REWRITTEN,      /* egress: DSCP changed to the configured class */
+	RG_EV_DSCP_REPAIRED,       /* ingress: bleached DSCP restored */
+	RG_EV_ENCAPSULATED,        /* egress: Geneve encapsulated */
+	RG_EV_DECAPSULATED,        /* ingress: Geneve stripped */
+	RG_EV_OVERSIZE_PASSED,     /* egress: over tunnel MTU, sent unencapsulated */
+	RG_EV_OVERSIZE_DROPPED,    /* egress: over tunnel MTU, dropped by policy */
+	RG_EV_RETRANSMITS,         /* PSN at or below the highest seen on the QP */
+	RG_EV_PSN_GAPS,            /* forward PSN jumps (events) */
+	RG_EV_LOST_ESTIMATE,       /* packets missing in those jumps */
+	RG_EV_NAK_SEQ_ERR,         /* AETH NAK, PSN sequence error */
+	RG_EV_NAK_OTHER,           /* AETH NAK, any other code */
+	RG_EV_RNR_NAK,             /* AETH RNR NAK */
+	RG_EV_CNP,                 /* congestion notification packets */
+	RG_EV_ECN_CE,              /* RoCE packets carrying ECN CE */
+	RG_EV_ECN_DROP,            /* RFC 6040: outer CE over inner Not-ECT, dropped */
+	RG_EV_UNKNOWN_TUNNEL,      /* Geneve from an unknown peer or VNI, untouched */
+	RG_EV_ENCAP_ERROR,         /* encapsulation refused by the kernel, passed */
+	RG_EV_FIB_MISS,            /* no route/neighbour to the tunnel peer, passed */
+	RG_EV_PARSE_TRUNC_L2,      /* Ethernet or VLAN header cut short */
+	RG_EV_PARSE_VLAN_DEPTH,    /* more than two VLAN tags */
+	RG_EV_PARSE_TRUNC_L3,      /* IP header cut short or malformed */
+	RG_EV_PARSE_FRAGMENT,      /* UDP in an IP fragment: cannot be classified */
+	RG_EV_PARSE_IPV6_EXT,      /* IPv6 extension header: not walked, passed */
+	RG_EV_PARSE_TRUNC_L4,      /* UDP header cut short */
+	RG_EV_PARSE_TRUNC_BTH,     /* UDP 4791 without room for a BTH (or AETH) */
+	RG_EV_PARSE_GENEVE,        /* Geneve header malformed or critical option */
+	RG_EV_QP_NEW,              /* QP entries created (LRU evictions = new - fill) */
+	RG_EV_MAX,
+};
+
+/* Per-CPU counter value; summed over CPUs when read. */
+struct rg_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct rg_counter_key {
+	__u32 ifindex;
+	__u32 direction; /* enum rg_direction */
+};
+
+/*
+ * Every event of one {ifindex, direction} in one value, so the packet path
+ * does a single map lookup however many events it records.
+ */
+struct rg_counters {
+	struct rg_counter ev[RG_EV_MAX];
+};
+
+/* Addresses are stored in 16 bytes; IPv4 uses the first 4, the rest zero. */
+struct rg_qp_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__u32 dest_qp;
+	__u32 family; /* AF_INET or AF_INET6 */
+};
+
+/* What one direction of a QP looked like at this hook. */
+struct rg_qp_dir {
+	__u64 packets;
+	__u64 bytes;
+	__u64 retransmits; /* egress: resent; ingress: duplicate/retransmission received */
+	__u64 gaps;
+	__u64 lost;
+	__u64 nak_seq_err;
+	__u64 nak_other;
+	__u64 rnr_nak;
+	__u64 cnp;
+	__u64 ecn_ce;
+	__u32 max_psn;     /* highest PSN seen, serial arithmetic */
+	__u32 flags;       /* RG_QP_F_* */
+};
+
+#define RG_QP_F_SEEN (1u << 0)
+#define RG_QP_F_READ_PENDING (1u << 1) /* READ request: the next PSN may jump */
+
+struct rg_qp_state {
+	struct rg_qp_dir dir[RG_DIR_MAX];
+	__u64 last_seen_ns; /* bpf_ktime_get_ns() of the last packet */
+};
+
+struct rg_route4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct rg_route6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+struct rg_peer {
+	__u32 vni;      /* 24 bits */
+	__u16 mtu;      /* largest outer IP packet allowed on the tunnel */
+	__u8 family;    /* outer: AF_INET or AF_INET6; 0 = unused slot */
+	__u8 flags;
+	__u8 local[16]; /* outer source address */
+	__u8 remote[16];/* outer destination address */
+};
+
+struct rg_decap_key {
+	__u8 remote[16]; /* outer source address of arriving Geneve */
+	__u32 family;
+	__u32 vni;
+};
+
+enum rg_mtu_policy {
+	RG_MTU_PASS = 0, /* send unencapsulated (re-marked) */
+	RG_MTU_DROP = 1,
+};
+
+#define RG_CFG_F_REMARK (1u << 0)     /* egress DSCP re-mark */
+#define RG_CFG_F_REPAIR (1u << 1)     /* ingress DSCP repair */
+#define RG_CFG_F_ACCOUNT (1u << 2)    /* per-QP accounting */
+#define RG_CFG_F_ENCAP (1u << 3)      /* egress Geneve encapsulation */
+#define RG_CFG_F_DECAP (1u << 4)      /* ingress Geneve decapsulation */
+#define RG_CFG_F_POISON (1u << 7)     /* tests: fill new headroom with 0xff */
+#define RG_CFG_F_DEFAULT                                                      \
+	(RG_CFG_F_REMARK | RG_CFG_F_REPAIR | RG_CFG_F_ACCOUNT | RG_CFG_F_ENCAP | \
+	 RG_CFG_F_DECAP)
+
+/* Read-only global of the BPF object (rg_cfg); set before load. */
+struct rg_config {
+	__u8 dscp;        /* class for RoCE data and ACK/NAK, 0..63 */
+	__u8 cnp_dscp;    /* class for CNPs, 0..63 */
+	__u8 mtu_policy;  /* enum rg_mtu_policy */
+	__u8 outer_ttl;   /* outer IPv4 TTL / IPv6 hop limit */
+	__u32 flags;      /* RG_CFG_F_* */
+};
+
+/* Geneve base header (RFC 8926 §3.4), network byte order on the wire. */
+struct rg_genevehdr {
+	__u8 ver_optlen;  /* version (2 bits) | option length in 4-byte words */
+	__u8 flags;       /* O (0x80) | C (0x40) */
+	__be16 proto;
+	__u8 vni[3];
+	__u8 reserved;
+};
+
+#define RG_GENEVE_F_OAM 0x80
+#define RG_GENEVE_F_CRITICAL 0x40
+
+#ifndef __BPF__
+#ifdef __cplusplus
+#define RG_STATIC_ASSERT static_assert
+#else
+#define RG_STATIC_ASSERT _Static_assert
+#endif
+RG_STATIC_ASSERT(sizeof(struct rg_counter) == 16, "rg_counter layout");
+RG_STATIC_ASSERT(sizeof(struct rg_counter_key) == 8, "rg_counter_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_counters) == 16 * RG_EV_MAX, "rg_counters layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp_key) == 40, "rg_qp_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp_dir) == 88, "rg_qp_dir layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp_state) == 184, "rg_qp_state layout");
+RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");
+RG_STATIC_ASSERT(sizeof(struct rg_decap_key) == 24, "rg_decap_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_config) == 8, "rg_config layout");
+RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
+#endif
+
+#endif /* ROCEGUARD_ROCEGUARD_H */

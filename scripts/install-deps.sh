@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything roceguard needs to build, test and run its lab on
+# Debian 12. Safe to re-run: apt-get skips what is already present.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake pkg-config clang llvm
+  libbpf-dev libxdp-dev bpftool linux-libc-dev libelf-dev zlib1g-dev
+  libibverbs-dev librdmacm-dev
+  prometheus-cpp-dev libcivetweb-dev
+  libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libsystemd-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libclang-rt-14-dev
+  # run and test
+  iproute2 ethtool tshark libpcap-dev prometheus gnuplot-nox xdp-tools
+  ibverbs-utils rdmacm-utils perftest rdma-core
+  systemd curl jq procps kmod
+  # VM tier
+  qemu-system-x86 linux-image-amd64 busybox-static cpio
+)
+
+export DEBIAN_FRONTEND=noninteractive
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: must run as root (apt-get)" >&2
+  exit 1
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  # tshark asks whether non-root users may capture; answer before it asks.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
