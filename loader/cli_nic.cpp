@@ -1,0 +1,7 @@
+#include "cli.h"
+
+namespace rg {
+
+void add_nic_commands(CLI::App& app) { (void)app; }
+
+}  // namespace rg

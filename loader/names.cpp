@@ -1,0 +1,58 @@
+#include "names.h"
+
+#include <array>
+
+namespace rg {
+namespace {
+
+// Order must match enum rg_event; names_test checks it.
+constexpr std::array<EventName, RG_EV_MAX> kEvents{{
+    {RG_EV_ROCE_PACKETS, "roce_packets", "roce_packets", "RoCE v2 packets seen"},
+    {RG_EV_DSCP_REWRITTEN, "dscp_rewritten", "dscp_rewritten_packets", "RoCE packets whose DSCP was re-marked at egress"},
+    {RG_EV_DSCP_REPAIRED, "dscp_repaired", "dscp_repaired_packets", "RoCE packets whose bleached DSCP was restored at ingress"},
+    {RG_EV_ENCAPSULATED, "encapsulated", "geneve_encapsulated_packets", "Packets Geneve-encapsulated"},
+    {RG_EV_DECAPSULATED, "decapsulated", "geneve_decapsulated_packets", "Packets Geneve-decapsulated"},
+    {RG_EV_OVERSIZE_PASSED, "oversize_passed", "oversize_packets", "Packets over the tunnel MTU (policy pass: sent unencapsulated)"},
+    {RG_EV_OVERSIZE_DROPPED, "oversize_dropped", "oversize_packets", "Packets over the tunnel MTU (policy drop)"},
+    {RG_EV_RETRANSMITS, "retransmits", "retransmitted_packets", "RoCE packets at or behind the highest PSN seen on their QP"},
+    {RG_EV_PSN_GAPS, "psn_gaps", "psn_gaps", "Forward PSN jumps"},
+    {RG_EV_LOST_ESTIMATE, "lost_estimate", "lost_packets_estimate", "Packets missing in forward PSN jumps"},
+    {RG_EV_NAK_SEQ_ERR, "nak_seq_err", "naks", "AETH NAKs with PSN sequence error"},
+    {RG_EV_NAK_OTHER, "nak_other", "naks", "AETH NAKs with another code"},
+    {RG_EV_RNR_NAK, "rnr_nak", "naks", "AETH RNR NAKs"},
+    {RG_EV_CNP, "cnp", "cnp_packets", "Congestion notification packets"},
+    {RG_EV_ECN_CE, "ecn_ce", "ecn_ce_packets", "RoCE packets marked ECN CE"},
+    {RG_EV_ECN_DROP, "ecn_drop", "ecn_dropped_packets", "Packets dropped on decap: outer CE over inner Not-ECT (RFC 6040)"},
+    {RG_EV_UNKNOWN_TUNNEL, "unknown_tunnel", "unknown_tunnel_packets", "Geneve packets from an unknown peer or VNI, left untouched"},
+    {RG_EV_ENCAP_ERROR, "encap_error", "encap_errors", "Encapsulations the kernel refused; packet sent as it was"},
+    {RG_EV_FIB_MISS, "fib_miss", "fib_misses", "No route or neighbour to the tunnel peer; packet sent as it was"},
+    {RG_EV_PARSE_TRUNC_L2, "trunc_l2", "parse_errors", "Ethernet or VLAN header cut short"},
+    {RG_EV_PARSE_VLAN_DEPTH, "vlan_depth", "parse_errors", "More than two VLAN tags"},
+    {RG_EV_PARSE_TRUNC_L3, "trunc_l3", "parse_errors", "IP header cut short or malformed"},
+    {RG_EV_PARSE_FRAGMENT, "fragment", "parse_errors", "UDP in an IP fragment"},
+    {RG_EV_PARSE_IPV6_EXT, "ipv6_ext", "parse_errors", "IPv6 extension header (not walked)"},
+    {RG_EV_PARSE_TRUNC_L4, "trunc_l4", "parse_errors", "UDP header cut short"},
+    {RG_EV_PARSE_TRUNC_BTH, "trunc_bth", "parse_errors", "UDP 4791 without room for BTH/AETH"},
+    {RG_EV_PARSE_GENEVE, "geneve", "parse_errors", "Geneve header malformed or with a critical option"},
+    {RG_EV_QP_NEW, "qp_new", "qp_created", "Per-QP entries created"},
+}};
+
+}  // namespace
+
+const EventName& event_name(rg_event ev) { return kEvents.at(static_cast<size_t>(ev)); }
+
+std::optional<rg_event> event_from_name(std::string_view name) {
+  for (const auto& e : kEvents)
+    if (e.name == name) return e.event;
+  return std::nullopt;
+}
+
+std::string_view direction_name(rg_direction dir) {
+  switch (dir) {
+    case RG_DIR_EGRESS: return "egress";
+    case RG_DIR_INGRESS: return "ingress";
+    default: return "unknown";
+  }
+}
+
+}  // namespace rg
