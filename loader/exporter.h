@@ -1,0 +1,36 @@
+// Prometheus exporter (prometheus-cpp). Serves /metrics only; every value is
+// read from the pinned maps (and sysfs for NIC counters) at scrape time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rg {
+
+struct ExporterOptions {
+  std::string listen = "127.0.0.1:9741";  // host:port; [v6]:port
+  std::string pin_path = "/sys/fs/bpf/roceguard";
+  std::vector<std::string> interfaces;    // for attach-state and NIC counters
+  bool per_qp = false;                    // per-QP series (bounded by top_qps)
+  size_t top_qps = 50;
+};
+
+class Exporter {
+ public:
+  explicit Exporter(ExporterOptions opts);  // binds; throws rg::Error
+  ~Exporter();
+  Exporter(const Exporter&) = delete;
+  Exporter& operator=(const Exporter&) = delete;
+
+  // The loader reports what it attached; exported as roceguard_attached.
+  void set_attach_state(const std::string& ifname, const std::string& hook, bool attached);
+  // Bound address (useful with port 0).
+  std::string listen_address() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rg
