@@ -1,0 +1,12 @@
+. "$RGVM_SRC/tests/vm/guest/common.sh"
+net_up
+rxe_up
+wait_peer
+rdma link show
+gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
+log "RoCE v2 GID index $gid"
+if [ "$RGVM_NAME" = b ]; then
+	ibv_rc_pingpong -d rxe0 -g "$gid" -n 100
+else
+	retry ibv_rc_pingpong -d rxe0 -g "$gid" -n 100 "$PEER"
+fi

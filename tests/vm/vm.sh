@@ -1,0 +1,179 @@
+# shellcheck shell=bash
+# VM test bed: boots Debian's own kernel (which has rdma_rxe, geneve, netem,
+# act_pedit, unlike the build machine's kernel) under qemu with a small
+# initramfs that mounts the host root read-only over 9p and chroots into it,
+# so every host binary runs unchanged inside the guest.
+#
+# Sourced by the tests/vm/test_*.sh scripts:
+#   rgvm_setup                         temp dir, cleanup trap, kernel, initramfs
+#   rgvm_start NAME NET SCRIPT [VAR=value...]
+#                                      boots a VM running SCRIPT (a guest/*.sh
+#                                      file) with NET one of listen:PORT,
+#                                      connect:PORT or none; VARs are exported
+#   rgvm_wait NAME                     waits for power-off, returns the script's status
+#   rgvm_share NAME                    host path of the VM's writable share
+#
+# Each VM gets a writable 9p share (mounted at /run/rgvm in the guest) holding
+# the script's output, its exit status and whatever files it leaves there.
+
+RGVM_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+: "${RGVM_BUILD:?RGVM_BUILD must name the build directory}"
+# TCG boots in ~12 s; a guest script gets this long in total before qemu is
+# killed.
+: "${RGVM_TIMEOUT:=240}"
+
+declare -A rgvm_pid=()
+
+rgvm_log() { echo "[vm $(date +%T)] $*" >&2; }
+
+rgvm_cleanup() {
+	local name
+	for name in "${!rgvm_pid[@]}"; do
+		kill -9 "${rgvm_pid[$name]}" 2>/dev/null
+	done
+	wait 2>/dev/null
+	if [ -n "${RGVM_DIR:-}" ] && [ -d "$RGVM_DIR" ]; then
+		if [ -n "${RGVM_KEEP:-}" ]; then
+			rgvm_log "kept $RGVM_DIR"
+		else
+			rm -rf "$RGVM_DIR"
+		fi
+	fi
+}
+
+# The newest Debian kernel whose modules include rdma_rxe.
+rgvm_find_kernel() {
+	local k ver
+	for k in $(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -rV); do
+		ver=${k#/boot/vmlinuz-}
+		if modinfo -k "$ver" -F filename rdma_rxe >/dev/null 2>&1; then
+			RGVM_KVER=$ver
+			RGVM_KERNEL=$k
+			return 0
+		fi
+	done
+	echo "vm: no /boot/vmlinuz-* with rdma_rxe modules; install linux-image-amd64 (scripts/install-deps.sh)" >&2
+	return 1
+}
+
+# Module files for NAME and its dependencies, dependencies first.
+rgvm_mod_closure() {
+	local m=$1 dep
+	for dep in $(modinfo -k "$RGVM_KVER" -F depends "$m" | tr ',' ' '); do
+		rgvm_mod_closure "$dep"
+	done
+	modinfo -k "$RGVM_KVER" -F filename "$m"
+}
+
+rgvm_build_initramfs() {
+	local root=$RGVM_DIR/initramfs f m seen=" " n=0 order=()
+	mkdir -p "$root"/{bin,dev,proc,sys,newroot,modules}
+	cp /bin/busybox "$root/bin/busybox"
+	for m in sh mount umount insmod mkdir sleep echo cat chroot sync poweroff; do
+		ln -s busybox "$root/bin/$m"
+	done
+	# Only what it takes to reach the host root; the rest is modprobed from
+	# the host's /lib/modules once chrooted.
+	for m in virtio_pci virtio_net 9pnet_virtio 9p; do
+		for f in $(rgvm_mod_closure "$m"); do
+			case "$f" in (builtin|"(builtin)"*|"") continue ;; esac
+			case "$seen" in (*" $f "*) continue ;; esac
+			seen+="$f "
+			n=$((n + 1))
+			local out
+			out=$root/modules/$(printf %02d "$n")-$(basename "${f%%.ko*}").ko
+			case "$f" in
+			(*.ko.xz) xz -dc "$f" >"$out" ;;
+			(*.ko.zst) zstd -qdc "$f" >"$out" ;;
+			(*.ko.gz) gzip -dc "$f" >"$out" ;;
+			(*) cp "$f" "$out" ;;
+			esac
+		done
+	done
+	cp "$RGVM_SRC/tests/vm/init.sh" "$root/init"
+	chmod +x "$root/init"
+	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$RGVM_DIR/initramfs.gz"
+}
+
+rgvm_setup() {
+	RGVM_DIR=$(mktemp -d "/tmp/rgvm-$$-XXXXXX")
+	trap rgvm_cleanup EXIT
+	trap 'exit 130' INT TERM
+	rgvm_find_kernel
+	rgvm_build_initramfs
+	rgvm_log "kernel $RGVM_KERNEL, work dir $RGVM_DIR"
+}
+
+rgvm_share() { echo "$RGVM_DIR/$1"; }
+
+# A TCP port on 127.0.0.1 nobody listens on (qemu's socket netdev).
+rgvm_free_port() {
+	local p i
+	for i in $(seq 1 50); do
+		p=$((20000 + (RANDOM % 20000)))
+		if ! ss -Hltn "sport = :$p" | grep -q .; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+rgvm_start() {
+	local name=$1 net=$2 script=$3 share accel idx netargs=()
+	shift 3
+	share=$RGVM_DIR/$name
+	mkdir -p "$share"
+	idx=$(( ${#rgvm_pid[@]} + 1 ))
+	{
+		echo "export RGVM_NAME=$name RGVM_SHARE=/run/rgvm RGVM_SRC=$RGVM_SRC RGVM_BUILD=$RGVM_BUILD"
+		echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/run/rgvm LC_ALL=C"
+		local kv
+		for kv in "$@"; do printf 'export %q\n' "$kv"; done
+		echo "cd /run/rgvm"
+		echo "exec bash $RGVM_SRC/tests/vm/guest/$script"
+	} >"$share/run.sh"
+	case "$net" in
+	(listen:*|connect:*)
+		netargs=(-netdev "socket,id=n0,${net%%:*}=127.0.0.1:${net#*:}"
+			 -device "virtio-net-pci,netdev=n0,mac=52:54:00:52:47:0$idx") ;;
+	(none) netargs=(-nic none) ;;
+	esac
+	accel=tcg
+	# KVM when the machine offers it, TCG otherwise: same guest either way.
+	if [ -w /dev/kvm ] && grep -qE 'vmx|svm' /proc/cpuinfo; then
+		accel=kvm
+	fi
+	timeout -k 5 "$RGVM_TIMEOUT" qemu-system-x86_64 \
+		-accel "$accel" -m 1024 -smp 1 -nographic -no-reboot \
+		-kernel "$RGVM_KERNEL" -initrd "$RGVM_DIR/initramfs.gz" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4" \
+		-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+		-virtfs "local,path=$share,mount_tag=rgvm,security_model=none" \
+		"${netargs[@]}" </dev/null >"$share/console.log" 2>&1 &
+	rgvm_pid[$name]=$!
+	rgvm_log "started $name (pid ${rgvm_pid[$name]}, $accel, net $net)"
+}
+
+# Waits for the VM to power off; prints its script output; returns the
+# script's exit status (124 if qemu had to be killed, 125 if it never ran).
+rgvm_wait() {
+	local name=$1 share=$RGVM_DIR/$1 qrc=0 rc
+	wait "${rgvm_pid[$name]}" || qrc=$?
+	unset "rgvm_pid[$name]"
+	echo "----- $name: guest output -----" >&2
+	cat "$share/out.log" >&2 2>/dev/null
+	if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+		echo "----- $name: killed after ${RGVM_TIMEOUT}s; console -----" >&2
+		tail -n 40 "$share/console.log" >&2
+		return 124
+	fi
+	if [ ! -s "$share/rc" ]; then
+		echo "----- $name: script never finished; console -----" >&2
+		tail -n 40 "$share/console.log" >&2
+		return 125
+	fi
+	rc=$(cat "$share/rc")
+	rgvm_log "$name finished with status $rc"
+	return "$rc"
+}
