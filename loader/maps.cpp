@@ -84,7 +84,7 @@ std::vector<QpRow> MapReader::qps() const {
   return rows;
 }
 
-MapUsage MapReader::usage(int fd, const std::string& name) const {
+MapUsage MapReader::info(int fd, const std::string& name) const {
   bpf_map_info info{};
   uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0)
@@ -95,7 +95,12 @@ MapUsage MapReader::usage(int fd, const std::string& name) const {
   u.key_size = info.key_size;
   u.value_size = info.value_size;
   u.id = info.id;
-  std::vector<uint8_t> key(info.key_size), next(info.key_size);
+  return u;
+}
+
+MapUsage MapReader::usage(int fd, const std::string& name) const {
+  MapUsage u = info(fd, name);
+  std::vector<uint8_t> key(u.key_size), next(u.key_size);
   const void* prev = nullptr;
   while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
     key.swap(next);
@@ -105,8 +110,10 @@ MapUsage MapReader::usage(int fd, const std::string& name) const {
   return u;
 }
 
-std::vector<MapUsage> MapReader::usage_all() const {
-  std::vector<MapUsage> out{usage(counters_fd_, kMapCounters), usage(qp_fd_, kMapQp)};
+std::vector<MapUsage> MapReader::usage_all(std::optional<uint32_t> qp_entries) const {
+  MapUsage qp = qp_entries ? info(qp_fd_, kMapQp) : usage(qp_fd_, kMapQp);
+  if (qp_entries) qp.entries = *qp_entries;
+  std::vector<MapUsage> out{usage(counters_fd_, kMapCounters), qp};
   if (pin_path_.empty()) return out;
   for (const char* name : kPinnedMaps) {
     if (name == kMapCounters || name == kMapQp) continue;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,12 @@ class MapReader {
 
   std::vector<CounterRow> counters() const;
   std::vector<QpRow> qps() const;
+  // Type and capacity only: usage() also counts entries, a walk of every key.
+  MapUsage info(int fd, const std::string& name) const;
   MapUsage usage(int fd, const std::string& name) const;
-  std::vector<MapUsage> usage_all() const;
+  // qp_entries: the QP map's fill when the caller has just read it with
+  // qps(), which spares a second walk of up to max_entries keys.
+  std::vector<MapUsage> usage_all(std::optional<uint32_t> qp_entries = std::nullopt) const;
 
   int counters_fd() const { return counters_fd_; }
   int qp_fd() const { return qp_fd_; }
