@@ -12,8 +12,14 @@ namespace rg {
 struct EventName {
   rg_event event;
   std::string_view name;         // snake_case, used in JSON and as a label value
-  std::string_view metric;       // Prometheus metric family (without prefix)
+  std::string_view metric;       // Prometheus packet-count family (no prefix, no _total)
   std::string_view help;
+  // Byte-count family; empty where the event's byte count says nothing.
+  std::string_view bytes_metric = {};
+  // Events sharing a family are told apart by this label; empty when the
+  // family has a single event.
+  std::string_view label = {};
+  std::string_view label_value = {};
 };
 
 // Indexed by rg_event; size RG_EV_MAX.
