@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The lab's lossy WAN: TC ingress on each interface of the WAN router
+ * namespace. It does to traffic what a public cloud or metro link does to
+ * RoCE: DSCP rewritten to 0 (outer header only: a tunnel's inner packet is
+ * payload to the WAN), a share of packets lost, optionally congestion marks.
+ * Counters per {ingress ifindex, class} let tests compare what roceguard saw
+ * with what the WAN did.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "csum.h"
+#include "roceguard/roceguard.h"
+#include "roceguard/wan.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rg_wan_config);
+} wan_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct rg_wan_key);
+	__type(value, struct rg_wan_stats);
+} wan_stats SEC(".maps");
+
+#define WAN_ECN_MASK 0x03
+#define WAN_ECN_CE 0x03
+
+static __always_inline struct rg_wan_stats *wan_stats_get(__u32 ifindex, __u32 cls)
+{
+	struct rg_wan_key key = { .ifindex = ifindex, .cls = cls };
+	struct rg_wan_stats zero = {}, *s;
+
+	s = bpf_map_lookup_elem(&wan_stats, &key);
+	if (s)
+		return s;
+	bpf_map_update_elem(&wan_stats, &key, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&wan_stats, &key);
+}
+
+/* True with probability ppm / 10^6. */
+static __always_inline int wan_chance(__u32 ppm)
+{
+	return ppm && bpf_get_prandom_u32() % RG_WAN_PPM < ppm;
+}
+
+static __always_inline __u32 wan_class(__be16 dport)
+{
+	if (dport == bpf_htons(RG_ROCE_UDP_PORT))
+		return RG_WAN_ROCE;
+	if (dport == bpf_htons(RG_GENEVE_UDP_PORT))
+		return RG_WAN_GENEVE;
+	return RG_WAN_UDP_OTHER;
+}
+
+SEC("tc")
+int wan_ingress(struct __sk_buff *skb)
+{
+	const __u32 zero_idx = 0;
+	const struct rg_wan_config *cfg;
+	struct rg_wan_stats *st;
+	void *data, *data_end;
+	struct ethhdr *eth;
+	__u8 *tos_byte = NULL;
+	__be16 *ip_word = NULL; /* IPv4: version/IHL + TOS, covered by the checksum */
+	__sum16 *ip_check = NULL;
+	__u8 tos = 0, l4proto = 0;
+	void *l4 = NULL;
+	__u32 cls = RG_WAN_NOT_UDP;
+
+	cfg = bpf_map_lookup_elem(&wan_config, &zero_idx);
+	if (!cfg)
+		return TC_ACT_OK;
+
+	bpf_skb_pull_data(skb, sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + sizeof(struct udphdr));
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		goto account;
+
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+			goto account;
+		tos_byte = &ip->tos;
+		ip_word = (__be16 *)ip;
+		ip_check = &ip->check;
+		tos = ip->tos;
+		l4proto = ip->protocol;
+		/* Later fragments carry no UDP header. */
+		if (!(ip->frag_off & bpf_htons(0x1fff)))
+			l4 = (void *)ip + ip->ihl * 4;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			goto account;
+		tos_byte = (__u8 *)ip6;
+		tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+		l4proto = ip6->nexthdr;
+		l4 = ip6 + 1;
+	}
+
+	if (l4 && l4proto == IPPROTO_UDP) {
+		struct udphdr *udp = l4;
+
+		if ((void *)(udp + 1) <= data_end)
+			cls = wan_class(udp->dest);
+	}
+
+account:
+	st = wan_stats_get(skb->ifindex, cls);
+	if (st) {
+		st->packets++;
+		st->bytes += skb->len;
+	}
+	if (cls != RG_WAN_NOT_UDP &&
+	    (!(cfg->flags & RG_WAN_F_ROCE_ONLY) || cls == RG_WAN_ROCE || cls == RG_WAN_GENEVE)) {
+		if (wan_chance(cfg->loss_ppm)) {
+			if (st)
+				st->dropped++;
+			return TC_ACT_SHOT;
+		}
+		if ((tos & WAN_ECN_MASK) && (tos & WAN_ECN_MASK) != WAN_ECN_CE &&
+		    wan_chance(cfg->ce_ppm)) {
+			tos |= WAN_ECN_CE;
+			if (st)
+				st->ce_marked++;
+		}
+	}
+	if ((cfg->flags & RG_WAN_F_BLEACH) && (tos >> 2)) {
+		tos &= WAN_ECN_MASK;
+		if (st)
+			st->bleached++;
+	}
+	if (!tos_byte)
+		return TC_ACT_OK;
+
+	/* Pointers are still valid: nothing above changed the packet. */
+	if (ip_word) {
+		struct iphdr *ip = (void *)ip_word;
+		__be16 old, new;
+
+		if ((void *)(ip + 1) > data_end || ip->tos == tos)
+			return TC_ACT_OK;
+		old = *ip_word;
+		ip->tos = tos;
+		new = *ip_word;
+		rg_csum_replace2(ip_check, old, new);
+	} else {
+		__u8 *b = tos_byte;
+
+		if ((void *)(b + 2) > data_end)
+			return TC_ACT_OK;
+		/* IPv6 traffic class: low nibble of byte 0, high nibble of byte 1. */
+		b[0] = (b[0] & 0xf0) | (tos >> 4);
+		b[1] = (b[1] & 0x0f) | (tos << 4);
+	}
+	return TC_ACT_OK;
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The lab's lossy WAN (bpf/wan.bpf.c): a TC ingress program on the WAN
+ * router's interfaces that bleaches DSCP, drops or CE-marks a configurable
+ * share of UDP packets and counts what it saw. Shared by the program and the
+ * loader code in loader/lab/wan.cpp.
+ */
+#ifndef ROCEGUARD_WAN_H
+#define ROCEGUARD_WAN_H
+
+#include <linux/types.h>
+
+#define RG_WAN_PPM 1000000u /* loss and CE rates are parts per million */
+
+/* What the WAN tells apart, by outer UDP destination port. */
+enum rg_wan_class {
+	RG_WAN_ROCE = 0,   /* UDP 4791 */
+	RG_WAN_GENEVE,     /* UDP 6081 */
+	RG_WAN_UDP_OTHER,  /* any other UDP */
+	RG_WAN_NOT_UDP,    /* IP but not UDP, or not IP (ARP, ...) */
+	RG_WAN_CLASS_MAX,
+};
+
+#define RG_WAN_F_BLEACH (1u << 0)     /* zero DSCP of every IP packet, keep ECN */
+#define RG_WAN_F_ROCE_ONLY (1u << 1)  /* drop/mark only UDP 4791 and 6081 */
+
+struct rg_wan_config {
+	__u32 loss_ppm; /* share of eligible UDP packets dropped */
+	__u32 ce_ppm;   /* share of eligible ECN-capable packets marked CE */
+	__u32 flags;    /* RG_WAN_F_* */
+	__u32 pad;
+};
+
+struct rg_wan_key {
+	__u32 ifindex; /* interface the packet arrived on: the direction */
+	__u32 cls;     /* enum rg_wan_class */
+};
+
+/* Per-CPU; summed when read. */
+struct rg_wan_stats {
+	__u64 packets;   /* seen, including the dropped ones */
+	__u64 bytes;
+	__u64 dropped;
+	__u64 bleached;  /* DSCP was non-zero and got zeroed */
+	__u64 ce_marked;
+};
+
+#endif /* ROCEGUARD_WAN_H */
