@@ -1,0 +1,501 @@
+#include "lab/roce_gen.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "error.h"
+
+namespace rg::lab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kBthLen = 12;
+constexpr size_t kAethLen = 4;
+constexpr size_t kRethLen = 16;
+constexpr size_t kIcrcLen = 4;
+constexpr size_t kCnpPad = 16;
+constexpr uint32_t kPsnHalf = 0x800000;
+constexpr size_t kMaxPacket = 9000;
+
+// (a - b) mod 2^24: how far a is ahead of b.
+uint32_t psn_diff(uint32_t a, uint32_t b) { return (a - b) & kPsnMask; }
+
+bool psn_ahead(uint32_t a, uint32_t b) {
+  uint32_t d = psn_diff(a, b);
+  return d != 0 && d < kPsnHalf;
+}
+
+struct Sockaddr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+};
+
+Sockaddr make_sockaddr(const std::string& addr, uint16_t port) {
+  Sockaddr s;
+  auto* in4 = reinterpret_cast<sockaddr_in*>(&s.ss);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&s.ss);
+  if (inet_pton(AF_INET, addr.c_str(), &in4->sin_addr) == 1) {
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons(port);
+    s.len = sizeof(*in4);
+  } else if (inet_pton(AF_INET6, addr.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
+    s.len = sizeof(*in6);
+  } else {
+    throw Error("not an IPv4 or IPv6 address: " + addr, kExitUsage);
+  }
+  return s;
+}
+
+Sockaddr any_addr(int family, uint16_t port) {
+  return make_sockaddr(family == AF_INET ? "0.0.0.0" : "::", port);
+}
+
+// A UDP socket bound to port that reports each packet's TOS / traffic class
+// and sends with the given one.
+int open_udp(int family, uint16_t port, uint8_t tos) {
+  int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw Error("socket: " + errno_text(errno));
+  int one = 1, t = tos, buf = 4 << 20;
+  bool ok = true;
+  ok &= setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0;
+  // Best effort: the kernel caps these at net.core.[rw]mem_max.
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  if (family == AF_INET) {
+    ok &= setsockopt(fd, IPPROTO_IP, IP_TOS, &t, sizeof(t)) == 0;
+    ok &= setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) == 0;
+  } else {
+    ok &= setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) == 0;
+    ok &= setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &t, sizeof(t)) == 0;
+    ok &= setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one)) == 0;
+  }
+  Sockaddr local = any_addr(family, port);
+  if (!ok || bind(fd, reinterpret_cast<sockaddr*>(&local.ss), local.len) != 0) {
+    int err = errno;
+    close(fd);
+    throw Error("cannot open UDP port " + std::to_string(port) + ": " + errno_text(err));
+  }
+  return fd;
+}
+
+// One datagram with its TOS byte; 0 when the queue is empty.
+ssize_t recv_tos(int fd, uint8_t* buf, size_t cap, uint8_t* tos, sockaddr_storage* from,
+                 socklen_t* from_len) {
+  char ctrl[CMSG_SPACE(sizeof(int)) * 2];
+  iovec iov{buf, cap};
+  msghdr msg{};
+  msg.msg_name = from;
+  msg.msg_namelen = sizeof(*from);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof(ctrl);
+  ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT);
+  if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
+  *tos = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS)
+      *tos = *reinterpret_cast<uint8_t*>(CMSG_DATA(c));
+    else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS)
+      *tos = static_cast<uint8_t>(*reinterpret_cast<int*>(CMSG_DATA(c)));
+  }
+  *from_len = msg.msg_namelen;
+  return n;
+}
+
+std::string addr_text(const sockaddr_storage& ss) {
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
+  else
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
+  return buf;
+}
+
+}  // namespace
+
+void put_bth(uint8_t* p, const Bth& bth) {
+  p[0] = bth.opcode;
+  p[1] = 0x40;  // M set (RoCE v2 senders, IBA 9.2.2), pad count 0, TVer 0
+  p[2] = 0xff;  // default P_Key 0xffff
+  p[3] = 0xff;
+  p[4] = 0;
+  p[5] = static_cast<uint8_t>(bth.dest_qp >> 16);
+  p[6] = static_cast<uint8_t>(bth.dest_qp >> 8);
+  p[7] = static_cast<uint8_t>(bth.dest_qp);
+  p[8] = bth.ack_req ? 0x80 : 0;
+  p[9] = static_cast<uint8_t>(bth.psn >> 16);
+  p[10] = static_cast<uint8_t>(bth.psn >> 8);
+  p[11] = static_cast<uint8_t>(bth.psn);
+}
+
+Bth get_bth(const uint8_t* p) {
+  Bth b;
+  b.opcode = p[0];
+  b.dest_qp = (uint32_t{p[5]} << 16) | (uint32_t{p[6]} << 8) | p[7];
+  b.ack_req = p[8] & 0x80;
+  b.psn = (uint32_t{p[9]} << 16) | (uint32_t{p[10]} << 8) | p[11];
+  return b;
+}
+
+// ----------------------------------------------------------------- sender
+
+struct Sender::Qp {
+  unsigned index = 0;
+  uint32_t dest_qp = 0;
+  uint32_t una = 0;   // oldest unacknowledged PSN
+  uint32_t next = 0;  // next PSN to send
+  uint32_t end = 0;   // one past the last message's PSN
+  uint32_t max_sent = 0;
+  bool sent_any = false;
+  bool failed = false;
+  unsigned retries = 0;
+  Clock::time_point last_progress;
+
+  bool done() const { return una == end; }
+  uint32_t inflight() const { return psn_diff(next, una); }
+};
+
+Sender::Sender(SenderConfig cfg) : cfg_(std::move(cfg)) {
+  if (cfg_.qps.count == 0 || cfg_.window == 0 || cfg_.messages == 0 ||
+      cfg_.messages >= kPsnHalf || cfg_.ack_req_every == 0)
+    throw Error("roce-gen: qps, window, messages (< 2^23) and ack_req_every must be positive",
+                kExitUsage);
+  if (cfg_.payload > 4096) throw Error("roce-gen: payload is at most 4096 bytes", kExitUsage);
+  cfg_.payload = (cfg_.payload + 3) & ~size_t{3};
+  Sockaddr peer = make_sockaddr(cfg_.peer, cfg_.port);
+  family_ = peer.ss.ss_family;
+  peer_sa_.assign(reinterpret_cast<uint8_t*>(&peer.ss), reinterpret_cast<uint8_t*>(&peer.ss) + peer.len);
+  try {
+    ack_fd_ = open_udp(family_, cfg_.port, cfg_.tos);
+    for (unsigned i = 0; i < cfg_.qps.count; ++i) {
+      data_fds_.push_back(open_udp(family_, static_cast<uint16_t>(cfg_.src_port_base + i), cfg_.tos));
+      auto qp = std::make_unique<Qp>();
+      qp->index = i;
+      qp->dest_qp = (cfg_.qps.responder_qpn + i) & kPsnMask;
+      qp->una = qp->next = cfg_.qps.first_psn & kPsnMask;
+      qp->end = (qp->una + static_cast<uint32_t>(cfg_.messages)) & kPsnMask;
+      qps_.push_back(std::move(qp));
+    }
+  } catch (...) {
+    for (int fd : data_fds_) close(fd);
+    if (ack_fd_ >= 0) close(ack_fd_);
+    throw;
+  }
+}
+
+Sender::~Sender() {
+  for (int fd : data_fds_) close(fd);
+  if (ack_fd_ >= 0) close(ack_fd_);
+}
+
+void Sender::send_one(Qp& qp, SenderStats& st) {
+  uint8_t pkt[kBthLen + kRethLen + 4096 + kIcrcLen] = {};
+  const uint32_t psn = qp.next;
+  const uint32_t index = psn_diff(psn, cfg_.qps.first_psn);
+  Bth bth;
+  bth.opcode = cfg_.opcode;
+  bth.dest_qp = qp.dest_qp;
+  bth.psn = psn;
+  // Ask for an ACK often enough that a full window always gets one.
+  bth.ack_req = (index + 1) % cfg_.ack_req_every == 0 || psn_diff(psn + 1, qp.end) == 0 ||
+                qp.inflight() + 1 >= cfg_.window;
+  put_bth(pkt, bth);
+  size_t len = kBthLen;
+  if (cfg_.opcode == kOpWriteOnly) {
+    // RETH: virtual address, R_Key, DMA length (IBA 9.3.3).
+    uint8_t* r = pkt + len;
+    uint64_t va = uint64_t{index} * cfg_.payload;
+    for (int i = 0; i < 8; ++i) r[i] = static_cast<uint8_t>(va >> (56 - 8 * i));
+    r[8] = 0x00, r[9] = 0x00, r[10] = 0x12, r[11] = 0x34;
+    uint32_t dma = static_cast<uint32_t>(cfg_.payload);
+    r[12] = static_cast<uint8_t>(dma >> 24), r[13] = static_cast<uint8_t>(dma >> 16);
+    r[14] = static_cast<uint8_t>(dma >> 8), r[15] = static_cast<uint8_t>(dma);
+    len += kRethLen;
+  }
+  for (size_t i = 0; i < cfg_.payload; ++i) pkt[len + i] = static_cast<uint8_t>(index + i);
+  len += cfg_.payload + kIcrcLen;
+
+  ssize_t n = sendto(data_fds_[qp.index], pkt, len, MSG_DONTWAIT,
+                     reinterpret_cast<const sockaddr*>(peer_sa_.data()),
+                     static_cast<socklen_t>(peer_sa_.size()));
+  if (n != static_cast<ssize_t>(len)) return;  // queue full: the caller retries later
+  st.packets++;
+  st.bytes += len;
+  if (qp.sent_any && !psn_ahead(psn, qp.max_sent)) {
+    st.retransmits++;
+  } else {
+    qp.max_sent = psn;
+    qp.sent_any = true;
+  }
+  qp.next = (qp.next + 1) & kPsnMask;
+}
+
+void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStats& st) {
+  if (len < kBthLen) return;
+  Bth bth = get_bth(buf);
+  uint32_t qp_index = psn_diff(bth.dest_qp, cfg_.qps.requester_qpn);
+  if (qp_index >= qps_.size()) return;
+  Qp& qp = *qps_[qp_index];
+  st.ack_dscp[tos >> 2]++;
+  if (bth.opcode == kOpCnp) {
+    st.cnps++;
+    return;
+  }
+  if (bth.opcode != kOpAck || len < kBthLen + kAethLen) return;
+  const uint8_t syndrome = buf[kBthLen];
+  // Only PSNs ever sent can be acknowledged; anything else is stale.
+  const uint32_t sent_span = qp.sent_any ? psn_diff(qp.max_sent + 1, qp.una) : 0;
+  if ((syndrome & 0xe0) == kSynAck) {
+    st.acks++;
+    uint32_t upto = psn_diff(bth.psn + 1, qp.una);  // newly acknowledged count
+    if (upto == 0 || upto > sent_span) return;
+    qp.una = (bth.psn + 1) & kPsnMask;
+    if (psn_diff(qp.next, qp.una) >= kPsnHalf) qp.next = qp.una;
+    st.completed += upto;
+    st.goodput_bytes += uint64_t{upto} * cfg_.payload;
+    qp.retries = 0;
+    qp.last_progress = Clock::now();
+  } else if (syndrome == kSynNakSeqErr) {
+    st.naks++;
+    // Everything before the NAKed PSN arrived; resend from it (Go-Back-N).
+    uint32_t upto = psn_diff(bth.psn, qp.una);
+    if (upto > sent_span) return;
+    qp.una = bth.psn;
+    qp.next = bth.psn;
+    st.completed += upto;
+    st.goodput_bytes += uint64_t{upto} * cfg_.payload;
+    qp.retries = 0;
+    qp.last_progress = Clock::now();
+  }
+}
+
+SenderStats Sender::run() {
+  SenderStats st;
+  const auto start = Clock::now();
+  const auto deadline = start + cfg_.duration;
+  auto next_report = start + std::chrono::seconds(1);
+  for (auto& qp : qps_) qp->last_progress = start;
+
+  uint8_t buf[kMaxPacket];
+  while (!stop_) {
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    bool active = false;
+    for (auto& qp : qps_) {
+      if (qp->done() || qp->failed) continue;
+      active = true;
+      while (qp->next != qp->end && qp->inflight() < cfg_.window) {
+        uint32_t before = qp->next;
+        send_one(*qp, st);
+        if (qp->next == before) break;  // socket full
+      }
+      if (now - qp->last_progress >= cfg_.timeout) {
+        if (qp->retries >= cfg_.retry_cnt) {
+          qp->failed = true;  // IBV_WC_RETRY_EXC_ERR on real hardware
+          continue;
+        }
+        qp->retries++;
+        st.timeouts++;
+        qp->next = qp->una;
+        qp->last_progress = now;
+      }
+    }
+    if (!active) break;
+
+    pollfd pfd{ack_fd_, POLLIN, 0};
+    poll(&pfd, 1, 1);
+    for (int i = 0; i < 256; ++i) {
+      uint8_t tos = 0;
+      sockaddr_storage from{};
+      socklen_t from_len = 0;
+      ssize_t n = recv_tos(ack_fd_, buf, sizeof(buf), &tos, &from, &from_len);
+      if (n <= 0) break;
+      on_response(buf, static_cast<size_t>(n), tos, st);
+    }
+
+    if (cfg_.on_second && Clock::now() >= next_report) {
+      next_report += std::chrono::seconds(1);
+      st.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+      cfg_.on_second(st);
+    }
+  }
+  st.qps_done = st.qps_failed = 0;
+  for (auto& qp : qps_) {
+    if (qp->done()) st.qps_done++;
+    else if (qp->failed) st.qps_failed++;
+  }
+  st.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  return st;
+}
+
+// --------------------------------------------------------------- receiver
+
+struct Receiver::Qp {
+  uint32_t requester_qp = 0;
+  uint32_t epsn = 0;  // expected PSN
+  uint32_t msn = 0;   // message sequence number: messages completed
+  unsigned since_ack = 0;
+  bool nak_sent = false;  // one NAK per gap until the expected PSN arrives (IBA 9.7.5.2.2)
+  bool seen = false;      // the path tracker's state below
+  uint32_t max_psn = 0;
+  Clock::time_point last_cnp{};
+};
+
+Receiver::Receiver(ReceiverConfig cfg) : cfg_(std::move(cfg)) {
+  fd4_ = open_udp(AF_INET, cfg_.port, cfg_.tos);
+  try {
+    fd6_ = open_udp(AF_INET6, cfg_.port, cfg_.tos);
+  } catch (...) {
+    close(fd4_);
+    throw;
+  }
+}
+
+Receiver::~Receiver() {
+  stop();
+  close(fd4_);
+  close(fd6_);
+}
+
+void Receiver::start() {
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Receiver::stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+ReceiverStats Receiver::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return st_;
+}
+
+void Receiver::loop() {
+  uint8_t buf[kMaxPacket];
+  while (!stop_) {
+    pollfd pfd[2] = {{fd4_, POLLIN, 0}, {fd6_, POLLIN, 0}};
+    if (poll(pfd, 2, 20) <= 0) continue;
+    for (int fd : {fd4_, fd6_})
+      for (int i = 0; i < 256; ++i) {
+        uint8_t tos = 0;
+        sockaddr_storage from{};
+        socklen_t from_len = 0;
+        ssize_t n = recv_tos(fd, buf, sizeof(buf), &tos, &from, &from_len);
+        if (n <= 0) break;
+        on_packet(fd, buf, static_cast<size_t>(n), tos, &from, from_len);
+      }
+  }
+}
+
+void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, const void* from,
+                         unsigned from_len) {
+  if (len < kBthLen) return;
+  const Bth bth = get_bth(buf);
+  if (bth.opcode != kOpSendOnly && bth.opcode != kOpWriteOnly) return;  // not a request
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto& src = *static_cast<const sockaddr_storage*>(from);
+  const uint32_t qp_index = psn_diff(bth.dest_qp, cfg_.qps.responder_qpn);
+  if (qp_index >= cfg_.qps.count) {
+    st_.unknown_qp++;
+    return;
+  }
+  auto& slot = qps_[{addr_text(src), bth.dest_qp}];
+  if (!slot) {
+    slot = std::make_unique<Qp>();
+    slot->requester_qp = (cfg_.qps.requester_qpn + qp_index) & kPsnMask;
+    slot->epsn = cfg_.qps.first_psn & kPsnMask;
+  }
+  Qp& qp = *slot;
+  const size_t header = kBthLen + (bth.opcode == kOpWriteOnly ? kRethLen : 0);
+  const size_t payload = len > header + kIcrcLen ? len - header - kIcrcLen : 0;
+
+  st_.packets++;
+  st_.bytes += len;
+  st_.dscp[tos >> 2]++;
+
+  if (!qp.seen) {
+    qp.seen = true;
+    qp.max_psn = bth.psn;
+  } else if (!psn_ahead(bth.psn, qp.max_psn)) {
+    st_.seen_retransmits++;
+  } else {
+    uint32_t ahead = psn_diff(bth.psn, qp.max_psn);
+    if (ahead > 1) {
+      st_.gaps++;
+      st_.lost_estimate += ahead - 1;
+    }
+    qp.max_psn = bth.psn;
+  }
+
+  // Responses go to the requester's RoCE port, like a real responder's.
+  sockaddr_storage to = src;
+  if (to.ss_family == AF_INET)
+    reinterpret_cast<sockaddr_in*>(&to)->sin_port = htons(cfg_.port);
+  else
+    reinterpret_cast<sockaddr_in6*>(&to)->sin6_port = htons(cfg_.port);
+  auto respond = [&](uint8_t opcode, uint32_t psn, const uint8_t* tail, size_t tail_len) {
+    uint8_t pkt[kBthLen + kCnpPad + kIcrcLen] = {};
+    put_bth(pkt, Bth{opcode, false, qp.requester_qp, psn & kPsnMask});
+    std::memcpy(pkt + kBthLen, tail, tail_len);
+    size_t n = kBthLen + tail_len + kIcrcLen;
+    return sendto(fd, pkt, n, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), from_len) ==
+           static_cast<ssize_t>(n);
+  };
+  auto aeth = [&](uint8_t syndrome, uint32_t psn) {
+    const uint8_t a[kAethLen] = {syndrome, static_cast<uint8_t>(qp.msn >> 16),
+                                 static_cast<uint8_t>(qp.msn >> 8), static_cast<uint8_t>(qp.msn)};
+    return respond(kOpAck, psn, a, sizeof(a));
+  };
+
+  if ((tos & 0x03) == 0x03) {
+    st_.ecn_ce++;
+    auto now = Clock::now();
+    if (cfg_.cnp && now - qp.last_cnp >= cfg_.cnp_interval) {
+      const uint8_t pad[kCnpPad] = {};
+      // A CNP's BTH carries the QP to slow down and no meaningful PSN (Annex A17.9.2).
+      if (respond(kOpCnp, 0, pad, sizeof(pad))) st_.cnps++;
+      qp.last_cnp = now;
+    }
+  }
+
+  const uint32_t d = psn_diff(bth.psn, qp.epsn);
+  if (d == 0) {
+    qp.epsn = (qp.epsn + 1) & kPsnMask;
+    qp.msn = (qp.msn + 1) & kPsnMask;
+    qp.nak_sent = false;
+    st_.delivered++;
+    st_.goodput_bytes += payload;
+    if (bth.ack_req || ++qp.since_ack >= cfg_.ack_every) {
+      if (aeth(kSynAck, qp.epsn - 1)) st_.acks++;
+      qp.since_ack = 0;
+    }
+  } else if (d < kPsnHalf) {
+    st_.out_of_order++;
+    if (!qp.nak_sent && aeth(kSynNakSeqErr, qp.epsn)) {
+      st_.naks++;
+      qp.nak_sent = true;
+    }
+  } else {
+    st_.duplicates++;
+    // The ACK for it may be what got lost: say again how far we are.
+    if (bth.ack_req && aeth(kSynAck, qp.epsn - 1)) st_.acks++;
+  }
+}
+
+}  // namespace rg::lab

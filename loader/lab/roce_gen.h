@@ -1,0 +1,177 @@
+// A RoCE v2 traffic generator over ordinary UDP sockets: enough of the RC
+// transport (IBA chapter 9) to exercise roceguard's data plane the way real
+// requesters and responders do: PSN sequences, coalesced ACKs, NAK on a PSN
+// gap, Go-Back-N resend from the NAKed PSN or on timeout, CNPs for ECN CE.
+//
+// Packets are UDP payloads to port 4791 in both directions, as on the wire:
+//   BTH (12) [+ RETH (16) for RDMA WRITE] + payload + ICRC (4)
+//   BTH (12) + AETH (4) + ICRC                           ACK / NAK
+//   BTH (12) + 16 reserved bytes + ICRC                  CNP
+// The ICRC is a zero placeholder: nothing on the path checks it.
+//
+// Sockets are opened by the constructors in the calling thread's network
+// namespace (see NetnsGuard); the objects can then be used from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rg::lab {
+
+// BTH opcodes (IBA 9.2, Table 45; RC) and AETH syndromes (IBA 9.3.5).
+inline constexpr uint8_t kOpSendOnly = 0x04;
+inline constexpr uint8_t kOpWriteOnly = 0x0a;
+inline constexpr uint8_t kOpAck = 0x11;
+inline constexpr uint8_t kOpCnp = 0x81;
+inline constexpr uint8_t kSynAck = 0x00;
+inline constexpr uint8_t kSynNakSeqErr = 0x60;
+inline constexpr uint16_t kRoceV2Port = 4791;
+inline constexpr uint32_t kPsnMask = 0xffffff;
+
+struct Bth {
+  uint8_t opcode = kOpSendOnly;
+  bool ack_req = false;
+  uint32_t dest_qp = 0;
+  uint32_t psn = 0;
+};
+
+// The generator's one BTH encoder and decoder (12 bytes at p).
+void put_bth(uint8_t* p, const Bth& bth);
+Bth get_bth(const uint8_t* p);
+
+// Which QPs exist. Sender and receiver must be given the same plan: RC
+// connection setup is out of band in real RoCE too.
+struct QpPlan {
+  unsigned count = 4;
+  uint32_t requester_qpn = 0x000100;  // QP i of the sender is requester_qpn + i
+  uint32_t responder_qpn = 0x000200;  // and sends to responder_qpn + i
+  uint32_t first_psn = 0;             // both ends start here (mod 2^24)
+};
+
+struct SenderStats {
+  uint64_t packets = 0;      // request packets sent, first copies and resends
+  uint64_t bytes = 0;        // UDP payload bytes of those
+  uint64_t retransmits = 0;  // sent with a PSN at or below the highest already sent
+  uint64_t acks = 0;
+  uint64_t naks = 0;         // NAK PSN sequence error received
+  uint64_t cnps = 0;
+  uint64_t timeouts = 0;     // Go-Back-N started by the retransmit timer
+  uint64_t completed = 0;    // messages acknowledged
+  uint64_t goodput_bytes = 0;
+  unsigned qps_done = 0;
+  unsigned qps_failed = 0;   // gave up after retry_cnt timeouts in a row
+  std::chrono::milliseconds elapsed{0};
+  std::array<uint64_t, 64> ack_dscp{};  // DSCP of ACK/NAK/CNP packets that arrived
+};
+
+struct SenderConfig {
+  std::string peer;             // receiver address, IPv4 or IPv6 literal
+  uint16_t port = kRoceV2Port;  // destination port; ACKs arrive on it too
+  uint16_t src_port_base = 49152;  // QP i sends from src_port_base + i
+  QpPlan qps;
+  uint64_t messages = 1000;  // per QP; one packet each
+  size_t payload = 1024;     // bytes, rounded up to a multiple of 4
+  uint8_t opcode = kOpSendOnly;  // or kOpWriteOnly
+  uint8_t tos = 0;               // whole TOS / traffic class byte: DSCP << 2 | ECN
+  unsigned window = 32;          // unacknowledged packets per QP
+  unsigned ack_req_every = 4;    // AckReq on every n-th packet (and the window's last)
+  std::chrono::milliseconds timeout{20};  // local ACK timeout
+  unsigned retry_cnt = 7;                 // timeouts in a row before a QP fails
+  std::chrono::milliseconds duration{30000};  // hard bound on run()
+  std::function<void(const SenderStats&)> on_second;  // live view, called from run()
+};
+
+class Sender {
+ public:
+  explicit Sender(SenderConfig cfg);
+  ~Sender();
+  Sender(const Sender&) = delete;
+  Sender& operator=(const Sender&) = delete;
+
+  // Sends until every QP is done or failed, duration passes or stop() is
+  // called. Returns the final statistics.
+  SenderStats run();
+  void stop() { stop_ = true; }
+
+ private:
+  struct Qp;
+  void send_one(Qp& qp, SenderStats& st);
+  void on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStats& st);
+
+  SenderConfig cfg_;
+  int family_ = 0;
+  std::vector<uint8_t> peer_sa_;  // sockaddr_in / sockaddr_in6
+  std::vector<int> data_fds_;     // one per QP
+  int ack_fd_ = -1;
+  std::vector<std::unique_ptr<Qp>> qps_;
+  std::atomic<bool> stop_{false};
+};
+
+struct ReceiverStats {
+  uint64_t packets = 0;        // request packets received
+  uint64_t bytes = 0;
+  uint64_t delivered = 0;      // in order, accepted
+  uint64_t goodput_bytes = 0;  // payload bytes of those
+  uint64_t out_of_order = 0;   // ahead of the expected PSN: discarded
+  uint64_t duplicates = 0;     // behind the expected PSN: discarded
+  // What a PSN tracker on the path sees (roceguard's rule, psn.h): a packet
+  // at or behind the highest PSN so far is a retransmission; a forward jump
+  // of k is k - 1 packets lost before this point.
+  uint64_t seen_retransmits = 0;
+  uint64_t gaps = 0;
+  uint64_t lost_estimate = 0;
+  uint64_t acks = 0;  // sent
+  uint64_t naks = 0;  // sent
+  uint64_t cnps = 0;  // sent
+  uint64_t ecn_ce = 0;
+  uint64_t unknown_qp = 0;
+  std::array<uint64_t, 64> dscp{};  // DSCP histogram of request packets
+};
+
+struct ReceiverConfig {
+  uint16_t port = kRoceV2Port;
+  QpPlan qps;
+  unsigned ack_every = 4;  // ACK at least every n in-order packets, and on AckReq
+  uint8_t tos = 0;         // of ACKs, NAKs and CNPs
+  bool cnp = true;         // answer ECN CE with a CNP
+  std::chrono::microseconds cnp_interval{50};  // at most one CNP per QP per interval
+};
+
+class Receiver {
+ public:
+  // Opens IPv4 and IPv6 sockets on the port; start() serves them.
+  explicit Receiver(ReceiverConfig cfg);
+  ~Receiver();
+  Receiver(const Receiver&) = delete;
+  Receiver& operator=(const Receiver&) = delete;
+
+  void start();
+  void stop();
+  ReceiverStats stats() const;
+
+ private:
+  struct Qp;
+  void loop();
+  void on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, const void* from,
+                 unsigned from_len);
+
+  ReceiverConfig cfg_;
+  int fd4_ = -1, fd6_ = -1;
+  std::map<std::pair<std::string, uint32_t>, std::unique_ptr<Qp>> qps_;  // {source address, dest QP}
+  mutable std::mutex mu_;
+  ReceiverStats st_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace rg::lab

@@ -1,0 +1,222 @@
+#include "lab/topology.h"
+
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "error.h"
+#include "lab/proc.h"
+
+namespace rg::lab {
+
+namespace {
+
+struct Link {
+  Node a;
+  const char* a_if;
+  Node b;
+  const char* b_if;
+};
+
+constexpr Link kLinks[] = {
+    {Node::kHostA, "eth0", Node::kGatewayA, "lan0"},
+    {Node::kGatewayA, "wan0", Node::kWan, "to-a"},
+    {Node::kWan, "to-b", Node::kGatewayB, "wan0"},
+    {Node::kGatewayB, "lan0", Node::kHostB, "eth0"},
+};
+
+}  // namespace
+
+std::string_view node_suffix(Node n) {
+  switch (n) {
+    case Node::kHostA: return "hA";
+    case Node::kGatewayA: return "gwA";
+    case Node::kWan: return "wan";
+    case Node::kGatewayB: return "gwB";
+    case Node::kHostB: return "hB";
+  }
+  return "?";
+}
+
+NetnsGuard::NetnsGuard(const std::string& netns) {
+  saved_fd_ = open(("/proc/self/task/" + std::to_string(syscall(SYS_gettid)) + "/ns/net").c_str(),
+                   O_RDONLY | O_CLOEXEC);
+  if (saved_fd_ < 0) throw Error("cannot open this thread's netns: " + errno_text(errno));
+  int fd = open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    close(saved_fd_);
+    throw Error("network namespace " + netns + " does not exist: " + errno_text(errno),
+                kExitNotFound);
+  }
+  int rc = setns(fd, CLONE_NEWNET);
+  int err = errno;
+  close(fd);
+  if (rc != 0) {
+    close(saved_fd_);
+    throw Error("cannot enter network namespace " + netns + ": " + errno_text(err));
+  }
+}
+
+NetnsGuard::~NetnsGuard() {
+  // Failing to return would leave the thread in a namespace about to vanish.
+  if (setns(saved_fd_, CLONE_NEWNET) != 0) abort();
+  close(saved_fd_);
+}
+
+Topology::Topology(const std::string& prefix) {
+  for (Node n : kNodes)
+    names_[static_cast<size_t>(n)] =
+        prefix + "-" + std::to_string(getpid()) + "-" + std::string(node_suffix(n));
+  try {
+    build();
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+Topology::~Topology() { destroy(); }
+
+void Topology::build() {
+  for (const auto& ns : names_) {
+    run_checked({"ip", "netns", "add", ns});
+    created_.push_back(ns);
+  }
+  for (const auto& ns : names_) run_checked({"ip", "-n", ns, "link", "set", "lo", "up"});
+  // Each pair is created inside its namespaces: no name ever exists in the
+  // caller's namespace, so parallel labs cannot collide on interface names.
+  for (const auto& l : kLinks)
+    run_checked({"ip", "-n", netns(l.a), "link", "add", l.a_if, "type", "veth", "peer", "name",
+                 l.b_if, "netns", netns(l.b)});
+
+  const Addresses& a = addr_;
+  struct IfAddr {
+    Node n;
+    const char* ifname;
+    std::string v4, v6;
+  };
+  const IfAddr addrs[] = {
+      {Node::kHostA, "eth0", std::string(a.host_a4) + "/24", std::string(a.host_a6) + "/64"},
+      {Node::kGatewayA, "lan0", std::string(a.gw_a_lan4) + "/24", std::string(a.gw_a_lan6) + "/64"},
+      {Node::kGatewayA, "wan0", std::string(a.gw_a_wan4) + "/30", std::string(a.gw_a_wan6) + "/64"},
+      {Node::kWan, "to-a", std::string(a.wan_a4) + "/30", std::string(a.wan_a6) + "/64"},
+      {Node::kWan, "to-b", std::string(a.wan_b4) + "/30", std::string(a.wan_b6) + "/64"},
+      {Node::kGatewayB, "wan0", std::string(a.gw_b_wan4) + "/30", std::string(a.gw_b_wan6) + "/64"},
+      {Node::kGatewayB, "lan0", std::string(a.gw_b_lan4) + "/24", std::string(a.gw_b_lan6) + "/64"},
+      {Node::kHostB, "eth0", std::string(a.host_b4) + "/24", std::string(a.host_b6) + "/64"},
+  };
+  for (const auto& ia : addrs) {
+    const std::string& ns = netns(ia.n);
+    run_checked({"ip", "-n", ns, "addr", "add", ia.v4, "dev", ia.ifname});
+    // No duplicate address detection: nothing else uses these links, and
+    // tentative addresses would make the first packets fail.
+    run_checked({"ip", "-n", ns, "addr", "add", ia.v6, "dev", ia.ifname, "nodad"});
+    run_checked({"ip", "-n", ns, "link", "set", ia.ifname, "up"});
+  }
+
+  for (Node n : {Node::kGatewayA, Node::kWan, Node::kGatewayB})
+    run_checked({"ip", "netns", "exec", netns(n), "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
+                 "net.ipv6.conf.all.forwarding=1"});
+
+  struct Route {
+    Node n;
+    std::string dst, via;
+  };
+  const Route routes[] = {
+      {Node::kHostA, "default", a.gw_a_lan4},
+      {Node::kHostA, "default", a.gw_a_lan6},
+      {Node::kGatewayA, "203.0.113.0/24", a.wan_a4},
+      {Node::kGatewayA, "198.51.100.4/30", a.wan_a4},
+      {Node::kGatewayA, "2001:db8:2::/64", a.wan_a6},
+      {Node::kGatewayA, "2001:db8:b::/64", a.wan_a6},
+      {Node::kWan, "192.0.2.0/24", a.gw_a_wan4},
+      {Node::kWan, "2001:db8:1::/64", a.gw_a_wan6},
+      {Node::kWan, "203.0.113.0/24", a.gw_b_wan4},
+      {Node::kWan, "2001:db8:2::/64", a.gw_b_wan6},
+      {Node::kGatewayB, "192.0.2.0/24", a.wan_b4},
+      {Node::kGatewayB, "198.51.100.0/30", a.wan_b4},
+      {Node::kGatewayB, "2001:db8:1::/64", a.wan_b6},
+      {Node::kGatewayB, "2001:db8:a::/64", a.wan_b6},
+      {Node::kHostB, "default", a.gw_b_lan4},
+      {Node::kHostB, "default", a.gw_b_lan6},
+  };
+  for (const auto& r : routes) {
+    bool v6 = r.via.find(':') != std::string::npos;
+    run_checked({"ip", v6 ? "-6" : "-4", "-n", netns(r.n), "route", "add", r.dst, "via", r.via});
+  }
+}
+
+void Topology::destroy() noexcept {
+  // Deleting a namespace deletes its veth ends and, with them, their peers,
+  // attached programs and qdiscs.
+  for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
+    try {
+      run({"ip", "netns", "del", *it}, std::chrono::seconds(10));
+    } catch (...) {
+    }
+  }
+  created_.clear();
+}
+
+int Topology::ifindex(Node n, const std::string& ifname) const {
+  NetnsGuard in(netns(n));
+  unsigned idx = if_nametoindex(ifname.c_str());
+  if (idx == 0)
+    throw Error("interface " + ifname + " does not exist in " + netns(n), kExitNotFound);
+  return static_cast<int>(idx);
+}
+
+std::string Topology::mac(Node n, const std::string& ifname) const {
+  auto j = nlohmann::json::parse(run_checked({"ip", "-j", "-n", netns(n), "link", "show", "dev", ifname}));
+  return j.at(0).at("address").get<std::string>();
+}
+
+std::vector<std::string> Topology::exec_argv(Node n, const std::vector<std::string>& argv) const {
+  std::vector<std::string> v{
+      "ip", "netns", "exec", netns(n), "sh", "-c",
+      "mount --bind /proc/" + std::to_string(getpid()) + "/root/sys/fs/bpf /sys/fs/bpf && exec \"$@\"",
+      "sh"};
+  v.insert(v.end(), argv.begin(), argv.end());
+  return v;
+}
+
+void Topology::check_path() const {
+  for (const char* dst : {addr_.host_b4, addr_.host_b6}) {
+    RunResult r;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      r = run({"ip", "netns", "exec", netns(Node::kHostA), "ping", "-c", "1", "-W", "1", dst});
+      if (r.status == 0) break;
+    }
+    if (r.status != 0)
+      throw Error(std::string("host A cannot reach ") + dst + " through the lab: " + r.out + r.err);
+  }
+}
+
+int Topology::cleanup_stale(const std::string& prefix) {
+  const std::regex re("^" + prefix + "-([0-9]+)-[A-Za-z]+$");
+  int removed = 0;
+  auto out = run_checked({"ip", "netns", "list"});
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t eol = out.find('\n', pos);
+    std::string line = out.substr(pos, eol == std::string::npos ? std::string::npos : eol - pos);
+    pos = eol == std::string::npos ? out.size() : eol + 1;
+    std::string name = line.substr(0, line.find(' '));
+    std::smatch m;
+    if (!std::regex_match(name, m, re)) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(m[1]));
+    if (kill(pid, 0) == 0 || errno == EPERM) continue;  // its owner still runs
+    if (run({"ip", "netns", "del", name}).status == 0) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace rg::lab

@@ -1,0 +1,96 @@
+// The lab network: five network namespaces joined by veth pairs,
+//
+//   host A ── gateway A ══ WAN router ══ gateway B ── host B
+//   eth0     lan0   wan0   to-a  to-b    wan0   lan0   eth0
+//
+// with static routes so host A reaches host B through both gateways. The WAN
+// router is where bpf/wan.bpf.c runs; roceguard runs on the gateways. Only
+// documentation prefixes are used:
+//
+//   host A side  192.0.2.0/24       2001:db8:1::/64
+//   A-WAN link   198.51.100.0/30    2001:db8:a::/64
+//   WAN-B link   198.51.100.4/30    2001:db8:b::/64
+//   host B side  203.0.113.0/24     2001:db8:2::/64
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rg::lab {
+
+enum class Node { kHostA = 0, kGatewayA, kWan, kGatewayB, kHostB };
+inline constexpr std::array<Node, 5> kNodes{Node::kHostA, Node::kGatewayA, Node::kWan,
+                                            Node::kGatewayB, Node::kHostB};
+std::string_view node_suffix(Node n);  // "hA", "gwA", "wan", "gwB", "hB"
+
+// The thread that constructs it enters the network namespace; the destructor
+// returns it to where it was. Sockets opened meanwhile stay in the namespace
+// for their whole life, so this is how the lab opens sockets in a node.
+class NetnsGuard {
+ public:
+  explicit NetnsGuard(const std::string& netns);
+  ~NetnsGuard();
+  NetnsGuard(const NetnsGuard&) = delete;
+  NetnsGuard& operator=(const NetnsGuard&) = delete;
+
+ private:
+  int saved_fd_ = -1;
+};
+
+struct Addresses {
+  const char* host_a4 = "192.0.2.1";
+  const char* gw_a_lan4 = "192.0.2.254";
+  const char* gw_a_wan4 = "198.51.100.1";
+  const char* wan_a4 = "198.51.100.2";
+  const char* wan_b4 = "198.51.100.5";
+  const char* gw_b_wan4 = "198.51.100.6";
+  const char* gw_b_lan4 = "203.0.113.254";
+  const char* host_b4 = "203.0.113.1";
+  const char* host_a6 = "2001:db8:1::1";
+  const char* gw_a_lan6 = "2001:db8:1::fe";
+  const char* gw_a_wan6 = "2001:db8:a::1";
+  const char* wan_a6 = "2001:db8:a::2";
+  const char* wan_b6 = "2001:db8:b::2";
+  const char* gw_b_wan6 = "2001:db8:b::1";
+  const char* gw_b_lan6 = "2001:db8:2::fe";
+  const char* host_b6 = "2001:db8:2::1";
+};
+
+class Topology {
+ public:
+  // Namespaces are named <prefix>-<pid>-<node>. Builds everything or, on any
+  // failure, removes what it built and throws rg::Error.
+  explicit Topology(const std::string& prefix);
+  ~Topology();
+  Topology(const Topology&) = delete;
+  Topology& operator=(const Topology&) = delete;
+
+  const std::string& netns(Node n) const { return names_[static_cast<size_t>(n)]; }
+  const Addresses& addr() const { return addr_; }
+  int ifindex(Node n, const std::string& ifname) const;
+  std::string mac(Node n, const std::string& ifname) const;
+
+  // argv run inside node n with `ip netns exec`. That gives the command a
+  // fresh /sys; bpffs is bind-mounted from this process's view of it so pins
+  // made inside are the same files as outside.
+  std::vector<std::string> exec_argv(Node n, const std::vector<std::string>& argv) const;
+  // One ping from host A to host B (v4 and v6), retried a bounded number of
+  // times: proves the path and resolves every neighbour on it.
+  void check_path() const;
+
+  // Deletes namespaces <prefix>-<pid>-* whose pid no longer runs: what a
+  // crashed run left behind. Returns how many it removed.
+  static int cleanup_stale(const std::string& prefix);
+
+ private:
+  void build();
+  void destroy() noexcept;
+
+  std::array<std::string, 5> names_;
+  Addresses addr_;
+  std::vector<std::string> created_;
+};
+
+}  // namespace rg::lab
