@@ -1,0 +1,95 @@
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <linux/magic.h>
+
+#include "error.h"
+#include "nic/system.h"
+
+namespace fs = std::filesystem;
+
+namespace rg::nic {
+
+namespace {
+
+#ifndef CONFIGFS_MAGIC
+#define CONFIGFS_MAGIC 0x62656570
+#endif
+
+bool is_configfs(const std::string& path) {
+  struct statfs st {};
+  return statfs(path.c_str(), &st) == 0 && st.f_type == CONFIGFS_MAGIC;
+}
+
+std::string read_attr(const fs::path& p) {
+  std::ifstream f(p);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+bool write_attr(const fs::path& p, const std::string& value, std::string* why) {
+  std::ofstream f(p);
+  f << value << '\n';
+  f.flush();
+  if (!f) {
+    *why = "cannot write " + p.string() + ": " + errno_text(errno);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run,
+                                const std::string& configfs) {
+  StepReport r;
+  fs::path cm = fs::path(configfs) / "rdma_cm";
+  fs::path dir = cm / dev.name;
+  auto fail = [&](const std::string& what) {
+    r.status = StepReport::Status::kFailed;
+    r.lines.push_back(what);
+    return r;
+  };
+
+  if (!is_configfs(configfs)) {
+    r.lines.push_back("mount -t configfs configfs " + configfs);
+    if (!dry_run && mount("configfs", configfs.c_str(), "configfs", 0, nullptr))
+      return fail("cannot mount configfs on " + configfs + ": " + errno_text(errno));
+  }
+  std::error_code ec;
+  if (!dry_run && !fs::is_directory(cm, ec)) {
+    // rdma_cm registers its configfs subsystem only once it is loaded.
+    r.lines.push_back("modprobe rdma_cm");
+    if (run_command({"modprobe", "rdma_cm"}) != 0 || !fs::is_directory(cm, ec))
+      return fail(cm.string() + " is missing: the rdma_cm module is not available");
+  }
+  if (!fs::is_directory(dir, ec)) {
+    r.lines.push_back("mkdir " + dir.string());
+    if (!dry_run && mkdir(dir.c_str(), 0755) && errno != EEXIST)
+      return fail("cannot create " + dir.string() + ": " + errno_text(errno));
+  }
+  for (const auto& port : dev.ports) {
+    fs::path pd = dir / "ports" / std::to_string(port.num);
+    const std::pair<const char*, std::string> attrs[] = {
+        {"default_roce_mode", "RoCE v2"}, {"default_roce_tos", std::to_string(tos)}};
+    for (const auto& [name, value] : attrs) {
+      std::string was = dry_run ? read_attr(pd / name) : "";
+      r.lines.push_back("echo '" + value + "' > " + (pd / name).string() +
+                        (was.empty() ? "" : "   (now: " + was + ")"));
+      if (dry_run) continue;
+      std::string why;
+      if (!write_attr(pd / name, value, &why)) return fail(why);
+      std::string now = read_attr(pd / name);
+      if (now != value) return fail((pd / name).string() + " reads back \"" + now + "\"");
+    }
+  }
+  r.status = dry_run ? StepReport::Status::kPlanned : StepReport::Status::kDone;
+  return r;
+}
+
+}  // namespace rg::nic
