@@ -1,18 +1,353 @@
 #include "exporter.h"
 
+#include <CivetServer.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
 #include "error.h"
+#include "maps.h"
+#include "names.h"
+#include "nic_counters.h"
 
 namespace rg {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+constexpr const char* kMetricsPath = "/metrics";
+constexpr const char* kHooks[] = {"tc_egress", "xdp_ingress"};
+
+// Families in first-use order; samples of one family stay together, which
+// the text format requires.
+class FamilySet {
+ public:
+  void add(const std::string& name, const std::string& help, MetricType type,
+           const Labels& labels, double value) {
+    auto [it, fresh] = index_.try_emplace(name, families_.size());
+    if (fresh) families_.push_back(MetricFamily{name, help, type, {}});
+    ClientMetric m;
+    for (const auto& [k, v] : labels) m.label.push_back({k, v});
+    if (type == MetricType::Counter)
+      m.counter.value = value;
+    else
+      m.gauge.value = value;
+    families_[it->second].metric.push_back(std::move(m));
+  }
+  std::vector<MetricFamily> take() { return std::move(families_); }
+
+ private:
+  std::vector<MetricFamily> families_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+std::string counter_name(std::string_view metric) {
+  return "roceguard_" + std::string(metric) + "_total";
+}
+
+// HELP of a family that several events share names each of them with its
+// label value, so one line documents the whole family.
+const std::map<std::string, std::string>& family_help() {
+  static const std::map<std::string, std::string> help = [] {
+    std::map<std::string, std::string> h;
+    auto append = [&h](std::string_view family, const EventName& e, std::string_view suffix) {
+      std::string text = std::string(e.help) + std::string(suffix);
+      if (!e.label.empty())
+        text += " (" + std::string(e.label) + "=" + std::string(e.label_value) + ")";
+      auto& slot = h[std::string(family)];
+      slot += slot.empty() ? text : "; " + text;
+    };
+    for (size_t i = 0; i < RG_EV_MAX; ++i) {
+      const EventName& e = event_name(static_cast<rg_event>(i));
+      append(e.metric, e, "");
+      if (!e.bytes_metric.empty()) append(e.bytes_metric, e, ", bytes");
+    }
+    return h;
+  }();
+  return help;
+}
+
+std::string address_text(uint32_t family, const uint8_t* addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (!inet_ntop(family == AF_INET6 ? AF_INET6 : AF_INET, addr, buf, sizeof(buf))) return "";
+  return buf;
+}
+
+uint64_t qp_badness(const rg_qp_state& s) {
+  uint64_t n = 0;
+  for (const auto& d : s.dir) n += d.retransmits + d.lost;
+  return n;
+}
+
+uint64_t qp_packets(const rg_qp_state& s) {
+  uint64_t n = 0;
+  for (const auto& d : s.dir) n += d.packets;
+  return n;
+}
+
+}  // namespace
+
+class MetricsCollector : public prometheus::Collectable {
+ public:
+  explicit MetricsCollector(ExporterOptions opts) : opts_(std::move(opts)) {
+    for (const auto& ifname : opts_.interfaces)
+      for (const char* hook : kHooks) attached_[{ifname, hook}] = false;
+  }
+
+  void set_attach_state(const std::string& ifname, const std::string& hook, bool attached) {
+    std::lock_guard lock(mu_);
+    attached_[{ifname, hook}] = attached;
+  }
+
+  std::vector<MetricFamily> Collect() const override {
+    const auto start = std::chrono::steady_clock::now();
+    FamilySet out;
+    out.add("roceguard_build_info", "roceguard version; the value is always 1", MetricType::Gauge,
+            {{"version", ROCEGUARD_VERSION}}, 1);
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [key, on] : attached_)
+        out.add("roceguard_attached",
+                "1 when roceguard's program is attached to the interface at the hook",
+                MetricType::Gauge, {{"interface", key.first}, {"hook", key.second}}, on ? 1 : 0);
+    }
+
+    bool maps_up = collect_maps(out);
+    out.add("roceguard_maps_up",
+            "1 when the pinned BPF maps were read in this scrape, 0 when they could not be",
+            MetricType::Gauge, {}, maps_up ? 1 : 0);
+    out.add("roceguard_scrape_errors_total",
+            "Scrapes in which the pinned BPF maps could not be read, since the exporter started",
+            MetricType::Counter, {}, static_cast<double>(scrape_errors_.load()));
+
+    collect_nic(out);
+
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    out.add("roceguard_scrape_duration_seconds",
+            "Time this scrape took to read the maps and sysfs", MetricType::Gauge, {},
+            took.count());
+    return out.take();
+  }
+
+ private:
+  bool collect_maps(FamilySet& out) const {
+    std::vector<CounterRow> rows;
+    std::vector<QpRow> qps;
+    std::vector<MapUsage> usage;
+    try {
+      // Opened per scrape: a loader restarted with --reset-state replaces
+      // the pinned maps, and an fd kept open would read the orphaned ones.
+      MapReader reader(opts_.pin_path);
+      rows = reader.counters();
+      if (opts_.per_qp) {
+        qps = reader.qps();
+        usage = reader.usage_all(static_cast<uint32_t>(qps.size()));
+      } else {
+        usage = reader.usage_all();
+      }
+    } catch (const std::exception& e) {
+      ++scrape_errors_;
+      if (!failing_.exchange(true)) spdlog::warn("metrics: {}", e.what());
+      return false;
+    }
+    if (failing_.exchange(false)) spdlog::info("metrics: pinned maps under {} readable again",
+                                               opts_.pin_path);
+
+    for (const auto& u : usage) {
+      out.add("roceguard_map_max_entries", "Capacity of the pinned BPF map", MetricType::Gauge,
+              {{"map", u.name}}, u.max_entries);
+      out.add("roceguard_map_entries", "Entries in the pinned BPF map", MetricType::Gauge,
+              {{"map", u.name}}, u.entries);
+    }
+    add_counters(out, rows);
+    if (opts_.per_qp) add_top_qps(out, qps);
+    return true;
+  }
+
+  static void add_counters(FamilySet& out, const std::vector<CounterRow>& rows) {
+    const auto& help = family_help();
+    std::unordered_map<uint32_t, std::string> ifnames;
+    for (const auto& row : rows) {
+      auto [it, fresh] = ifnames.try_emplace(row.ifindex);
+      if (fresh) {
+        char buf[IF_NAMESIZE] = {};
+        // A deleted interface keeps its counters; name it by number then.
+        it->second = if_indextoname(row.ifindex, buf) ? buf : std::to_string(row.ifindex);
+      }
+      const std::string dir(direction_name(row.direction));
+      for (size_t i = 0; i < RG_EV_MAX; ++i) {
+        const EventName& e = event_name(static_cast<rg_event>(i));
+        Labels labels{{"interface", it->second}, {"direction", dir}};
+        if (!e.label.empty()) labels.emplace_back(e.label, e.label_value);
+        out.add(counter_name(e.metric), help.at(std::string(e.metric)), MetricType::Counter,
+                labels, static_cast<double>(row.ev[i].packets));
+        if (!e.bytes_metric.empty())
+          out.add(counter_name(e.bytes_metric), help.at(std::string(e.bytes_metric)),
+                  MetricType::Counter, labels, static_cast<double>(row.ev[i].bytes));
+      }
+    }
+  }
+
+  void add_top_qps(FamilySet& out, std::vector<QpRow>& qps) const {
+    const size_t n = std::min(opts_.top_qps, qps.size());
+    // Worst first; ties (often all zero) by traffic, then by key, so the
+    // same QPs stay selected from one scrape to the next.
+    auto worse = [](const QpRow& a, const QpRow& b) {
+      uint64_t ba = qp_badness(a.state), bb = qp_badness(b.state);
+      if (ba != bb) return ba > bb;
+      uint64_t pa = qp_packets(a.state), pb = qp_packets(b.state);
+      if (pa != pb) return pa > pb;
+      return std::memcmp(&a.key, &b.key, sizeof(a.key)) < 0;
+    };
+    std::partial_sort(qps.begin(), qps.begin() + static_cast<ptrdiff_t>(n), qps.end(), worse);
+    for (size_t i = 0; i < n; ++i) {
+      const QpRow& q = qps[i];
+      const std::string src = address_text(q.key.family, q.key.src);
+      const std::string dst = address_text(q.key.family, q.key.dst);
+      const std::string qpn = std::to_string(q.key.dest_qp);
+      for (int d = 0; d < RG_DIR_MAX; ++d) {
+        const rg_qp_dir& s = q.state.dir[d];
+        if (!s.packets) continue;
+        Labels l{{"src", src}, {"dst", dst}, {"qp", qpn},
+                 {"direction", std::string(direction_name(static_cast<rg_direction>(d)))}};
+        auto add = [&](const char* name, const char* help, uint64_t v, const Labels& labels) {
+          out.add(name, help, MetricType::Counter, labels, static_cast<double>(v));
+        };
+        add("roceguard_qp_packets_total", "RoCE packets of the QP (top QPs only)", s.packets, l);
+        add("roceguard_qp_bytes_total", "RoCE bytes of the QP (top QPs only)", s.bytes, l);
+        add("roceguard_qp_retransmitted_packets_total",
+            "Packets at or behind the QP's highest PSN (top QPs only)", s.retransmits, l);
+        add("roceguard_qp_psn_gaps_total", "Forward PSN jumps of the QP (top QPs only)", s.gaps,
+            l);
+        add("roceguard_qp_estimated_lost_packets_total",
+            "Packets missing in the QP's PSN jumps (top QPs only)", s.lost, l);
+        const std::pair<const char*, uint64_t> naks[] = {
+            {"seq_err", s.nak_seq_err}, {"other", s.nak_other}, {"rnr", s.rnr_nak}};
+        for (const auto& [type, v] : naks) {
+          Labels lt = l;
+          lt.emplace_back("type", type);
+          add("roceguard_qp_naks_total", "AETH NAKs of the QP by type (top QPs only)", v, lt);
+        }
+        add("roceguard_qp_cnp_packets_total", "CNPs of the QP (top QPs only)", s.cnp, l);
+        add("roceguard_qp_ecn_ce_packets_total", "ECN CE packets of the QP (top QPs only)",
+            s.ecn_ce, l);
+      }
+    }
+  }
+
+  void collect_nic(FamilySet& out) const {
+    for (const auto& c : read_nic_counters(opts_.interfaces, opts_.sysfs_root))
+      out.add("roceguard_nic_" + c.name + "_total",
+              "RDMA NIC counter " + c.file + " of the port (sysfs class/infiniband)" +
+                  (c.scale != 1 ? ", times " + std::to_string(c.scale) + " to bytes" : ""),
+              MetricType::Counter,
+              {{"device", c.device}, {"port", std::to_string(c.port)}, {"interface", c.interface}},
+              static_cast<double>(c.value));
+  }
+
+  const ExporterOptions opts_;
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, bool> attached_;
+  mutable std::atomic<uint64_t> scrape_errors_{0};
+  mutable std::atomic<bool> failing_{false};
+};
+
+namespace {
+
+// prometheus-cpp's Exposer would add its own process-side series
+// (exposer_scrapes_total, ...) that reset on every restart; serving the
+// collector directly keeps every series under roceguard_.
+class MetricsHandler : public CivetHandler {
+ public:
+  explicit MetricsHandler(const MetricsCollector& collector) : collector_(collector) {}
+
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    // Registered on "/" so that civetweb's prefix routing cannot serve
+    // /metrics/<anything>: only the exact path answers.
+    const mg_request_info* ri = mg_get_request_info(conn);
+    if (!ri || !ri->local_uri || std::strcmp(ri->local_uri, kMetricsPath) != 0) {
+      mg_send_http_error(conn, 404, "%s", "roceguard serves /metrics only\n");
+      return true;
+    }
+    std::string body;
+    try {
+      body = prometheus::TextSerializer().Serialize(collector_.Collect());
+    } catch (const std::exception& e) {
+      mg_send_http_error(conn, 500, "%s\n", e.what());
+      return true;
+    }
+    mg_printf(conn,
+              "HTTP/1.1 200 OK\r\n"
+              "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+              "Content-Length: %zu\r\n"
+              "Connection: close\r\n\r\n",
+              body.size());
+    mg_write(conn, body.data(), body.size());
+    return true;
+  }
+
+ private:
+  const MetricsCollector& collector_;
+};
+
+}  // namespace
 
 struct Exporter::Impl {
   ExporterOptions opts;
+  std::unique_ptr<MetricsCollector> collector;
+  std::unique_ptr<MetricsHandler> handler;
+  std::unique_ptr<CivetServer> server;  // last: stops before what it calls
 };
 
 Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = std::move(opts);
+  impl_->collector = std::make_unique<MetricsCollector>(impl_->opts);
+  impl_->handler = std::make_unique<MetricsHandler>(*impl_->collector);
+  const std::vector<std::string> civet_options{
+      "listening_ports", impl_->opts.listen,
+      "num_threads", std::to_string(std::max<size_t>(1, impl_->opts.threads)),
+      // A stalled client must not hold one of the few workers for long.
+      "request_timeout_ms", "10000"};
+  try {
+    impl_->server = std::make_unique<CivetServer>(civet_options);
+  } catch (const std::exception& e) {
+    throw Error("cannot serve metrics on " + impl_->opts.listen + ": " + e.what() +
+                    " (is the address local and the port free? set --metrics-listen)",
+                kExitFailure);
+  }
+  impl_->server->addHandler("/", impl_->handler.get());
 }
-Exporter::~Exporter() = default;
-void Exporter::set_attach_state(const std::string&, const std::string&, bool) {}
-std::string Exporter::listen_address() const { return impl_->opts.listen; }
+
+Exporter::~Exporter() {
+  if (impl_ && impl_->server) impl_->server->close();
+}
+
+void Exporter::set_attach_state(const std::string& ifname, const std::string& hook,
+                                bool attached) {
+  impl_->collector->set_attach_state(ifname, hook, attached);
+}
+
+std::string Exporter::listen_address() const {
+  const std::string& listen = impl_->opts.listen;
+  const auto ports = impl_->server->getListeningPorts();
+  const auto colon = listen.rfind(':');
+  if (ports.empty() || colon == std::string::npos) return listen;
+  return listen.substr(0, colon) + ":" + std::to_string(ports.front());
+}
 
 }  // namespace rg

@@ -2,6 +2,7 @@
 // read from the pinned maps (and sysfs for NIC counters) at scrape time.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@ struct ExporterOptions {
   std::vector<std::string> interfaces;    // for attach-state and NIC counters
   bool per_qp = false;                    // per-QP series (bounded by top_qps)
   size_t top_qps = 50;
+  std::string sysfs_root = "/sys";        // where class/infiniband is looked up
+  size_t threads = 2;                     // HTTP worker threads
 };
 
 class Exporter {
