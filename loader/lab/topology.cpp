@@ -1,6 +1,10 @@
 #include "lab/topology.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
@@ -188,15 +192,80 @@ std::vector<std::string> Topology::exec_argv(Node n, const std::vector<std::stri
   return v;
 }
 
+namespace {
+
+// A UDP socket bound to addr:port, non-blocking.
+int probe_socket(const std::string& addr, uint16_t port) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* in4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET, addr.c_str(), &in4->sin_addr) == 1) {
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons(port);
+    len = sizeof(*in4);
+  } else if (inet_pton(AF_INET6, addr.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
+    len = sizeof(*in6);
+  } else {
+    throw Error("not an address: " + addr);
+  }
+  int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    throw Error("probe socket on " + addr + ": " + errno_text(err));
+  }
+  return fd;
+}
+
+bool await(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, ms) == 1;
+}
+
+}  // namespace
+
 void Topology::check_path() const {
-  for (const char* dst : {addr_.host_b4, addr_.host_b6}) {
-    RunResult r;
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      r = run({"ip", "netns", "exec", netns(Node::kHostA), "ping", "-c", "1", "-W", "1", dst});
-      if (r.status == 0) break;
+  // A datagram there and one back: proves both directions and leaves every
+  // neighbour on the path resolved before a test's first measured packet.
+  constexpr uint16_t kProbePort = 9;  // discard
+  for (auto [src, dst] : {std::pair{addr_.host_a4, addr_.host_b4}, {addr_.host_a6, addr_.host_b6}}) {
+    int a, b;
+    {
+      NetnsGuard in(netns(Node::kHostA));
+      a = probe_socket(src, kProbePort);
     }
-    if (r.status != 0)
-      throw Error(std::string("host A cannot reach ") + dst + " through the lab: " + r.out + r.err);
+    {
+      NetnsGuard in(netns(Node::kHostB));
+      try {
+        b = probe_socket(dst, kProbePort);
+      } catch (...) {
+        close(a);
+        throw;
+      }
+    }
+    sockaddr_storage to{};
+    socklen_t to_len = sizeof(to);
+    getsockname(b, reinterpret_cast<sockaddr*>(&to), &to_len);
+    bool ok = false;
+    for (int attempt = 0; attempt < 10 && !ok; ++attempt) {
+      const char probe[] = "roceguard-lab-probe";
+      sendto(a, probe, sizeof(probe), 0, reinterpret_cast<sockaddr*>(&to), to_len);
+      if (!await(b, 500)) continue;
+      char buf[64];
+      sockaddr_storage from{};
+      socklen_t from_len = sizeof(from);
+      if (recvfrom(b, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &from_len) <= 0)
+        continue;
+      sendto(b, buf, 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
+      ok = await(a, 500) && recv(a, buf, sizeof(buf), 0) > 0;
+    }
+    close(a);
+    close(b);
+    if (!ok)
+      throw Error(std::string("host A cannot exchange UDP with ") + dst + " through the lab");
   }
 }
 

@@ -76,8 +76,8 @@ class Topology {
   // fresh /sys; bpffs is bind-mounted from this process's view of it so pins
   // made inside are the same files as outside.
   std::vector<std::string> exec_argv(Node n, const std::vector<std::string>& argv) const;
-  // One ping from host A to host B (v4 and v6), retried a bounded number of
-  // times: proves the path and resolves every neighbour on it.
+  // UDP from host A to host B and back (v4 and v6), retried a bounded number
+  // of times: proves the path and resolves every neighbour on it.
   void check_path() const;
 
   // Deletes namespaces <prefix>-<pid>-* whose pid no longer runs: what a

@@ -1,0 +1,204 @@
+// End to end through the lab: host A - gateway A - lossy WAN - gateway B -
+// host B, with the RoCE v2 generator as traffic. The four steps of a tunnel
+// test: the plain path works (and the WAN bleaches DSCP); roceguard's encap
+// plus decap carries DSCP 46 across it and its counters agree with what the
+// generator sent and the WAN dropped; encap without decap does not deliver.
+#include <gtest/gtest.h>
+
+#include "direct_attach.h"
+#include "lab_fixture.h"
+#include "maps.h"
+
+namespace rg::test {
+namespace {
+
+using lab::Node;
+
+constexpr uint32_t kVni = 4242;
+constexpr uint8_t kDscpAf31 = 26;  // what host A marks on the plain path
+
+lab::SenderConfig sender(const std::string& peer, uint64_t messages) {
+  lab::SenderConfig c;
+  c.peer = peer;
+  c.messages = messages;
+  c.qps.count = 4;
+  c.payload = 1024;
+  c.duration = std::chrono::seconds(60);
+  return c;
+}
+
+uint64_t wan_seen_ab(const lab::Wan& wan, rg_wan_class cls) { return wan.stats("to-a", cls).packets; }
+uint64_t wan_dropped_ab(const lab::Wan& wan, rg_wan_class cls) {
+  return wan.stats("to-a", cls).dropped;
+}
+
+class E2e : public LabTest {
+ protected:
+  TunnelPeer peer_a() const {
+    return {topo_->addr().gw_a_wan4, topo_->addr().gw_b_wan4, kVni, "203.0.113.0/24"};
+  }
+  // What gateway B's decap must accept: Geneve from gateway A.
+  TunnelPeer peer_b() const {
+    return {topo_->addr().gw_b_wan4, topo_->addr().gw_a_wan4, kVni, "192.0.2.0/24"};
+  }
+};
+
+// Without roceguard RoCE gets through, with whatever DSCP the WAN leaves: 0.
+TEST_F(E2e, PlainPathWorksAndWanBleachesDscp) {
+  for (bool v6 : {false, true}) {
+    SCOPED_TRACE(v6 ? "IPv6" : "IPv4");
+    auto cfg = sender(receiver_addr(v6), 200);
+    cfg.tos = kDscpAf31 << 2;
+    const auto before = wan_->stats("to-a", RG_WAN_ROCE);
+    Traffic t = run_traffic(cfg, {}, [](const lab::SenderStats& s) { return s.packets; });
+    const auto after = wan_->stats("to-a", RG_WAN_ROCE);
+
+    EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
+    EXPECT_EQ(t.sent.completed, cfg.qps.count * cfg.messages);
+    EXPECT_EQ(t.sent.retransmits, 0u);
+    EXPECT_EQ(t.received.delivered, cfg.qps.count * cfg.messages);
+    EXPECT_EQ(t.received.packets, t.sent.packets);
+    EXPECT_EQ(t.received.dscp[0], t.received.packets) << dscp_histogram(t.received.dscp);
+    EXPECT_EQ(after.packets - before.packets, t.sent.packets);
+    EXPECT_EQ(after.bleached - before.bleached, t.sent.packets);
+    EXPECT_EQ(t.sent.ack_dscp[0], t.sent.acks + t.sent.naks + t.sent.cnps);
+    report(std::string("plain_") + (v6 ? "v6" : "v4"),
+           {{"sent", t.sent.packets}, {"received", t.received.packets},
+            {"received_dscp0", t.received.dscp[0]}, {"wan_bleached", after.bleached - before.bleached},
+            {"acks", t.sent.acks}});
+  }
+}
+
+// The generator's own recovery, no roceguard: Go-Back-N gets every message
+// through a lossy WAN, and every loss is paid for with a resend.
+TEST_F(E2e, PlainPathRecoversFromWanLoss) {
+  wan_->configure({30000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 3 %
+  auto cfg = sender(receiver_addr(false), 500);
+  Traffic t = run_traffic(cfg, {}, [this](const lab::SenderStats& s) {
+    return s.packets - wan_dropped_ab(*wan_, RG_WAN_ROCE);
+  });
+  const uint64_t dropped = wan_dropped_ab(*wan_, RG_WAN_ROCE);
+
+  EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
+  EXPECT_EQ(t.received.delivered, cfg.qps.count * cfg.messages);
+  EXPECT_GT(dropped, 0u);
+  EXPECT_EQ(t.received.packets, t.sent.packets - dropped);
+  EXPECT_GE(t.sent.retransmits, dropped);
+  EXPECT_LE(t.received.lost_estimate, dropped);
+  EXPECT_GT(t.sent.naks + t.sent.timeouts, 0u);
+  report("plain_loss", {{"sent", t.sent.packets},
+                        {"wan_dropped_requests", dropped},
+                        {"wan_dropped_acks", wan_->stats("to-b", RG_WAN_ROCE).dropped},
+                        {"retransmits", t.sent.retransmits},
+                        {"naks", t.sent.naks},
+                        {"timeouts", t.sent.timeouts},
+                        {"receiver_lost_estimate", t.received.lost_estimate}});
+}
+
+// Encapsulation alone: gateway B has nothing that takes Geneve apart, so
+// nothing reaches host B and every QP gives up after its retries.
+TEST_F(E2e, EncapWithoutDecapDoesNotDeliver) {
+  DirectAttach gw_a(topo_->netns(Node::kGatewayA), "wan0", DirectAttach::Hook::kTcEgress, peer_a());
+  auto cfg = sender(receiver_addr(false), 50);
+  cfg.retry_cnt = 2;
+  Traffic t = run_traffic(cfg);
+
+  EXPECT_EQ(t.received.packets, 0u);
+  EXPECT_EQ(t.sent.qps_failed, cfg.qps.count);
+  EXPECT_EQ(t.sent.completed, 0u);
+  EXPECT_GT(wan_seen_ab(*wan_, RG_WAN_GENEVE), 0u);
+  EXPECT_EQ(wan_seen_ab(*wan_, RG_WAN_ROCE), 0u);
+  MapReader a(gw_a.counters_fd(), gw_a.qp_fd());
+  EXPECT_EQ(sum_packets(a.counters(), RG_DIR_EGRESS, RG_EV_ENCAPSULATED), t.sent.packets);
+  report("encap_only", {{"sent", t.sent.packets},
+                        {"received", t.received.packets},
+                        {"wan_geneve", wan_seen_ab(*wan_, RG_WAN_GENEVE)}});
+}
+
+// The full data plane: TC egress on gateway A re-marks and encapsulates,
+// the WAN bleaches the outer header and loses packets, XDP on gateway B
+// decapsulates. Host B gets DSCP 46 and every counter adds up.
+TEST_F(E2e, EncapDecapCarriesDscpAcrossLossyWan) {
+  DirectAttach gw_a(topo_->netns(Node::kGatewayA), "wan0", DirectAttach::Hook::kTcEgress, peer_a());
+  DirectAttach gw_b(topo_->netns(Node::kGatewayB), "wan0", DirectAttach::Hook::kXdp, peer_b());
+  // Everything host A or gateway A sends towards B, as it leaves gateway A.
+  Capture cap(*topo_, Node::kWan, "to-a",
+              std::string("udp and (src host ") + topo_->addr().host_a4 + " or src host " +
+                  topo_->addr().gw_a_wan4 + ")",
+              200, tmp_->path());
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 2 %
+
+  auto cfg = sender(receiver_addr(false), 1000);
+  cfg.tos = 0;
+  Traffic t = run_traffic(cfg, {}, [this](const lab::SenderStats& s) {
+    return s.packets - wan_dropped_ab(*wan_, RG_WAN_GENEVE);
+  });
+  const uint64_t dropped = wan_dropped_ab(*wan_, RG_WAN_GENEVE);
+  auto a = MapReader(gw_a.counters_fd(), gw_a.qp_fd()).counters();
+  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_fd()).counters();
+  const uint64_t lost = sum_packets(b, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE);
+
+  // The generator finished, across the loss.
+  EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
+  EXPECT_EQ(t.received.delivered, cfg.qps.count * cfg.messages);
+  EXPECT_GT(dropped, 0u);
+
+  // On the wire between gateway A and the WAN: Geneve only, outer DSCP 46,
+  // inner RoCE v2 with DSCP 46.
+  auto pkts = cap.packets();
+  EXPECT_EQ(pkts.size(), 200u);
+  for (const auto& p : pkts) {
+    ASSERT_EQ(p.dports.size(), 2u);
+    EXPECT_EQ(p.dports[0], RG_GENEVE_UDP_PORT);
+    EXPECT_EQ(p.dports[1], RG_ROCE_UDP_PORT);
+    ASSERT_EQ(p.dscp.size(), 2u);
+    EXPECT_EQ(p.dscp[0], RG_DEFAULT_DSCP);
+    EXPECT_EQ(p.dscp[1], RG_DEFAULT_DSCP);
+  }
+
+  // Host B: DSCP 46 on every packet although the WAN bleached every outer header.
+  EXPECT_EQ(t.received.dscp[RG_DEFAULT_DSCP], t.received.packets) << dscp_histogram(t.received.dscp);
+  EXPECT_EQ(wan_->stats("to-a", RG_WAN_GENEVE).bleached, wan_seen_ab(*wan_, RG_WAN_GENEVE) - dropped);
+
+  // Gateway A saw exactly what host A sent, resends included.
+  EXPECT_EQ(wan_seen_ab(*wan_, RG_WAN_GENEVE), t.sent.packets);
+  EXPECT_EQ(wan_seen_ab(*wan_, RG_WAN_ROCE), 0u);
+  EXPECT_EQ(sum_packets(a, RG_DIR_EGRESS, RG_EV_ROCE_PACKETS), t.sent.packets);
+  EXPECT_EQ(sum_packets(a, RG_DIR_EGRESS, RG_EV_DSCP_REWRITTEN), t.sent.packets);
+  EXPECT_EQ(sum_packets(a, RG_DIR_EGRESS, RG_EV_ENCAPSULATED), t.sent.packets);
+  EXPECT_EQ(sum_packets(a, RG_DIR_EGRESS, RG_EV_RETRANSMITS), t.sent.retransmits);
+
+  // Gateway B saw what the WAN let through, and what host B got.
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_DECAPSULATED), t.sent.packets - dropped);
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_ROCE_PACKETS), t.received.packets);
+  EXPECT_EQ(t.received.packets, t.sent.packets - dropped);
+
+  // Loss accounting. A gap at gateway B is a PSN that was skipped, so sent
+  // and not seen: dropped by the WAN. Drops that never show as a gap are
+  // resends (their PSN is behind the highest seen) and the tail of a burst
+  // (no higher PSN follows before the resend). So lost <= dropped, exactly
+  // what host B's own tracker counts, and every drop cost a resend.
+  EXPECT_EQ(lost, t.received.lost_estimate);
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_PSN_GAPS), t.received.gaps);
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_RETRANSMITS), t.received.seen_retransmits);
+  EXPECT_GT(lost, 0u);
+  EXPECT_LE(lost, dropped);
+  EXPECT_GE(t.sent.retransmits, dropped);
+  EXPECT_GE(sum_packets(a, RG_DIR_EGRESS, RG_EV_RETRANSMITS), lost);
+
+  report("encap_decap", {{"sent", t.sent.packets},
+                         {"retransmits_generator", t.sent.retransmits},
+                         {"retransmits_gw_a", sum_packets(a, RG_DIR_EGRESS, RG_EV_RETRANSMITS)},
+                         {"wan_dropped_requests", dropped},
+                         {"wan_dropped_acks", wan_->stats("to-b", RG_WAN_ROCE).dropped},
+                         {"lost_estimate_gw_b", lost},
+                         {"gaps_gw_b", sum_packets(b, RG_DIR_INGRESS, RG_EV_PSN_GAPS)},
+                         {"received", t.received.packets},
+                         {"received_dscp46", t.received.dscp[RG_DEFAULT_DSCP]},
+                         {"naks", t.sent.naks},
+                         {"timeouts", t.sent.timeouts},
+                         {"captured", pkts.size()}});
+}
+
+}  // namespace
+}  // namespace rg::test

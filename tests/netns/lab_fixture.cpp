@@ -1,0 +1,162 @@
+#include "lab_fixture.h"
+
+#include <linux/magic.h>
+#include <sys/mount.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+namespace rg::test {
+
+using namespace std::chrono_literals;
+
+void ensure_bpffs() {
+  struct statfs st {};
+  if (statfs("/sys/fs/bpf", &st) == 0 && st.f_type == BPF_FS_MAGIC) return;
+  if (mount("bpf", "/sys/fs/bpf", "bpf", 0, nullptr) != 0)
+    throw std::runtime_error(std::string("cannot mount bpffs on /sys/fs/bpf: ") + strerror(errno));
+}
+
+TempDir::TempDir() {
+  std::string tmpl = "/tmp/" + std::string(kTag) + "-" + std::to_string(getpid()) + "-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+Capture::Capture(const lab::Topology& topo, lab::Node node, const std::string& ifname,
+                 const std::string& filter, int count, const std::string& dir) {
+  static int seq = 0;
+  pcap_ = dir + "/capture" + std::to_string(seq) + ".pcapng";
+  log_ = dir + "/capture" + std::to_string(seq++) + ".log";
+  child_ = std::make_unique<lab::Child>(
+      std::vector<std::string>{"ip", "netns", "exec", topo.netns(node), "tshark", "-n", "-i", ifname,
+                               "-f", filter, "-c", std::to_string(count), "-a", "duration:60", "-w",
+                               pcap_},
+      log_);
+  // tshark says so on stderr once the capture runs; traffic before that is
+  // not seen. Bounded: 20 s.
+  for (int i = 0; i < 400; ++i) {
+    std::ifstream f(log_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (ss.str().find("Capturing on") != std::string::npos) return;
+    if (!child_->running()) throw std::runtime_error("tshark exited: " + ss.str());
+    std::this_thread::sleep_for(50ms);
+  }
+  throw std::runtime_error("tshark did not start capturing on " + ifname);
+}
+
+std::vector<CapturedPacket> Capture::packets() {
+  if (child_->wait(70s) < 0) child_->stop();
+  auto out = lab::run_checked({"tshark", "-n", "-r", pcap_, "-T", "fields", "-E", "occurrence=a",
+                               "-E", "aggregator=,", "-e", "ip.dsfield.dscp", "-e", "ipv6.tclass",
+                               "-e", "udp.dstport"});
+  std::vector<CapturedPacket> pkts;
+  std::istringstream lines(out);
+  std::string line;
+  auto ints = [](const std::string& field, bool tclass) {
+    std::vector<int> v;
+    std::istringstream f(field);
+    std::string item;
+    while (std::getline(f, item, ','))
+      if (!item.empty()) {
+        int x = std::stoi(item, nullptr, 0);
+        v.push_back(tclass ? x >> 2 : x);
+      }
+    return v;
+  };
+  while (std::getline(lines, line)) {
+    std::vector<std::string> cols;
+    std::istringstream l(line);
+    std::string col;
+    while (std::getline(l, col, '\t')) cols.push_back(col);
+    cols.resize(3);
+    CapturedPacket p;
+    p.dscp = ints(cols[0], false);
+    auto v6 = ints(cols[1], true);
+    p.dscp.insert(p.dscp.end(), v6.begin(), v6.end());
+    p.dports = ints(cols[2], false);
+    pkts.push_back(p);
+  }
+  return pkts;
+}
+
+void LabTest::SetUp() {
+  ASSERT_EQ(geteuid(), 0u) << "the network namespace tests need root (BPF, netns)";
+  ensure_bpffs();
+  lab::Topology::cleanup_stale(kTag);
+  tmp_ = std::make_unique<TempDir>();
+  topo_ = std::make_unique<lab::Topology>(kTag);
+  topo_->check_path();
+  wan_ = std::make_unique<lab::Wan>(topo_->netns(lab::Node::kWan),
+                                    std::vector<std::string>{"to-a", "to-b"},
+                                    rg_wan_config{0, 0, RG_WAN_F_BLEACH, 0});
+}
+
+void LabTest::TearDown() {
+  wan_.reset();
+  topo_.reset();
+  tmp_.reset();
+}
+
+std::string LabTest::sender_addr(bool v6) const {
+  return v6 ? topo_->addr().host_a6 : topo_->addr().host_a4;
+}
+std::string LabTest::receiver_addr(bool v6) const {
+  return v6 ? topo_->addr().host_b6 : topo_->addr().host_b4;
+}
+
+Traffic LabTest::run_traffic(lab::SenderConfig cfg, lab::ReceiverConfig rcfg,
+                             const std::function<uint64_t(const lab::SenderStats&)>& expected_at_b) {
+  rcfg.qps = cfg.qps;
+  std::unique_ptr<lab::Receiver> rx;
+  {
+    lab::NetnsGuard in(topo_->netns(lab::Node::kHostB));
+    rx = std::make_unique<lab::Receiver>(rcfg);
+  }
+  rx->start();
+  std::unique_ptr<lab::Sender> tx;
+  {
+    lab::NetnsGuard in(topo_->netns(lab::Node::kHostA));
+    tx = std::make_unique<lab::Sender>(cfg);
+  }
+  Traffic t;
+  t.sent = tx->run();
+  // Packets still in flight when the last ACK came back (Go-Back-N resends)
+  // land shortly after; wait for them, bounded, then take the figures.
+  for (int i = 0; i < 150; ++i) {
+    t.received = rx->stats();
+    if (expected_at_b && t.received.packets >= expected_at_b(t.sent)) break;
+    if (!expected_at_b && i >= 10) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  rx->stop();
+  t.received = rx->stats();
+  return t;
+}
+
+std::string dscp_histogram(const std::array<uint64_t, 64>& h) {
+  std::string s;
+  for (size_t d = 0; d < h.size(); ++d)
+    if (h[d]) s += (s.empty() ? "" : " ") + std::to_string(d) + ":" + std::to_string(h[d]);
+  return "{" + s + "}";
+}
+
+void report(const std::string& test, const std::map<std::string, uint64_t>& figures) {
+  std::cout << "[figures] " << test;
+  for (const auto& [k, v] : figures) std::cout << " " << k << "=" << v;
+  std::cout << std::endl;
+}
+
+}  // namespace rg::test

@@ -1,0 +1,82 @@
+// Shared pieces of the end-to-end tests: a fresh lab per test, temporary
+// directories and tshark captures that clean up after themselves, and the
+// generator run with its receiver.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lab/proc.h"
+#include "lab/roce_gen.h"
+#include "lab/topology.h"
+#include "lab/wan.h"
+
+namespace rg::test {
+
+inline constexpr const char* kTag = "rgnx";
+
+// bpffs at /sys/fs/bpf, mounted if it is not.
+void ensure_bpffs();
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// One captured packet as tshark decodes it; layers outermost first.
+struct CapturedPacket {
+  std::vector<int> dscp;    // one per IP header
+  std::vector<int> dports;  // one per UDP header
+};
+
+// tshark in a namespace, writing a pcap until count packets matched filter
+// (or a time bound passed).
+class Capture {
+ public:
+  Capture(const lab::Topology& topo, lab::Node node, const std::string& ifname,
+          const std::string& filter, int count, const std::string& dir);
+  // Waits for tshark to finish (count reached, or the bound) and decodes it.
+  std::vector<CapturedPacket> packets();
+
+ private:
+  std::string pcap_, log_;
+  std::unique_ptr<lab::Child> child_;
+};
+
+struct Traffic {
+  lab::SenderStats sent;
+  lab::ReceiverStats received;
+};
+
+// The lab, the WAN (bleaching, no loss yet) and a scratch directory.
+class LabTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  // Runs the generator from host A to host B and, once it is done, waits
+  // (bounded) until the receiver has counted expected_at_b(sent) packets.
+  Traffic run_traffic(lab::SenderConfig cfg, lab::ReceiverConfig rcfg = {},
+                      const std::function<uint64_t(const lab::SenderStats&)>& expected_at_b = {});
+  std::string sender_addr(bool v6) const;
+  std::string receiver_addr(bool v6) const;
+
+  std::unique_ptr<lab::Topology> topo_;
+  std::unique_ptr<lab::Wan> wan_;
+  std::unique_ptr<TempDir> tmp_;
+};
+
+// "sent=... dropped=..." lines the test log keeps as the run's figures.
+void report(const std::string& test, const std::map<std::string, uint64_t>& figures);
+std::string dscp_histogram(const std::array<uint64_t, 64>& h);
+
+}  // namespace rg::test
