@@ -1,0 +1,221 @@
+// roce-gen: the lab's RoCE v2 generator, its receiver and its lossy WAN as a
+// command, for VMs and benchmarks. Every mode is bounded by --duration and
+// stops cleanly on SIGINT/SIGTERM.
+//
+//   roce-gen recv [--netns NS] [--duration S]
+//   roce-gen send --peer ADDR [--netns NS] [--qps N] [--messages N] ...
+//   roce-gen wan --netns NS --interface IF [--interface IF] [--loss-ppm N]
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "error.h"
+#include "lab/roce_gen.h"
+#include "lab/topology.h"
+#include "lab/wan.h"
+
+namespace {
+
+using namespace rg::lab;
+using nlohmann::json;
+
+std::atomic<bool> g_stop{false};
+std::atomic<Sender*> g_sender{nullptr};
+
+void on_signal(int) {
+  g_stop = true;
+  if (Sender* s = g_sender.load()) s->stop();
+}
+
+json histogram(const std::array<uint64_t, 64>& h) {
+  json j = json::object();
+  for (size_t d = 0; d < h.size(); ++d)
+    if (h[d]) j[std::to_string(d)] = h[d];
+  return j;
+}
+
+json to_json(const SenderStats& s) {
+  return {{"packets", s.packets},       {"bytes", s.bytes},
+          {"retransmits", s.retransmits}, {"acks", s.acks},
+          {"naks", s.naks},             {"cnps", s.cnps},
+          {"timeouts", s.timeouts},     {"completed", s.completed},
+          {"goodput_bytes", s.goodput_bytes},
+          {"qps_done", s.qps_done},     {"qps_failed", s.qps_failed},
+          {"elapsed_ms", s.elapsed.count()},
+          {"goodput_mbps", s.elapsed.count() ? 8.0 * s.goodput_bytes / 1000.0 / s.elapsed.count() : 0.0},
+          {"response_dscp", histogram(s.ack_dscp)}};
+}
+
+json to_json(const ReceiverStats& r) {
+  return {{"packets", r.packets},         {"bytes", r.bytes},
+          {"delivered", r.delivered},     {"goodput_bytes", r.goodput_bytes},
+          {"out_of_order", r.out_of_order}, {"duplicates", r.duplicates},
+          {"seen_retransmits", r.seen_retransmits}, {"gaps", r.gaps},
+          {"lost_estimate", r.lost_estimate}, {"acks", r.acks},
+          {"naks", r.naks},               {"cnps", r.cnps},
+          {"ecn_ce", r.ecn_ce},           {"unknown_qp", r.unknown_qp},
+          {"dscp", histogram(r.dscp)}};
+}
+
+json to_json(const WanStats& w) {
+  return {{"packets", w.packets}, {"bytes", w.bytes}, {"dropped", w.dropped},
+          {"bleached", w.bleached}, {"ce_marked", w.ce_marked}};
+}
+
+// Runs f with the calling thread in netns (if given): sockets and BPF
+// attachments made there stay there.
+template <typename F>
+auto in_netns(const std::string& netns, F f) {
+  std::optional<NetnsGuard> guard;
+  if (!netns.empty()) guard.emplace(netns);
+  return f();
+}
+
+void wait_until(std::chrono::seconds duration, const std::function<void()>& every_second) {
+  const auto end = std::chrono::steady_clock::now() + duration;
+  auto next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (!g_stop && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (std::chrono::steady_clock::now() >= next) {
+      next += std::chrono::seconds(1);
+      every_second();
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"RoCE v2 traffic generator, receiver and lossy WAN of the roceguard lab"};
+  app.require_subcommand(1);
+  app.fallthrough();  // common options may follow the subcommand
+  std::string netns;
+  bool json_out = false, quiet = false;
+  unsigned duration_s = 30;
+  app.add_option("--netns", netns, "run in this network namespace (/run/netns/NAME)");
+  app.add_flag("--json", json_out, "final statistics as JSON on stdout");
+  app.add_flag("-q,--quiet", quiet, "no per-second lines on stderr");
+  app.add_option("--duration", duration_s, "upper bound in seconds")->check(CLI::Range(1u, 86400u));
+
+  QpPlan plan;
+  auto add_plan = [&](CLI::App* c) {
+    c->add_option("--qps", plan.count, "queue pairs")->check(CLI::Range(1u, 4096u));
+    c->add_option("--first-psn", plan.first_psn, "starting PSN of every QP (24 bits)")
+        ->check(CLI::Range(0u, 0xffffffu));
+  };
+
+  SenderConfig scfg;
+  std::string opcode = "send";
+  unsigned dscp = 0, ecn = 0, timeout_ms = 20;
+  auto* send = app.add_subcommand("send", "run RC requesters towards a receiver");
+  send->add_option("--peer", scfg.peer, "receiver address (IPv4 or IPv6)")->required();
+  add_plan(send);
+  send->add_option("--messages", scfg.messages, "messages per QP (one packet each)");
+  send->add_option("--payload", scfg.payload, "payload bytes per packet")->check(CLI::Range(0, 4096));
+  send->add_option("--opcode", opcode, "send or write")->check(CLI::IsMember({"send", "write"}));
+  send->add_option("--dscp", dscp, "DSCP to send with")->check(CLI::Range(0u, 63u));
+  send->add_option("--ecn", ecn, "ECN bits to send with (2 = ECT(0))")->check(CLI::Range(0u, 3u));
+  send->add_option("--window", scfg.window, "unacknowledged packets per QP")->check(CLI::Range(1u, 4096u));
+  send->add_option("--timeout-ms", timeout_ms, "retransmit timeout")->check(CLI::Range(1u, 60000u));
+  send->add_option("--retry-cnt", scfg.retry_cnt, "timeouts in a row before a QP fails")
+      ->check(CLI::Range(0u, 7u));
+  send->add_option("--src-port", scfg.src_port_base, "UDP source port of QP 0 (QP i: +i)");
+
+  ReceiverConfig rcfg;
+  auto* recv = app.add_subcommand("recv", "serve RC responders until --duration or a signal");
+  add_plan(recv);
+  recv->add_option("--ack-every", rcfg.ack_every, "ACK at least every n packets")->check(CLI::Range(1u, 1024u));
+  bool no_cnp = false;
+  recv->add_flag("--no-cnp", no_cnp, "do not answer ECN CE with CNPs");
+
+  rg_wan_config wcfg{0, 0, RG_WAN_F_BLEACH, 0};
+  std::vector<std::string> ifnames;
+  bool no_bleach = false, roce_only = false;
+  auto* wan = app.add_subcommand("wan", "attach the lossy WAN until --duration or a signal");
+  wan->add_option("--interface", ifnames, "interface to attach to (TC ingress)")->required();
+  wan->add_option("--loss-ppm", wcfg.loss_ppm, "UDP packets dropped, per million")
+      ->check(CLI::Range(0u, RG_WAN_PPM));
+  wan->add_option("--ce-ppm", wcfg.ce_ppm, "ECN-capable packets marked CE, per million")
+      ->check(CLI::Range(0u, RG_WAN_PPM));
+  wan->add_flag("--no-bleach", no_bleach, "leave DSCP alone");
+  wan->add_flag("--roce-only", roce_only, "drop/mark only UDP 4791 and 6081");
+
+  CLI11_PARSE(app, argc, argv);
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+
+  try {
+    if (*send) {
+      scfg.qps = plan;
+      scfg.opcode = opcode == "write" ? kOpWriteOnly : kOpSendOnly;
+      scfg.tos = static_cast<uint8_t>(dscp << 2 | ecn);
+      scfg.timeout = std::chrono::milliseconds(timeout_ms);
+      scfg.duration = std::chrono::seconds(duration_s);
+      if (!quiet)
+        scfg.on_second = [](const SenderStats& s) {
+          std::cerr << s.elapsed.count() / 1000 << "s sent=" << s.packets
+                    << " retransmits=" << s.retransmits << " naks=" << s.naks
+                    << " timeouts=" << s.timeouts << " completed=" << s.completed
+                    << " cnps=" << s.cnps << "\n";
+        };
+      auto sender = in_netns(netns, [&] { return std::make_unique<Sender>(scfg); });
+      g_sender = sender.get();
+      SenderStats s = sender->run();
+      g_sender = nullptr;
+      if (json_out) std::cout << to_json(s).dump(2) << "\n";
+      else std::cerr << "done: " << to_json(s).dump() << "\n";
+      return s.qps_failed == 0 && s.qps_done == plan.count ? 0 : 1;
+    }
+    if (*recv) {
+      rcfg.qps = plan;
+      rcfg.cnp = !no_cnp;
+      auto receiver = in_netns(netns, [&] { return std::make_unique<Receiver>(rcfg); });
+      receiver->start();
+      wait_until(std::chrono::seconds(duration_s), [&] {
+        if (quiet) return;
+        auto r = receiver->stats();
+        std::cerr << "received=" << r.packets << " delivered=" << r.delivered
+                  << " naks=" << r.naks << " lost_estimate=" << r.lost_estimate
+                  << " ecn_ce=" << r.ecn_ce << "\n";
+      });
+      receiver->stop();
+      if (json_out) std::cout << to_json(receiver->stats()).dump(2) << "\n";
+      return 0;
+    }
+    if (*wan) {
+      if (no_bleach) wcfg.flags &= ~RG_WAN_F_BLEACH;
+      if (roce_only) wcfg.flags |= RG_WAN_F_ROCE_ONLY;
+      if (netns.empty()) throw rg::Error("wan: --netns is required (the WAN runs in its own namespace)", rg::kExitUsage);
+      Wan w(netns, ifnames, wcfg);
+      auto dump = [&] {
+        json j = json::object();
+        for (const auto& ifname : ifnames)
+          for (int c = 0; c < RG_WAN_CLASS_MAX; ++c) {
+            auto cls = static_cast<rg_wan_class>(c);
+            j[ifname][wan_class_name(cls)] = to_json(w.stats(ifname, cls));
+          }
+        return j;
+      };
+      wait_until(std::chrono::seconds(duration_s), [&] {
+        if (!quiet) std::cerr << dump().dump() << "\n";
+      });
+      if (json_out) std::cout << dump().dump(2) << "\n";
+      return 0;
+    }
+  } catch (const rg::Error& e) {
+    std::cerr << "roce-gen: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "roce-gen: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
