@@ -1,0 +1,169 @@
+#include "state.h"
+
+#include <bpf/bpf.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "error.h"
+#include "maps.h"
+
+namespace rg {
+namespace {
+
+bool is_bpffs(const std::string& path) {
+  struct statfs st {};
+  return statfs(path.c_str(), &st) == 0 && static_cast<unsigned long>(st.f_type) == BPF_FS_MAGIC;
+}
+
+std::string parent_of(const std::string& path) {
+  auto p = std::filesystem::path(path).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.parent_path().string();
+}
+
+}  // namespace
+
+nlohmann::json State::to_json() const {
+  nlohmann::json ifs = nlohmann::json::array();
+  for (const auto& i : interfaces)
+    ifs.push_back({{"name", i.name},
+                   {"ifindex", i.ifindex},
+                   {"xdp_mode", i.xdp_mode},
+                   {"xdp_prog_id", i.xdp_prog_id},
+                   {"tc_prog_id", i.tc_prog_id},
+                   {"tc_handle", i.tc_handle},
+                   {"tc_priority", i.tc_priority}});
+  return {{"version", version}, {"config_hash", config_hash}, {"config", config}, {"interfaces", ifs}};
+}
+
+State State::from_json(const nlohmann::json& j) {
+  State s;
+  s.version = j.value("version", "");
+  s.config_hash = j.value("config_hash", "");
+  s.config = j.value("config", nlohmann::json::object());
+  for (const auto& i : j.value("interfaces", nlohmann::json::array())) {
+    IfaceState st;
+    st.name = i.value("name", "");
+    st.ifindex = i.value("ifindex", 0);
+    st.xdp_mode = i.value("xdp_mode", "");
+    st.xdp_prog_id = i.value("xdp_prog_id", 0u);
+    st.tc_prog_id = i.value("tc_prog_id", 0u);
+    st.tc_handle = i.value("tc_handle", 0u);
+    st.tc_priority = i.value("tc_priority", 0u);
+    s.interfaces.push_back(st);
+  }
+  return s;
+}
+
+void ensure_bpffs(const std::string& pin_path) {
+  std::string parent = parent_of(pin_path);
+  if (is_bpffs(parent)) return;
+  const std::string bpffs = "/sys/fs/bpf";
+  if (pin_path.rfind(bpffs + "/", 0) == 0 && !is_bpffs(bpffs)) {
+    if (mount("bpf", bpffs.c_str(), "bpf", 0, "mode=0700") != 0)
+      throw Error("cannot mount bpffs on " + bpffs + ": " + errno_text(errno) +
+                  " (mount it first: mount -t bpf bpf " + bpffs + ")");
+    if (is_bpffs(parent)) return;
+  }
+  throw Error("pin path " + pin_path + " is not on a bpffs (" + parent +
+                  " is not bpf); choose a --pin-path under /sys/fs/bpf",
+              kExitUsage);
+}
+
+bool pin_dir_exists(const std::string& pin_path) {
+  struct stat st {};
+  return stat(pin_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+PinLock::PinLock(const std::string& pin_path, bool create) {
+  if (create) {
+    if (mkdir(pin_path.c_str(), 0700) != 0 && errno != EEXIST)
+      throw Error("cannot create pin directory " + pin_path + ": " + errno_text(errno));
+    chmod(pin_path.c_str(), 0700);
+  }
+  fd_ = open(pin_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) {
+    if (errno == ENOENT)
+      throw Error("nothing pinned at " + pin_path + " (nothing attached with this --pin-path)",
+                  kExitNotFound);
+    throw Error("cannot open pin directory " + pin_path + ": " + errno_text(errno));
+  }
+  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw Error("another roceguard is managing " + pin_path +
+                      " (a running `roceguard run`? stop it first, or use another --pin-path)",
+                  kExitConflict);
+    throw Error("cannot lock " + pin_path + ": " + errno_text(err));
+  }
+}
+
+PinLock::~PinLock() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::optional<State> read_state(const std::string& pin_path) {
+  int fd = bpf_obj_get((pin_path + "/" + kMapState).c_str());
+  if (fd < 0) return std::nullopt;
+  std::string buf(kStateValueSize, '\0');
+  uint32_t key = 0;
+  int err = bpf_map_lookup_elem(fd, &key, buf.data());
+  close(fd);
+  if (err) return std::nullopt;
+  buf.resize(strnlen(buf.data(), buf.size()));
+  auto j = nlohmann::json::parse(buf, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return State::from_json(j);
+}
+
+void write_state(const std::string& pin_path, const State& s) {
+  std::string path = pin_path + "/" + kMapState;
+  std::string text = s.to_json().dump();
+  if (text.size() >= kStateValueSize)
+    throw Error("attach record is " + std::to_string(text.size()) + " bytes, more than " +
+                std::to_string(kStateValueSize - 1) + "; use fewer interfaces or peers");
+  int fd = bpf_obj_get(path.c_str());
+  if (fd < 0) {
+    LIBBPF_OPTS(bpf_map_create_opts, opts);
+    fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, kMapState, sizeof(uint32_t), kStateValueSize, 1, &opts);
+    if (fd < 0) throw Error("cannot create map " + std::string(kMapState) + ": " + errno_text(errno));
+    if (bpf_obj_pin(fd, path.c_str()) != 0) {
+      int err = errno;
+      close(fd);
+      throw Error("cannot pin " + path + ": " + errno_text(err));
+    }
+    chmod(path.c_str(), 0600);
+  }
+  std::string value(kStateValueSize, '\0');
+  std::memcpy(value.data(), text.data(), text.size());
+  uint32_t key = 0;
+  int err = bpf_map_update_elem(fd, &key, value.data(), BPF_ANY);
+  int saved = errno;
+  close(fd);
+  if (err) throw Error("cannot write " + path + ": " + errno_text(saved));
+}
+
+void restrict_pins(const std::string& pin_path) {
+  chmod(pin_path.c_str(), 0700);
+  for (const char* name : kPinnedMaps) chmod((pin_path + "/" + name).c_str(), 0600);
+  chmod((pin_path + "/" + kMapState).c_str(), 0600);
+}
+
+void remove_pins(const std::string& pin_path) {
+  for (const char* name : kPinnedMaps) unlink((pin_path + "/" + name).c_str());
+  unlink((pin_path + "/" + kMapState).c_str());
+  rmdir(pin_path.c_str());  // fails, harmlessly, if someone else put files there
+}
+
+}  // namespace rg

@@ -1,0 +1,68 @@
+// What roceguard keeps under its pin path (a bpffs directory, mode 0700):
+// the persistent maps and rg_state, a one-element array map holding the
+// attach record as JSON. bpffs holds only BPF objects, so the record is a
+// map too; it lives and dies with the pinned maps it describes.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace rg {
+
+inline constexpr const char* kDefaultPinPath = "/sys/fs/bpf/roceguard";
+inline constexpr const char* kMapState = "rg_state";
+inline constexpr size_t kStateValueSize = 16384;
+
+// Attach record of one interface.
+struct IfaceState {
+  std::string name;
+  int ifindex = 0;
+  std::string xdp_mode;  // "dispatcher", "direct" or "" (not attached)
+  uint32_t xdp_prog_id = 0;
+  uint32_t tc_prog_id = 0;
+  uint32_t tc_handle = 0;
+  uint32_t tc_priority = 0;
+};
+
+struct State {
+  std::string version;
+  std::string config_hash;
+  nlohmann::json config;
+  std::vector<IfaceState> interfaces;
+
+  nlohmann::json to_json() const;
+  static State from_json(const nlohmann::json& j);
+};
+
+// Mounts bpffs on /sys/fs/bpf when the pin path lives there and nothing is
+// mounted (a fresh boot, or a new mount namespace); fails if the pin path's
+// parent is not bpffs otherwise.
+void ensure_bpffs(const std::string& pin_path);
+
+// Exclusive lock on the pin directory (created 0700 if missing): one
+// roceguard manages one pin path at a time. Released on close or death.
+class PinLock {
+ public:
+  // create=false: fail with kExitNotFound when the directory is missing.
+  PinLock(const std::string& pin_path, bool create);
+  ~PinLock();
+  PinLock(const PinLock&) = delete;
+  PinLock& operator=(const PinLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+bool pin_dir_exists(const std::string& pin_path);
+std::optional<State> read_state(const std::string& pin_path);
+void write_state(const std::string& pin_path, const State& s);
+// Pinned files are root's alone: counters reveal traffic, and write access
+// to rg_peers/rg_route* would let anyone redirect it.
+void restrict_pins(const std::string& pin_path);
+// Removes the persistent map pins, rg_state and the directory if empty.
+void remove_pins(const std::string& pin_path);
+
+}  // namespace rg
