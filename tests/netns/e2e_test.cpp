@@ -200,5 +200,52 @@ TEST_F(E2e, EncapDecapCarriesDscpAcrossLossyWan) {
                          {"captured", pkts.size()}});
 }
 
+// No tunnel, XDP on gateway B only: the WAN bleaches RoCE, gateway B puts
+// the class back before host B sees it.
+TEST_F(E2e, XdpRepairsBleachedDscpWithoutTunnel) {
+  DirectAttach gw_b(topo_->netns(Node::kGatewayB), "wan0", DirectAttach::Hook::kXdp, std::nullopt);
+  auto cfg = sender(receiver_addr(false), 300);
+  cfg.tos = RG_DEFAULT_DSCP << 2;
+  Traffic t = run_traffic(cfg, {}, [](const lab::SenderStats& s) { return s.packets; });
+  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_fd()).counters();
+
+  EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
+  EXPECT_EQ(wan_->stats("to-a", RG_WAN_ROCE).bleached, t.sent.packets);
+  EXPECT_EQ(t.received.dscp[RG_DEFAULT_DSCP], t.received.packets) << dscp_histogram(t.received.dscp);
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_DSCP_REPAIRED), t.received.packets);
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_ROCE_PACKETS), t.received.packets);
+  report("xdp_repair", {{"sent", t.sent.packets},
+                        {"received_dscp46", t.received.dscp[RG_DEFAULT_DSCP]},
+                        {"repaired_gw_b", sum_packets(b, RG_DIR_INGRESS, RG_EV_DSCP_REPAIRED)}});
+}
+
+// Congestion marks made in the WAN reach host B through the tunnel (RFC
+// 6040: outer CE over inner ECT becomes inner CE), are counted at gateway B
+// and answered with CNPs that reach host A.
+TEST_F(E2e, WanCongestionMarksSurviveDecapAndTriggerCnps) {
+  DirectAttach gw_a(topo_->netns(Node::kGatewayA), "wan0", DirectAttach::Hook::kTcEgress, peer_a());
+  DirectAttach gw_b(topo_->netns(Node::kGatewayB), "wan0", DirectAttach::Hook::kXdp, peer_b());
+  wan_->configure({0, 100000, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 10 % CE
+  auto cfg = sender(receiver_addr(false), 300);
+  cfg.tos = 0x02;  // ECT(0)
+  lab::ReceiverConfig rcfg;
+  rcfg.cnp_interval = std::chrono::microseconds(0);  // one CNP per CE packet: countable
+  Traffic t = run_traffic(cfg, rcfg, [](const lab::SenderStats& s) { return s.packets; });
+  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_fd()).counters();
+  const uint64_t marked = wan_->stats("to-a", RG_WAN_GENEVE).ce_marked;
+
+  EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
+  EXPECT_GT(marked, 0u);
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_ECN_CE), marked);
+  EXPECT_EQ(t.received.ecn_ce, marked);
+  EXPECT_EQ(t.received.cnps, marked);
+  EXPECT_EQ(t.sent.cnps, t.received.cnps);
+  report("ecn_cnp", {{"sent", t.sent.packets},
+                     {"wan_ce_marked", marked},
+                     {"ecn_ce_gw_b", sum_packets(b, RG_DIR_INGRESS, RG_EV_ECN_CE)},
+                     {"cnps_sent_b", t.received.cnps},
+                     {"cnps_received_a", t.sent.cnps}});
+}
+
 }  // namespace
 }  // namespace rg::test
