@@ -79,23 +79,16 @@ nic::Profile build_profile(const NicOptions& o) {
   return p;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 void cmd_show(const NicOptions& o) {
   nic::Profile p = build_profile(o);
   auto devices = nic::select(nic::discover(), p.interfaces);
   if (o.json) {
     std::cout << nic::to_json(devices).dump(2) << "\n";
-    if (devices.empty()) std::cerr << "roceguard: " << nic::kNoDeviceMessage << "\n";
+    if (devices.empty()) std::cerr << "roceguard: " << nic::no_device_message(p.interfaces) << "\n";
     return;
   }
   if (devices.empty()) {
-    std::cout << nic::kNoDeviceMessage
-              << (p.interfaces.empty() ? "" : " on " + join(p.interfaces)) << "\n";
+    std::cout << nic::no_device_message(p.interfaces) << "\n";
     return;
   }
   for (const auto& line : nic::to_text(devices)) std::cout << line << "\n";
@@ -122,9 +115,7 @@ void cmd_apply(const NicOptions& o) {
   nic::Profile p = build_profile(o);
   auto devices = nic::select(nic::discover(), p.interfaces);
   if (devices.empty())
-    throw Error(std::string(nic::kNoDeviceMessage) +
-                    (p.interfaces.empty() ? "" : " on " + join(p.interfaces)) + "; nothing to apply",
-                kExitNotFound);
+    throw Error(nic::no_device_message(p.interfaces) + "; nothing to apply", kExitNotFound);
   const bool dry = o.dry_run;
   std::cout << (dry ? "dry run: nothing is changed\n" : "") << "profile:\n";
   for (const auto& line : nic::describe(p)) std::cout << "  " << line << "\n";

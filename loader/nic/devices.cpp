@@ -192,6 +192,13 @@ std::vector<DeviceInfo> select(const std::vector<DeviceInfo>& devices,
   return out;
 }
 
+std::string no_device_message(const std::vector<std::string>& interfaces) {
+  std::string on;
+  for (const auto& i : interfaces) on += (on.empty() ? " on " : ", ") + i;
+  return "no RDMA device found" + on +
+         " (no RDMA driver bound; for soft-RoCE: `rdma link add rxe0 type rxe netdev <interface>`)";
+}
+
 nlohmann::json to_json(const std::vector<DeviceInfo>& devices) {
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& d : devices) {

@@ -52,8 +52,7 @@ std::vector<DeviceInfo> select(const std::vector<DeviceInfo>& devices,
 nlohmann::json to_json(const std::vector<DeviceInfo>& devices);
 std::vector<std::string> to_text(const std::vector<DeviceInfo>& devices);
 
-inline constexpr const char* kNoDeviceMessage =
-    "no RDMA device found (no RDMA driver loaded; for soft-RoCE: "
-    "`rdma link add rxe0 type rxe netdev <interface>`)";
+// "no RDMA device found [on eth0, eth1] (...how to get one)".
+std::string no_device_message(const std::vector<std::string>& interfaces);
 
 }  // namespace rg::nic
