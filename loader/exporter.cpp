@@ -60,22 +60,22 @@ std::string counter_name(std::string_view metric) {
   return "roceguard_" + std::string(metric) + "_total";
 }
 
-// HELP of a family that several events share names each of them with its
-// label value, so one line documents the whole family.
+// HELP of a family that several events share says what each label value
+// counts, so one line documents the whole family.
 const std::map<std::string, std::string>& family_help() {
   static const std::map<std::string, std::string> help = [] {
     std::map<std::string, std::string> h;
     auto append = [&h](std::string_view family, const EventName& e, std::string_view suffix) {
       std::string text = std::string(e.help) + std::string(suffix);
       if (!e.label.empty())
-        text += " (" + std::string(e.label) + "=" + std::string(e.label_value) + ")";
+        text = std::string(e.label) + "=" + std::string(e.label_value) + ": " + text;
       auto& slot = h[std::string(family)];
       slot += slot.empty() ? text : "; " + text;
     };
     for (size_t i = 0; i < RG_EV_MAX; ++i) {
       const EventName& e = event_name(static_cast<rg_event>(i));
       append(e.metric, e, "");
-      if (!e.bytes_metric.empty()) append(e.bytes_metric, e, ", bytes");
+      if (!e.bytes_metric.empty()) append(e.bytes_metric, e, ", in bytes");
     }
     return h;
   }();
@@ -323,6 +323,12 @@ Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
       "num_threads", std::to_string(std::max<size_t>(1, impl_->opts.threads)),
       // A stalled client must not hold one of the few workers for long.
       "request_timeout_ms", "10000"};
+  // Debian's civetweb is built without IPv6 (mg_check_feature bit 8).
+  if (impl_->opts.listen.starts_with("[") && !mg_check_feature(8))
+    throw Error("cannot serve metrics on " + impl_->opts.listen +
+                    ": the HTTP server library (civetweb) was built without IPv6; "
+                    "listen on an IPv4 address such as 127.0.0.1:9741",
+                kExitUsage);
   try {
     impl_->server = std::make_unique<CivetServer>(civet_options);
   } catch (const std::exception& e) {

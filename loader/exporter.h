@@ -10,7 +10,7 @@
 namespace rg {
 
 struct ExporterOptions {
-  std::string listen = "127.0.0.1:9741";  // host:port; [v6]:port
+  std::string listen = "127.0.0.1:9741";  // host:port; [v6]:port if civetweb has IPv6
   std::string pin_path = "/sys/fs/bpf/roceguard";
   std::vector<std::string> interfaces;    // for attach-state and NIC counters
   bool per_qp = false;                    // per-QP series (bounded by top_qps)

@@ -3,6 +3,7 @@
 // run through both programs with BPF_PROG_TEST_RUN, and every scrape must
 // say exactly what the maps hold.
 #include <bpf/bpf.h>
+#include <civetweb.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
 #include <linux/magic.h>
@@ -395,6 +396,23 @@ TEST(Exporter, BusyPortIsAnErrorNamingTheAddress) {
     FAIL() << "second exporter bound " << o.listen << " too";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(o.listen), std::string::npos) << e.what();
+  }
+}
+
+TEST(Exporter, Ipv6ListenServesOrSaysWhyNot) {
+  ExporterOptions o = options_for("/nonexistent");
+  o.listen = "[::1]:0";
+  if (mg_check_feature(8)) {
+    Exporter ex(o);
+    EXPECT_EQ(scrape(ex).status, 200);
+    return;
+  }
+  try {
+    Exporter ex(o);
+    FAIL() << "civetweb has no IPv6, yet " << o.listen << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("IPv6"), std::string::npos) << e.what();
   }
 }
 
