@@ -151,8 +151,8 @@ class Runner {
  private:
   void set_state(const std::string& name, bool up) {
     up_[name] = up;
-    ex_.set_attach_state(name, "xdp", up);
-    ex_.set_attach_state(name, "tc", up);
+    ex_.set_attach_state(name, "xdp_ingress", up);
+    ex_.set_attach_state(name, "tc_egress", up);
   }
 
   Dataplane& dp_;
@@ -190,8 +190,8 @@ void cmd_run(const LoadFlags& f) {
   Dataplane dp(cfg, f.pin_path, f.reset_state);
   State st = dp.attach_all(f.force);
   for (const auto& i : st.interfaces) {
-    exporter.set_attach_state(i.name, "xdp", true);
-    exporter.set_attach_state(i.name, "tc", true);
+    exporter.set_attach_state(i.name, "xdp_ingress", true);
+    exporter.set_attach_state(i.name, "tc_egress", true);
   }
   spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
   sd_notifyf(0, "READY=1\nSTATUS=attached to %zu interface(s), metrics on %s", st.interfaces.size(),

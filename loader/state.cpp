@@ -84,9 +84,10 @@ bool pin_dir_exists(const std::string& pin_path) {
   return stat(pin_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-PinLock::PinLock(const std::string& pin_path, bool create) {
+PinLock::PinLock(const std::string& pin_path, bool create) : path_(pin_path) {
   if (create) {
-    if (mkdir(pin_path.c_str(), 0700) != 0 && errno != EEXIST)
+    if (mkdir(pin_path.c_str(), 0700) == 0) created_ = true;
+    else if (errno != EEXIST)
       throw Error("cannot create pin directory " + pin_path + ": " + errno_text(errno));
     chmod(pin_path.c_str(), 0700);
   }
@@ -101,6 +102,7 @@ PinLock::PinLock(const std::string& pin_path, bool create) {
     int err = errno;
     close(fd_);
     fd_ = -1;
+    if (created_) rmdir(path_.c_str());
     if (err == EWOULDBLOCK)
       throw Error("another roceguard is managing " + pin_path +
                       " (a running `roceguard run`? stop it first, or use another --pin-path)",
@@ -111,6 +113,9 @@ PinLock::PinLock(const std::string& pin_path, bool create) {
 
 PinLock::~PinLock() {
   if (fd_ >= 0) close(fd_);
+  // A failed first attach leaves nothing behind; rmdir fails harmlessly
+  // once something is pinned.
+  if (created_) rmdir(path_.c_str());
 }
 
 std::optional<State> read_state(const std::string& pin_path) {

@@ -53,7 +53,9 @@ class PinLock {
   PinLock& operator=(const PinLock&) = delete;
 
  private:
+  std::string path_;
   int fd_ = -1;
+  bool created_ = false;
 };
 
 bool pin_dir_exists(const std::string& pin_path);
