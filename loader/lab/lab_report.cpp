@@ -1,0 +1,338 @@
+#include "lab/lab_report.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "error.h"
+#include "lab/proc.h"
+#include "roceguard/roceguard.h"
+
+namespace rg::lab {
+namespace {
+
+using nlohmann::json;
+
+std::string fmt(const char* f, auto... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), f, args...);
+  return buf;
+}
+
+uint64_t total(const std::array<uint64_t, 64>& h) {
+  uint64_t n = 0;
+  for (auto v : h) n += v;
+  return n;
+}
+
+std::array<uint64_t, 64> minus(const std::array<uint64_t, 64>& a, const std::array<uint64_t, 64>& b) {
+  std::array<uint64_t, 64> d{};
+  for (size_t i = 0; i < d.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
+double mbps(uint64_t bytes, double seconds) { return seconds > 0 ? 8.0 * bytes / 1e6 / seconds : 0; }
+
+double phase_seconds(const PhaseResult& p) {
+  return p.sent.elapsed.count() ? p.sent.elapsed.count() / 1000.0 : p.seconds.size();
+}
+
+json histogram(const std::array<uint64_t, 64>& h) {
+  json j = json::object();
+  for (size_t d = 0; d < h.size(); ++d)
+    if (h[d]) j[std::to_string(d)] = h[d];
+  return j;
+}
+
+json snapshot_json(const Snapshot& s) {
+  return {{"second", s.second},
+          {"sent_packets_a", s.sent_packets},
+          {"retransmits_a", s.retransmits_a},
+          {"naks_a", s.naks_a},
+          {"received_b", s.received_b},
+          {"goodput_bytes_b", s.goodput_bytes_b},
+          {"lost_estimate_b", s.lost_b},
+          {"cnps_b", s.cnps_b},
+          {"ecn_ce_b", s.ecn_ce_b},
+          {"dscp_b", histogram(s.dscp_b)},
+          {"wan_dropped", s.wan_dropped},
+          {"wan_bleached", s.wan_bleached},
+          {"wan_ce_marked", s.wan_ce_marked},
+          {"roceguard",
+           {{"dscp_rewritten_gw_a", s.rg_remarked_a},
+            {"encapsulated_gw_a", s.rg_encapsulated_a},
+            {"retransmits_gw_a", s.rg_retransmits_a},
+            {"decapsulated_gw_b", s.rg_decapsulated_b},
+            {"dscp_repaired_gw_b", s.rg_repaired_b},
+            {"lost_estimate_gw_b", s.rg_lost_b}}}};
+}
+
+json sender_json(const SenderStats& s) {
+  return {{"packets", s.packets},         {"bytes", s.bytes},
+          {"retransmits", s.retransmits}, {"acks", s.acks},
+          {"naks", s.naks},               {"cnps", s.cnps},
+          {"timeouts", s.timeouts},       {"completed", s.completed},
+          {"goodput_bytes", s.goodput_bytes}, {"qps_done", s.qps_done},
+          {"qps_failed", s.qps_failed},   {"elapsed_ms", s.elapsed.count()},
+          {"response_dscp", histogram(s.ack_dscp)}};
+}
+
+json receiver_json(const ReceiverStats& r) {
+  return {{"packets", r.packets},           {"bytes", r.bytes},
+          {"delivered", r.delivered},       {"goodput_bytes", r.goodput_bytes},
+          {"out_of_order", r.out_of_order}, {"duplicates", r.duplicates},
+          {"seen_retransmits", r.seen_retransmits}, {"gaps", r.gaps},
+          {"lost_estimate", r.lost_estimate}, {"acks", r.acks},
+          {"naks", r.naks},                 {"cnps", r.cnps},
+          {"ecn_ce", r.ecn_ce},             {"unknown_qp", r.unknown_qp},
+          {"dscp", histogram(r.dscp)}};
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  if (!f) throw Error("cannot write " + path);
+}
+
+std::string quote_gp(const std::string& path) { return "'" + path + "'"; }
+
+// One data file per phase (second, Mbit/s, retransmits, WAN drops, lost at
+// B); gnuplot reads them by column.
+void write_chart_data(const std::string& path, const PhaseResult& p) {
+  std::ostringstream out;
+  out << "# second goodput_mbps retransmits_a wan_dropped lost_b\n";
+  Snapshot prev;
+  for (const auto& s : p.seconds) {
+    out << s.second << " " << mbps(s.goodput_bytes_b - prev.goodput_bytes_b, 1.0) << " "
+        << s.retransmits_a - prev.retransmits_a << " " << s.wan_dropped - prev.wan_dropped << " "
+        << s.lost_b - prev.lost_b << "\n";
+    prev = s;
+  }
+  write_file(path, out.str());
+}
+
+std::string phase_title(const PhaseResult& p) {
+  return p.roceguard ? "with roceguard" : "without roceguard";
+}
+
+std::vector<std::string> draw_charts(const std::string& dir, const std::vector<PhaseResult>& phases) {
+  const std::string cdir = dir + "/charts";
+  std::filesystem::create_directories(cdir);
+  std::ostringstream gp;
+  gp << "set terminal pngcairo size 960,540 font 'sans,10'\n"
+        "set grid\nset key outside bottom center horizontal\n";
+
+  std::string goodput, retx;
+  for (const auto& p : phases) {
+    const std::string data = cdir + "/" + p.name + ".dat";
+    write_chart_data(data, p);
+    const std::string sep = goodput.empty() ? "" : ", ";
+    goodput += sep + quote_gp(data) + " using 1:2 with linespoints title '" + phase_title(p) + "'";
+    retx += sep + quote_gp(data) + " using 1:3 with linespoints title 'retransmits at host A, " +
+            phase_title(p) + "', " + quote_gp(data) + " using 1:4 with impulses lw 3 title 'WAN drops, " +
+            phase_title(p) + "'";
+  }
+  gp << "set output " << quote_gp(cdir + "/goodput.png") << "\n"
+     << "set title 'Goodput delivered in order at host B'\nset xlabel 'second'\n"
+     << "set ylabel 'Mbit/s'\nset yrange [0:*]\nplot " << goodput << "\n";
+  gp << "set output " << quote_gp(cdir + "/retransmits-vs-wan-drops.png") << "\n"
+     << "set title 'Go-Back-N retransmits at host A against packets the WAN dropped'\n"
+     << "set ylabel 'packets per second'\nplot " << retx << "\n";
+
+  // DSCP distribution: one cluster per class seen at host B, one bar per phase.
+  std::array<bool, 64> seen{};
+  for (const auto& p : phases)
+    for (size_t d = 0; d < 64; ++d) seen[d] = seen[d] || p.received.dscp[d];
+  std::ostringstream dscp;
+  dscp << "# dscp";
+  for (const auto& p : phases) dscp << " " << p.name;
+  dscp << "\n";
+  bool any = false;
+  for (size_t d = 0; d < 64; ++d) {
+    if (!seen[d]) continue;
+    any = true;
+    dscp << d;
+    for (const auto& p : phases) {
+      uint64_t n = total(p.received.dscp);
+      dscp << " " << (n ? 100.0 * p.received.dscp[d] / n : 0.0);
+    }
+    dscp << "\n";
+  }
+  if (!any) {  // nothing arrived: an empty cluster keeps the chart drawable
+    dscp << 0;
+    for (size_t i = 0; i < phases.size(); ++i) dscp << " 0";
+    dscp << "\n";
+  }
+  const std::string dscp_data = cdir + "/dscp.dat";
+  write_file(dscp_data, dscp.str());
+  gp << "set output " << quote_gp(cdir + "/dscp-at-host-b.png") << "\n"
+     << "set title 'DSCP of RoCE packets arriving at host B'\nset xlabel 'DSCP'\n"
+     << "set ylabel '% of packets'\nset yrange [0:105]\nset style data histograms\n"
+     << "set style histogram clustered gap 1\nset style fill solid 0.8 border -1\nset boxwidth 0.9\nplot ";
+  for (size_t i = 0; i < phases.size(); ++i)
+    gp << (i ? ", " : "") << quote_gp(dscp_data) << " using " << i + 2 << (i ? "" : ":xtic(1)")
+       << " title '" << phase_title(phases[i]) << "'";
+  gp << "\n";
+
+  const std::string script = cdir + "/charts.gp";
+  write_file(script, gp.str());
+  auto r = run({"gnuplot", script}, std::chrono::seconds(60));
+  if (r.status != 0) throw Error("gnuplot failed on " + script + ": " + r.err);
+  return {"charts/goodput.png", "charts/retransmits-vs-wan-drops.png", "charts/dscp-at-host-b.png",
+          "charts/charts.gp"};
+}
+
+}  // namespace
+
+std::string dscp_text(const std::array<uint64_t, 64>& h) {
+  const uint64_t n = total(h);
+  if (!n) return "-";
+  std::vector<std::pair<uint64_t, size_t>> classes;
+  for (size_t d = 0; d < h.size(); ++d)
+    if (h[d]) classes.push_back({h[d], d});
+  std::sort(classes.rbegin(), classes.rend());
+  std::string s;
+  for (size_t i = 0; i < classes.size() && i < 2; ++i) {
+    double pct = 100.0 * classes[i].first / n;
+    s += (i ? " " : "") + std::to_string(classes[i].second) + ":" +
+         (pct >= 99.95 || pct < 0.05 ? fmt("%.0f%%", pct) : fmt("%.1f%%", pct));
+  }
+  return s;
+}
+
+std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count) {
+  std::string what = phase.roceguard
+                         ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN"
+                                     : "roceguard on both gateways: DSCP re-mark and repair, no tunnel")
+                         : "no roceguard: RoCE crosses the WAN as it is";
+  return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs, WAN loss %.3g %%, CE %.3g %%)\n   %s\n",
+             index, count, phase.roceguard ? "with" : "without", s.duration_s, s.qps, s.loss_pct,
+             s.ce_pct, what.c_str());
+}
+
+std::string view_header() {
+  return fmt("%-14s %9s %-14s %8s %8s %8s %6s %6s\n", "progress", "Mbit/s", "DSCP@B", "retx@A",
+             "lost@B", "WANdrop", "CNP", "CE");
+}
+
+std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s) {
+  const unsigned width = 8;
+  unsigned filled = duration_s ? std::min(width, cur.second * width / duration_s) : width;
+  std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
+  std::string progress = bar + fmt("%3us", cur.second);
+  return fmt("%-14s %9.1f %-14s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %6" PRIu64 " %6" PRIu64 "\n",
+             progress.c_str(), mbps(cur.goodput_bytes_b - prev.goodput_bytes_b, 1.0),
+             dscp_text(minus(cur.dscp_b, prev.dscp_b)).c_str(), cur.retransmits_a - prev.retransmits_a,
+             cur.lost_b - prev.lost_b, cur.wan_dropped - prev.wan_dropped, cur.cnps_b - prev.cnps_b,
+             cur.ecn_ce_b - prev.ecn_ce_b);
+}
+
+std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& phases) {
+  std::ostringstream out;
+  out << "\n== summary (" << s.duration_s << " s per phase, " << s.qps << " QPs, " << s.payload
+      << " B payload, WAN loss " << s.loss_pct << " %, DSCP bleached by the WAN)\n";
+  out << fmt("%-40s", "");
+  for (const auto& p : phases) out << fmt("%22s", phase_title(p).c_str());
+  out << "\n";
+  auto row = [&](const char* label, auto value) {
+    out << fmt("%-40s", label);
+    for (const auto& p : phases) out << fmt("%22s", value(p).c_str());
+    out << "\n";
+  };
+  auto num = [](uint64_t v) { return std::to_string(v); };
+  auto rg = [&](uint64_t v, const PhaseResult& p) { return p.roceguard ? num(v) : std::string("-"); };
+  row("goodput at host B, Mbit/s", [&](const PhaseResult& p) {
+    return fmt("%.1f", mbps(p.received.goodput_bytes, phase_seconds(p)));
+  });
+  row("messages completed at host A", [&](const PhaseResult& p) { return num(p.sent.completed); });
+  row("packets sent by host A", [&](const PhaseResult& p) { return num(p.sent.packets); });
+  row("packets received at host B", [&](const PhaseResult& p) { return num(p.received.packets); });
+  row("DSCP seen at host B", [&](const PhaseResult& p) { return dscp_text(p.received.dscp); });
+  row("  packets with DSCP 46 at host B", [&](const PhaseResult& p) {
+    return num(p.received.dscp[RG_DEFAULT_DSCP]);
+  });
+  row("DSCP of ACKs/NAKs seen at host A", [&](const PhaseResult& p) { return dscp_text(p.sent.ack_dscp); });
+  row("retransmits at host A (Go-Back-N)", [&](const PhaseResult& p) { return num(p.sent.retransmits); });
+  row("NAKs (sequence error) at host A", [&](const PhaseResult& p) { return num(p.sent.naks); });
+  row("retransmit timeouts at host A", [&](const PhaseResult& p) { return num(p.sent.timeouts); });
+  row("estimated lost at host B (PSN gaps)", [&](const PhaseResult& p) { return num(p.received.lost_estimate); });
+  row("dropped by the WAN", [&](const PhaseResult& p) { return num(p.final.wan_dropped); });
+  row("DSCP bleached by the WAN", [&](const PhaseResult& p) { return num(p.final.wan_bleached); });
+  row("CE marked by the WAN", [&](const PhaseResult& p) { return num(p.final.wan_ce_marked); });
+  row("CNPs sent by host B", [&](const PhaseResult& p) { return num(p.received.cnps); });
+  row("QPs failed (retry count exceeded)", [&](const PhaseResult& p) { return num(p.sent.qps_failed); });
+  row("roceguard gw A: DSCP re-marked", [&](const PhaseResult& p) { return rg(p.final.rg_remarked_a, p); });
+  row("roceguard gw A: Geneve encapsulated", [&](const PhaseResult& p) { return rg(p.final.rg_encapsulated_a, p); });
+  row("roceguard gw A: retransmits counted", [&](const PhaseResult& p) { return rg(p.final.rg_retransmits_a, p); });
+  row("roceguard gw B: Geneve decapsulated", [&](const PhaseResult& p) { return rg(p.final.rg_decapsulated_b, p); });
+  row("roceguard gw B: DSCP repaired", [&](const PhaseResult& p) { return rg(p.final.rg_repaired_b, p); });
+  row("roceguard gw B: estimated lost", [&](const PhaseResult& p) { return rg(p.final.rg_lost_b, p); });
+  return out.str();
+}
+
+std::vector<std::string> write_report(const std::string& dir, const LabSettings& s,
+                                      const std::vector<PhaseResult>& phases) {
+  std::vector<std::string> files;
+  json j;
+  j["settings"] = {{"mode", s.mode},
+                   {"duration_s", s.duration_s},
+                   {"loss_pct", s.loss_pct},
+                   {"ce_pct", s.ce_pct},
+                   {"qps", s.qps},
+                   {"payload", s.payload},
+                   {"tunnel", s.tunnel},
+                   {"host_tos", s.host_tos},
+                   {"metrics", {{"gw_a", s.metrics_a}, {"gw_b", s.metrics_b}}}};
+  j["phases"] = json::object();
+  for (const auto& p : phases) {
+    json sec = json::array();
+    for (const auto& x : p.seconds) sec.push_back(snapshot_json(x));
+    j["phases"][p.name] = {{"roceguard", p.roceguard},
+                           {"sender", sender_json(p.sent)},
+                           {"receiver", receiver_json(p.received)},
+                           {"totals", snapshot_json(p.final)},
+                           {"seconds", sec},
+                           {"gateway_counters", p.counters},
+                           {"pcaps", p.pcaps}};
+  }
+  write_file(dir + "/counters.json", j.dump(2) + "\n");
+  files.push_back("counters.json");
+
+  // Per-second differences, one row per phase and second.
+  std::ostringstream csv;
+  csv << "phase,second,goodput_mbps,sent_a,retransmits_a,naks_a,received_b,dscp46_b,dscp_other_b,"
+         "lost_estimate_b,wan_dropped,wan_bleached,wan_ce_marked,cnps_b,ecn_ce_b,"
+         "rg_dscp_rewritten_gw_a,rg_encapsulated_gw_a,rg_retransmits_gw_a,rg_decapsulated_gw_b,"
+         "rg_dscp_repaired_gw_b,rg_lost_estimate_gw_b\n";
+  for (const auto& p : phases) {
+    Snapshot prev;
+    for (const auto& x : p.seconds) {
+      uint64_t d46 = x.dscp_b[RG_DEFAULT_DSCP] - prev.dscp_b[RG_DEFAULT_DSCP];
+      uint64_t dall = total(x.dscp_b) - total(prev.dscp_b);
+      csv << p.name << "," << x.second << "," << fmt("%.3f", mbps(x.goodput_bytes_b - prev.goodput_bytes_b, 1.0))
+          << "," << x.sent_packets - prev.sent_packets << "," << x.retransmits_a - prev.retransmits_a << ","
+          << x.naks_a - prev.naks_a << "," << x.received_b - prev.received_b << "," << d46 << ","
+          << dall - d46 << "," << x.lost_b - prev.lost_b << "," << x.wan_dropped - prev.wan_dropped << ","
+          << x.wan_bleached - prev.wan_bleached << "," << x.wan_ce_marked - prev.wan_ce_marked << ","
+          << x.cnps_b - prev.cnps_b << "," << x.ecn_ce_b - prev.ecn_ce_b << ","
+          << x.rg_remarked_a - prev.rg_remarked_a << "," << x.rg_encapsulated_a - prev.rg_encapsulated_a
+          << "," << x.rg_retransmits_a - prev.rg_retransmits_a << ","
+          << x.rg_decapsulated_b - prev.rg_decapsulated_b << "," << x.rg_repaired_b - prev.rg_repaired_b
+          << "," << x.rg_lost_b - prev.rg_lost_b << "\n";
+      prev = x;
+    }
+  }
+  write_file(dir + "/counters.csv", csv.str());
+  files.push_back("counters.csv");
+
+  write_file(dir + "/summary.txt", summary_table(s, phases));
+  files.push_back("summary.txt");
+
+  for (auto& f : draw_charts(dir, phases)) files.push_back(f);
+  return files;
+}
+
+}  // namespace rg::lab

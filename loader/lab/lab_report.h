@@ -1,0 +1,83 @@
+// What `roceguard lab` measures and writes: per-second snapshots of one
+// phase (without or with roceguard), the live view drawn from them, the
+// side-by-side summary, and the report directory (JSON, CSV, Prometheus
+// text, gnuplot charts).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lab/roce_gen.h"
+#include "lab/wan.h"
+
+namespace rg::lab {
+
+// Cumulative figures at the end of one second of a phase; the view and the
+// CSV show differences between consecutive snapshots.
+struct Snapshot {
+  unsigned second = 0;
+  uint64_t sent_packets = 0;     // host A, first copies and resends
+  uint64_t retransmits_a = 0;    // host A's Go-Back-N resends
+  uint64_t naks_a = 0;           // NAKs that reached host A
+  uint64_t received_b = 0;       // request packets that reached host B
+  uint64_t goodput_bytes_b = 0;  // payload delivered in order at host B
+  uint64_t lost_b = 0;           // PSN-gap estimate at host B
+  uint64_t cnps_b = 0;           // CNPs host B sent
+  uint64_t ecn_ce_b = 0;
+  std::array<uint64_t, 64> dscp_b{};  // DSCP of request packets at host B
+  uint64_t wan_dropped = 0;      // both directions, since the phase started
+  uint64_t wan_bleached = 0;
+  uint64_t wan_ce_marked = 0;
+  // roceguard's own counters (zero without it): what the gateways saw.
+  uint64_t rg_remarked_a = 0;
+  uint64_t rg_encapsulated_a = 0;
+  uint64_t rg_retransmits_a = 0;
+  uint64_t rg_decapsulated_b = 0;
+  uint64_t rg_repaired_b = 0;
+  uint64_t rg_lost_b = 0;
+};
+
+struct PhaseResult {
+  std::string name;  // "without" or "with"
+  bool roceguard = false;
+  unsigned duration_s = 0;
+  std::vector<Snapshot> seconds;
+  SenderStats sent;
+  ReceiverStats received;
+  Snapshot final;
+  nlohmann::json counters = nlohmann::json::object();  // gateway -> counter rows
+  std::vector<std::string> pcaps;
+};
+
+struct LabSettings {
+  std::string mode;
+  unsigned duration_s = 0;
+  double loss_pct = 0;
+  double ce_pct = 0;
+  unsigned qps = 0;
+  size_t payload = 0;
+  bool tunnel = true;
+  uint8_t host_tos = 0;
+  std::string metrics_a, metrics_b;
+};
+
+// Live view: a phase banner, a column header, one row per second.
+std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count);
+std::string view_header();
+std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s);
+
+// "46:100%" or "0:99.9% 46:0.1%": the classes of request packets at host B.
+std::string dscp_text(const std::array<uint64_t, 64>& h);
+
+std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& phases);
+
+// Writes counters.json, counters.csv, summary.txt and the charts into dir
+// (which exists). Returns the files written, relative to dir.
+std::vector<std::string> write_report(const std::string& dir, const LabSettings& s,
+                                      const std::vector<PhaseResult>& phases);
+
+}  // namespace rg::lab

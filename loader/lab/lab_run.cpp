@@ -1,0 +1,520 @@
+#include "lab/lab_run.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "attach.h"
+#include "config.h"
+#include "error.h"
+#include "exporter.h"
+#include "lab/lab_report.h"
+#include "lab/proc.h"
+#include "lab/roce_gen.h"
+#include "lab/topology.h"
+#include "lab/wan.h"
+#include "maps.h"
+#include "names.h"
+#include "state.h"
+
+namespace rg::lab {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+constexpr uint32_t kVni = 4242;
+// What a RoCE host marks before anything touches it: DSCP 26 (AF31, the
+// usual RoCE class) with ECT(0), so the WAN can mark CE.
+constexpr uint8_t kHostTos = 26 << 2 | 0x02;
+constexpr const char* kBpffs = "/sys/fs/bpf";
+
+std::atomic<bool> g_stop{false};
+std::atomic<Sender*> g_sender{nullptr};
+
+void on_signal(int) {
+  g_stop = true;
+  if (Sender* s = g_sender.load()) s->stop();
+}
+
+// SIGINT/SIGTERM stop the run instead of the process, so every destructor
+// runs; the previous handlers come back on return.
+class SignalScope {
+ public:
+  SignalScope() {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalScope() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+void check_stop() {
+  if (g_stop) throw Error("interrupted; everything the lab created was removed", 130);
+}
+
+std::string timestamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+std::string pin_path(const std::string& prefix, Node n) {
+  return std::string(kBpffs) + "/" + prefix + "-" + std::to_string(getpid()) + "-" +
+         std::string(node_suffix(n));
+}
+
+// Pin directories of runs that died without cleaning up (SIGKILL): their
+// namespaces, and so their interfaces and programs, are gone with
+// Topology::cleanup_stale; only the pins remain.
+void remove_stale_pins(const std::string& prefix) {
+  const std::regex re("^" + prefix + "-([0-9]+)-[A-Za-z]+$");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(kBpffs, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, m, re)) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(m[1]));
+    if (kill(pid, 0) == 0 || errno == EPERM) continue;
+    remove_pins(e.path().string());
+  }
+}
+
+// roceguard on one gateway, attached by the loader's own code path
+// (Dataplane::attach_all) inside the gateway's namespace; detached and its
+// pins removed on destruction.
+class Gateway {
+ public:
+  Gateway(const Topology& topo, Node node, const std::string& pin, const Config& cfg)
+      : netns_(topo.netns(node)), pin_(pin) {
+    ensure_bpffs(pin_);
+    lock_ = std::make_unique<PinLock>(pin_, true);
+    try {
+      NetnsGuard in(netns_);
+      dp_ = std::make_unique<Dataplane>(cfg, pin_, true);
+      state_ = dp_->attach_all(false);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~Gateway() { release(); }
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  const std::string& pin() const { return pin_; }
+  const State& state() const { return state_; }
+
+ private:
+  void release() noexcept {
+    try {
+      NetnsGuard in(netns_);
+      for (const auto& is : state_.interfaces)
+        detach_interface(is.ifindex, is.name, is.tc_handle, is.tc_priority);
+    } catch (const std::exception& e) {
+      spdlog::warn("lab: detaching in {}: {} (removing the namespace detaches it anyway)", netns_, e.what());
+    }
+    state_.interfaces.clear();
+    dp_.reset();
+    remove_pins(pin_);
+    lock_.reset();
+  }
+
+  std::string netns_, pin_;
+  std::unique_ptr<PinLock> lock_;
+  std::unique_ptr<Dataplane> dp_;
+  State state_;
+};
+
+Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
+                      bool tunnel) {
+  std::ostringstream toml;
+  toml << "interfaces = [\"wan0\"]\n";
+  if (tunnel)
+    toml << "[tunnel]\n[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" << local << "\"\nremote = \""
+         << remote << "\"\nvni = " << kVni << "\nroutes = [\"" << route << "\"]\n";
+  ConfigProblems problems;
+  Config cfg = parse_config_string(toml.str(), problems);
+  if (!problems.ok()) {
+    std::string all;
+    for (const auto& e : problems.errors) all += "\n  " + e;
+    throw Error("lab gateway configuration rejected:" + all);
+  }
+  return cfg;
+}
+
+// A bounded dumpcap at one hop; its log says when the capture runs.
+struct Capture {
+  std::string file;
+  std::string log;
+  std::unique_ptr<Child> child;
+};
+
+struct Hop {
+  Node node;
+  const char* ifname;
+  const char* label;
+};
+
+// Where a packet from host A to host B can be seen: leaving host A, leaving
+// gateway A (after roceguard's egress program), entering and leaving the
+// WAN (before and after its bleach/loss), arriving at host B.
+constexpr Hop kHops[] = {{Node::kHostA, "eth0", "1-host-a"},
+                         {Node::kGatewayA, "wan0", "2-gw-a-wan0"},
+                         {Node::kWan, "to-a", "3-wan-in"},
+                         {Node::kWan, "to-b", "4-wan-out"},
+                         {Node::kHostB, "eth0", "5-host-b"}};
+
+std::vector<Capture> start_captures(const Topology& topo, const std::string& dir, const std::string& phase,
+                                    unsigned seconds) {
+  std::vector<Capture> caps;
+  if (!seconds) return caps;
+  std::filesystem::create_directories(dir + "/pcap");
+  for (const auto& h : kHops) {
+    Capture c;
+    c.file = dir + "/pcap/" + phase + "-" + h.label + ".pcapng";
+    c.log = dir + "/pcap/." + phase + "-" + h.label + ".log";
+    // Bounded in time and size; headers only (256 bytes) keep the files small.
+    c.child = std::make_unique<Child>(
+        topo.exec_argv(h.node, {"dumpcap", "-q", "-i", h.ifname, "-f", "udp port 4791 or udp port 6081",
+                                "-s", "256", "-a", "duration:" + std::to_string(seconds), "-c", "50000",
+                                "-w", c.file}),
+        c.log);
+    caps.push_back(std::move(c));
+  }
+  // Traffic sent before dumpcap says it captures would be missed. Bounded: 30 s.
+  for (auto& c : caps) {
+    for (int i = 0;; ++i) {
+      std::ifstream f(c.log);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (ss.str().find("Capturing on") != std::string::npos) break;
+      if (!c.child->running()) throw Error("dumpcap exited before capturing: " + ss.str());
+      if (i >= 600) throw Error("dumpcap did not start capturing for " + c.file);
+      check_stop();
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  return caps;
+}
+
+std::vector<std::string> finish_captures(std::vector<Capture>& caps, const std::string& dir) {
+  std::vector<std::string> files;
+  for (auto& c : caps) {
+    if (c.child->wait(10s) < 0) c.child->stop();
+    std::error_code ec;
+    std::filesystem::remove(c.log, ec);
+    if (std::filesystem::exists(c.file)) files.push_back(std::filesystem::relative(c.file, dir).string());
+  }
+  caps.clear();
+  return files;
+}
+
+json counter_rows(const std::vector<CounterRow>& rows, const Topology& topo, Node node) {
+  json out = json::array();
+  for (const auto& r : rows) {
+    std::string ifname = std::to_string(r.ifindex);
+    for (const char* name : {"wan0", "lan0"})
+      if (topo.ifindex(node, name) == static_cast<int>(r.ifindex)) ifname = name;
+    json ev = json::object();
+    for (size_t i = 0; i < RG_EV_MAX; ++i)
+      if (r.ev[i].packets || r.ev[i].bytes)
+        ev[std::string(event_name(static_cast<rg_event>(i)).name)] = {{"packets", r.ev[i].packets},
+                                                                       {"bytes", r.ev[i].bytes}};
+    out.push_back({{"interface", ifname},
+                   {"ifindex", r.ifindex},
+                   {"direction", std::string(direction_name(r.direction))},
+                   {"events", ev}});
+  }
+  return out;
+}
+
+std::string scrape(const std::string& address) {
+  auto r = run({"curl", "-sS", "--max-time", "10", "http://" + address + "/metrics"}, 15s);
+  if (r.status != 0) throw Error("final scrape of http://" + address + "/metrics failed: " + r.err);
+  return r.out;
+}
+
+struct Lab {
+  const LabOptions& opts;
+  LabSettings settings;
+  std::string dir;
+  Topology& topo;
+  Wan& wan;
+  std::vector<std::string> files;
+};
+
+Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const ReceiverStats& rx,
+                       const Snapshot& wan_base, const Gateway* gw_a, const Gateway* gw_b) {
+  Snapshot s;
+  s.second = second;
+  s.sent_packets = tx.packets;
+  s.retransmits_a = tx.retransmits;
+  s.naks_a = tx.naks;
+  s.received_b = rx.packets;
+  s.goodput_bytes_b = rx.goodput_bytes;
+  s.lost_b = rx.lost_estimate;
+  s.cnps_b = rx.cnps;
+  s.ecn_ce_b = rx.ecn_ce;
+  s.dscp_b = rx.dscp;
+  for (auto cls : {RG_WAN_ROCE, RG_WAN_GENEVE}) {
+    WanStats w = lab.wan.total(cls);
+    s.wan_dropped += w.dropped;
+    s.wan_bleached += w.bleached;
+    s.wan_ce_marked += w.ce_marked;
+  }
+  s.wan_dropped -= wan_base.wan_dropped;
+  s.wan_bleached -= wan_base.wan_bleached;
+  s.wan_ce_marked -= wan_base.wan_ce_marked;
+  if (gw_a) {
+    auto rows = MapReader(gw_a->pin()).counters();
+    s.rg_remarked_a = sum_packets(rows, RG_DIR_EGRESS, RG_EV_DSCP_REWRITTEN);
+    s.rg_encapsulated_a = sum_packets(rows, RG_DIR_EGRESS, RG_EV_ENCAPSULATED);
+    s.rg_retransmits_a = sum_packets(rows, RG_DIR_EGRESS, RG_EV_RETRANSMITS);
+  }
+  if (gw_b) {
+    auto rows = MapReader(gw_b->pin()).counters();
+    s.rg_decapsulated_b = sum_packets(rows, RG_DIR_INGRESS, RG_EV_DECAPSULATED);
+    s.rg_repaired_b = sum_packets(rows, RG_DIR_INGRESS, RG_EV_DSCP_REPAIRED);
+    s.rg_lost_b = sum_packets(rows, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE);
+  }
+  return s;
+}
+
+PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
+  PhaseResult p;
+  p.name = with ? "with" : "without";
+  p.roceguard = with;
+  p.duration_s = lab.opts.duration_s;
+  std::cout << view_banner(lab.settings, p, index, count) << std::flush;
+
+  const Addresses& a = lab.topo.addr();
+  std::optional<Gateway> gw_a, gw_b;
+  if (with) {
+    gw_a.emplace(lab.topo, Node::kGatewayA, pin_path(lab.opts.prefix, Node::kGatewayA),
+                 gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel));
+    gw_b.emplace(lab.topo, Node::kGatewayB, pin_path(lab.opts.prefix, Node::kGatewayB),
+                 gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel));
+    for (const auto* g : {&*gw_a, &*gw_b})
+      for (const auto& is : g->state().interfaces)
+        std::cout << "   attached in " << (g == &*gw_a ? "gateway A" : "gateway B") << ": " << is.name
+                  << " xdp " << is.xdp_mode << " (id " << is.xdp_prog_id << "), tc egress (id "
+                  << is.tc_prog_id << "), maps pinned at " << g->pin() << "\n";
+  }
+  check_stop();
+
+  Snapshot wan_base = take_snapshot(lab, 0, {}, {}, {}, nullptr, nullptr);
+  auto captures = start_captures(lab.topo, lab.dir, p.name, lab.opts.pcap_seconds);
+
+  QpPlan plan;
+  plan.count = lab.opts.qps;
+  ReceiverConfig rcfg;
+  rcfg.qps = plan;
+  std::unique_ptr<Receiver> rx;
+  {
+    NetnsGuard in(lab.topo.netns(Node::kHostB));
+    rx = std::make_unique<Receiver>(rcfg);
+  }
+  rx->start();
+
+  std::mutex mu;
+  SenderStats latest;
+  SenderConfig scfg;
+  scfg.peer = a.host_b4;
+  scfg.qps = plan;
+  // Far more than fits in the phase: the duration ends it. Below 2^23 so
+  // PSN arithmetic (mod 2^24) never wraps past the window.
+  scfg.messages = 4000000;
+  scfg.payload = lab.opts.payload;
+  scfg.tos = kHostTos;
+  scfg.duration = std::chrono::seconds(lab.opts.duration_s);
+  scfg.on_second = [&](const SenderStats& s) {
+    std::lock_guard lock(mu);
+    latest = s;
+  };
+  std::unique_ptr<Sender> tx;
+  {
+    NetnsGuard in(lab.topo.netns(Node::kHostA));
+    tx = std::make_unique<Sender>(scfg);
+  }
+  std::atomic<bool> done{false};
+  SenderStats final_tx;
+  g_sender = tx.get();
+  std::thread sender([&] {
+    final_tx = tx->run();
+    done = true;
+  });
+  // The sender thread must be joined on every path out of here.
+  struct Joiner {
+    std::thread& t;
+    Sender& s;
+    ~Joiner() {
+      s.stop();
+      if (t.joinable()) t.join();
+      g_sender = nullptr;
+    }
+  } joiner{sender, *tx};
+
+  std::cout << view_header() << std::flush;
+  Snapshot prev;
+  const auto start = std::chrono::steady_clock::now();
+  // Bounded by the sender's own duration; the extra seconds only cover a
+  // slow start.
+  for (unsigned sec = 1; sec <= lab.opts.duration_s + 5 && !done; ++sec) {
+    while (!done && !g_stop && std::chrono::steady_clock::now() < start + std::chrono::seconds(sec))
+      std::this_thread::sleep_for(20ms);
+    check_stop();
+    if (done) break;
+    SenderStats tx_now;
+    {
+      std::lock_guard lock(mu);
+      tx_now = latest;
+    }
+    Snapshot cur = take_snapshot(lab, sec, tx_now, rx->stats(), wan_base, gw_a ? &*gw_a : nullptr,
+                                 gw_b ? &*gw_b : nullptr);
+    std::cout << view_row(prev, cur, lab.opts.duration_s) << std::flush;
+    p.seconds.push_back(cur);
+    prev = cur;
+  }
+  sender.join();
+  check_stop();
+  // Resends still in flight when the sender stopped land within a few
+  // round trips.
+  std::this_thread::sleep_for(300ms);
+  rx->stop();
+  p.sent = final_tx;
+  p.received = rx->stats();
+  p.final = take_snapshot(lab, static_cast<unsigned>(p.seconds.size()), p.sent, p.received, wan_base,
+                          gw_a ? &*gw_a : nullptr, gw_b ? &*gw_b : nullptr);
+
+  if (with) {
+    p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA);
+    p.counters["gw_b"] = counter_rows(MapReader(gw_b->pin()).counters(), lab.topo, Node::kGatewayB);
+    // The final scrape, while the maps are still pinned.
+    for (auto [addr, name] : {std::pair{lab.settings.metrics_a, "prometheus-gw-a.txt"},
+                              std::pair{lab.settings.metrics_b, "prometheus-gw-b.txt"}}) {
+      std::ofstream(lab.dir + "/" + name) << scrape(addr);
+      lab.files.push_back(name);
+    }
+  }
+  p.pcaps = finish_captures(captures, lab.dir);
+  return p;
+}
+
+}  // namespace
+
+int run_lab(const LabOptions& opts) {
+  if (geteuid() != 0) throw Error("lab: run as root (network namespaces and BPF programs)", kExitUsage);
+  if (opts.mode != "with" && opts.mode != "without" && opts.mode != "both")
+    throw Error("lab: --mode is one of with, without, both", kExitUsage);
+  if (opts.loss_pct < 0 || opts.loss_pct > 100 || opts.ce_pct < 0 || opts.ce_pct > 100)
+    throw Error("lab: --loss and --ce are percentages, 0..100", kExitUsage);
+  spdlog::set_level(opts.verbose ? spdlog::level::debug : spdlog::level::warn);
+  setup_bpf_logging();
+  g_stop = false;
+  SignalScope signals;
+
+  LabSettings settings;
+  settings.mode = opts.mode;
+  settings.duration_s = opts.duration_s;
+  settings.loss_pct = opts.loss_pct;
+  settings.ce_pct = opts.ce_pct;
+  settings.qps = opts.qps;
+  settings.payload = opts.payload;
+  settings.tunnel = opts.tunnel;
+  settings.host_tos = kHostTos;
+
+  const std::string dir = opts.report_dir.empty() ? "roceguard-lab-" + timestamp() : opts.report_dir;
+  std::filesystem::create_directories(dir);
+
+  ensure_bpffs(pin_path(opts.prefix, Node::kGatewayA));
+  if (int n = Topology::cleanup_stale(opts.prefix)) std::cout << "removed " << n << " namespaces of an earlier run\n";
+  remove_stale_pins(opts.prefix);
+
+  // Both exporters read the pinned maps of their gateway at every scrape:
+  // up for the whole run, reporting roceguard_maps_up 0 while nothing is
+  // attached.
+  const auto colon = opts.metrics_listen.rfind(':');
+  if (colon == std::string::npos) throw Error("lab: --metrics-listen is host:port", kExitUsage);
+  const std::string host = opts.metrics_listen.substr(0, colon);
+  const unsigned port = static_cast<unsigned>(std::stoul(opts.metrics_listen.substr(colon + 1)));
+  ExporterOptions eo;
+  eo.per_qp = true;
+  eo.interfaces = {"wan0"};
+  eo.listen = opts.metrics_listen;
+  eo.pin_path = pin_path(opts.prefix, Node::kGatewayA);
+  Exporter exporter_a(eo);
+  eo.listen = host + ":" + std::to_string(port ? port + 1 : 0);
+  eo.pin_path = pin_path(opts.prefix, Node::kGatewayB);
+  Exporter exporter_b(eo);
+  settings.metrics_a = exporter_a.listen_address();
+  settings.metrics_b = exporter_b.listen_address();
+
+  std::cout << "roceguard lab: host A -- gateway A == lossy WAN == gateway B -- host B (network namespaces "
+            << opts.prefix << "-" << getpid() << "-*)\n"
+            << "metrics while it runs: gateway A http://" << settings.metrics_a
+            << "/metrics, gateway B http://" << settings.metrics_b << "/metrics\n"
+            << "report: " << std::filesystem::absolute(dir).string() << "\n"
+            << "the WAN has no reordering or jitter: it bleaches DSCP, drops and CE-marks (bpf/wan.bpf.c)\n"
+            << std::flush;
+
+  Topology topo(opts.prefix);
+  topo.check_path();
+  check_stop();
+  const uint32_t loss_ppm = static_cast<uint32_t>(opts.loss_pct * RG_WAN_PPM / 100.0 + 0.5);
+  const uint32_t ce_ppm = static_cast<uint32_t>(opts.ce_pct * RG_WAN_PPM / 100.0 + 0.5);
+  // Loss and CE only on RoCE and Geneve: the lab's control traffic (ARP,
+  // neighbour discovery) stays intact.
+  Wan wan(topo.netns(Node::kWan), {"to-a", "to-b"},
+          rg_wan_config{loss_ppm, ce_ppm, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});
+
+  Lab lab{opts, settings, dir, topo, wan, {}};
+  std::vector<bool> phases;
+  if (opts.mode != "with") phases.push_back(false);
+  if (opts.mode != "without") phases.push_back(true);
+  std::vector<PhaseResult> results;
+  for (size_t i = 0; i < phases.size(); ++i)
+    results.push_back(run_phase(lab, phases[i], static_cast<unsigned>(i + 1),
+                                static_cast<unsigned>(phases.size())));
+
+  if (opts.mode == "without")  // nothing was attached: the scrape shows roceguard_maps_up 0
+    for (auto [addr, name] : {std::pair{settings.metrics_a, "prometheus-gw-a.txt"},
+                              std::pair{settings.metrics_b, "prometheus-gw-b.txt"}}) {
+      std::ofstream(dir + "/" + name) << scrape(addr);
+      lab.files.push_back(name);
+    }
+
+  std::cout << summary_table(settings, results);
+  for (const auto& f : write_report(dir, settings, results)) lab.files.push_back(f);
+  for (const auto& p : results)
+    for (const auto& f : p.pcaps) lab.files.push_back(f);
+  std::cout << "\nreport in " << std::filesystem::absolute(dir).string() << ":\n";
+  for (const auto& f : lab.files) std::cout << "  " << f << "\n";
+  return kExitOk;
+}
+
+}  // namespace rg::lab
