@@ -46,7 +46,14 @@ uint32_t legacy_flags(enum xdp_attach_mode mode) {
 struct Multiprog {
   explicit Multiprog(int ifindex) {
     mp = xdp_multiprog__get_from_ifindex(ifindex);
-    if (libxdp_get_error(mp)) mp = nullptr;
+    long err = libxdp_get_error(mp);
+    if (!err) return;
+    mp = nullptr;
+    // Reading the chain opens programs by id, which needs CAP_SYS_ADMIN;
+    // guessing "nothing attached" would let us replace a foreign program.
+    if (err != -ENOENT)
+      throw Error("cannot read the XDP programs of ifindex " + std::to_string(ifindex) + ": " +
+                  xdp_error(static_cast<int>(err)) + " (roceguard needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)");
   }
   ~Multiprog() {
     if (mp) xdp_multiprog__close(mp);
@@ -118,6 +125,19 @@ bool any_map_pinned(const std::string& pin_path) {
   for (const char* name : kPinnedMaps)
     if (stat((pin_path + "/" + name).c_str(), &st) == 0) return true;
   return false;
+}
+
+// Rollback runs every step even when one fails: a step that throws must
+// not leave the others' attachments behind.
+void run_undo(std::vector<std::function<void()>>& undo) {
+  for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
+    try {
+      (*it)();
+    } catch (const std::exception& e) {
+      spdlog::error("rollback: {}", e.what());
+    }
+  }
+  undo.clear();
 }
 
 }  // namespace
@@ -285,7 +305,9 @@ std::string Dataplane::xdp_attach(int ifindex, const std::string& name, bool for
     return "direct";
   }
   auto ours = now.ours();
-  prog_id = ours.empty() ? 0 : xdp_program__id(ours.front());
+  if (ours.empty())
+    throw Error("attached " + std::string(kProgXdp) + " to " + name + " but cannot find it there afterwards");
+  prog_id = xdp_program__id(ours.front());
   return "dispatcher";
 }
 
@@ -410,7 +432,7 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force) {
     st.tc_handle = cfg_.tc_handle;
     st.tc_priority = cfg_.tc_priority;
   } catch (...) {
-    for (auto it = undo.rbegin(); it != undo.rend(); ++it) (*it)();
+    run_undo(undo);
     throw;
   }
   return st;
@@ -457,7 +479,7 @@ State Dataplane::attach_all(bool force) {
     restrict_pins(pin_path_);
     write_state(pin_path_, st);
   } catch (...) {
-    for (auto it = undo.rbegin(); it != undo.rend(); ++it) (*it)();
+    run_undo(undo);
     if (fresh_pins) remove_pins(pin_path_);
     spdlog::error("attach failed: everything attached in this run was removed again");
     throw;
