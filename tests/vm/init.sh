@@ -1,5 +1,6 @@
 #!/bin/sh
-# initramfs /init: reach the host root over 9p, chroot into it, run the test
+# initramfs /init: reach the host root over 9p, switch into it (so the
+# kernel's module autoloading finds the host's modprobe), run the test
 # script from the writable share, record its status, power off.
 mount -t proc proc /proc
 mount -t sysfs sys /sys
@@ -7,10 +8,10 @@ mount -t devtmpfs dev /dev
 for m in /modules/*.ko; do
 	insmod "$m" || echo "init: insmod $m failed"
 done
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose hostroot /newroot || {
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose hostroot /newroot; then
 	echo "init: cannot mount the host root"
 	echo o >/proc/sysrq-trigger
-}
+fi
 mount -t proc proc /newroot/proc
 mount -t sysfs sys /newroot/sys
 mount -t devtmpfs dev /newroot/dev
@@ -18,12 +19,13 @@ mount -t devpts devpts /newroot/dev/pts 2>/dev/null
 mount -t tmpfs tmp /newroot/tmp
 mount -t tmpfs run /newroot/run
 mount -t bpf bpf /newroot/sys/fs/bpf
-mount -t configfs configfs /newroot/sys/kernel/config
 mkdir -p /newroot/run/rgvm
 mount -t 9p -o trans=virtio,version=9p2000.L,rw,cache=none rgvm /newroot/run/rgvm
-chroot /newroot /bin/sh /run/rgvm/run.sh >/newroot/run/rgvm/out.log 2>&1
-echo $? >/newroot/run/rgvm/rc
-sync
-umount /newroot/run/rgvm
-echo o >/proc/sysrq-trigger
-sleep 10
+umount /proc /sys /dev
+exec switch_root /newroot /bin/sh -c '
+	sh /run/rgvm/run.sh >/run/rgvm/out.log 2>&1
+	echo $? >/run/rgvm/rc
+	sync
+	umount /run/rgvm
+	echo o >/proc/sysrq-trigger
+	sleep 10'

@@ -20,7 +20,7 @@ RGVM_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${RGVM_BUILD:?RGVM_BUILD must name the build directory}"
 # TCG boots in ~12 s; a guest script gets this long in total before qemu is
 # killed.
-: "${RGVM_TIMEOUT:=240}"
+: "${RGVM_TIMEOUT:=180}"
 
 declare -A rgvm_pid=()
 
@@ -69,7 +69,7 @@ rgvm_build_initramfs() {
 	local root=$RGVM_DIR/initramfs f m seen=" " n=0 order=()
 	mkdir -p "$root"/{bin,dev,proc,sys,newroot,modules}
 	cp /bin/busybox "$root/bin/busybox"
-	for m in sh mount umount insmod mkdir sleep echo cat chroot sync poweroff; do
+	for m in sh mount umount insmod mkdir sleep echo switch_root; do
 		ln -s busybox "$root/bin/$m"
 	done
 	# Only what it takes to reach the host root; the rest is modprobed from

@@ -82,3 +82,38 @@ capture_stop() {
 	kill -INT "$CAPTURE_PID"
 	wait "$CAPTURE_PID" || true
 }
+
+le32() { printf '%02x %02x %02x %02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)); }
+
+# The test WAN (bpf/wan.bpf.c) on this VM's egress, after roceguard's TC
+# program (higher preference number = later): what leaves the VM is what
+# crossed the WAN. wan_up FLAGS LOSS_PPM; flags 1 = bleach DSCP, 2 = RoCE only.
+WAN_PIN=/sys/fs/bpf/rgvm-wan
+wan_up() {
+	local flags=$1 loss=$2
+	mkdir -p "$WAN_PIN"
+	bpftool prog load "$RGVM_BUILD/bpf/wan.bpf.o" "$WAN_PIN/prog" type classifier pinmaps "$WAN_PIN"
+	tc qdisc show dev eth0 | grep -q clsact || tc qdisc add dev eth0 clsact
+	tc filter add dev eth0 egress pref 200 bpf da pinned "$WAN_PIN/prog"
+	# shellcheck disable=SC2046
+	bpftool map update pinned "$WAN_PIN/wan_config" key hex 00 00 00 00 \
+		value hex $(le32 "$loss") $(le32 0) $(le32 "$flags") $(le32 0)
+}
+
+# wan_stat FIELD: FIELD (packets, dropped, bleached) summed over CPUs for RoCE.
+wan_stat() {
+	bpftool -j map dump pinned "$WAN_PIN/wan_stats" |
+		jq "[.[].formatted | select(.key.cls == 0) | .values[].value.$1] | add // 0"
+}
+
+rg_attach() {
+	"$RGVM_ROCEGUARD" attach -i eth0 "$@"
+}
+
+# rg_event NAME DIRECTION: one counter summed over interfaces, from
+# `roceguard stats --json`.
+rg_event() {
+	"$RGVM_ROCEGUARD" stats --json |
+		jq --arg ev "$1" --arg dir "$2" \
+			'[.counters[] | select(.direction == $dir) | .events[$ev].packets] | add // 0'
+}
