@@ -40,13 +40,15 @@ wait_peer() {
 	die "peer $PEER never answered"
 }
 
-# Retries a client command until the server side is listening (bounded).
+# Retries a client command until the server side is listening (bounded);
+# only the last attempt's output is kept.
 retry() {
-	local i
+	local i out
 	for i in $(seq 1 60); do
-		"$@" && return 0
+		out=$("$@" 2>&1) && { printf '%s\n' "$out"; return 0; }
 		sleep 1
 	done
+	printf '%s\n' "$out"
 	return 1
 }
 
