@@ -257,7 +257,7 @@ TEST_F(ExporterBpf, PromtoolAcceptsTheOutput) {
   Exporter ex(o);
   Scrape s = scrape(ex);
   ASSERT_EQ(s.status, 200);
-  TempDir tmp("rgex");
+  TempDir tmp("scrape");
   write_file(tmp.path() + "/metrics.txt", s.body);
   CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
   EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;
@@ -321,7 +321,7 @@ TEST_F(ExporterBpf, PerQpSeriesAreOffByDefaultAndCappedWhenOn) {
 TEST_F(ExporterBpf, RealPrometheusScrapesTheSameNumbers) {
   send_traffic(*dp_);
   Exporter ex(options_for(dp_->pin_path()));
-  TempDir tmp("rgex");
+  TempDir tmp("prometheus");
   const uint16_t prom_port = free_port();
   write_file(tmp.path() + "/prometheus.yml",
              "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"

@@ -16,7 +16,7 @@ namespace {
 
 class FakeSysfs {
  public:
-  FakeSysfs() : dir_("rgex-sysfs") {
+  FakeSysfs() : dir_("sysfs") {
     // rxe0 is found through a GID of its port (gid_attrs/ndevs); slot 1 is
     // unpopulated, which on real sysfs reads as EINVAL and here as empty.
     port("rxe0", 1, "gid_attrs/ndevs/0", "rgexr0");
@@ -147,7 +147,7 @@ TEST(NicCounters, ExporterShowsRxeAndMlx5CountersByInterface) {
   EXPECT_EQ(value_of(s, "roceguard_attached", {{"interface", "rgexnone"}, {"hook", "xdp_ingress"}}),
             0);
 
-  TempDir tmp("rgex");
+  TempDir tmp("scrape");
   write_file(tmp.path() + "/metrics.txt", r.body);
   CommandResult check =
       run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");

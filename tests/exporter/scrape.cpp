@@ -173,7 +173,7 @@ std::optional<double> value_of(const std::vector<Sample>& samples, const std::st
 
 CommandResult run_command(const std::vector<std::string>& argv, const std::string& stdin_path,
                           int timeout_s) {
-  TempDir tmp("rgex-cmd");
+  TempDir tmp("cmd");
   const std::string out_path = tmp.path() + "/out";
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -249,8 +249,8 @@ Child::~Child() {
   waitpid(pid_, &status, 0);
 }
 
-TempDir::TempDir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + "-" + std::to_string(getpid()) + "-XXXXXX";
+TempDir::TempDir(const std::string& what) {
+  std::string tmpl = "/tmp/rgex-" + std::to_string(getpid()) + "-" + what + "-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw sys_error("mkdtemp " + tmpl);
   path_ = tmpl;
 }

@@ -62,10 +62,10 @@ class Child {
   pid_t pid_ = -1;
 };
 
-// mkdtemp under /tmp named <prefix>-<pid>-XXXXXX, removed with its contents.
+// mkdtemp under /tmp named rgex-<pid>-<what>-XXXXXX, removed with its contents.
 class TempDir {
  public:
-  explicit TempDir(const std::string& prefix);
+  explicit TempDir(const std::string& what);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
