@@ -1,0 +1,323 @@
+#include "harness.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdarg>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "names.h"
+
+namespace rg::test {
+namespace {
+
+int g_ifindex = 0;
+std::string g_temp_dir;
+
+void write_file(const std::string& path, const std::string& value) {
+  std::ofstream f(path);
+  f << value;
+  if (!f.flush()) throw std::runtime_error("cannot write " + path);
+}
+
+std::string mac_text(const Mac& m) {
+  char buf[18];
+  std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4],
+                m[5]);
+  return buf;
+}
+
+// The whole process enters a fresh network namespace (it is root in CI), so
+// the veth pair, addresses and neighbours below are private and vanish when
+// it exits, whatever way it exits.
+class TopologyEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (unshare(CLONE_NEWNET) != 0)
+      FAIL() << "unshare(CLONE_NEWNET): " << std::strerror(errno)
+             << " (the data-plane tests need root: CAP_SYS_ADMIN, CAP_BPF, CAP_NET_ADMIN)";
+    const std::string dev = kDev;
+    const std::vector<std::string> setup = {
+        "ip link set lo up",
+        "ip link add " + dev + " address " + mac_text(kDevMac) + " type veth peer name " + dev +
+            "p address " + mac_text(kPeerMac),
+        "ip link set " + dev + "p up",
+        "ip link set " + dev + " up",
+        "ip addr add " + std::string(kLocal4) + "/24 dev " + dev,
+        "ip addr add " + std::string(kLocal6) + "/64 dev " + dev + " nodad",
+        "ip neigh replace " + std::string(kPeer4) + " lladdr " + mac_text(kPeerMac) + " dev " +
+            dev + " nud permanent",
+        "ip -6 neigh replace " + std::string(kPeer6) + " lladdr " + mac_text(kPeerMac) +
+            " dev " + dev + " nud permanent",
+    };
+    for (const auto& cmd : setup) ASSERT_NO_THROW(run_command(cmd)) << cmd;
+    // Forwarding lookups (bpf_fib_lookup without OUTPUT) need it.
+    ASSERT_NO_THROW(write_file("/proc/sys/net/ipv4/ip_forward", "1"));
+    ASSERT_NO_THROW(write_file("/proc/sys/net/ipv6/conf/all/forwarding", "1"));
+    g_ifindex = static_cast<int>(if_nametoindex(kDev));
+    ASSERT_GT(g_ifindex, 0);
+
+    std::string tmpl = "/tmp/rgdp-" + std::to_string(getpid()) + "-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    ASSERT_NE(mkdtemp(buf.data()), nullptr) << std::strerror(errno);
+    g_temp_dir = buf.data();
+  }
+
+  void TearDown() override {
+    if (!g_temp_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(g_temp_dir, ec);
+    }
+  }
+};
+
+// Brackets each test with a capture file.
+class CaptureListener : public ::testing::EmptyTestEventListener {
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    if (!g_temp_dir.empty())
+      Capture::current().begin(std::string(info.test_suite_name()) + "." + info.name());
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    Capture::current().end(info.result()->Failed());
+  }
+};
+
+}  // namespace
+
+int dev_ifindex() { return g_ifindex; }
+std::string temp_dir() { return g_temp_dir; }
+
+std::string run_command(const std::string& cmd, bool with_stderr) {
+  std::string out;
+  FILE* p = popen((cmd + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
+  if (!p) throw std::runtime_error("popen " + cmd);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    throw std::runtime_error("`" + cmd + "` failed: " + out);
+  return out;
+}
+
+rg_config test_config() {
+  rg_config c{};
+  c.dscp = RG_DEFAULT_DSCP;
+  c.cnp_dscp = RG_DEFAULT_CNP_DSCP;
+  c.mtu_policy = RG_MTU_PASS;
+  c.outer_ttl = RG_DEFAULT_OUTER_TTL;
+  c.flags = RG_CFG_F_DEFAULT | RG_CFG_F_POISON;
+  return c;
+}
+
+Dataplane::Dataplane(const rg_config& cfg) {
+  skel_ = roceguard__open();
+  if (!skel_) throw std::runtime_error("roceguard__open: " + std::string(std::strerror(errno)));
+  skel_->rodata->rg_cfg = cfg;
+  // A small QP table keeps each test's load cheap; LRU behaviour is not
+  // what these tests are about.
+  bpf_map__set_max_entries(skel_->maps.rg_qp, 1024);
+  if (int err = roceguard__load(skel_)) {
+    roceguard__destroy(skel_);
+    throw std::runtime_error("roceguard__load: " + std::string(std::strerror(-err)));
+  }
+  reader_ = std::make_unique<MapReader>(bpf_map__fd(skel_->maps.rg_counters),
+                                        bpf_map__fd(skel_->maps.rg_qp));
+}
+
+Dataplane::~Dataplane() {
+  reader_.reset();
+  roceguard__destroy(skel_);
+}
+
+Verdict Dataplane::tc(const Bytes& in) {
+  __sk_buff ctx{};
+  ctx.ifindex = dev_ifindex();
+  Bytes buf(in.size() + 512);
+  bpf_test_run_opts o{};
+  o.sz = sizeof(o);
+  o.data_in = in.data();
+  o.data_size_in = in.size();
+  o.data_out = buf.data();
+  o.data_size_out = buf.size();
+  o.ctx_in = &ctx;
+  o.ctx_size_in = sizeof(ctx);
+  o.repeat = 1;
+  int err = bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.rg_tc_egress), &o);
+  if (err) throw std::runtime_error("test_run tc: " + std::string(std::strerror(-err)));
+  buf.resize(o.data_size_out);
+  Capture::current().record(buf);
+  return {o.retval, buf};
+}
+
+Verdict Dataplane::xdp(const Bytes& in) {
+  xdp_md ctx{};
+  ctx.data_end = in.size();
+  ctx.ingress_ifindex = dev_ifindex();
+  Bytes buf(in.size() + 512);
+  bpf_test_run_opts o{};
+  o.sz = sizeof(o);
+  o.data_in = in.data();
+  o.data_size_in = in.size();
+  o.data_out = buf.data();
+  o.data_size_out = buf.size();
+  o.ctx_in = &ctx;
+  o.ctx_size_in = sizeof(ctx);
+  o.repeat = 1;
+  int err = bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.rg_xdp_ingress), &o);
+  if (err) throw std::runtime_error("test_run xdp: " + std::string(std::strerror(-err)));
+  buf.resize(o.data_size_out);
+  if (o.retval != kXdpDrop) Capture::current().record(buf);
+  return {o.retval, buf};
+}
+
+void Dataplane::peer(uint32_t idx, const std::string& local, const std::string& remote,
+                     uint32_t vni, uint16_t mtu) {
+  rg_peer p{};
+  Bytes l = ip_addr(local), r = ip_addr(remote);
+  p.vni = vni;
+  p.mtu = mtu;
+  p.family = l.size() == 4 ? AF_INET : AF_INET6;
+  std::memcpy(p.local, l.data(), l.size());
+  std::memcpy(p.remote, r.data(), r.size());
+  if (bpf_map__update_elem(skel_->maps.rg_peers, &idx, sizeof(idx), &p, sizeof(p), 0))
+    throw std::runtime_error("rg_peers update: " + std::string(std::strerror(errno)));
+}
+
+void Dataplane::route(const std::string& prefix, uint32_t prefixlen, uint32_t peer_idx) {
+  Bytes a = ip_addr(prefix);
+  int err;
+  if (a.size() == 4) {
+    rg_route4_key k{};
+    k.prefixlen = prefixlen;
+    std::memcpy(k.addr, a.data(), 4);
+    err = bpf_map__update_elem(skel_->maps.rg_route4, &k, sizeof(k), &peer_idx,
+                               sizeof(peer_idx), 0);
+  } else {
+    rg_route6_key k{};
+    k.prefixlen = prefixlen;
+    std::memcpy(k.addr, a.data(), 16);
+    err = bpf_map__update_elem(skel_->maps.rg_route6, &k, sizeof(k), &peer_idx,
+                               sizeof(peer_idx), 0);
+  }
+  if (err) throw std::runtime_error("route update: " + std::string(std::strerror(-err)));
+}
+
+void Dataplane::decap(const std::string& remote, uint32_t vni) {
+  rg_decap_key k{};
+  Bytes r = ip_addr(remote);
+  std::memcpy(k.remote, r.data(), r.size());
+  k.family = r.size() == 4 ? AF_INET : AF_INET6;
+  k.vni = vni;
+  uint32_t idx = 0;
+  if (bpf_map__update_elem(skel_->maps.rg_decap, &k, sizeof(k), &idx, sizeof(idx), 0))
+    throw std::runtime_error("rg_decap update: " + std::string(std::strerror(errno)));
+}
+
+void Dataplane::tunnels(uint16_t mtu) {
+  peer(0, kLocal4, kPeer4, kVni4, mtu);
+  peer(1, kLocal6, kPeer6, kVni6, mtu);
+  route(kRemoteNet4, 24, 0);
+  route(kRemoteNet6, 48, 1);
+  // What this gateway sends, it also accepts: encap output can be fed back.
+  decap(kLocal4, kVni4);
+  decap(kLocal6, kVni6);
+  decap(kPeer4, kVni4);
+  decap(kPeer6, kVni6);
+}
+
+Events Dataplane::events(rg_direction dir) const {
+  Events e;
+  for (const auto& row : reader_->counters()) {
+    if (row.direction != dir) continue;
+    for (int ev = 0; ev < RG_EV_MAX; ++ev)
+      if (row.ev[ev].packets)
+        e[std::string(event_name(static_cast<rg_event>(ev)).name)] += row.ev[ev].packets;
+  }
+  return e;
+}
+
+uint64_t Dataplane::bytes(rg_direction dir, rg_event ev) const {
+  uint64_t n = 0;
+  for (const auto& row : reader_->counters())
+    if (row.direction == dir) n += row.ev[ev].bytes;
+  return n;
+}
+
+std::vector<QpRow> Dataplane::qps() const { return reader_->qps(); }
+
+rg_qp_dir Dataplane::qp(rg_direction dir, uint32_t dest_qp) const {
+  for (const auto& row : reader_->qps())
+    if (row.key.dest_qp == dest_qp) return row.state.dir[dir];
+  ADD_FAILURE() << "no rg_qp entry for dest QP " << dest_qp;
+  return {};
+}
+
+Capture& Capture::current() {
+  static Capture c;
+  return c;
+}
+
+void Capture::begin(const std::string& test_name) {
+  std::string safe;
+  for (char ch : test_name) safe += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  dir_ = temp_dir() + "/" + safe;
+  std::filesystem::create_directories(dir_);
+  path_ = dir_ + "/emitted.pcap";
+  writer_ = std::make_unique<PcapWriter>(path_);
+}
+
+void Capture::record(const Bytes& frame) {
+  if (writer_) writer_->write(frame);
+}
+
+void Capture::end(bool failed) {
+  if (!writer_) return;
+  size_t n = writer_->count();
+  writer_.reset();
+  if (failed && n) {
+    try {
+      std::printf("frames emitted by this test, as tshark decodes them:\n%s",
+                  run_command("tshark -n -r " + path_ + " -o ip.check_checksum:TRUE"
+                              " -o udp.check_checksum:TRUE").c_str());
+    } catch (const std::exception& e) {
+      std::printf("tshark: %s\n", e.what());
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+}  // namespace rg::test
+
+namespace {
+
+// libxdp's XDP_RUN_CONFIG section is for libxdp, not libbpf: drop libbpf's
+// note about it so real warnings stand out.
+int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
+  if (level == LIBBPF_DEBUG || std::strstr(fmt, "skipping unrecognized data section"))
+    return 0;
+  return std::vfprintf(stderr, fmt, args);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  libbpf_set_print(libbpf_log);
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new rg::test::TopologyEnv);
+  ::testing::UnitTest::GetInstance()->listeners().Append(new rg::test::CaptureListener);
+  return RUN_ALL_TESTS();
+}

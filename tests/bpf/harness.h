@@ -1,0 +1,107 @@
+// Runs the roceguard BPF programs on single packets with BPF_PROG_TEST_RUN.
+//
+// The test process moves into a network namespace of its own before the
+// first test (see TopologyEnv): one veth pair with documentation addresses
+// and permanent neighbours, so bpf_fib_lookup() resolves the tunnel peers
+// without any traffic leaving the process. The namespace dies with it.
+#pragma once
+
+#include <linux/bpf.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "maps.h"
+#include "packet.h"
+#include "roceguard.skel.h"
+
+namespace rg::test {
+
+// The private topology: the device under test and its one neighbour.
+inline constexpr const char* kDev = "rgdp0";
+inline constexpr const char* kLocal4 = "192.0.2.1";
+inline constexpr const char* kPeer4 = "192.0.2.2";
+inline constexpr const char* kLocal6 = "2001:db8::1";
+inline constexpr const char* kPeer6 = "2001:db8::2";
+inline constexpr const char* kUnreachable4 = "198.51.100.99";  // no route
+inline const Mac kDevMac = {0x02, 0x00, 0x00, 0x00, 0x0a, 0x01};
+inline const Mac kPeerMac = {0x02, 0x00, 0x00, 0x00, 0x0b, 0x02};
+// The tunnel routes the tests install: inner prefixes behind the peers.
+inline constexpr const char* kRemoteNet4 = "203.0.113.0";   // /24 -> IPv4 peer
+inline constexpr const char* kRemoteNet6 = "2001:db8:6::";  // /48 -> IPv6 peer
+inline constexpr uint32_t kVni4 = 0x00abcd;
+inline constexpr uint32_t kVni6 = 0x123456;
+
+inline constexpr uint32_t kTcPass = static_cast<uint32_t>(-1);  // TC_ACT_UNSPEC
+inline constexpr uint32_t kTcShot = 2;                          // TC_ACT_SHOT
+inline constexpr uint32_t kXdpDrop = 1;
+inline constexpr uint32_t kXdpPass = 2;
+
+int dev_ifindex();
+
+// What the tests load: the compiled-in defaults, plus 0xff poison in every
+// header byte the program builds so a field it forgets to set shows.
+rg_config test_config();
+
+struct Verdict {
+  uint32_t ret = 0;
+  Bytes out;
+};
+
+// Counter values that are not zero, by event name (readable when a test fails).
+using Events = std::map<std::string, uint64_t>;
+
+class Dataplane {
+ public:
+  explicit Dataplane(const rg_config& cfg = test_config());
+  ~Dataplane();
+  Dataplane(const Dataplane&) = delete;
+  Dataplane& operator=(const Dataplane&) = delete;
+
+  Verdict tc(const Bytes& in);   // rg_tc_egress on kDev
+  Verdict xdp(const Bytes& in);  // rg_xdp_ingress on kDev
+
+  // Tunnel configuration, written as the loader would.
+  void peer(uint32_t idx, const std::string& local, const std::string& remote, uint32_t vni,
+            uint16_t mtu = 1500);
+  void route(const std::string& prefix, uint32_t prefixlen, uint32_t peer_idx);
+  void decap(const std::string& remote, uint32_t vni);
+  // The standard set: 203.0.113.0/24 via the IPv4 peer, 2001:db8:6::/48 via
+  // the IPv6 peer, and Geneve accepted from both.
+  void tunnels(uint16_t mtu = 1500);
+
+  Events events(rg_direction dir) const;  // packet counts
+  uint64_t bytes(rg_direction dir, rg_event ev) const;
+  std::vector<QpRow> qps() const;
+  // The per-QP state of one direction; fails the test when absent.
+  rg_qp_dir qp(rg_direction dir, uint32_t dest_qp) const;
+
+  roceguard* skel() const { return skel_; }
+
+ private:
+  roceguard* skel_ = nullptr;
+  std::unique_ptr<MapReader> reader_;
+};
+
+// Writes every frame the programs emit in the running test to a pcap file in
+// a private temporary directory; on failure the frames are decoded by tshark
+// into the log, and the directory is removed either way.
+class Capture {
+ public:
+  static Capture& current();
+  void begin(const std::string& test_name);
+  void end(bool failed);
+  void record(const Bytes& frame);
+
+ private:
+  std::string dir_, path_;
+  std::unique_ptr<PcapWriter> writer_;
+};
+
+std::string temp_dir();  // this process's private scratch directory
+// Runs a command; returns its stdout, fails (throws) on a non-zero exit.
+std::string run_command(const std::string& cmd, bool with_stderr = true);
+
+}  // namespace rg::test
