@@ -179,12 +179,14 @@ class MetricsCollector : public prometheus::Collectable {
     return true;
   }
 
-  static void add_counters(FamilySet& out, const std::vector<CounterRow>& rows) {
+  void add_counters(FamilySet& out, const std::vector<CounterRow>& rows) const {
     const auto& help = family_help();
     std::unordered_map<uint32_t, std::string> ifnames;
     for (const auto& row : rows) {
       auto [it, fresh] = ifnames.try_emplace(row.ifindex);
-      if (fresh) {
+      if (fresh && opts_.interface_names.count(row.ifindex)) {
+        it->second = opts_.interface_names.at(row.ifindex);
+      } else if (fresh) {
         char buf[IF_NAMESIZE] = {};
         // A deleted interface keeps its counters; name it by number then.
         it->second = if_indextoname(row.ifindex, buf) ? buf : std::to_string(row.ifindex);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +19,10 @@ struct ExporterOptions {
   size_t top_qps = 50;
   std::string sysfs_root = "/sys";        // where class/infiniband is looked up
   size_t threads = 2;                     // HTTP worker threads
+  // Interface names by ifindex for maps whose programs run in another
+  // network namespace (the lab's gateways): there if_indextoname() in the
+  // exporter's namespace would name an unrelated interface.
+  std::map<uint32_t, std::string> interface_names;
 };
 
 class Exporter {
