@@ -12,7 +12,7 @@ scripts/install-deps.sh
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROCEGUARD_FUZZ=ON >/dev/null
 cmake --build "$build" -j"$(nproc)"
 cd "$build"
 ctest --output-on-failure --timeout 1500 "$@"
