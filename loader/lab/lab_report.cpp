@@ -259,9 +259,9 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   row("NAKs (sequence error) at host A", [&](const PhaseResult& p) { return num(p.sent.naks); });
   row("retransmit timeouts at host A", [&](const PhaseResult& p) { return num(p.sent.timeouts); });
   row("estimated lost at host B (PSN gaps)", [&](const PhaseResult& p) { return num(p.received.lost_estimate); });
-  row("dropped by the WAN", [&](const PhaseResult& p) { return num(p.final.wan_dropped); });
-  row("DSCP bleached by the WAN", [&](const PhaseResult& p) { return num(p.final.wan_bleached); });
-  row("CE marked by the WAN", [&](const PhaseResult& p) { return num(p.final.wan_ce_marked); });
+  row("dropped by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_dropped); });
+  row("bleached by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_bleached); });
+  row("CE marked by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_ce_marked); });
   row("CNPs sent by host B", [&](const PhaseResult& p) { return num(p.received.cnps); });
   row("QPs failed (retry count exceeded)", [&](const PhaseResult& p) { return num(p.sent.qps_failed); });
   row("roceguard gw A: DSCP re-marked", [&](const PhaseResult& p) { return rg(p.final.rg_remarked_a, p); });

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -198,10 +199,10 @@ std::vector<Capture> start_captures(const Topology& topo, const std::string& dir
     Capture c;
     c.file = dir + "/pcap/" + phase + "-" + h.label + ".pcapng";
     c.log = dir + "/pcap/." + phase + "-" + h.label + ".log";
-    // Bounded in time and size; headers only (256 bytes) keep the files small.
+    // Bounded in time and packets; headers only (256 bytes) keep the files small.
     c.child = std::make_unique<Child>(
         topo.exec_argv(h.node, {"dumpcap", "-q", "-i", h.ifname, "-f", "udp port 4791 or udp port 6081",
-                                "-s", "256", "-a", "duration:" + std::to_string(seconds), "-c", "50000",
+                                "-s", "256", "-a", "duration:" + std::to_string(seconds), "-c", "5000",
                                 "-w", c.file}),
         c.log);
     caps.push_back(std::move(c));
@@ -265,6 +266,7 @@ struct Lab {
   std::string dir;
   Topology& topo;
   Wan& wan;
+  std::array<Exporter*, 2> exporters;  // gateway A, gateway B
   std::vector<std::string> files;
 };
 
@@ -319,6 +321,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
                  gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel));
     gw_b.emplace(lab.topo, Node::kGatewayB, pin_path(lab.opts.prefix, Node::kGatewayB),
                  gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel));
+    for (Exporter* e : lab.exporters)
+      for (const char* hook : {"tc_egress", "xdp_ingress"}) e->set_attach_state("wan0", hook, true);
     for (const auto* g : {&*gw_a, &*gw_b})
       for (const auto& is : g->state().interfaces)
         std::cout << "   attached in " << (g == &*gw_a ? "gateway A" : "gateway B") << ": " << is.name
@@ -410,6 +414,13 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   p.received = rx->stats();
   p.final = take_snapshot(lab, static_cast<unsigned>(p.seconds.size()), p.sent, p.received, wan_base,
                           gw_a ? &*gw_a : nullptr, gw_b ? &*gw_b : nullptr);
+  // The last (partial) second, up to the sender's end and the stragglers.
+  Snapshot last = p.final;
+  last.second = static_cast<unsigned>((p.sent.elapsed.count() + 999) / 1000);
+  if (last.second > prev.second) {
+    std::cout << view_row(prev, last, lab.opts.duration_s) << std::flush;
+    p.seconds.push_back(last);
+  }
 
   if (with) {
     p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA);
@@ -422,6 +433,9 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     }
   }
   p.pcaps = finish_captures(captures, lab.dir);
+  if (with)
+    for (Exporter* e : lab.exporters)
+      for (const char* hook : {"tc_egress", "xdp_ingress"}) e->set_attach_state("wan0", hook, false);
   return p;
 }
 
@@ -455,6 +469,13 @@ int run_lab(const LabOptions& opts) {
   if (int n = Topology::cleanup_stale(opts.prefix)) std::cout << "removed " << n << " namespaces of an earlier run\n";
   remove_stale_pins(opts.prefix);
 
+  std::cout << "roceguard lab: host A -- gateway A == lossy WAN == gateway B -- host B (network namespaces "
+            << opts.prefix << "-" << getpid() << "-*)\n"
+            << std::flush;
+  Topology topo(opts.prefix);
+  topo.check_path();
+  check_stop();
+
   // Both exporters read the pinned maps of their gateway at every scrape:
   // up for the whole run, reporting roceguard_maps_up 0 while nothing is
   // attached.
@@ -467,24 +488,24 @@ int run_lab(const LabOptions& opts) {
   eo.interfaces = {"wan0"};
   eo.listen = opts.metrics_listen;
   eo.pin_path = pin_path(opts.prefix, Node::kGatewayA);
+  for (const char* ifname : {"wan0", "lan0"})
+    eo.interface_names[static_cast<uint32_t>(topo.ifindex(Node::kGatewayA, ifname))] = ifname;
   Exporter exporter_a(eo);
   eo.listen = host + ":" + std::to_string(port ? port + 1 : 0);
   eo.pin_path = pin_path(opts.prefix, Node::kGatewayB);
+  eo.interface_names.clear();
+  for (const char* ifname : {"wan0", "lan0"})
+    eo.interface_names[static_cast<uint32_t>(topo.ifindex(Node::kGatewayB, ifname))] = ifname;
   Exporter exporter_b(eo);
   settings.metrics_a = exporter_a.listen_address();
   settings.metrics_b = exporter_b.listen_address();
 
-  std::cout << "roceguard lab: host A -- gateway A == lossy WAN == gateway B -- host B (network namespaces "
-            << opts.prefix << "-" << getpid() << "-*)\n"
-            << "metrics while it runs: gateway A http://" << settings.metrics_a
+  std::cout << "metrics while it runs: gateway A http://" << settings.metrics_a
             << "/metrics, gateway B http://" << settings.metrics_b << "/metrics\n"
             << "report: " << std::filesystem::absolute(dir).string() << "\n"
             << "the WAN has no reordering or jitter: it bleaches DSCP, drops and CE-marks (bpf/wan.bpf.c)\n"
             << std::flush;
 
-  Topology topo(opts.prefix);
-  topo.check_path();
-  check_stop();
   const uint32_t loss_ppm = static_cast<uint32_t>(opts.loss_pct * RG_WAN_PPM / 100.0 + 0.5);
   const uint32_t ce_ppm = static_cast<uint32_t>(opts.ce_pct * RG_WAN_PPM / 100.0 + 0.5);
   // Loss and CE only on RoCE and Geneve: the lab's control traffic (ARP,
@@ -492,7 +513,7 @@ int run_lab(const LabOptions& opts) {
   Wan wan(topo.netns(Node::kWan), {"to-a", "to-b"},
           rg_wan_config{loss_ppm, ce_ppm, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});
 
-  Lab lab{opts, settings, dir, topo, wan, {}};
+  Lab lab{opts, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}};
   std::vector<bool> phases;
   if (opts.mode != "with") phases.push_back(false);
   if (opts.mode != "without") phases.push_back(true);

@@ -1,0 +1,168 @@
+// `roceguard lab` end to end: the report it promises exists and says what
+// the lab is for (DSCP 46 at host B with roceguard, none without), and it
+// leaves nothing behind, also when interrupted.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "lab/proc.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kTag = "rglb";
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/tmp/" + std::string(kTag) + "-" + std::to_string(getpid()) + "-XXXXXX";
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class Lab : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(geteuid(), 0u) << "the lab needs root (network namespaces, BPF)"; }
+
+  // Namespaces are <prefix>-<pid>-<node>; a prefix of this test's own keeps
+  // parallel runs apart and makes leftovers attributable.
+  std::string prefix() const { return std::string(kTag) + std::to_string(getpid()); }
+
+  std::vector<std::string> base_argv(const std::string& report, unsigned duration) const {
+    return {ROCEGUARD_BIN, "lab",        "--duration", std::to_string(duration), "--report", report,
+            "--prefix",    prefix(),     "--metrics-listen", "127.0.0.1:0", "--pcap-seconds", "2"};
+  }
+
+  // What a run may leave: namespaces, pins, processes mentioning its files.
+  void expect_nothing_left(const std::string& report) const {
+    auto ns = rg::lab::run({"ip", "netns", "list"});
+    EXPECT_EQ(ns.out.find(prefix() + "-"), std::string::npos) << ns.out;
+    for (const auto& e : fs::directory_iterator("/sys/fs/bpf"))
+      EXPECT_NE(e.path().filename().string().rfind(prefix() + "-", 0), 0u) << e.path();
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string pid = e.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmd = read(e.path().string() + "/cmdline");
+      for (auto& c : cmd)
+        if (c == '\0') c = ' ';
+      EXPECT_EQ(cmd.find(report), std::string::npos) << "process " << pid << " still runs: " << cmd;
+    }
+  }
+};
+
+TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto r = rg::lab::run(base_argv(report, 3), 300s);
+  std::cout << r.out << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  for (const char* f : {"counters.json", "counters.csv", "summary.txt", "prometheus-gw-a.txt",
+                        "prometheus-gw-b.txt", "charts/goodput.png", "charts/retransmits-vs-wan-drops.png",
+                        "charts/dscp-at-host-b.png"}) {
+    const std::string path = report + "/" + f;
+    ASSERT_TRUE(fs::exists(path)) << path;
+    EXPECT_GT(fs::file_size(path), 0u) << path;
+  }
+  for (const char* png : {"goodput", "retransmits-vs-wan-drops", "dscp-at-host-b"})
+    EXPECT_EQ(read(report + "/charts/" + png + ".png").substr(1, 3), "PNG") << png;
+  for (const char* phase : {"without", "with"})
+    for (const char* hop : {"1-host-a", "2-gw-a-wan0", "3-wan-in", "4-wan-out", "5-host-b"}) {
+      const std::string path = report + "/pcap/" + phase + "-" + hop + ".pcapng";
+      ASSERT_TRUE(fs::exists(path)) << path;
+      EXPECT_GT(fs::file_size(path), 0u) << path;
+    }
+
+  json j = json::parse(read(report + "/counters.json"));
+  const json& without = j["phases"]["without"];
+  const json& with = j["phases"]["with"];
+  const uint64_t rx_without = without["receiver"]["packets"];
+  const uint64_t rx_with = with["receiver"]["packets"];
+  ASSERT_GT(rx_without, 0u);
+  ASSERT_GT(rx_with, 0u);
+  // The WAN bleaches every packet: without roceguard none arrives as 46,
+  // with it every one does (gateway B restores the class).
+  EXPECT_FALSE(without["receiver"]["dscp"].contains("46")) << without["receiver"]["dscp"];
+  EXPECT_EQ(with["receiver"]["dscp"].value("46", uint64_t{0}), rx_with) << with["receiver"]["dscp"];
+  EXPECT_GT(with["totals"]["roceguard"]["encapsulated_gw_a"].get<uint64_t>(), 0u);
+  EXPECT_GT(with["totals"]["roceguard"]["decapsulated_gw_b"].get<uint64_t>(), 0u);
+  EXPECT_GT(with["totals"]["wan_bleached"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(with["seconds"].empty());
+
+  // The summary printed at the end says the same.
+  const std::string summary = read(report + "/summary.txt");
+  EXPECT_NE(r.out.find(summary.substr(summary.find("DSCP seen at host B"), 40)), std::string::npos);
+  std::istringstream lines(summary);
+  std::string line;
+  bool found = false;
+  while (std::getline(lines, line))
+    if (line.rfind("  packets with DSCP 46 at host B", 0) == 0) {
+      std::istringstream cols(line.substr(40));
+      uint64_t a = 1, b = 0;
+      cols >> a >> b;
+      EXPECT_EQ(a, 0u) << line;
+      EXPECT_EQ(b, rx_with) << line;
+      found = true;
+    }
+  EXPECT_TRUE(found) << summary;
+
+  const std::string prom = read(report + "/prometheus-gw-a.txt");
+  EXPECT_NE(prom.find("roceguard_maps_up 1"), std::string::npos) << prom.substr(0, 2000);
+  EXPECT_NE(prom.find("roceguard_geneve_encapsulated_packets_total"), std::string::npos);
+  EXPECT_NE(read(report + "/counters.csv").find("with,1,"), std::string::npos);
+  expect_nothing_left(report);
+}
+
+TEST_F(Lab, InterruptedRunLeavesNothingBehind) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  const std::string log = tmp.path() + "/lab.log";
+  int status = -1;
+  {
+    auto argv = base_argv(report, 60);
+    argv.insert(argv.end(), {"--mode", "with"});
+    rg::lab::Child lab(argv, log);
+    // Interrupt while roceguard is attached and the
+    // captures running. Bounded: 180 s.
+    bool attached = false;
+    for (int i = 0; i < 1800 && !attached && lab.running(); ++i) {
+      attached = read(log).find("attached in gateway B") != std::string::npos;
+      std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_TRUE(attached) << read(log);
+    std::this_thread::sleep_for(1s);
+    lab.signal(SIGINT);
+    status = lab.wait(120s);
+  }
+  EXPECT_EQ(status, 130) << read(log);
+  EXPECT_NE(read(log).find("interrupted"), std::string::npos) << read(log);
+  expect_nothing_left(report);
+}
+
+}  // namespace
