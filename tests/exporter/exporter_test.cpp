@@ -42,9 +42,8 @@ void ensure_bpffs() {
 // removed again (programs, maps, pins, directory) on destruction.
 class PinnedDataPlane {
  public:
-  PinnedDataPlane() {
-    static int seq = 0;
-    dir_ = "/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-" + std::to_string(seq++);
+  PinnedDataPlane() : PinnedDataPlane(next_dir()) {}
+  explicit PinnedDataPlane(std::string dir) : dir_(std::move(dir)) {
     if (mkdir(dir_.c_str(), 0700) != 0) throw std::runtime_error("mkdir " + dir_);
     skel_ = roceguard__open();
     if (!skel_) throw std::runtime_error("open the BPF object");
@@ -64,6 +63,10 @@ class PinnedDataPlane {
   PinnedDataPlane(const PinnedDataPlane&) = delete;
   PinnedDataPlane& operator=(const PinnedDataPlane&) = delete;
 
+  static std::string next_dir() {
+    static int seq = 0;
+    return "/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-" + std::to_string(seq++);
+  }
   const std::string& pin_path() const { return dir_; }
   int counters_fd() const { return bpf_map__fd(skel_->maps.rg_counters); }
 
@@ -247,6 +250,29 @@ TEST_F(ExporterBpf, InterfaceWithoutNameIsLabelledByIndex) {
   const Labels l{{"interface", std::to_string(gone)}, {"direction", "ingress"}};
   EXPECT_EQ(value_of(s.samples, "roceguard_roce_packets_total", l), 10) << "summed over CPUs";
   EXPECT_EQ(value_of(s.samples, "roceguard_roce_bytes_total", l), 700);
+}
+
+TEST_F(ExporterBpf, FollowsPinsThatComeGoAndAreReplaced) {
+  const std::string dir = PinnedDataPlane::next_dir();
+  Exporter ex(options_for(dir));
+  const Labels eg{{"interface", "lo"}, {"direction", "egress"}};
+  Scrape s = scrape(ex);
+  EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 0);
+  EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 1);
+  {
+    PinnedDataPlane late(dir);
+    late.egress(roce(0x11, 0));
+    s = scrape(ex);
+    EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 1);
+    EXPECT_EQ(value_of(s.samples, "roceguard_roce_packets_total", eg), 1);
+  }
+  s = scrape(ex);
+  EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 0);
+  EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 2);
+  // New maps under the same path (what --reset-state does): read, not the old ones.
+  PinnedDataPlane fresh(dir);
+  for (int i = 0; i < 3; ++i) fresh.egress(roce(0x11, static_cast<uint32_t>(i)));
+  EXPECT_EQ(value_of(scrape(ex).samples, "roceguard_roce_packets_total", eg), 3);
 }
 
 TEST_F(ExporterBpf, PromtoolAcceptsTheOutput) {
