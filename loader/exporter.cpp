@@ -100,8 +100,7 @@ uint64_t qp_packets(const rg_qp_state& s) {
   return n;
 }
 
-}  // namespace
-
+// Everything a scrape shows, gathered when it is asked for.
 class MetricsCollector : public prometheus::Collectable {
  public:
   explicit MetricsCollector(ExporterOptions opts) : opts_(std::move(opts)) {
@@ -268,8 +267,6 @@ class MetricsCollector : public prometheus::Collectable {
   mutable std::atomic<uint64_t> scrape_errors_{0};
   mutable std::atomic<bool> failing_{false};
 };
-
-namespace {
 
 // prometheus-cpp's Exposer would add its own process-side series
 // (exposer_scrapes_total, ...) that reset on every restart; serving the
