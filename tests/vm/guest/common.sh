@@ -40,27 +40,36 @@ wait_peer() {
 	die "peer $PEER never answered"
 }
 
-# Retries a client command until the server side is listening (bounded);
-# only the last attempt's output is kept.
+# Retries a client command until the server side is listening: at most 30
+# attempts within 60 s. Only the last attempt's output is kept.
 retry() {
-	local i out
-	for i in $(seq 1 60); do
+	local i out deadline=$((SECONDS + 60))
+	for i in $(seq 1 30); do
 		out=$("$@" 2>&1) && { printf '%s\n' "$out"; return 0; }
+		[ "$SECONDS" -lt "$deadline" ] || break
 		sleep 1
 	done
 	printf '%s\n' "$out"
 	return 1
 }
 
-# The RoCE v2 GID index of an IPv4 address on rxe0 port 1.
+# ::ffff:a.b.c.d as sysfs prints GIDs.
+v4_gid() {
+	local IFS=.
+	# shellcheck disable=SC2086
+	set -- $1
+	printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x\n' "$1" "$2" "$3" "$4"
+}
+
+# The RoCE v2 GID index of an IPv4 address on $RXE (default rxe0) port 1.
 roce_v2_gid_index() {
 	local addr=$1 d i gid
-	d=/sys/class/infiniband/rxe0/ports/1
+	d=/sys/class/infiniband/${RXE:-rxe0}/ports/1
 	for i in $(seq 0 15); do
 		[ -e "$d/gid_attrs/types/$i" ] || continue
 		[ "$(cat "$d/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ] || continue
 		gid=$(cat "$d/gids/$i")
-		case "$gid" in (0000:0000:0000:0000:0000:ffff:*) ;; (*) continue ;; esac
+		[ "$gid" = "$(v4_gid "$addr")" ] || continue
 		printf '%s\n' "$i"
 		return 0
 	done

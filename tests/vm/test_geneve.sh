@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Test 5: Geneve made by roceguard's TC program is accepted by the kernel's
+# geneve device in the other VM, and Geneve made by the kernel's device is
+# decapsulated by roceguard's XDP program (one RC ping-pong needs both).
+set -euo pipefail
+. "$(dirname "$0")/vm.sh"
+rgvm_setup
+port=$(rgvm_free_port)
+rgvm_start b "listen:$port" geneve.sh
+rgvm_start a "connect:$port" geneve.sh
+rc=0
+rgvm_wait a || rc=1
+rgvm_wait b || rc=1
+[ $rc = 0 ] || exit 1
+
+a=$(rgvm_share a)
+b=$(rgvm_share b)
+res() { sed -n "s/^$1=//p" "$a/result"; }
+echo "roceguard on a: encapsulated $(res encapsulated), decapsulated $(res decapsulated), unknown tunnel $(res unknown_tunnel)"
+echo "kernel gnv0 on b: rx $(cat "$b/gnv0_rx_packets"), tx $(cat "$b/gnv0_tx_packets") packets"
+fail=0
+[ "$(res encapsulated)" -gt 0 ] || { echo "FAIL: roceguard encapsulated nothing"; fail=1; }
+[ "$(res decapsulated)" -gt 0 ] || { echo "FAIL: roceguard decapsulated nothing"; fail=1; }
+[ "$(cat "$b/gnv0_rx_packets")" -gt 0 ] || { echo "FAIL: the kernel geneve device received nothing"; fail=1; }
+exit $fail
