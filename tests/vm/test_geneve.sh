@@ -17,9 +17,15 @@ a=$(rgvm_share a)
 b=$(rgvm_share b)
 res() { sed -n "s/^$1=//p" "$a/result"; }
 echo "roceguard on a: encapsulated $(res encapsulated), decapsulated $(res decapsulated), unknown tunnel $(res unknown_tunnel)"
-echo "kernel gnv0 on b: rx $(cat "$b/gnv0_rx_packets"), tx $(cat "$b/gnv0_tx_packets") packets"
+echo "kernel geneve devices on b: gnv0 (IPv4 underlay) rx $(cat "$b/gnv0_rx_packets"), gnv6 (IPv6 underlay) rx $(cat "$b/gnv6_rx_packets") packets"
 fail=0
 [ "$(res encapsulated)" -gt 0 ] || { echo "FAIL: roceguard encapsulated nothing"; fail=1; }
 [ "$(res decapsulated)" -gt 0 ] || { echo "FAIL: roceguard decapsulated nothing"; fail=1; }
-[ "$(cat "$b/gnv0_rx_packets")" -gt 0 ] || { echo "FAIL: the kernel geneve device received nothing"; fail=1; }
+for dev in gnv0 gnv6; do
+	[ "$(cat "$b/${dev}_rx_packets")" -gt 0 ] || { echo "FAIL: the kernel geneve device $dev received nothing"; fail=1; }
+done
+tshark -r "$a/a_eth0.pcap" -Y "geneve" -T fields -e ip.version -e ipv6.src -e ip.src -e geneve.vni 2>/dev/null |
+	sort | uniq -c | sed 's/^/geneve seen on a (count, ip version, src6, src4, vni): /'
+tshark -r "$b/b_eth0.pcap" -Y "geneve" -T fields -e ip.version -e ipv6.src -e ip.src -e geneve.vni 2>/dev/null |
+	sort | uniq -c | sed 's/^/geneve seen on b (count, ip version, src6, src4, vni): /' 
 exit $fail
