@@ -72,9 +72,10 @@ class Topology {
   int ifindex(Node n, const std::string& ifname) const;
   std::string mac(Node n, const std::string& ifname) const;
 
-  // argv run inside node n with `ip netns exec`. That gives the command a
-  // fresh /sys; bpffs is bind-mounted from this process's view of it so pins
-  // made inside are the same files as outside.
+  // argv run inside node n like `ip netns exec` runs it (own mount
+  // namespace, the node's /sys) but with this process's bpffs on
+  // /sys/fs/bpf, so pins made inside are the files seen outside and outlive
+  // the command.
   std::vector<std::string> exec_argv(Node n, const std::vector<std::string>& argv) const;
   // UDP from host A to host B and back (v4 and v6), retried a bounded number
   // of times: proves the path and resolves every neighbour on it.

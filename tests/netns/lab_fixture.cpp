@@ -120,17 +120,8 @@ std::string LabTest::receiver_addr(bool v6) const {
 Traffic LabTest::run_traffic(lab::SenderConfig cfg, lab::ReceiverConfig rcfg,
                              const std::function<uint64_t(const lab::SenderStats&)>& expected_at_b) {
   rcfg.qps = cfg.qps;
-  std::unique_ptr<lab::Receiver> rx;
-  {
-    lab::NetnsGuard in(topo_->netns(lab::Node::kHostB));
-    rx = std::make_unique<lab::Receiver>(rcfg);
-  }
-  rx->start();
-  std::unique_ptr<lab::Sender> tx;
-  {
-    lab::NetnsGuard in(topo_->netns(lab::Node::kHostA));
-    tx = std::make_unique<lab::Sender>(cfg);
-  }
+  auto rx = start_receiver(rcfg);
+  auto tx = make_sender(cfg);
   Traffic t;
   t.sent = tx->run();
   // Packets still in flight when the last ACK came back (Go-Back-N resends)
@@ -144,6 +135,21 @@ Traffic LabTest::run_traffic(lab::SenderConfig cfg, lab::ReceiverConfig rcfg,
   rx->stop();
   t.received = rx->stats();
   return t;
+}
+
+std::unique_ptr<lab::Receiver> LabTest::start_receiver(const lab::ReceiverConfig& rcfg) {
+  std::unique_ptr<lab::Receiver> rx;
+  {
+    lab::NetnsGuard in(topo_->netns(lab::Node::kHostB));
+    rx = std::make_unique<lab::Receiver>(rcfg);
+  }
+  rx->start();
+  return rx;
+}
+
+std::unique_ptr<lab::Sender> LabTest::make_sender(const lab::SenderConfig& cfg) {
+  lab::NetnsGuard in(topo_->netns(lab::Node::kHostA));
+  return std::make_unique<lab::Sender>(cfg);
 }
 
 std::string dscp_histogram(const std::array<uint64_t, 64>& h) {

@@ -67,6 +67,9 @@ class LabTest : public ::testing::Test {
   // (bounded) until the receiver has counted expected_at_b(sent) packets.
   Traffic run_traffic(lab::SenderConfig cfg, lab::ReceiverConfig rcfg = {},
                       const std::function<uint64_t(const lab::SenderStats&)>& expected_at_b = {});
+  // The two halves of run_traffic, for tests that act while traffic flows.
+  std::unique_ptr<lab::Receiver> start_receiver(const lab::ReceiverConfig& rcfg);
+  std::unique_ptr<lab::Sender> make_sender(const lab::SenderConfig& cfg);
   std::string sender_addr(bool v6) const;
   std::string receiver_addr(bool v6) const;
 

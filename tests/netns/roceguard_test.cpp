@@ -1,0 +1,317 @@
+// The same lab with the `roceguard` binary on both gateways, started the way
+// an operator does (`roceguard run --config ...`), each gateway both
+// encapsulating towards and decapsulating from the other. Its counters are
+// read four ways: the pinned maps, `roceguard stats --json`, `bpftool map
+// dump` and a real Prometheus scraping both exporters; all must agree with
+// the generator and the WAN. Then the loader is killed with SIGKILL in the
+// middle of traffic.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "lab_fixture.h"
+#include "maps.h"
+#include "names.h"
+#include "roceguard_proc.h"
+
+namespace rg::test {
+namespace {
+
+using lab::Node;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr uint32_t kVni = 4242;
+constexpr int kMetricsPort = 9741;
+constexpr int kPrometheusPort = 9090;
+
+std::string gateway_config(const std::string& local, const std::string& remote,
+                           const std::string& route, const std::string& metrics_listen) {
+  return "interfaces = [\"wan0\"]\n"
+         "\n[[tunnel.peer]]\n"
+         "name = \"far-gateway\"\n"
+         "local = \"" + local + "\"\n"
+         "remote = \"" + remote + "\"\n"
+         "vni = " + std::to_string(kVni) + "\n"
+         "routes = [\"" + route + "\"]\n"
+         "\n[metrics]\n"
+         "listen = \"" + metrics_listen + "\"\n";
+}
+
+uint64_t event_packets(const std::vector<CounterRow>& rows, rg_direction dir, rg_event ev) {
+  return sum_packets(rows, dir, ev);
+}
+
+// The same figure from `roceguard stats --json`.
+uint64_t stats_json_packets(const json& j, rg_direction dir, rg_event ev) {
+  uint64_t sum = 0;
+  for (const auto& row : j.at("counters"))
+    if (row.at("direction") == std::string(direction_name(dir)))
+      sum += row.at("events").at(std::string(event_name(ev).name)).at("packets").get<uint64_t>();
+  return sum;
+}
+
+// And from `bpftool -j map dump pinned .../rg_counters`: BTF names every field.
+uint64_t bpftool_packets(const json& dump, rg_direction dir, rg_event ev) {
+  uint64_t sum = 0;
+  for (const auto& elem : dump) {
+    const json& f = elem.at("formatted");
+    if (f.at("key").at("direction").get<uint32_t>() != static_cast<uint32_t>(dir)) continue;
+    for (const auto& cpu : f.at("values"))
+      sum += cpu.at("value").at("ev").at(static_cast<size_t>(ev)).at("packets").get<uint64_t>();
+  }
+  return sum;
+}
+
+class RoceguardBinary : public LabTest {
+ protected:
+  void SetUp() override {
+    LabTest::SetUp();
+    if (HasFatalFailure()) return;
+    const auto& a = topo_->addr();
+    gw_a_ = std::make_unique<RoceguardRun>(
+        *topo_, Node::kGatewayA,
+        gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24",
+                       "127.0.0.1:" + std::to_string(kMetricsPort)),
+        tmp_->path());
+    // Gateway B's exporter listens on its WAN address so one Prometheus (in
+    // gateway A) scrapes both.
+    gw_b_ = std::make_unique<RoceguardRun>(
+        *topo_, Node::kGatewayB,
+        gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24",
+                       std::string(a.gw_b_wan4) + ":" + std::to_string(kMetricsPort)),
+        tmp_->path());
+    gw_a_->start();
+    gw_b_->start();
+  }
+  void TearDown() override {
+    prometheus_.reset();
+    gw_a_.reset();
+    gw_b_.reset();
+    LabTest::TearDown();
+  }
+
+  std::vector<CounterRow> counters(const RoceguardRun& gw) const {
+    return MapReader(gw.pin_path()).counters();
+  }
+
+  void start_prometheus() {
+    const std::string dir = tmp_->path() + "/prometheus";
+    std::filesystem::create_directories(dir + "/data");
+    std::ofstream(dir + "/prometheus.yml")
+        << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+           "scrape_configs:\n  - job_name: roceguard\n    static_configs:\n"
+           "      - targets: ['127.0.0.1:" << kMetricsPort << "', '" << topo_->addr().gw_b_wan4 << ":"
+        << kMetricsPort << "']\n";
+    prometheus_ = std::make_unique<lab::Child>(
+        std::vector<std::string>{"ip", "netns", "exec", topo_->netns(Node::kGatewayA), "prometheus",
+                                 "--config.file=" + dir + "/prometheus.yml",
+                                 "--storage.tsdb.path=" + dir + "/data",
+                                 "--web.listen-address=127.0.0.1:" + std::to_string(kPrometheusPort)},
+        dir + "/prometheus.log");
+    for (int i = 0; i < 120; ++i) {  // 60 s
+      auto r = lab::run({"ip", "netns", "exec", topo_->netns(Node::kGatewayA), "curl", "-sf",
+                         "http://127.0.0.1:" + std::to_string(kPrometheusPort) + "/-/ready"});
+      if (r.status == 0) return;
+      ASSERT_TRUE(prometheus_->running()) << "prometheus exited; see " << dir << "/prometheus.log";
+      std::this_thread::sleep_for(500ms);
+    }
+    FAIL() << "prometheus did not become ready";
+  }
+
+  // Instant query; the sum over matching series, or nullopt if none yet.
+  std::optional<uint64_t> prom_query(const std::string& q) const {
+    auto r = lab::run({"ip", "netns", "exec", topo_->netns(Node::kGatewayA), "curl", "-sf", "--get",
+                       "--data-urlencode", "query=sum(" + q + ")",
+                       "http://127.0.0.1:" + std::to_string(kPrometheusPort) + "/api/v1/query"});
+    if (r.status != 0) return std::nullopt;
+    auto j = json::parse(r.out, nullptr, false);
+    if (j.is_discarded() || j.value("status", "") != "success") return std::nullopt;
+    const auto& res = j.at("data").at("result");
+    if (res.empty()) return std::nullopt;
+    return static_cast<uint64_t>(std::stod(res.at(0).at("value").at(1).get<std::string>()));
+  }
+
+  // Waits (bounded) until Prometheus has scraped the value the maps hold now.
+  uint64_t prom_until(const std::string& q, uint64_t want) const {
+    std::optional<uint64_t> v;
+    for (int i = 0; i < 60; ++i) {  // 30 s
+      v = prom_query(q);
+      if (v && *v == want) break;
+      std::this_thread::sleep_for(500ms);
+    }
+    return v.value_or(~0ull);
+  }
+
+  std::unique_ptr<RoceguardRun> gw_a_, gw_b_;
+  std::unique_ptr<lab::Child> prometheus_;
+};
+
+TEST_F(RoceguardBinary, CarriesDscpAndEveryCounterViewAgrees) {
+  start_prometheus();
+  ASSERT_FALSE(HasFatalFailure());
+  Capture cap(*topo_, Node::kWan, "to-a",
+              std::string("udp and (src host ") + topo_->addr().host_a4 + " or src host " +
+                  topo_->addr().gw_a_wan4 + ")",
+              200, tmp_->path());
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 2 %
+
+  lab::SenderConfig cfg;
+  cfg.peer = receiver_addr(false);
+  cfg.messages = 1000;
+  cfg.duration = 60s;
+  Traffic t = run_traffic(cfg, {}, [this](const lab::SenderStats& s) {
+    return s.packets - wan_->stats("to-a", RG_WAN_GENEVE).dropped;
+  });
+  const uint64_t dropped = wan_->stats("to-a", RG_WAN_GENEVE).dropped;
+  const auto a = counters(*gw_a_), b = counters(*gw_b_);
+  const uint64_t lost = event_packets(b, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE);
+
+  EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
+  EXPECT_EQ(t.received.delivered, cfg.qps.count * cfg.messages);
+  EXPECT_GT(dropped, 0u);
+
+  auto pkts = cap.packets();
+  EXPECT_EQ(pkts.size(), 200u);
+  for (const auto& p : pkts) {
+    ASSERT_EQ(p.dports.size(), 2u);
+    EXPECT_EQ(p.dports[0], RG_GENEVE_UDP_PORT);
+    EXPECT_EQ(p.dports[1], RG_ROCE_UDP_PORT);
+    ASSERT_GE(p.dscp.size(), 1u);
+    EXPECT_EQ(p.dscp[0], RG_DEFAULT_DSCP);
+  }
+  // Both directions cross the WAN bleached and tunnelled, and come out 46.
+  EXPECT_EQ(t.received.dscp[RG_DEFAULT_DSCP], t.received.packets) << dscp_histogram(t.received.dscp);
+  EXPECT_EQ(t.sent.ack_dscp[RG_DEFAULT_DSCP], t.sent.acks + t.sent.naks + t.sent.cnps)
+      << dscp_histogram(t.sent.ack_dscp);
+  EXPECT_EQ(wan_->stats("to-b", RG_WAN_ROCE).packets, 0u);  // ACKs tunnelled too
+
+  // The pinned maps against the generator and the WAN.
+  EXPECT_EQ(event_packets(a, RG_DIR_EGRESS, RG_EV_ROCE_PACKETS), t.sent.packets);
+  EXPECT_EQ(event_packets(a, RG_DIR_EGRESS, RG_EV_ENCAPSULATED), t.sent.packets);
+  EXPECT_EQ(event_packets(a, RG_DIR_EGRESS, RG_EV_RETRANSMITS), t.sent.retransmits);
+  EXPECT_EQ(event_packets(b, RG_DIR_INGRESS, RG_EV_DECAPSULATED), t.sent.packets - dropped);
+  EXPECT_EQ(event_packets(b, RG_DIR_INGRESS, RG_EV_ROCE_PACKETS), t.received.packets);
+  EXPECT_EQ(lost, t.received.lost_estimate);
+  EXPECT_LE(lost, dropped);
+  EXPECT_GE(t.sent.retransmits, dropped);
+  EXPECT_EQ(event_packets(b, RG_DIR_EGRESS, RG_EV_NAK_SEQ_ERR), t.received.naks);
+  EXPECT_EQ(event_packets(a, RG_DIR_INGRESS, RG_EV_NAK_SEQ_ERR), t.sent.naks);
+
+  // `roceguard stats --json` and bpftool say the same.
+  const json sa = json::parse(gw_a_->cli({"stats", "--json"}));
+  const json sb = json::parse(gw_b_->cli({"stats", "--json"}));
+  const json da = json::parse(lab::run_checked(
+      {"bpftool", "-j", "map", "dump", "pinned", gw_a_->pin_path() + "/" + kMapCounters}));
+  const json db = json::parse(lab::run_checked(
+      {"bpftool", "-j", "map", "dump", "pinned", gw_b_->pin_path() + "/" + kMapCounters}));
+  for (rg_event ev : {RG_EV_ROCE_PACKETS, RG_EV_ENCAPSULATED, RG_EV_RETRANSMITS}) {
+    SCOPED_TRACE(std::string(event_name(ev).name));
+    EXPECT_EQ(stats_json_packets(sa, RG_DIR_EGRESS, ev), event_packets(a, RG_DIR_EGRESS, ev));
+    EXPECT_EQ(bpftool_packets(da, RG_DIR_EGRESS, ev), event_packets(a, RG_DIR_EGRESS, ev));
+  }
+  for (rg_event ev : {RG_EV_ROCE_PACKETS, RG_EV_DECAPSULATED, RG_EV_LOST_ESTIMATE, RG_EV_PSN_GAPS}) {
+    SCOPED_TRACE(std::string(event_name(ev).name));
+    EXPECT_EQ(stats_json_packets(sb, RG_DIR_INGRESS, ev), event_packets(b, RG_DIR_INGRESS, ev));
+    EXPECT_EQ(bpftool_packets(db, RG_DIR_INGRESS, ev), event_packets(b, RG_DIR_INGRESS, ev));
+  }
+
+  // And Prometheus, scraping both exporters.
+  const std::string gw_b_instance =
+      "instance=\"" + std::string(topo_->addr().gw_b_wan4) + ":" + std::to_string(kMetricsPort) + "\"";
+  const std::string gw_a_instance = "instance=\"127.0.0.1:" + std::to_string(kMetricsPort) + "\"";
+  EXPECT_EQ(prom_until("roceguard_roce_packets_total{" + gw_a_instance + ",direction=\"egress\"}",
+                       t.sent.packets),
+            t.sent.packets);
+  EXPECT_EQ(prom_until("roceguard_retransmitted_packets_total{" + gw_a_instance +
+                           ",direction=\"egress\"}",
+                       t.sent.retransmits),
+            t.sent.retransmits);
+  EXPECT_EQ(prom_until("roceguard_estimated_lost_packets_total{" + gw_b_instance +
+                           ",direction=\"ingress\"}",
+                       lost),
+            lost);
+
+  report("roceguard_binary",
+         {{"sent", t.sent.packets},
+          {"retransmits", t.sent.retransmits},
+          {"wan_dropped_requests", dropped},
+          {"wan_dropped_acks", wan_->stats("to-b", RG_WAN_GENEVE).dropped},
+          {"lost_estimate_gw_b", lost},
+          {"received", t.received.packets},
+          {"received_dscp46", t.received.dscp[RG_DEFAULT_DSCP]},
+          {"naks", t.sent.naks},
+          {"timeouts", t.sent.timeouts}});
+}
+
+// SIGKILL of `roceguard run` while RoCE flows: the programs stay attached
+// through the kill, nothing goes uncounted, and a restarted loader continues
+// the counters instead of starting over.
+TEST_F(RoceguardBinary, KillDashNineKeepsTrafficAndCounters) {
+  wan_->configure({10000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 1 %
+  lab::SenderConfig cfg;
+  cfg.peer = receiver_addr(false);
+  cfg.messages = 4000;
+  cfg.duration = 120s;
+  auto rx = start_receiver({});
+  auto tx = make_sender(cfg);
+  lab::SenderStats sent;
+  std::thread traffic([&] { sent = tx->run(); });
+
+  // Kill once traffic is demonstrably under way (bounded wait).
+  for (int i = 0; i < 1000 && rx->stats().delivered < cfg.qps.count * cfg.messages / 4; ++i)
+    std::this_thread::sleep_for(10ms);
+  const uint64_t delivered_at_kill = rx->stats().delivered;
+  gw_a_->kill9();
+  EXPECT_FALSE(gw_a_->running());
+  traffic.join();
+  for (int i = 0; i < 150; ++i) {
+    if (rx->stats().packets + wan_->stats("to-a", RG_WAN_GENEVE).dropped >= sent.packets) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  rx->stop();
+  const lab::ReceiverStats received = rx->stats();
+
+  EXPECT_LT(delivered_at_kill, cfg.qps.count * cfg.messages);  // killed mid-run
+  EXPECT_EQ(sent.qps_done, cfg.qps.count);
+  EXPECT_EQ(received.delivered, cfg.qps.count * cfg.messages);
+  EXPECT_EQ(received.dscp[RG_DEFAULT_DSCP], received.packets) << dscp_histogram(received.dscp);
+  const auto after_kill = counters(*gw_a_);
+  EXPECT_EQ(event_packets(after_kill, RG_DIR_EGRESS, RG_EV_ROCE_PACKETS), sent.packets);
+  EXPECT_EQ(event_packets(after_kill, RG_DIR_EGRESS, RG_EV_ENCAPSULATED), sent.packets);
+  EXPECT_EQ(event_packets(after_kill, RG_DIR_EGRESS, RG_EV_RETRANSMITS), sent.retransmits);
+
+  // Restart: the same pinned counters, never lower.
+  gw_a_->start();
+  const auto restarted = counters(*gw_a_);
+  for (size_t e = 0; e < RG_EV_MAX; ++e)
+    EXPECT_EQ(event_packets(restarted, RG_DIR_EGRESS, static_cast<rg_event>(e)),
+              event_packets(after_kill, RG_DIR_EGRESS, static_cast<rg_event>(e)))
+        << event_name(static_cast<rg_event>(e)).name;
+
+  // And they keep counting from there.
+  lab::SenderConfig more = cfg;
+  more.messages = 100;
+  more.qps.first_psn = cfg.messages;  // the QPs carry on where they stopped
+  Traffic t2 = run_traffic(more, {}, [this](const lab::SenderStats& s) {
+    return s.packets;  // bounded wait; the assertion below is exact
+  });
+  EXPECT_EQ(t2.sent.qps_done, more.qps.count);
+  EXPECT_EQ(event_packets(counters(*gw_a_), RG_DIR_EGRESS, RG_EV_ROCE_PACKETS),
+            sent.packets + t2.sent.packets);
+
+  report("kill9", {{"sent_before_restart", sent.packets},
+                   {"delivered_at_kill", delivered_at_kill},
+                   {"roce_packets_gw_a_after_kill",
+                    event_packets(after_kill, RG_DIR_EGRESS, RG_EV_ROCE_PACKETS)},
+                   {"sent_after_restart", t2.sent.packets},
+                   {"roce_packets_gw_a_final",
+                    event_packets(counters(*gw_a_), RG_DIR_EGRESS, RG_EV_ROCE_PACKETS)}});
+}
+
+}  // namespace
+}  // namespace rg::test
