@@ -100,6 +100,15 @@ MapUsage MapReader::info(int fd, const std::string& name) const {
 
 MapUsage MapReader::usage(int fd, const std::string& name) const {
   MapUsage u = info(fd, name);
+  if (name == kMapPeers) {
+    // An array holds every key from creation: a peer slot is in use when
+    // its family is set.
+    for (uint32_t i = 0; i < u.max_entries; ++i) {
+      rg_peer peer{};
+      if (bpf_map_lookup_elem(fd, &i, &peer) == 0 && peer.family != 0) ++u.entries;
+    }
+    return u;
+  }
   std::vector<uint8_t> key(u.key_size), next(u.key_size);
   const void* prev = nullptr;
   while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
