@@ -214,6 +214,9 @@ TEST_F(ExporterBpf, ScrapeShowsExactlyWhatTheMapsHold) {
   EXPECT_EQ(value_of(s.samples, "roceguard_parse_errors_total", trunc), 1);
   EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp"}}), 2);
   EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_counters"}}), 2);
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_peers"}}), 0)
+      << "unused peer slots of the array are not fill";
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_max_entries", {{"map", "rg_peers"}}), RG_MAX_PEERS);
 
   EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 1);
   EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 0);
@@ -229,6 +232,16 @@ TEST_F(ExporterBpf, ScrapeShowsExactlyWhatTheMapsHold) {
   EXPECT_EQ(value_of(scrape(ex).samples, "roceguard_attached",
                      {{"interface", "lo"}, {"hook", "tc_egress"}}),
             0);
+
+  int peers = bpf_obj_get((dp_->pin_path() + "/" + kMapPeers).c_str());
+  ASSERT_GE(peers, 0);
+  rg_peer peer{};
+  peer.family = AF_INET;
+  peer.vni = 7;
+  uint32_t slot = 3;
+  EXPECT_EQ(bpf_map_update_elem(peers, &slot, &peer, BPF_ANY), 0);
+  close(peers);
+  EXPECT_EQ(value_of(scrape(ex).samples, "roceguard_map_entries", {{"map", "rg_peers"}}), 1);
 }
 
 TEST_F(ExporterBpf, InterfaceWithoutNameIsLabelledByIndex) {
