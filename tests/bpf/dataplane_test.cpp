@@ -474,6 +474,43 @@ TEST(EncapRoutes, EmptyPeerSlotIgnored) {
   EXPECT_EQ(hex(r.out), hex(p.dscp(46).build()));
 }
 
+// How the encapsulated packet leaves: TC_ACT_UNSPEC when the peer is on this
+// device, a redirect when it is behind another one or still unresolved.
+inline constexpr uint32_t kTcRedirect = 7;
+
+TEST(EncapNextHop, PeerBehindOtherDeviceIsRedirected) {
+  Dataplane dp;
+  dp.peer(0, kOtherLocal4, kOtherPeer4, kVni4);
+  dp.peer(1, kOtherLocal6, kOtherPeer6, kVni6);
+  dp.route(kRemoteNet4, 24, 0);
+  dp.route(kRemoteNet6, 48, 1);
+  for (const Bytes& in : {tunneled4().build(), tunneled6().build()}) {
+    Verdict r = dp.tc(in);
+    EXPECT_EQ(r.ret, kTcRedirect);
+    View v = parse(r.out);
+    ASSERT_TRUE(v.geneve);
+    EXPECT_EQ(v.dst, kOtherPeerMac);
+    EXPECT_EQ(v.src, kOtherDevMac) << "source MAC of the device the packet leaves by";
+  }
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["encapsulated"], 2u);
+}
+
+TEST(EncapNextHop, UnresolvedNeighbourUsesRedirectNeigh) {
+  Dataplane dp;
+  dp.peer(0, kLocal4, kNoNeigh4, kVni4);
+  dp.peer(1, kLocal6, kNoNeigh6, kVni6);
+  dp.route(kRemoteNet4, 24, 0);
+  dp.route(kRemoteNet6, 48, 1);
+  for (const Bytes& in : {tunneled4().build(), tunneled6().build()}) {
+    Verdict r = dp.tc(in);
+    EXPECT_EQ(r.ret, kTcRedirect) << "bpf_redirect_neigh resolves and fills the MACs";
+    View v = parse(r.out);
+    ASSERT_TRUE(v.geneve);
+    EXPECT_EQ(v.daddr, ip_addr(v.family == 4 ? kNoNeigh4 : kNoNeigh6));
+  }
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS).count("fib_miss"), 0u);
+}
+
 // The tunnel MTU guard: the outer IP packet is inner frame + 36 (IPv4) or
 // + 56 (IPv6) bytes.
 TEST(MtuGuard, ExactFitIsEncapsulated) {

@@ -23,6 +23,7 @@ namespace rg::test {
 namespace {
 
 int g_ifindex = 0;
+int g_other_ifindex = 0;
 std::string g_temp_dir;
 
 void write_file(const std::string& path, const std::string& value) {
@@ -47,32 +48,45 @@ class TopologyEnv : public ::testing::Environment {
     if (unshare(CLONE_NEWNET) != 0)
       FAIL() << "unshare(CLONE_NEWNET): " << std::strerror(errno)
              << " (the data-plane tests need root: CAP_SYS_ADMIN, CAP_BPF, CAP_NET_ADMIN)";
-    const std::string dev = kDev;
-    const std::vector<std::string> setup = {
-        "ip link set lo up",
-        "ip link add " + dev + " address " + mac_text(kDevMac) + " type veth peer name " + dev +
-            "p address " + mac_text(kPeerMac),
-        "ip link set " + dev + "p up",
-        "ip link set " + dev + " up",
-        "ip addr add " + std::string(kLocal4) + "/24 dev " + dev,
-        "ip addr add " + std::string(kLocal6) + "/64 dev " + dev + " nodad",
-        "ip neigh replace " + std::string(kPeer4) + " lladdr " + mac_text(kPeerMac) + " dev " +
-            dev + " nud permanent",
-        "ip -6 neigh replace " + std::string(kPeer6) + " lladdr " + mac_text(kPeerMac) +
-            " dev " + dev + " nud permanent",
-    };
-    for (const auto& cmd : setup) ASSERT_NO_THROW(run_command(cmd)) << cmd;
+    ASSERT_NO_THROW(run_command("ip link set lo up"));
+    add_link(kDev, kDevMac, kPeerMac, std::string(kLocal4) + "/24", kPeer4,
+             std::string(kLocal6) + "/64", kPeer6);
+    if (::testing::Test::HasFatalFailure()) return;
+    add_link(kOtherDev, kOtherDevMac, kOtherPeerMac, std::string(kOtherLocal4) + "/25",
+             kOtherPeer4, std::string(kOtherLocal6) + "/64", kOtherPeer6);
+    if (::testing::Test::HasFatalFailure()) return;
     // Forwarding lookups (bpf_fib_lookup without OUTPUT) need it.
     ASSERT_NO_THROW(write_file("/proc/sys/net/ipv4/ip_forward", "1"));
     ASSERT_NO_THROW(write_file("/proc/sys/net/ipv6/conf/all/forwarding", "1"));
     g_ifindex = static_cast<int>(if_nametoindex(kDev));
+    g_other_ifindex = static_cast<int>(if_nametoindex(kOtherDev));
     ASSERT_GT(g_ifindex, 0);
+    ASSERT_GT(g_other_ifindex, 0);
 
     std::string tmpl = "/tmp/rgdp-" + std::to_string(getpid()) + "-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     ASSERT_NE(mkdtemp(buf.data()), nullptr) << std::strerror(errno);
     g_temp_dir = buf.data();
+  }
+
+  // A veth pair whose far end is the one neighbour, resolved permanently.
+  static void add_link(const std::string& dev, const Mac& mac, const Mac& peer_mac,
+                       const std::string& addr4, const std::string& peer4,
+                       const std::string& addr6, const std::string& peer6) {
+    const std::vector<std::string> setup = {
+        "ip link add " + dev + " address " + mac_text(mac) + " type veth peer name " + dev +
+            "p address " + mac_text(peer_mac),
+        "ip link set " + dev + "p up",
+        "ip link set " + dev + " up",
+        "ip addr add " + addr4 + " dev " + dev,
+        "ip addr add " + addr6 + " dev " + dev + " nodad",
+        "ip neigh replace " + peer4 + " lladdr " + mac_text(peer_mac) + " dev " + dev +
+            " nud permanent",
+        "ip -6 neigh replace " + peer6 + " lladdr " + mac_text(peer_mac) + " dev " + dev +
+            " nud permanent",
+    };
+    for (const auto& cmd : setup) ASSERT_NO_THROW(run_command(cmd)) << cmd;
   }
 
   void TearDown() override {
@@ -97,6 +111,7 @@ class CaptureListener : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int dev_ifindex() { return g_ifindex; }
+int other_dev_ifindex() { return g_other_ifindex; }
 std::string temp_dir() { return g_temp_dir; }
 
 std::string run_command(const std::string& cmd, bool with_stderr) {

@@ -26,8 +26,18 @@ inline constexpr const char* kPeer4 = "192.0.2.2";
 inline constexpr const char* kLocal6 = "2001:db8::1";
 inline constexpr const char* kPeer6 = "2001:db8::2";
 inline constexpr const char* kUnreachable4 = "198.51.100.99";  // no route
+inline constexpr const char* kNoNeigh4 = "192.0.2.3";  // on link, never resolved
+inline constexpr const char* kNoNeigh6 = "2001:db8::3";
 inline const Mac kDevMac = {0x02, 0x00, 0x00, 0x00, 0x0a, 0x01};
 inline const Mac kPeerMac = {0x02, 0x00, 0x00, 0x00, 0x0b, 0x02};
+// A second device: peers behind it need a redirect away from kDev.
+inline constexpr const char* kOtherDev = "rgdp1";
+inline constexpr const char* kOtherLocal4 = "198.51.100.129";
+inline constexpr const char* kOtherPeer4 = "198.51.100.130";
+inline constexpr const char* kOtherLocal6 = "2001:db8:1::1";
+inline constexpr const char* kOtherPeer6 = "2001:db8:1::2";
+inline const Mac kOtherDevMac = {0x02, 0x00, 0x00, 0x00, 0x0c, 0x01};
+inline const Mac kOtherPeerMac = {0x02, 0x00, 0x00, 0x00, 0x0c, 0x02};
 // The tunnel routes the tests install: inner prefixes behind the peers.
 inline constexpr const char* kRemoteNet4 = "203.0.113.0";   // /24 -> IPv4 peer
 inline constexpr const char* kRemoteNet6 = "2001:db8:6::";  // /48 -> IPv6 peer
@@ -40,6 +50,7 @@ inline constexpr uint32_t kXdpDrop = 1;
 inline constexpr uint32_t kXdpPass = 2;
 
 int dev_ifindex();
+int other_dev_ifindex();
 
 // What the tests load: the compiled-in defaults, plus 0xff poison in every
 // header byte the program builds so a field it forgets to set shows.
