@@ -121,20 +121,13 @@ static __always_inline const struct rg_peer *rg_route_lookup(const struct rg_pkt
 enum rg_fib_result {
 	RG_FIB_OK,        /* MACs in fib, send out fib->ifindex */
 	RG_FIB_NEIGH,     /* route known, neighbour unresolved: bpf_redirect_neigh */
+	RG_FIB_TOO_BIG,   /* over the egress device's MTU */
 	RG_FIB_FAIL,
 };
 
-/*
- * Route to the tunnel peer. The outer packet is our own, so try an output
- * lookup on this device first; fall back to a forwarding lookup for peers
- * reached through another device.
- */
-static __always_inline enum rg_fib_result rg_fib_peer(struct __sk_buff *skb,
-						      const struct rg_peer *peer,
-						      struct bpf_fib_lookup *fib, __u16 tot_len)
+static __always_inline void rg_fib_init(struct bpf_fib_lookup *fib, const struct __sk_buff *skb,
+					const struct rg_peer *peer, __u16 tot_len)
 {
-	long rc;
-
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->family = peer->family;
 	fib->l4_protocol = IPPROTO_UDP;
@@ -148,15 +141,34 @@ static __always_inline enum rg_fib_result rg_fib_peer(struct __sk_buff *skb,
 		__builtin_memcpy(fib->ipv6_src, peer->local, 16);
 		__builtin_memcpy(fib->ipv6_dst, peer->remote, 16);
 	}
+}
+
+/*
+ * Route to the tunnel peer. The outer packet is our own, so try an output
+ * lookup on this device first; fall back to a forwarding lookup for peers
+ * reached through another device. tot_len makes the kernel check the egress
+ * device's MTU; a failed lookup may have overwritten it (it shares a union
+ * with mtu_result), so the fallback starts from a fresh request.
+ */
+static __always_inline enum rg_fib_result rg_fib_peer(struct __sk_buff *skb,
+						      const struct rg_peer *peer,
+						      struct bpf_fib_lookup *fib, __u16 tot_len)
+{
+	long rc;
+
+	rg_fib_init(fib, skb, peer, tot_len);
 	rc = bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
-		fib->ifindex = skb->ifindex;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH &&
+	    rc != BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		rg_fib_init(fib, skb, peer, tot_len);
 		rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
 	}
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return RG_FIB_OK;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
 		return RG_FIB_NEIGH;
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return RG_FIB_TOO_BIG;
 	return RG_FIB_FAIL;
 }
 
@@ -202,6 +214,8 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		return RG_ENCAP_OVERSIZE;
 
 	fr = rg_fib_peer(skb, peer, &fib, ip_len);
+	if (fr == RG_FIB_TOO_BIG)
+		return RG_ENCAP_OVERSIZE;
 	if (fr == RG_FIB_FAIL) {
 		rg_count(c, RG_EV_FIB_MISS, inner_len);
 		return RG_ENCAP_SKIPPED;

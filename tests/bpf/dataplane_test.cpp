@@ -562,6 +562,52 @@ TEST(MtuGuard, DropPolicyDrops) {
   EXPECT_TRUE(parse(dp.tc(tunneled4().build()).out).geneve);
 }
 
+// A tunnel MTU above the egress device's MTU must not let a packet through
+// that the device cannot carry: the device MTU is the guard then.
+class DeviceMtuGuard : public ::testing::TestWithParam<std::tuple<bool, uint8_t>> {};
+
+TEST_P(DeviceMtuGuard, PolicyAppliesAboveDeviceMtu) {
+  const auto& [outer6, policy] = GetParam();
+  rg_config cfg = test_config();
+  cfg.mtu_policy = policy;
+  Dataplane dp(cfg);
+  dp.tunnels(9000);
+  // 1501 bytes of outer IP on a 1500-byte device.
+  size_t inner = 1501 - (outer6 ? 56 : 36);
+  PacketBuilder p = outer6 ? tunneled6() : tunneled4();
+  size_t fixed = p.build().size() - 64;
+  p.payload(inner - fixed);
+  Bytes in = p.build();
+  ASSERT_EQ(in.size(), inner);
+  Verdict r = dp.tc(in);
+  Events e = dp.events(RG_DIR_EGRESS);
+  EXPECT_EQ(e.count("encapsulated"), 0u);
+  EXPECT_EQ(e.count("fib_miss"), 0u);
+  if (policy == RG_MTU_DROP) {
+    EXPECT_EQ(r.ret, kTcShot);
+    EXPECT_EQ(e["oversize_dropped"], 1u);
+  } else {
+    EXPECT_EQ(r.ret, kTcPass);
+    EXPECT_EQ(hex(r.out), hex(p.dscp(46).build()));
+    EXPECT_EQ(e["oversize_passed"], 1u);
+  }
+  // One byte less fits the device and is encapsulated.
+  p.payload(inner - fixed - 1);
+  Verdict fits = dp.tc(p.build());
+  EXPECT_EQ(fits.ret, kTcPass);
+  ASSERT_TRUE(parse(fits.out).geneve);
+  EXPECT_EQ(fits.out.size(), 14u + 1500);
+}
+
+INSTANTIATE_TEST_SUITE_P(, DeviceMtuGuard,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(uint8_t{RG_MTU_PASS},
+                                                              uint8_t{RG_MTU_DROP})),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "Ipv6" : "Ipv4") +
+                                  (std::get<1>(info.param) == RG_MTU_DROP ? "Drop" : "Pass");
+                         });
+
 // ---------------------------------------------------------------------------
 // Geneve decapsulation at XDP ingress.
 
