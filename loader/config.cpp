@@ -116,7 +116,7 @@ class Reader {
     for (const auto& [k, v] : t_) {
       (void)v;
       if (!seen_.count(std::string(k.str())))
-        error(key(k.str()), "unknown key (check the spelling; see packaging/roceguard.toml)");
+        error(key(k.str()), "unknown key (check the spelling against the commented default roceguard.toml)");
     }
   }
 
@@ -476,9 +476,9 @@ Config parse_config_file(const std::string& path, ConfigProblems& p) {
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
     if (!b)
-      p.errors.push_back(path + ": " + std::string(e.description()));
+      p.errors.push_back(std::string(e.description()));
     else
-      p.errors.push_back(path + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
+      p.errors.push_back("line " + std::to_string(b.line) + ", column " + std::to_string(b.column) +
                          ": " + std::string(e.description()));
     return Config{};
   }

@@ -1,0 +1,603 @@
+// The roceguard binary against real interfaces: a veth pair between two
+// network namespaces this test creates (and removes, with its pins, even on
+// failure). The binary runs in the first namespace through nsenter, which
+// keeps the host's mount namespace and so the host's bpffs: pins made by one
+// invocation are seen by the next, as on a real machine.
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/if_link.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "packet.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
+  int st = pclose(f);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+// Runs fn in a child that joined network namespace ns; returns its result.
+int in_netns(const std::string& ns, const std::function<int()>& fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(120);
+    _exit(fn());
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::vector<std::string> bad_configs() {
+  std::vector<std::string> files;
+  DIR* d = opendir(RG_BAD_CONFIGS);
+  if (!d) return files;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.size() > 5 && n.substr(n.size() - 5) == ".toml") files.push_back(std::string(RG_BAD_CONFIGS) + "/" + n);
+  }
+  closedir(d);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// First line of each corpus file: "# expect: <text the message must contain>".
+std::string expected_of(const std::string& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  const std::string tag = "# expect: ";
+  return line.rfind(tag, 0) == 0 ? line.substr(tag.size()) : "";
+}
+
+TEST(BadConfigs, ConfigCheckRejectsEveryOneNamingTheKey) {
+  auto files = bad_configs();
+  ASSERT_GE(files.size(), 20u) << "corpus in " << RG_BAD_CONFIGS;
+  for (const auto& f : files) {
+    std::string expect = expected_of(f);
+    ASSERT_FALSE(expect.empty()) << f << " lacks its '# expect: ' line";
+    Result r = sh(std::string(RG_BIN) + " config check " + f);
+    EXPECT_EQ(r.rc, 2) << f << ":\n" << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << f << ": message does not contain '" << expect << "':\n" << r.out;
+  }
+}
+
+TEST(BadConfigs, DefaultConfigIsValid) {
+  Result r = sh(std::string(RG_BIN) + " config check " + RG_DEFAULT_CONFIG);
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+class LoaderNetns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int seq = 0;
+    tag_ = "rgld-" + std::to_string(getpid()) + "-" + std::to_string(seq++);
+    ns_a_ = tag_ + "-a";
+    ns_b_ = tag_ + "-b";
+    pin_ = "/sys/fs/bpf/" + tag_;
+    tmp_ = "/tmp/" + tag_;
+    must("mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf");
+    must("mkdir -p " + tmp_);
+    must("ip netns add " + ns_a_);
+    must("ip netns add " + ns_b_);
+    must("ip -n " + ns_a_ + " link add veth0 type veth peer name veth1 netns " + ns_b_);
+    setup_addresses();
+    must("ip -n " + ns_a_ + " link set lo up");
+    must("ip -n " + ns_b_ + " link set lo up");
+  }
+
+  void TearDown() override {
+    for (pid_t p : children_) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+    sh(in_a(std::string(RG_BIN) + " detach --pin-path " + pin_));
+    sh("rm -rf " + pin_ + " " + tmp_);
+    sh("ip netns del " + ns_a_);
+    sh("ip netns del " + ns_b_);
+  }
+
+  void setup_addresses() {
+    must("ip -n " + ns_a_ + " addr add 198.51.100.1/24 dev veth0");
+    must("ip -n " + ns_b_ + " addr add 198.51.100.2/24 dev veth1");
+    must("ip -n " + ns_a_ + " link set veth0 up");
+    must("ip -n " + ns_b_ + " link set veth1 up");
+  }
+
+  void must(const std::string& cmd) {
+    Result r = sh(cmd);
+    ASSERT_EQ(r.rc, 0) << cmd << ":\n" << r.out;
+  }
+
+  std::string in_a(const std::string& cmd) const { return "nsenter --net=/run/netns/" + ns_a_ + " " + cmd; }
+
+  Result rg(const std::string& args) { return sh(in_a(std::string(RG_BIN) + " " + args + " --pin-path " + pin_)); }
+
+  std::string write_file(const std::string& name, const std::string& text) {
+    std::string path = tmp_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  int ifindex_a(const std::string& dev = "veth0") {
+    unsigned idx = 0;
+    Result r = sh("ip -n " + ns_a_ + " -j link show dev " + dev);
+    auto j = json::parse(r.out, nullptr, false);
+    if (j.is_array() && !j.empty()) idx = j[0].value("ifindex", 0u);
+    return static_cast<int>(idx);
+  }
+
+  // XDP and TC egress programs on veth0: names by program id.
+  struct Hooks {
+    std::vector<std::string> xdp;
+    std::vector<std::string> tc;
+  };
+  Hooks hooks() {
+    Hooks h;
+    Result r = sh(in_a("bpftool -j net show dev veth0"));
+    auto j = json::parse(r.out, nullptr, false);
+    if (!j.is_array() || j.empty()) return h;
+    for (const auto& x : j[0].value("xdp", json::array())) {
+      Result p = sh("bpftool -j prog show id " + std::to_string(x.value("id", 0)));
+      auto pj = json::parse(p.out, nullptr, false);
+      h.xdp.push_back(pj.is_object() ? pj.value("name", "?") : "?");
+    }
+    for (const auto& t : j[0].value("tc", json::array()))
+      if (t.value("kind", "") == "clsact/egress") {
+        std::string n = t.value("name", "");
+        h.tc.push_back(n.substr(0, n.find(':')));
+      }
+    return h;
+  }
+
+  bool pins_exist() {
+    struct stat st {};
+    return stat(pin_.c_str(), &st) == 0;
+  }
+
+  // Loads the test's foreign object in namespace A and attaches its XDP
+  // program directly and/or its TC program at handle/priority.
+  int attach_foreign(bool xdp, uint32_t tc_handle, uint32_t tc_priority) {
+    return in_netns(ns_a_, [&] {
+      bpf_object* obj = bpf_object__open_file(RG_FOREIGN_OBJ, nullptr);
+      if (!obj || bpf_object__load(obj)) return 1;
+      int ifindex = static_cast<int>(if_nametoindex("veth0"));
+      if (xdp) {
+        int fd = bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_xdp"));
+        if (bpf_xdp_attach(ifindex, fd, XDP_FLAGS_DRV_MODE, nullptr)) return 2;
+      }
+      if (tc_handle) {
+        LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+        int err = bpf_tc_hook_create(&hook);
+        if (err && err != -EEXIST) return 3;
+        LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_tc")),
+                    .handle = tc_handle, .priority = tc_priority);
+        if (bpf_tc_attach(&hook, &o)) return 4;
+      }
+      return 0;
+    });
+  }
+
+  // Sends n RoCE v2 SEND-only packets (PSN first..first+n-1, QP 0x11) from
+  // namespace A to B through veth0's egress hook.
+  int send_roce(uint32_t first_psn, int n) {
+    return in_netns(ns_a_, [&] {
+      int s = socket(AF_INET, SOCK_DGRAM, 0);
+      if (s < 0) return 1;
+      sockaddr_in dst{};
+      dst.sin_family = AF_INET;
+      dst.sin_port = htons(4791);
+      inet_pton(AF_INET, "198.51.100.2", &dst.sin_addr);
+      for (int i = 0; i < n; ++i) {
+        rg::test::Bth bth;
+        bth.psn = first_psn + static_cast<uint32_t>(i);
+        auto frame = rg::test::PacketBuilder()
+                         .eth(rg::test::mac("02:00:00:00:00:02"), rg::test::mac("02:00:00:00:00:01"))
+                         .ipv4("198.51.100.1", "198.51.100.2")
+                         .udp(49152, 4791)
+                         .bth(bth)
+                         .payload(32)
+                         .build();
+        // The kernel writes the headers; the socket carries BTH onwards.
+        const size_t l4 = 14 + 20 + 8;
+        if (sendto(s, frame.data() + l4, frame.size() - l4, 0, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) < 0)
+          return 2;
+      }
+      close(s);
+      return 0;
+    });
+  }
+
+  // Sum over interfaces of one egress/ingress event, from `stats --json`.
+  uint64_t counter(const std::string& event, const std::string& direction = "egress") {
+    Result r = rg("stats --json");
+    auto j = json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.out;
+    uint64_t n = 0;
+    if (j.is_discarded()) return n;
+    for (const auto& c : j["counters"])
+      if (c["direction"] == direction) n += c["events"][event]["packets"].get<uint64_t>();
+    return n;
+  }
+
+  json status() {
+    Result r = rg("status --json");
+    auto j = json::parse(r.out, nullptr, false);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return j;
+  }
+
+  // Starts `roceguard run` in namespace A; readiness is its sd_notify
+  // READY=1 on a socket of this test.
+  struct Daemon {
+    pid_t pid = -1;
+    int notify = -1;
+    std::string log;
+  };
+  Daemon start_run(const std::string& args) {
+    Daemon d;
+    static int n = 0;
+    std::string sock = tmp_ + "/notify" + std::to_string(n);
+    d.log = tmp_ + "/run" + std::to_string(n++) + ".log";
+    d.notify = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock.c_str());
+    if (bind(d.notify, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return d;
+    d.pid = fork();
+    if (d.pid == 0) {
+      int fd = open(d.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      setenv("NOTIFY_SOCKET", sock.c_str(), 1);
+      std::string net = "--net=/run/netns/" + ns_a_;
+      std::vector<std::string> argv{"nsenter", net, RG_BIN, "run", "--pin-path", pin_};
+      std::istringstream extra(args);
+      for (std::string a; extra >> a;) argv.push_back(a);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      execvp("nsenter", cargv.data());
+      _exit(127);
+    }
+    children_.push_back(d.pid);
+    return d;
+  }
+
+  // Next sd_notify message containing what, or "" (bounded wait).
+  std::string wait_notify(const Daemon& d, const std::string& what) {
+    for (int i = 0; i < 60; ++i) {
+      pollfd p{d.notify, POLLIN, 0};
+      if (poll(&p, 1, 1000) <= 0) continue;
+      char buf[512] = {};
+      ssize_t n = recv(d.notify, buf, sizeof(buf) - 1, 0);
+      if (n > 0 && std::string(buf).find(what) != std::string::npos) return buf;
+    }
+    return "";
+  }
+
+  int wait_exit(Daemon& d) {
+    int st = 0;
+    waitpid(d.pid, &st, 0);
+    children_.erase(std::remove(children_.begin(), children_.end(), d.pid), children_.end());
+    close(d.notify);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+
+  std::string read_log(const Daemon& d) {
+    std::ifstream in(d.log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  std::string tag_, ns_a_, ns_b_, pin_, tmp_;
+  std::vector<pid_t> children_;
+};
+
+TEST_F(LoaderNetns, BadConfigsAttachNothing) {
+  for (const auto& f : bad_configs()) {
+    Result r = rg("attach --config " + f);
+    EXPECT_NE(r.rc, 0) << f << ":\n" << r.out;
+    EXPECT_NE(r.out.find(expected_of(f)), std::string::npos) << f << ":\n" << r.out;
+    EXPECT_FALSE(pins_exist()) << f;
+    Hooks h = hooks();
+    EXPECT_TRUE(h.xdp.empty() && h.tc.empty()) << f;
+  }
+}
+
+TEST_F(LoaderNetns, AttachTwiceLeavesOneProgramPerHook) {
+  Result r = rg("attach --interface veth0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json first = status();
+  r = rg("attach --interface veth0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  Hooks h = hooks();
+  EXPECT_EQ(h.xdp, std::vector<std::string>{"rg_xdp_ingress"});
+  EXPECT_EQ(h.tc, std::vector<std::string>{"rg_tc_egress"});
+  Result tc = sh(in_a("tc filter show dev veth0 egress"));
+  size_t filters = 0;
+  for (size_t at = tc.out.find(" handle "); at != std::string::npos; at = tc.out.find(" handle ", at + 1)) ++filters;
+  EXPECT_EQ(filters, 1u) << tc.out;
+  EXPECT_NE(tc.out.find("handle 0x52 rg_tc_egress"), std::string::npos) << tc.out;
+
+  json st = status();
+  ASSERT_EQ(st["interfaces"].size(), 1u);
+  EXPECT_EQ(st["interfaces"][0]["name"], "veth0");
+  EXPECT_EQ(st["interfaces"][0]["ifindex"], ifindex_a());
+  EXPECT_TRUE(st["interfaces"][0]["xdp"]["attached"].get<bool>());
+  EXPECT_TRUE(st["interfaces"][0]["tc"]["attached"].get<bool>());
+  EXPECT_NE(st["interfaces"][0]["tc"]["prog_id"], first["interfaces"][0]["tc"]["prog_id"])
+      << "the second attach replaced the program";
+  EXPECT_EQ(st["interfaces"][0]["tc"]["handle"], 0x52);
+  // Pinned maps are root's alone.
+  struct stat sb {};
+  ASSERT_EQ(stat((pin_ + "/rg_counters").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(pin_.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0700u);
+}
+
+TEST_F(LoaderNetns, DetachLeavesForeignTcFilterAndQdisc) {
+  ASSERT_EQ(attach_foreign(false, 7, 7), 0);
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  Hooks h = hooks();
+  EXPECT_EQ(h.tc.size(), 2u);
+  Result r = rg("detach");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  h = hooks();
+  EXPECT_EQ(h.tc, std::vector<std::string>{"foreign_tc"});
+  EXPECT_TRUE(h.xdp.empty());
+  EXPECT_FALSE(pins_exist());
+  EXPECT_NE(sh(in_a("tc qdisc show dev veth0")).out.find("clsact"), std::string::npos);
+  // Nothing left to detach is reported, not an error that hides a typo.
+  EXPECT_EQ(rg("detach").rc, 3);
+}
+
+TEST_F(LoaderNetns, ForeignXdpIsRefusedWithoutForce) {
+  ASSERT_EQ(attach_foreign(true, 0, 0), 0);
+  Result r = rg("attach --interface veth0");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("foreign_xdp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;
+  Hooks h = hooks();
+  EXPECT_EQ(h.xdp, std::vector<std::string>{"foreign_xdp"});
+  EXPECT_TRUE(h.tc.empty()) << "all or nothing: no TC filter either";
+  EXPECT_FALSE(pins_exist());
+
+  r = rg("attach --interface veth0 --force");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(hooks().xdp, std::vector<std::string>{"rg_xdp_ingress"});
+}
+
+TEST_F(LoaderNetns, ForeignTcFilterAtOurHandleIsRefused) {
+  ASSERT_EQ(attach_foreign(false, 0x52, 0x52), 0);
+  Result r = rg("attach --interface veth0");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("--tc-handle"), std::string::npos) << r.out;
+  Hooks h = hooks();
+  EXPECT_EQ(h.tc, std::vector<std::string>{"foreign_tc"});
+  EXPECT_TRUE(h.xdp.empty());
+  r = rg("attach --interface veth0 --tc-handle 0x99 --tc-priority 9");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(hooks().tc.size(), 2u);
+  ASSERT_EQ(rg("detach").rc, 0);
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"foreign_tc"});
+}
+
+TEST_F(LoaderNetns, ReattachKeepsCounters) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  ASSERT_EQ(send_roce(100, 5), 0);
+  uint64_t before = counter("roce_packets");
+  EXPECT_EQ(before, 5u);
+  EXPECT_EQ(counter("dscp_rewritten"), 5u);
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  EXPECT_GE(counter("roce_packets"), before) << "pinned counters must carry over";
+  ASSERT_EQ(send_roce(105, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 8u);
+  // PSNs 100..107 on one QP, then a resend of 104: one retransmission.
+  ASSERT_EQ(send_roce(104, 1), 0);
+  EXPECT_EQ(counter("retransmits"), 1u);
+
+  Result qp = rg("stats --json --qp --top 5");
+  auto j = json::parse(qp.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << qp.out;
+  ASSERT_EQ(j["qps"].size(), 1u);
+  EXPECT_EQ(j["qps"][0]["dest_qp"], 0x11);
+  EXPECT_EQ(j["qps"][0]["egress"]["retransmits"], 1);
+  // bpftool reads the same pinned map with named fields.
+  Result dump = sh("bpftool -j map dump pinned " + pin_ + "/rg_counters");
+  EXPECT_NE(dump.out.find("\"ev\""), std::string::npos) << dump.out;
+  EXPECT_NE(dump.out.find("\"packets\""), std::string::npos);
+}
+
+TEST_F(LoaderNetns, KillNineKeepsTrafficAndCounters) {
+  Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_GT(d.pid, 0);
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  ASSERT_EQ(send_roce(1, 4), 0);
+  json st = status();
+  kill(d.pid, SIGKILL);
+  EXPECT_EQ(wait_exit(d), 128 + SIGKILL);
+
+  // The programs stay attached without their loader and keep counting.
+  Hooks h = hooks();
+  EXPECT_EQ(h.xdp, std::vector<std::string>{"rg_xdp_ingress"});
+  EXPECT_EQ(h.tc, std::vector<std::string>{"rg_tc_egress"});
+  ASSERT_EQ(send_roce(5, 4), 0);
+  EXPECT_EQ(counter("roce_packets"), 8u);
+
+  Daemon again = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(again, "READY=1"), "") << read_log(again);
+  EXPECT_GE(counter("roce_packets"), 8u);
+  ASSERT_EQ(send_roce(9, 2), 0);
+  EXPECT_EQ(counter("roce_packets"), 10u);
+  kill(again.pid, SIGTERM);
+  EXPECT_NE(wait_notify(again, "STOPPING=1"), "");
+  EXPECT_EQ(wait_exit(again), 0) << read_log(again);
+  // SIGTERM leaves everything attached too; detach is the explicit removal.
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"});
+  EXPECT_TRUE(pins_exist());
+  ASSERT_EQ(rg("detach").rc, 0);
+  EXPECT_TRUE(hooks().xdp.empty());
+  EXPECT_TRUE(hooks().tc.empty());
+}
+
+TEST_F(LoaderNetns, RunRefusesASecondInstance) {
+  Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  Result r = rg("attach --interface veth0");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  r = rg("detach");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0);
+}
+
+TEST_F(LoaderNetns, IncompatiblePinnedMapNeedsResetState) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  json before = status();
+  Result r = rg("attach --interface veth0 --qp-entries 1024");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("rg_qp: max_entries 65536 pinned, 1024 wanted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--reset-state"), std::string::npos) << r.out;
+  json after = status();
+  EXPECT_EQ(after["interfaces"][0]["tc"]["prog_id"], before["interfaces"][0]["tc"]["prog_id"])
+      << "a refused attach changes nothing";
+  EXPECT_EQ(counter("roce_packets"), 3u);
+
+  r = rg("attach --interface veth0 --qp-entries 1024 --reset-state");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const auto& m : status()["maps"]) {
+    if (m["name"] == "rg_qp") {
+      EXPECT_EQ(m["max_entries"], 1024);
+    }
+  }
+  EXPECT_EQ(counter("roce_packets"), 0u) << "--reset-state starts from zero";
+}
+
+TEST_F(LoaderNetns, RunSurvivesInterfaceDeletion) {
+  Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  int old_index = ifindex_a();
+  must("ip -n " + ns_a_ + " link del veth0");
+  bool logged = false;
+  for (int i = 0; i < 50 && !logged; ++i) {
+    logged = read_log(d).find("interface veth0 disappeared") != std::string::npos;
+    if (!logged) usleep(200 * 1000);
+  }
+  EXPECT_TRUE(logged) << read_log(d);
+  EXPECT_EQ(kill(d.pid, 0), 0) << "the loader survives";
+
+  must("ip -n " + ns_a_ + " link add veth0 type veth peer name veth1 netns " + ns_b_);
+  setup_addresses();
+  ASSERT_NE(ifindex_a(), old_index);
+  bool back = false;
+  for (int i = 0; i < 50 && !back; ++i) {
+    Hooks h = hooks();
+    back = h.xdp == std::vector<std::string>{"rg_xdp_ingress"} && h.tc == std::vector<std::string>{"rg_tc_egress"};
+    if (!back) usleep(200 * 1000);
+  }
+  EXPECT_TRUE(back) << read_log(d);
+  ASSERT_EQ(send_roce(1, 2), 0);
+  EXPECT_GE(counter("roce_packets"), 2u);
+  json st = status();
+  EXPECT_EQ(st["interfaces"][0]["ifindex"], ifindex_a()) << "the record follows the new interface";
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
+TEST_F(LoaderNetns, TunnelMapsMatchTheConfiguration) {
+  std::string two = write_file("two.toml", R"(
+interfaces = ["veth0"]
+[[tunnel.peer]]
+name = "west"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+vni = 4791
+routes = ["203.0.113.0/24", "192.0.2.128/25"]
+[[tunnel.peer]]
+name = "v6"
+local = "2001:db8::1"
+remote = "2001:db8::2"
+vni = 7
+routes = ["2001:db8:2::/48"]
+)");
+  ASSERT_EQ(rg("attach --config " + two).rc, 0);
+  auto entries = [&](const char* map) {
+    auto j = json::parse(sh("bpftool -j map dump pinned " + pin_ + "/" + map).out, nullptr, false);
+    return j.is_array() ? j.size() : size_t{9999};
+  };
+  EXPECT_EQ(entries("rg_route4"), 2u);
+  EXPECT_EQ(entries("rg_route6"), 1u);
+  EXPECT_EQ(entries("rg_decap"), 2u);
+  Result peers = sh("bpftool -j map dump pinned " + pin_ + "/rg_peers");
+  EXPECT_NE(peers.out.find("\"vni\":4791"), std::string::npos) << peers.out.substr(0, 400);
+
+  std::string one = write_file("one.toml", R"(
+interfaces = ["veth0"]
+[[tunnel.peer]]
+name = "west"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+vni = 4792
+routes = ["203.0.113.0/24"]
+)");
+  ASSERT_EQ(rg("attach --config " + one).rc, 0);
+  EXPECT_EQ(entries("rg_route4"), 1u) << "stale routes are removed";
+  EXPECT_EQ(entries("rg_route6"), 0u);
+  EXPECT_EQ(entries("rg_decap"), 1u);
+  peers = sh("bpftool -j map dump pinned " + pin_ + "/rg_peers");
+  EXPECT_EQ(peers.out.find("\"vni\":4791"), std::string::npos) << "stale peer slot is cleared";
+  EXPECT_NE(peers.out.find("\"vni\":4792"), std::string::npos);
+  json st = status();
+  EXPECT_EQ(st["config"]["tunnel"]["peer"][0]["vni"], 4792);
+}
+
+TEST_F(LoaderNetns, MissingInterfaceIsNamedAndNothingAttached) {
+  Result r = rg("attach --interface veth0 --interface rgld-absent0");
+  EXPECT_EQ(r.rc, 3) << r.out;
+  EXPECT_NE(r.out.find("interface rgld-absent0 does not exist"), std::string::npos) << r.out;
+  Hooks h = hooks();
+  EXPECT_TRUE(h.xdp.empty() && h.tc.empty());
+  EXPECT_FALSE(pins_exist());
+}
+
+}  // namespace
