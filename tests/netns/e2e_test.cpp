@@ -247,5 +247,35 @@ TEST_F(E2e, WanCongestionMarksSurviveDecapAndTriggerCnps) {
                      {"cnps_received_a", t.sent.cnps}});
 }
 
+// PSNs are 24-bit serial numbers: start just below 2^24 so every QP wraps
+// while the WAN loses packets, with RDMA WRITEs (BTH + RETH) this time. The
+// trackers on the path and at host B must still agree packet for packet.
+TEST_F(E2e, PsnWrapWithWritesKeepsAccountingExact) {
+  DirectAttach gw_a(topo_->netns(Node::kGatewayA), "wan0", DirectAttach::Hook::kTcEgress, peer_a());
+  DirectAttach gw_b(topo_->netns(Node::kGatewayB), "wan0", DirectAttach::Hook::kXdp, peer_b());
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});
+  auto cfg = sender(receiver_addr(false), 600);
+  cfg.opcode = lab::kOpWriteOnly;
+  cfg.qps.first_psn = lab::kPsnMask - 300;
+  Traffic t = run_traffic(cfg, {}, [this](const lab::SenderStats& s) {
+    return s.packets - wan_dropped_ab(*wan_, RG_WAN_GENEVE);
+  });
+  const uint64_t dropped = wan_dropped_ab(*wan_, RG_WAN_GENEVE);
+  auto a = MapReader(gw_a.counters_fd(), gw_a.qp_fd()).counters();
+  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_fd()).counters();
+
+  EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
+  EXPECT_EQ(t.received.delivered, cfg.qps.count * cfg.messages);
+  EXPECT_EQ(sum_packets(a, RG_DIR_EGRESS, RG_EV_RETRANSMITS), t.sent.retransmits);
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE), t.received.lost_estimate);
+  EXPECT_EQ(sum_packets(b, RG_DIR_INGRESS, RG_EV_RETRANSMITS), t.received.seen_retransmits);
+  EXPECT_LE(t.received.lost_estimate, dropped);
+  EXPECT_GE(t.sent.retransmits, dropped);
+  report("psn_wrap_write", {{"sent", t.sent.packets},
+                            {"retransmits", t.sent.retransmits},
+                            {"wan_dropped_requests", dropped},
+                            {"lost_estimate_gw_b", sum_packets(b, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE)}});
+}
+
 }  // namespace
 }  // namespace rg::test
