@@ -263,6 +263,14 @@ TEST_F(ExporterBpf, InterfaceWithoutNameIsLabelledByIndex) {
   const Labels l{{"interface", std::to_string(gone)}, {"direction", "ingress"}};
   EXPECT_EQ(value_of(s.samples, "roceguard_roce_packets_total", l), 10) << "summed over CPUs";
   EXPECT_EQ(value_of(s.samples, "roceguard_roce_bytes_total", l), 700);
+
+  // Programs in another network namespace: the loader names their ifindexes.
+  ExporterOptions named = options_for(dp_->pin_path());
+  named.interface_names[gone] = "rgexgw0";
+  Exporter ex2(named);
+  EXPECT_EQ(value_of(scrape(ex2).samples, "roceguard_roce_packets_total",
+                     {{"interface", "rgexgw0"}, {"direction", "ingress"}}),
+            10);
 }
 
 TEST_F(ExporterBpf, FollowsPinsThatComeGoAndAreReplaced) {
