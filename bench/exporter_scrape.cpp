@@ -1,0 +1,224 @@
+// Exporter cost: time and heap allocations of one /metrics scrape with
+// 64 k tracked QPs, per-QP series off and on.
+//
+// The roceguard object is loaded with its maps pinned in a private bpffs
+// directory, rg_qp is filled from userspace with QPs that carry traffic and
+// a few counter rows are written; the exporter (loader/exporter.cpp, as
+// `roceguard run` starts it) serves them on a loopback port and this
+// process scrapes it over HTTP. Allocations are counted by replacing the
+// global operator new, which sees every C++ allocation in the process: the
+// exporter's worker thread, the map reader and prometheus-cpp's serializer.
+// C allocations (civetweb's request buffers, libbpf) are not counted.
+//
+//   bench_exporter_scrape [--qps N] [--scrapes N] [--json FILE]
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <new>
+
+#include "bench_util.h"
+#include "exporter.h"
+#include "maps.h"
+#include "roceguard.skel.h"
+#include "state.h"
+
+namespace {
+std::atomic<uint64_t> g_allocs{0}, g_alloc_bytes{0};
+}  // namespace
+
+// The replacements pair malloc with free themselves; GCC cannot see that
+// the operator delete it warns about is this one.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+void* operator new(std::size_t n) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  g_alloc_bytes.fetch_add(n, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+using namespace rg::bench;
+
+// GET /metrics into buf; returns the body size. buf is reused so the client
+// adds no allocations of its own to the count.
+size_t scrape(uint16_t port, std::vector<char>& buf) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    throw std::runtime_error("connect to the exporter failed");
+  }
+  const char req[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (write(fd, req, sizeof(req) - 1) != static_cast<ssize_t>(sizeof(req) - 1)) {
+    close(fd);
+    throw std::runtime_error("request write failed");
+  }
+  size_t got = 0;
+  for (;;) {
+    if (got == buf.size()) throw std::runtime_error("response larger than the buffer");
+    ssize_t n = read(fd, buf.data() + got, buf.size() - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  const std::string_view resp(buf.data(), got);
+  if (resp.substr(0, 12) != "HTTP/1.1 200") throw std::runtime_error("scrape failed: " + std::string(resp.substr(0, 200)));
+  return got - resp.find("\r\n\r\n") - 4;
+}
+
+// Pins the object's maps in a private directory; unpins on destruction.
+class Pins {
+ public:
+  Pins(roceguard* skel, const std::string& dir) : dir_(dir) {
+    rg::ensure_bpffs(dir_);
+    if (mkdir(dir_.c_str(), 0700) != 0) throw std::runtime_error("mkdir " + dir_ + ": " + std::strerror(errno));
+    for (const char* name : rg::kPinnedMaps) {
+      bpf_map* m = bpf_object__find_map_by_name(skel->obj, name);
+      if (!m || bpf_map__pin(m, (dir_ + "/" + name).c_str())) {
+        rg::remove_pins(dir_);
+        throw std::runtime_error(std::string("pinning ") + name + " failed");
+      }
+    }
+  }
+  ~Pins() { rg::remove_pins(dir_); }
+
+ private:
+  std::string dir_;
+};
+
+struct Result {
+  bool per_qp;
+  std::vector<double> ms;
+  uint64_t allocs = 0, alloc_bytes = 0;
+  size_t body = 0, series = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"roceguard exporter: time and allocations per scrape"};
+  uint32_t qps = 65536;
+  unsigned scrapes = 20;
+  std::string json_path = "exporter_scrape.json";
+  app.add_option("--qps", qps, "tracked QPs in rg_qp")->check(CLI::Range(1u, 1u << 22));
+  app.add_option("--scrapes", scrapes, "scrapes per setting")->check(CLI::Range(1u, 10000u));
+  app.add_option("--json", json_path, "JSON output");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    quiet_libbpf();
+    Object obj(config(RG_CFG_F_DEFAULT), qps);
+    const std::string dir = "/sys/fs/bpf/rglb-" + std::to_string(getpid()) + "-bench";
+    Pins pins(obj.skel(), dir);
+
+    // Traffic on every QP, some with losses, so the top-N selection has work.
+    const int qp_fd = bpf_map__fd(obj.skel()->maps.rg_qp);
+    rg_qp_key k{};
+    inet_pton(AF_INET, kHost4, k.src);
+    inet_pton(AF_INET, kRemoteHost4, k.dst);
+    k.family = AF_INET;
+    for (uint32_t q = 0; q < qps; ++q) {
+      rg_qp_state v{};
+      k.dest_qp = q;
+      v.dir[RG_DIR_EGRESS].packets = 1000 + q;
+      v.dir[RG_DIR_EGRESS].bytes = (1000 + q) * 1024ull;
+      v.dir[RG_DIR_EGRESS].retransmits = q % 97;
+      v.dir[RG_DIR_INGRESS].packets = 500 + q;
+      v.dir[RG_DIR_INGRESS].lost = q % 89;
+      v.dir[RG_DIR_EGRESS].flags = v.dir[RG_DIR_INGRESS].flags = RG_QP_F_SEEN;
+      if (bpf_map_update_elem(qp_fd, &k, &v, BPF_ANY))
+        throw std::runtime_error("filling rg_qp: " + std::string(std::strerror(errno)));
+    }
+    const int ncpu = libbpf_num_possible_cpus();
+    std::vector<rg_counters> per_cpu(static_cast<size_t>(ncpu));
+    for (auto& c : per_cpu)
+      for (auto& e : c.ev) e = {1000, 1024000};
+    for (uint32_t ifindex : {1u, 2u})
+      for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
+        rg_counter_key ck{ifindex, d};
+        if (bpf_map_update_elem(bpf_map__fd(obj.skel()->maps.rg_counters), &ck, per_cpu.data(), BPF_ANY))
+          throw std::runtime_error("filling rg_counters: " + std::string(std::strerror(errno)));
+      }
+
+    std::vector<char> buf(64 << 20);
+    std::vector<Result> results;
+    for (bool per_qp : {false, true}) {
+      rg::ExporterOptions eo;
+      eo.listen = "127.0.0.1:0";
+      eo.pin_path = dir;
+      eo.per_qp = per_qp;
+      eo.top_qps = 50;
+      rg::Exporter ex(eo);
+      const std::string addr = ex.listen_address();
+      const uint16_t port = static_cast<uint16_t>(std::stoul(addr.substr(addr.rfind(':') + 1)));
+      Result r;
+      r.per_qp = per_qp;
+      r.ms.reserve(scrapes);
+      scrape(port, buf);  // first scrape: civetweb and prometheus-cpp warm up
+      for (unsigned i = 0; i < scrapes; ++i) {
+        const uint64_t a0 = g_allocs, b0 = g_alloc_bytes;
+        const auto t0 = std::chrono::steady_clock::now();
+        r.body = scrape(port, buf);
+        r.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        r.allocs += g_allocs - a0;
+        r.alloc_bytes += g_alloc_bytes - b0;
+      }
+      std::string_view body(buf.data(), buf.size());
+      size_t hdr = body.find("\r\n\r\n") + 4;
+      std::string_view text = body.substr(hdr, r.body);
+      for (size_t pos = 0; pos < text.size();) {
+        size_t eol = text.find('\n', pos);
+        if (eol == std::string_view::npos) eol = text.size();
+        if (eol > pos && text[pos] != '#') ++r.series;
+        pos = eol + 1;
+      }
+      results.push_back(std::move(r));
+    }
+
+    std::cout << qps << " tracked QPs, " << scrapes << " scrapes per setting over HTTP on loopback\n\n";
+    Table t({"per-QP series", "ms/scrape (median)", "ms (min)", "allocations/scrape", "KiB allocated/scrape",
+             "series", "body KiB"});
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : results) {
+      const double allocs = static_cast<double>(r.allocs) / scrapes, kib = r.alloc_bytes / 1024.0 / scrapes;
+      t.row({r.per_qp ? "on (top 50)" : "off", fmt("%.2f", median(r.ms)),
+             fmt("%.2f", *std::min_element(r.ms.begin(), r.ms.end())), fmt("%.0f", allocs), fmt("%.0f", kib),
+             std::to_string(r.series), fmt("%.1f", r.body / 1024.0)});
+      out.push_back({{"per_qp", r.per_qp},
+                     {"top_qps", 50},
+                     {"ms_median", median(r.ms)},
+                     {"ms_min", *std::min_element(r.ms.begin(), r.ms.end())},
+                     {"allocations_per_scrape", allocs},
+                     {"allocated_kib_per_scrape", kib},
+                     {"series", r.series},
+                     {"body_bytes", r.body}});
+    }
+    t.print();
+    write_json(json_path, {{"benchmark", "exporter_scrape"}, {"qps", qps}, {"scrapes", scrapes}, {"results", out}});
+  } catch (const std::exception& e) {
+    std::cerr << "bench_exporter_scrape: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
