@@ -179,7 +179,7 @@ Sender::Sender(SenderConfig cfg) : cfg_(std::move(cfg)) {
   family_ = peer.ss.ss_family;
   peer_sa_.assign(reinterpret_cast<uint8_t*>(&peer.ss), reinterpret_cast<uint8_t*>(&peer.ss) + peer.len);
   try {
-    ack_fd_ = open_udp(family_, cfg_.port, cfg_.tos);
+    ack_fd_ = open_udp(family_, cfg_.ack_port, cfg_.tos);
     for (unsigned i = 0; i < cfg_.qps.count; ++i) {
       data_fds_.push_back(open_udp(family_, static_cast<uint16_t>(cfg_.src_port_base + i), cfg_.tos));
       auto qp = std::make_unique<Qp>();
@@ -446,9 +446,9 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
   // Responses go to the requester's RoCE port, like a real responder's.
   sockaddr_storage to = src;
   if (to.ss_family == AF_INET)
-    reinterpret_cast<sockaddr_in*>(&to)->sin_port = htons(cfg_.port);
+    reinterpret_cast<sockaddr_in*>(&to)->sin_port = htons(cfg_.reply_port);
   else
-    reinterpret_cast<sockaddr_in6*>(&to)->sin6_port = htons(cfg_.port);
+    reinterpret_cast<sockaddr_in6*>(&to)->sin6_port = htons(cfg_.reply_port);
   auto respond = [&](uint8_t opcode, uint32_t psn, const uint8_t* tail, size_t tail_len) {
     uint8_t pkt[kBthLen + kCnpPad + kIcrcLen] = {};
     put_bth(pkt, Bth{opcode, false, qp.requester_qp, psn & kPsnMask});

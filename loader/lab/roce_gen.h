@@ -76,7 +76,8 @@ struct SenderStats {
 
 struct SenderConfig {
   std::string peer;             // receiver address, IPv4 or IPv6 literal
-  uint16_t port = kRoceV2Port;  // destination port; ACKs arrive on it too
+  uint16_t port = kRoceV2Port;  // destination port
+  uint16_t ack_port = kRoceV2Port;  // where responses arrive (a responder's reply_port)
   uint16_t src_port_base = 49152;  // QP i sends from src_port_base + i
   QpPlan qps;
   uint64_t messages = 1000;  // per QP; one packet each
@@ -140,6 +141,7 @@ struct ReceiverStats {
 
 struct ReceiverConfig {
   uint16_t port = kRoceV2Port;
+  uint16_t reply_port = kRoceV2Port;  // responses go to the requester's address, this port
   QpPlan qps;
   unsigned ack_every = 4;  // ACK at least every n in-order packets, and on AckReq
   uint8_t tos = 0;         // of ACKs, NAKs and CNPs
