@@ -291,7 +291,13 @@ std::string Dataplane::xdp_attach(int ifindex, const std::string& name, bool for
     throw Error("cannot attach " + std::string(kProgXdp) + " to " + name + ": " + xdp_error(err) +
                 (mode == XDP_MODE_NATIVE ? " (driver without native XDP? try --xdp-mode skb)" : "") +
                 " (rerun with --verbose for the libxdp log)");
-  undo.push_back([ifindex, name] { detach_interface(ifindex, name, 0, 0); });
+  // Directly attached: remove it only if it is still this very program
+  // (needs no CAP_SYS_ADMIN, so it works when reading the chain did not).
+  undo.push_back([ifindex, name, mode, fd = xdp_program__fd(xdp_)] {
+    LIBBPF_OPTS(bpf_xdp_attach_opts, opts, .old_prog_fd = fd);
+    if (bpf_xdp_detach(ifindex, legacy_flags(mode) | XDP_FLAGS_REPLACE, &opts) == 0) return;
+    detach_interface(ifindex, name, 0, 0);
+  });
 
   Multiprog now(ifindex);
   if (now.legacy()) {

@@ -600,4 +600,47 @@ TEST_F(LoaderNetns, MissingInterfaceIsNamedAndNothingAttached) {
   EXPECT_FALSE(pins_exist());
 }
 
+// The unit's CapabilityBoundingSet is what `attach` needs, measured: the
+// full cycle works with exactly that set and fails without CAP_SYS_ADMIN.
+std::string unit_capabilities() {
+  std::ifstream in(RG_UNIT);
+  std::string line;
+  const std::string key = "CapabilityBoundingSet=";
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return line.substr(key.size());
+  return "";
+}
+
+std::string setpriv_caps(const std::string& unit_caps, const std::string& drop = "") {
+  std::istringstream in(unit_caps);
+  std::string caps = "-all";
+  for (std::string c; in >> c;) {
+    if (c == drop) continue;
+    std::string name = c.substr(4);  // CAP_NET_ADMIN -> net_admin
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    caps += ",+" + name;
+  }
+  return "setpriv --bounding-set=" + caps + " --inh-caps=-all ";
+}
+
+TEST_F(LoaderNetns, UnitCapabilitiesAreEnoughAndNeeded) {
+  std::string caps = unit_capabilities();
+  ASSERT_NE(caps.find("CAP_SYS_ADMIN"), std::string::npos) << caps;
+  std::string bin = std::string(RG_BIN);
+  Result r = sh(in_a(setpriv_caps(caps) + bin + " attach --interface veth0 --pin-path " + pin_));
+  ASSERT_EQ(r.rc, 0) << caps << ":\n" << r.out;
+  EXPECT_EQ(sh(in_a(setpriv_caps(caps) + bin + " status --pin-path " + pin_)).rc, 0);
+  EXPECT_EQ(sh(in_a(setpriv_caps(caps) + bin + " stats --pin-path " + pin_)).rc, 0);
+  r = sh(in_a(setpriv_caps(caps) + bin + " detach --pin-path " + pin_));
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("removed XDP program rg_xdp_ingress"), std::string::npos) << r.out;
+  EXPECT_TRUE(hooks().xdp.empty());
+
+  r = sh(in_a(setpriv_caps(caps, "CAP_SYS_ADMIN") + bin + " attach --interface veth0 --pin-path " + pin_));
+  EXPECT_NE(r.rc, 0) << r.out;
+  Hooks h = hooks();
+  EXPECT_TRUE(h.tc.empty() && h.xdp.empty()) << "refused without CAP_SYS_ADMIN, and nothing left behind";
+  EXPECT_FALSE(pins_exist());
+}
+
 }  // namespace
