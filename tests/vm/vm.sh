@@ -153,6 +153,26 @@ rgvm_start() {
 		"${netargs[@]}" </dev/null >"$share/console.log" 2>&1 &
 	rgvm_pid[$name]=$!
 	rgvm_log "started $name (pid ${rgvm_pid[$name]}, $accel, net $net)"
+	case "$net" in
+	(listen:*) rgvm_wait_listen "${rgvm_pid[$name]}" "${net#*:}" ;;
+	esac
+}
+
+# The connecting VM must find this qemu, not whatever else may hold the port:
+# wait (bounded) until the listener on PORT is the qemu run by PID (timeout).
+rgvm_wait_listen() {
+	local pid=$1 port=$2 i lpid
+	for i in $(seq 1 100); do
+		lpid=$(ss -Hltnp "sport = :$port" | grep -o 'pid=[0-9]*' | head -n1 || true)
+		lpid=${lpid#pid=}
+		if [ -n "$lpid" ] && [ "$(ps -o ppid= -p "$lpid" | tr -d ' ')" = "$pid" ]; then
+			return 0
+		fi
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "vm: qemu $pid is not listening on 127.0.0.1:$port" >&2
+	return 1
 }
 
 # Waits for the VM to power off; prints its script output; returns the

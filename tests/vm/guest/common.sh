@@ -37,6 +37,8 @@ wait_peer() {
 	for i in $(seq 1 120); do
 		busybox ping -c1 -W1 "$PEER" >/dev/null 2>&1 && return 0
 	done
+	ip -s link show eth0
+	ip neigh
 	die "peer $PEER never answered"
 }
 
@@ -127,4 +129,23 @@ rg_event() {
 	"$RGVM_ROCEGUARD" stats --json |
 		jq --arg ev "$1" --arg dir "$2" \
 			'[.counters[] | select(.direction == $dir) | .events[$ev].packets] | add // 0'
+}
+
+# A lossy WAN for RoCE only, on this VM's egress: netem in a prio band that
+# only UDP 4791 reaches. Unlike a TC drop, a qdisc's loss is invisible to the
+# sending rxe (it reports success), as a loss further down the path is.
+# netem_wan_up LOSS (netem syntax, e.g. 0.1% or 100%).
+netem_wan_up() {
+	tc qdisc add dev eth0 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1
+	tc qdisc add dev eth0 parent 1:3 handle 30: netem loss "$1"
+	tc filter add dev eth0 parent 1: protocol ip prio 1 u32 \
+		match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:3
+}
+
+netem_dropped() {
+	tc -s -j qdisc show dev eth0 | jq '[.[] | select(.kind == "netem") | .drops] | add // 0'
+}
+
+netem_sent() {
+	tc -s -j qdisc show dev eth0 | jq '[.[] | select(.kind == "netem") | .packets] | add // 0'
 }

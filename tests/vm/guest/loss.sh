@@ -1,0 +1,38 @@
+# Test 2: RC transfers from a to b across a WAN dropping 0.1 % of RoCE
+# packets (netem on a's egress, after roceguard's TC program), roceguard
+# attached on both: what the WAN dropped vs roceguard's estimate at b and
+# its retransmit count at a, and rxe's own hw_counters.
+. "$RGVM_SRC/tests/vm/guest/common.sh"
+net_up
+rxe_up
+wait_peer
+gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
+rg_attach
+hw=/sys/class/infiniband/rxe0/ports/1/hw_counters
+write_bw=(ib_write_bw -d rxe0 -x "$gid" -s 65536 -n 300 -p 18515)
+pingpong=(ibv_rc_pingpong -d rxe0 -g "$gid" -s 4096 -n 300 -p 18516)
+
+if [ "$RGVM_NAME" = a ]; then
+	netem_wan_up 0.1%
+	retry "${write_bw[@]}" "$PEER" >write_bw.log || die "ib_write_bw: $(cat write_bw.log)"
+	retry "${pingpong[@]}" "$PEER" >pingpong.log || die "ibv_rc_pingpong: $(cat pingpong.log)"
+	cat write_bw.log pingpong.log
+	{
+		echo "wan_packets=$(netem_sent)"
+		echo "wan_dropped=$(netem_dropped)"
+		echo "egress_retransmits=$(rg_event retransmits egress)"
+		echo "egress_roce_packets=$(rg_event roce_packets egress)"
+	} >>result
+else
+	timeout 120 "${write_bw[@]}" >write_bw.log 2>&1 || die "ib_write_bw server: $(cat write_bw.log)"
+	timeout 120 "${pingpong[@]}" >pingpong.log 2>&1 || die "ibv_rc_pingpong server: $(cat pingpong.log)"
+	{
+		echo "ingress_lost_estimate=$(rg_event lost_estimate ingress)"
+		echo "ingress_psn_gaps=$(rg_event psn_gaps ingress)"
+		echo "ingress_retransmits=$(rg_event retransmits ingress)"
+		echo "ingress_roce_packets=$(rg_event roce_packets ingress)"
+	} >>result
+fi
+for c in "$hw"/*; do echo "hw_$(basename "$c")=$(cat "$c")"; done >>result
+grep -iE "error|RETRY_EXC|status" write_bw.log pingpong.log && die "a transfer reported an error"
+cat result

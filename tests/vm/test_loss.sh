@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Test 2: with 0.1 % loss the transfers finish without IBV_WC_RETRY_EXC_ERR;
+# roceguard's estimated-lost count at the receiver is compared with what the
+# WAN dropped, its retransmit count at the sender is at least that, and
+# rxe's hw_counters move the same way.
+set -euo pipefail
+. "$(dirname "$0")/vm.sh"
+rgvm_setup
+port=$(rgvm_free_port)
+rgvm_start b "listen:$port" loss.sh
+rgvm_start a "connect:$port" loss.sh
+rc=0
+rgvm_wait a || rc=1
+rgvm_wait b || rc=1
+[ $rc = 0 ] || exit 1
+
+a=$(rgvm_share a)/result
+b=$(rgvm_share b)/result
+val() { sed -n "s/^$2=//p" "$1"; }
+dropped=$(val "$a" wan_dropped)
+lost=$(val "$b" ingress_lost_estimate)
+retx=$(val "$a" egress_retransmits)
+echo "WAN: $(val "$a" wan_packets) RoCE packets passed, $dropped dropped"
+echo "roceguard at b (receiver): lost_estimate $lost in $(val "$b" ingress_psn_gaps) gaps, $(val "$b" ingress_retransmits) duplicates received"
+echo "roceguard at a (sender): retransmits $retx of $(val "$a" egress_roce_packets) RoCE packets"
+echo "rxe at a: rcvd_seq_err $(val "$a" hw_rcvd_seq_err) retry_exceeded_err $(val "$a" hw_retry_exceeded_err) completer_retry_err $(val "$a" hw_completer_retry_err)"
+echo "rxe at b: out_of_seq_request $(val "$b" hw_out_of_seq_request) duplicate_request $(val "$b" hw_duplicate_request)"
+if [ "$dropped" -gt 0 ]; then
+	echo "agreement: lost_estimate / dropped = $lost / $dropped = $(awk "BEGIN { printf \"%.2f\", $lost / $dropped }")"
+fi
+
+fail=0
+check() { local what=$1; shift; if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi; }
+check "the WAN dropped RoCE packets" test "$dropped" -gt 0
+check "no transport retry exhaustion at a" test "$(val "$a" hw_retry_exceeded_err)" = 0
+check "roceguard estimated losses at b" test "$lost" -gt 0
+# A drop of an already retransmitted packet is not a forward PSN jump, so
+# the estimate can only fall short of the WAN's count, never exceed it.
+check "lost_estimate <= dropped" test "$lost" -le "$dropped"
+check "retransmits at a >= dropped" test "$retx" -ge "$dropped"
+check "rxe at b saw out-of-sequence requests" test "$(val "$b" hw_out_of_seq_request)" -gt 0
+check "rxe at a received sequence-error NAKs" test "$(val "$a" hw_rcvd_seq_err)" -gt 0
+exit $fail
