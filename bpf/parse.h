@@ -85,6 +85,7 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 	struct ethhdr *eth = data;
 	void *pos = data + sizeof(*eth);
 	__be16 proto;
+	__u16 ulen;
 	__u8 l4proto;
 
 	p->err = 0;
@@ -177,11 +178,16 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 	p->l4 = udp;
 	pos = udp + 1;
 	p->l5 = pos;
+	/*
+	 * Ethernet pads short frames to 60 bytes, so room in the frame is not
+	 * room in the datagram: the UDP length says where the headers may be.
+	 */
+	ulen = bpf_ntohs(udp->len);
 
 	if (udp->dest == bpf_htons(RG_ROCE_UDP_PORT)) {
 		__u8 *bth = pos;
 
-		if (pos + RG_BTH_LEN > data_end) {
+		if (pos + RG_BTH_LEN > data_end || ulen < sizeof(*udp) + RG_BTH_LEN) {
 			p->err = RG_EV_PARSE_TRUNC_BTH;
 			return RG_PKT_OTHER;
 		}
@@ -190,7 +196,8 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 		p->psn = ((__u32)bth[9] << 16) | ((__u32)bth[10] << 8) | bth[11];
 		p->syndrome = 0;
 		if (p->opcode == RG_BTH_OPCODE_ACK) {
-			if (pos + RG_BTH_LEN + RG_AETH_LEN > data_end) {
+			if (pos + RG_BTH_LEN + RG_AETH_LEN > data_end ||
+			    ulen < sizeof(*udp) + RG_BTH_LEN + RG_AETH_LEN) {
 				p->err = RG_EV_PARSE_TRUNC_BTH;
 				return RG_PKT_OTHER;
 			}
@@ -199,7 +206,8 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 		return RG_PKT_ROCE;
 	}
 	if (udp->dest == bpf_htons(RG_GENEVE_UDP_PORT)) {
-		if (pos + sizeof(struct rg_genevehdr) > data_end) {
+		if (pos + sizeof(struct rg_genevehdr) > data_end ||
+		    ulen < sizeof(*udp) + sizeof(struct rg_genevehdr)) {
 			p->err = RG_EV_PARSE_GENEVE;
 			return RG_PKT_OTHER;
 		}

@@ -202,6 +202,13 @@ Bytes cut(Bytes b, size_t len) {
   return b;
 }
 
+// Ethernet pads frames to 60 bytes (before the FCS); the padding is not
+// part of the IP packet.
+Bytes padded(Bytes b) {
+  if (b.size() < 60) b.resize(60, 0);
+  return b;
+}
+
 std::vector<PassCase> pass_cases() {
   std::vector<PassCase> c;
   Bytes arp = PacketBuilder().ethertype(kEthArp).payload(28).build();
@@ -244,6 +251,15 @@ std::vector<PassCase> pass_cases() {
   c.push_back({"Udp4791ShortBthIpv6", cut(roce6().build(), 14 + 40 + 8 + 6), "trunc_bth"});
   c.push_back({"AckWithoutAeth", cut(roce4(kOpAck).build(), 14 + 20 + 8 + 12 + 3), "trunc_bth"});
   c.push_back({"Udp4791ShortBthVlan", cut(roce4().vlan(9).build(), 18 + 20 + 8 + 4),
+               "trunc_bth"});
+  c.push_back({"Udp4791ShortInPaddedFrame",
+               padded(PacketBuilder().ipv4("198.51.100.10", "198.51.100.20")
+                          .udp(49200, kRoceV2Port).payload(4).build()),
+               "trunc_bth"});
+  // An ACK cut after the BTH: 54 bytes on the wire become 60.
+  c.push_back({"AckWithoutAethInPaddedFrame",
+               padded(PacketBuilder().ipv4("198.51.100.10", "198.51.100.20")
+                          .udp(49200, kRoceV2Port).bth(bth(kOpAck)).icrc(false).build()),
                "trunc_bth"});
   std::vector<PassCase> both;
   for (const auto& one : c) {
