@@ -235,6 +235,24 @@ int Dataplane::map_fd(const char* name) const {
   return m ? bpf_map__fd(m) : -1;
 }
 
+bool Dataplane::load_direct() {
+  bpf_program* prog = skel_->progs.rg_xdp_ingress;
+  if (bpf_program__fd(prog) >= 0) return bpf_program__type(prog) == BPF_PROG_TYPE_XDP;
+  // The hook already holds a directly attached program, so the dispatcher
+  // is out of reach here; load the object as plain XDP ourselves and hand
+  // libxdp the loaded program for any further interface.
+  int err = roceguard__load(skel_);
+  if (err) throw Error("cannot load the BPF object: " + errno_text(err) + " (rerun with --verbose for the verifier log)");
+  xdp_program__close(xdp_);
+  xdp_ = xdp_program__from_fd(dup(bpf_program__fd(prog)));
+  if (libxdp_get_error(xdp_)) {
+    long e = libxdp_get_error(xdp_);
+    xdp_ = nullptr;
+    throw Error("cannot hand the XDP program to libxdp: " + xdp_error(static_cast<int>(e)));
+  }
+  return true;
+}
+
 void Dataplane::ensure_loaded() {
   if (bpf_program__fd(skel_->progs.rg_tc_egress) < 0)
     throw Error("BPF object was not loaded (rerun with --verbose for the libbpf log)");
@@ -258,8 +276,31 @@ std::string Dataplane::xdp_attach(int ifindex, const std::string& name, bool for
                       kExitConflict);
         spdlog::warn("--force: replacing XDP program {} (id {}) on {}", owner, old_id, name);
       }
-      // A directly attached program cannot share the hook: take it off
-      // first (libxdp refuses to replace it), put it back on rollback.
+      // Same mode and a program that can be attached directly: swap it in
+      // one netlink request, so ingress never runs without a program.
+      if (old_mode == mode && load_direct()) {
+        int old_fd = bpf_prog_get_fd_by_id(old_id);
+        int new_fd = bpf_program__fd(skel_->progs.rg_xdp_ingress);
+        LIBBPF_OPTS(bpf_xdp_attach_opts, o, .old_prog_fd = old_fd);
+        int err = old_fd < 0 ? -errno : bpf_xdp_attach(ifindex, new_fd, legacy_flags(mode) | XDP_FLAGS_REPLACE, &o);
+        if (old_fd >= 0) close(old_fd);
+        if (err) throw Error("cannot replace XDP program " + owner + " on " + name + ": " + errno_text(err));
+        undo.push_back([ifindex, old_id, new_fd, mode] {
+          int fd = bpf_prog_get_fd_by_id(old_id);
+          if (fd < 0) return;
+          LIBBPF_OPTS(bpf_xdp_attach_opts, back, .old_prog_fd = new_fd);
+          bpf_xdp_attach(ifindex, fd, legacy_flags(mode) | XDP_FLAGS_REPLACE, &back);
+          close(fd);
+        });
+        bpf_prog_info info{};
+        uint32_t len = sizeof(info);
+        bpf_obj_get_info_by_fd(new_fd, &info, &len);
+        prog_id = info.id;
+        spdlog::debug("replaced XDP program id {} on {} atomically", old_id, name);
+        return "direct";
+      }
+      // Otherwise it cannot share the hook: take it off first (libxdp
+      // refuses to replace it), put it back on rollback.
       int err = xdp_multiprog__detach(cur.mp);
       if (err) throw Error("cannot detach XDP program " + owner + " from " + name + ": " + xdp_error(err));
       undo.push_back([ifindex, old_id, old_mode] {

@@ -60,6 +60,9 @@ class Dataplane {
 
  private:
   void ensure_loaded();
+  // Loads the object without libxdp (XDP type, for a direct attach);
+  // false when libxdp already loaded it as a dispatcher extension.
+  bool load_direct();
   void write_maps();
   std::string xdp_attach(int ifindex, const std::string& name, bool force, uint32_t& prog_id,
                          std::vector<std::function<void()>>& undo);
