@@ -857,6 +857,29 @@ TEST(Rfc6040Ipv4Inner, ChecksumStaysValidWhenCeIsSet) {
   EXPECT_EQ(hex(r.out), hex(delivered(inner.ecn(3).build(), in)));
 }
 
+TEST(Rfc6040Ipv4Inner, CeAndDscpRepairTogether) {
+  Dataplane dp;
+  dp.tunnels();
+  PacketBuilder inner = roce4().dscp(0).ecn(1);
+  Bytes in = geneve_from(kPeer4, kLocal4, kVni4, inner.build(), 3).build();
+  Verdict r = dp.xdp(in);
+  EXPECT_EQ(hex(r.out), hex(delivered(inner.dscp(46).ecn(3).build(), in)));
+  EXPECT_TRUE(parse(r.out).ipv4_csum_ok);
+  EXPECT_EQ(dp.events(RG_DIR_INGRESS),
+            (Events{{"decapsulated", 1}, {"roce_packets", 1}, {"dscp_repaired", 1},
+                    {"ecn_ce", 1}, {"qp_new", 1}}));
+}
+
+TEST(Decap, OuterVlanTagIsStrippedToo) {
+  Dataplane dp;
+  dp.tunnels();
+  Bytes inner = roce6().dscp(46).build();
+  Bytes in = geneve_from(kPeer6, kLocal6, kVni6, inner).vlan(42).build();
+  Verdict r = dp.xdp(in);
+  EXPECT_EQ(r.ret, kXdpPass);
+  EXPECT_EQ(hex(r.out), hex(delivered(inner, in)));
+}
+
 // ---------------------------------------------------------------------------
 // PSN accounting.
 
