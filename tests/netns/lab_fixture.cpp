@@ -5,7 +5,11 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <cerrno>
 #include <chrono>
+#include <regex>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -92,10 +96,25 @@ std::vector<CapturedPacket> Capture::packets() {
   return pkts;
 }
 
+// Pin directories <tag>-<pid>-<node> of runs that died before cleaning up.
+// Their namespaces, and with them the attachments, are already gone.
+void remove_stale_pins() {
+  const std::regex re("^" + std::string(kTag) + "-([0-9]+)-[A-Za-z]+$");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/fs/bpf", ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, m, re)) continue;
+    if (kill(static_cast<pid_t>(std::stol(m[1])), 0) == 0 || errno == EPERM) continue;
+    std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
 void LabTest::SetUp() {
   ASSERT_EQ(geteuid(), 0u) << "the network namespace tests need root (BPF, netns)";
   ensure_bpffs();
   lab::Topology::cleanup_stale(kTag);
+  remove_stale_pins();
   tmp_ = std::make_unique<TempDir>();
   topo_ = std::make_unique<lab::Topology>(kTag);
   topo_->check_path();
