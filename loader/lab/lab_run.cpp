@@ -22,6 +22,7 @@
 #include "config.h"
 #include "error.h"
 #include "exporter.h"
+#include "lab/lab_gateway.h"
 #include "lab/lab_report.h"
 #include "lab/proc.h"
 #include "lab/roce_gen.h"
@@ -37,7 +38,6 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-constexpr uint32_t kVni = 4242;
 // What a RoCE host marks before anything touches it: DSCP 26 (AF31, the
 // usual RoCE class) with ECT(0), so the WAN can mark CE.
 constexpr uint8_t kHostTos = 26 << 2 | 0x02;
@@ -103,69 +103,6 @@ void remove_stale_pins(const std::string& prefix) {
     if (kill(pid, 0) == 0 || errno == EPERM) continue;
     remove_pins(e.path().string());
   }
-}
-
-// roceguard on one gateway, attached by the loader's own code path
-// (Dataplane::attach_all) inside the gateway's namespace; detached and its
-// pins removed on destruction.
-class Gateway {
- public:
-  Gateway(const Topology& topo, Node node, const std::string& pin, const Config& cfg)
-      : netns_(topo.netns(node)), pin_(pin) {
-    ensure_bpffs(pin_);
-    lock_ = std::make_unique<PinLock>(pin_, true);
-    try {
-      NetnsGuard in(netns_);
-      dp_ = std::make_unique<Dataplane>(cfg, pin_, true);
-      state_ = dp_->attach_all(false);
-    } catch (...) {
-      release();
-      throw;
-    }
-  }
-  ~Gateway() { release(); }
-  Gateway(const Gateway&) = delete;
-  Gateway& operator=(const Gateway&) = delete;
-
-  const std::string& pin() const { return pin_; }
-  const State& state() const { return state_; }
-
- private:
-  void release() noexcept {
-    try {
-      NetnsGuard in(netns_);
-      for (const auto& is : state_.interfaces)
-        detach_interface(is.ifindex, is.name, is.tc_handle, is.tc_priority);
-    } catch (const std::exception& e) {
-      spdlog::warn("lab: detaching in {}: {} (removing the namespace detaches it anyway)", netns_, e.what());
-    }
-    state_.interfaces.clear();
-    dp_.reset();
-    remove_pins(pin_);
-    lock_.reset();
-  }
-
-  std::string netns_, pin_;
-  std::unique_ptr<PinLock> lock_;
-  std::unique_ptr<Dataplane> dp_;
-  State state_;
-};
-
-Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
-                      bool tunnel) {
-  std::ostringstream toml;
-  toml << "interfaces = [\"wan0\"]\n";
-  if (tunnel)
-    toml << "[tunnel]\n[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" << local << "\"\nremote = \""
-         << remote << "\"\nvni = " << kVni << "\nroutes = [\"" << route << "\"]\n";
-  ConfigProblems problems;
-  Config cfg = parse_config_string(toml.str(), problems);
-  if (!problems.ok()) {
-    std::string all;
-    for (const auto& e : problems.errors) all += "\n  " + e;
-    throw Error("lab gateway configuration rejected:" + all);
-  }
-  return cfg;
 }
 
 // A bounded dumpcap at one hop; its log says when the capture runs.

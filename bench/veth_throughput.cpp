@@ -1,0 +1,365 @@
+// Throughput through the lab's namespaces (host A -> gateway A -> WAN router
+// -> gateway B -> host B, veth links, no loss), as ratios to the same path
+// with no program, all cases interleaved in one run:
+//
+//   baseline  no program anywhere
+//   dscp      roceguard on both gateways, DSCP re-mark and accounting, no tunnel
+//   geneve    roceguard on both gateways, DSCP + Geneve encap at A, XDP decap at B
+//   vxlan     what a user would do instead: the kernel's VXLAN device with
+//             `tos inherit` between the gateways (this kernel has no geneve
+//             module, so the kernel tunnel compared is VXLAN)
+//
+// roceguard is attached by the loader's own code (lab::Gateway). Traffic is
+// RoCE v2 shaped UDP (BTH + payload + ICRC to port 4791, PSN counting up)
+// from several sender threads with sendmmsg (pktgen is not available on
+// this kernel) to SO_REUSEPORT receivers at host B; the figure is what host B
+// received. Two payload sizes: 1024 and 4096 bytes (RoCE path MTUs). For
+// 4096 every link gets MTU 9000, which native XDP on veth does not accept
+// (one page per frame), so at that size roceguard's XDP runs in generic
+// (skb) mode: said in the output.
+//
+//   bench_veth_throughput [--seconds S] [--rounds N] [--senders N] [--json FILE]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "bench_util.h"
+#include "attach.h"
+#include "error.h"
+#include "lab/lab_gateway.h"
+#include "lab/proc.h"
+#include "lab/roce_gen.h"
+#include "lab/topology.h"
+#include "maps.h"
+
+namespace {
+
+using namespace rg::bench;
+using namespace rg::lab;
+using rg::XdpMode;
+using namespace std::chrono_literals;
+
+constexpr uint8_t kHostTos = 26 << 2 | 2;  // AF31 + ECT(0), as a RoCE host marks
+constexpr unsigned kBatch = 64;
+// The VXLAN link between the gateways: a documentation /30 the lab does
+// not use.
+constexpr const char* kVxA = "198.51.100.9";
+constexpr const char* kVxB = "198.51.100.10";
+
+struct Measure {
+  double rx_pps = 0, rx_gbps = 0, tx_pps = 0;
+  std::map<int, uint64_t> dscp;  // at host B
+};
+
+int udp_socket(const std::string& netns, uint16_t bind_port, bool reuseport) {
+  NetnsGuard in(netns);
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw rg::Error("socket: " + rg::errno_text(errno));
+  int one = 1, buf = 8 << 20;
+  if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof(buf));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof(buf));
+  setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
+  int tos = kHostTos;
+  setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
+  timeval tv{0, 100000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(bind_port);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    throw rg::Error("bind: " + rg::errno_text(errno));
+  }
+  return fd;
+}
+
+Measure blast(const Topology& topo, size_t payload, unsigned senders, unsigned receivers, double seconds) {
+  const std::string host_a = topo.netns(Node::kHostA), host_b = topo.netns(Node::kHostB);
+  std::vector<int> rx_fds, tx_fds;
+  struct Fds {
+    std::vector<int>& a;
+    std::vector<int>& b;
+    ~Fds() {
+      for (int fd : a) close(fd);
+      for (int fd : b) close(fd);
+    }
+  } fds{rx_fds, tx_fds};
+  for (unsigned i = 0; i < receivers; ++i) rx_fds.push_back(udp_socket(host_b, kRoceV2Port, true));
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(kRoceV2Port);
+  inet_pton(AF_INET, topo.addr().host_b4, &dst.sin_addr);
+  for (unsigned i = 0; i < senders; ++i) {
+    tx_fds.push_back(udp_socket(host_a, static_cast<uint16_t>(49152 + i), false));
+    if (connect(tx_fds.back(), reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0)
+      throw rg::Error("connect: " + rg::errno_text(errno));
+  }
+
+  std::atomic<bool> stop{false}, counting{false};
+  std::atomic<uint64_t> rx_pkts{0}, rx_bytes{0}, tx_pkts{0};
+  std::vector<std::map<int, uint64_t>> dscp(receivers);
+  const size_t len = 12 + payload + 4;  // BTH + payload + ICRC
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < receivers; ++i)
+    threads.emplace_back([&, i] {
+      std::vector<std::vector<uint8_t>> bufs(kBatch, std::vector<uint8_t>(len + 64));
+      std::vector<std::array<uint8_t, 64>> ctrl(kBatch);
+      std::vector<iovec> iov(kBatch);
+      std::vector<mmsghdr> msgs(kBatch);
+      while (!stop) {
+        for (unsigned k = 0; k < kBatch; ++k) {
+          iov[k] = {bufs[k].data(), bufs[k].size()};
+          msgs[k] = {};
+          msgs[k].msg_hdr.msg_iov = &iov[k];
+          msgs[k].msg_hdr.msg_iovlen = 1;
+          msgs[k].msg_hdr.msg_control = ctrl[k].data();
+          msgs[k].msg_hdr.msg_controllen = ctrl[k].size();
+        }
+        int n = recvmmsg(rx_fds[i], msgs.data(), kBatch, 0, nullptr);
+        if (n <= 0 || !counting) continue;
+        uint64_t bytes = 0;
+        for (int k = 0; k < n; ++k) {
+          bytes += msgs[k].msg_len;
+          for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[k].msg_hdr); c; c = CMSG_NXTHDR(&msgs[k].msg_hdr, c))
+            if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) dscp[i][*CMSG_DATA(c) >> 2]++;
+        }
+        rx_pkts += static_cast<uint64_t>(n);
+        rx_bytes += bytes;
+      }
+    });
+  for (unsigned i = 0; i < senders; ++i)
+    threads.emplace_back([&, i] {
+      std::vector<std::vector<uint8_t>> bufs(kBatch, std::vector<uint8_t>(len, 0));
+      std::vector<iovec> iov(kBatch);
+      std::vector<mmsghdr> msgs(kBatch);
+      for (unsigned k = 0; k < kBatch; ++k) {
+        iov[k] = {bufs[k].data(), len};
+        msgs[k] = {};
+        msgs[k].msg_hdr.msg_iov = &iov[k];
+        msgs[k].msg_hdr.msg_iovlen = 1;
+      }
+      Bth bth;
+      bth.dest_qp = 0x200 + i;
+      uint32_t psn = 0;
+      while (!stop) {
+        for (unsigned k = 0; k < kBatch; ++k) {
+          bth.psn = psn++ & kPsnMask;
+          put_bth(bufs[k].data(), bth);
+        }
+        int n = sendmmsg(tx_fds[i], msgs.data(), kBatch, 0);
+        if (n > 0 && counting) tx_pkts += static_cast<uint64_t>(n);
+      }
+    });
+  // Half a second to fill queues and caches, then the measured window.
+  std::this_thread::sleep_for(500ms);
+  counting = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  counting = false;
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  for (auto& t : threads) t.join();
+  Measure m;
+  m.rx_pps = rx_pkts / dt;
+  m.rx_gbps = rx_bytes * 8.0 / dt / 1e9;
+  m.tx_pps = tx_pkts / dt;
+  for (const auto& d : dscp)
+    for (const auto& [k, v] : d) m.dscp[k] += v;
+  return m;
+}
+
+void ip(const Topology& topo, Node n, std::vector<std::string> args) {
+  args.insert(args.begin(), {"ip", "-n", topo.netns(n)});
+  run_checked(args);
+}
+
+// The kernel's VXLAN between the gateways, carrying host A <-> host B in
+// place of the plain routes; the routes come back on destruction.
+class Vxlan {
+ public:
+  Vxlan(const Topology& topo, unsigned mtu) : topo_(topo) {
+    const Addresses& a = topo.addr();
+    struct End {
+      Node n;
+      const char *local, *remote, *addr, *peer, *far_net;
+    };
+    const End ends[] = {{Node::kGatewayA, a.gw_a_wan4, a.gw_b_wan4, kVxA, kVxB, "203.0.113.0/24"},
+                        {Node::kGatewayB, a.gw_b_wan4, a.gw_a_wan4, kVxB, kVxA, "192.0.2.0/24"}};
+    try {
+      for (const auto& e : ends) {
+        ip(topo, e.n, {"link", "add", "vx0", "type", "vxlan", "id", std::to_string(kLabVni), "local", e.local,
+                       "remote", e.remote, "dstport", "4789", "dev", "wan0", "tos", "inherit", "ttl", "64"});
+        made_.push_back(e.n);
+        ip(topo, e.n, {"link", "set", "vx0", "mtu", std::to_string(mtu - 50), "up"});
+        ip(topo, e.n, {"addr", "add", std::string(e.addr) + "/30", "dev", "vx0"});
+        ip(topo, e.n, {"route", "replace", e.far_net, "via", e.peer, "dev", "vx0"});
+      }
+    } catch (...) {
+      restore();
+      throw;
+    }
+  }
+  ~Vxlan() { restore(); }
+  uint64_t tx_packets(Node n) const {
+    auto j = nlohmann::json::parse(run_checked({"ip", "-j", "-s", "-n", topo_.netns(n), "link", "show", "dev", "vx0"}));
+    return j.at(0).at("stats64").at("tx").at("packets").get<uint64_t>();
+  }
+
+ private:
+  void restore() noexcept {
+    const Addresses& a = topo_.addr();
+    for (Node n : made_) {
+      const bool is_a = n == Node::kGatewayA;
+      run({"ip", "-n", topo_.netns(n), "route", "replace", is_a ? "203.0.113.0/24" : "192.0.2.0/24", "via",
+           is_a ? a.wan_a4 : a.wan_b4});
+      run({"ip", "-n", topo_.netns(n), "link", "del", "vx0"});
+    }
+    made_.clear();
+  }
+  const Topology& topo_;
+  std::vector<Node> made_;
+};
+
+void set_mtu(const Topology& topo, unsigned mtu) {
+  const std::pair<Node, const char*> links[] = {{Node::kHostA, "eth0"},    {Node::kGatewayA, "lan0"},
+                                                {Node::kGatewayA, "wan0"}, {Node::kWan, "to-a"},
+                                                {Node::kWan, "to-b"},      {Node::kGatewayB, "wan0"},
+                                                {Node::kGatewayB, "lan0"}, {Node::kHostB, "eth0"}};
+  for (const auto& [n, ifname] : links) ip(topo, n, {"link", "set", "dev", ifname, "mtu", std::to_string(mtu)});
+}
+
+std::string pin_dir(Node n) {
+  return "/sys/fs/bpf/rglb-" + std::to_string(getpid()) + "-bench-" + std::string(node_suffix(n));
+}
+
+struct CaseResult {
+  std::vector<Measure> runs;
+  std::string check;  // what showed the case did what it says
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"throughput through the lab namespaces: roceguard vs no program vs kernel VXLAN"};
+  double seconds = 3;
+  unsigned rounds = 3, senders = 2, receivers = 1;
+  std::vector<size_t> payloads{1024, 4096};
+  std::string json_path = "veth_throughput.json", prefix = "rglb";
+  app.add_option("--seconds", seconds, "measured seconds per run")->check(CLI::Range(0.5, 60.0));
+  app.add_option("--rounds", rounds, "interleaved rounds of every case")->check(CLI::Range(1u, 50u));
+  app.add_option("--senders", senders, "sender threads at host A")->check(CLI::Range(1u, 64u));
+  app.add_option("--receivers", receivers, "receiver threads at host B")->check(CLI::Range(1u, 64u));
+  app.add_option("--payloads", payloads, "payload sizes")->delimiter(',');
+  app.add_option("--prefix", prefix, "namespace name prefix");
+  app.add_option("--json", json_path, "JSON output");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    // libbpf and libxdp narrate every attach; errors only.
+    spdlog::set_level(spdlog::level::err);
+    rg::setup_bpf_logging();
+    Topology::cleanup_stale(prefix);
+    Topology topo(prefix);
+    topo.check_path();
+    const Addresses& a = topo.addr();
+    const char* names[] = {"baseline", "dscp", "geneve", "vxlan"};
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t payload : payloads) {
+      const unsigned mtu = payload > 1024 ? 9000 : 1500;
+      const XdpMode xdp = mtu > 1500 ? XdpMode::kSkb : XdpMode::kNative;
+      set_mtu(topo, mtu);
+      topo.check_path();
+      std::map<std::string, CaseResult> res;
+      for (unsigned r = 0; r < rounds; ++r)
+        for (const char* name : names) {
+          const std::string c = name;
+          std::optional<Gateway> gw_a, gw_b;
+          std::optional<Vxlan> vx;
+          if (c == "dscp" || c == "geneve") {
+            const bool tunnel = c == "geneve";
+            gw_a.emplace(topo, Node::kGatewayA, pin_dir(Node::kGatewayA),
+                         gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", tunnel, xdp, mtu));
+            gw_b.emplace(topo, Node::kGatewayB, pin_dir(Node::kGatewayB),
+                         gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", tunnel, xdp, mtu));
+          }
+          if (c == "vxlan") vx.emplace(topo, mtu);
+          Measure m = blast(topo, payload, senders, receivers, seconds);
+          res[c].runs.push_back(m);
+          if (r == 0) {
+            std::string check = "dscp at host B:";
+            for (const auto& [d, n] : m.dscp) check += " " + std::to_string(d) + "=" + std::to_string(n);
+            if (gw_a) {
+              auto rows = rg::MapReader(gw_a->pin()).counters();
+              check += "; gw A re-marked " + std::to_string(rg::sum_packets(rows, RG_DIR_EGRESS, RG_EV_DSCP_REWRITTEN)) +
+                       ", encapsulated " + std::to_string(rg::sum_packets(rows, RG_DIR_EGRESS, RG_EV_ENCAPSULATED));
+              auto rows_b = rg::MapReader(gw_b->pin()).counters();
+              check += "; gw B decapsulated " +
+                       std::to_string(rg::sum_packets(rows_b, RG_DIR_INGRESS, RG_EV_DECAPSULATED));
+            }
+            if (vx) check += "; vx0 at gw A sent " + std::to_string(vx->tx_packets(Node::kGatewayA));
+            res[c].check = check;
+          }
+          std::cerr << "  " << payload << " B " << c << " round " << r + 1 << ": " << rg::bench::fmt("%.0f", m.rx_pps)
+                    << " pps received\n";
+        }
+
+      auto med = [&](const std::string& c, auto field) {
+        std::vector<double> v;
+        for (const auto& m : res[c].runs) v.push_back(field(m));
+        return median(v);
+      };
+      const double base = med("baseline", [](const Measure& m) { return m.rx_pps; });
+      const double vxl = med("vxlan", [](const Measure& m) { return m.rx_pps; });
+      std::cout << "\npayload " << payload << " B, link MTU " << mtu << ", roceguard XDP "
+                << (xdp == XdpMode::kSkb ? "generic (skb)" : "native") << ", " << senders << " senders, "
+                << receivers << " receiver(s), median of " << rounds << " x " << seconds << " s\n";
+      Table t({"case", "rx pps", "rx Gbit/s", "tx pps", "x baseline", "x vxlan"});
+      for (const char* name : names) {
+        const double pps = med(name, [](const Measure& m) { return m.rx_pps; });
+        const double gbps = med(name, [](const Measure& m) { return m.rx_gbps; });
+        const double tx = med(name, [](const Measure& m) { return m.tx_pps; });
+        t.row({name, rg::bench::fmt("%.0f", pps), rg::bench::fmt("%.3f", gbps), rg::bench::fmt("%.0f", tx), rg::bench::fmt("%.3f", pps / base),
+               rg::bench::fmt("%.3f", pps / vxl)});
+        nlohmann::json runs = nlohmann::json::array();
+        for (const auto& m : res[name].runs) runs.push_back({{"rx_pps", m.rx_pps}, {"rx_gbps", m.rx_gbps}, {"tx_pps", m.tx_pps}});
+        out.push_back({{"payload", payload},
+                       {"mtu", mtu},
+                       {"xdp_mode", xdp == XdpMode::kSkb ? "skb" : "native"},
+                       {"case", name},
+                       {"rx_pps_median", pps},
+                       {"rx_gbps_median", gbps},
+                       {"tx_pps_median", tx},
+                       {"ratio_to_baseline", pps / base},
+                       {"ratio_to_vxlan", pps / vxl},
+                       {"runs", runs},
+                       {"check", res[name].check}});
+      }
+      t.print();
+      for (const char* name : names) std::cout << "  " << name << ": " << res[name].check << "\n";
+    }
+    write_json(json_path, {{"benchmark", "veth_throughput"},
+                           {"seconds", seconds},
+                           {"rounds", rounds},
+                           {"senders", senders},
+                           {"receivers", receivers},
+                           {"geneve_module", "absent on this kernel: the kernel tunnel compared is VXLAN"},
+                           {"results", out}});
+  } catch (const std::exception& e) {
+    std::cerr << "bench_veth_throughput: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

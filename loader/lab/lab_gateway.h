@@ -1,0 +1,47 @@
+// roceguard on one of the lab's gateways, attached by the loader's own code
+// path (Dataplane::attach_all) inside the gateway's network namespace, with
+// its maps pinned under a directory of its own. Used by `roceguard lab` and
+// the throughput benchmark.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "attach.h"
+#include "config.h"
+#include "lab/topology.h"
+#include "state.h"
+
+namespace rg::lab {
+
+inline constexpr uint32_t kLabVni = 4242;
+
+// The configuration a gateway runs with: its WAN interface, and with
+// tunnel a Geneve peer (the far gateway) carrying route; tunnel_mtu is the
+// largest outer packet the WAN link takes.
+Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
+                      bool tunnel, XdpMode xdp_mode = XdpMode::kNative,
+                      unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU);
+
+class Gateway {
+ public:
+  // Attaches or throws rg::Error, leaving nothing behind.
+  Gateway(const Topology& topo, Node node, const std::string& pin, const Config& cfg);
+  // Detaches and removes the pins.
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  const std::string& pin() const { return pin_; }
+  const State& state() const { return state_; }
+
+ private:
+  void release() noexcept;
+
+  std::string netns_, pin_;
+  std::unique_ptr<PinLock> lock_;
+  std::unique_ptr<Dataplane> dp_;
+  State state_;
+};
+
+}  // namespace rg::lab
