@@ -26,20 +26,26 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 constexpr uint32_t kVni = 4242;
+constexpr uint32_t kVni6 = 4243;
 constexpr int kMetricsPort = 9741;
 constexpr int kPrometheusPort = 9090;
 
-std::string gateway_config(const std::string& local, const std::string& remote,
-                           const std::string& route, const std::string& metrics_listen) {
-  return "interfaces = [\"wan0\"]\n"
-         "\n[[tunnel.peer]]\n"
-         "name = \"far-gateway\"\n"
-         "local = \"" + local + "\"\n"
-         "remote = \"" + remote + "\"\n"
-         "vni = " + std::to_string(kVni) + "\n"
-         "routes = [\"" + route + "\"]\n"
-         "\n[metrics]\n"
-         "listen = \"" + metrics_listen + "\"\n";
+struct Peer {
+  std::string local, remote, route;
+  uint32_t vni;
+};
+
+std::string gateway_config(const std::vector<Peer>& peers, const std::string& metrics_listen) {
+  std::string t = "interfaces = [\"wan0\"]\n";
+  int i = 0;
+  for (const auto& p : peers)
+    t += "\n[[tunnel.peer]]\n"
+         "name = \"far-gateway-" + std::to_string(i++) + "\"\n"
+         "local = \"" + p.local + "\"\n"
+         "remote = \"" + p.remote + "\"\n"
+         "vni = " + std::to_string(p.vni) + "\n"
+         "routes = [\"" + p.route + "\"]\n";
+  return t + "\n[metrics]\nlisten = \"" + metrics_listen + "\"\n";
 }
 
 uint64_t event_packets(const std::vector<CounterRow>& rows, rg_direction dir, rg_event ev) {
@@ -73,16 +79,19 @@ class RoceguardBinary : public LabTest {
     LabTest::SetUp();
     if (HasFatalFailure()) return;
     const auto& a = topo_->addr();
+    // One IPv4 and one IPv6 tunnel between the gateways.
     gw_a_ = std::make_unique<RoceguardRun>(
         *topo_, Node::kGatewayA,
-        gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24",
+        gateway_config({{a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", kVni},
+                        {a.gw_a_wan6, a.gw_b_wan6, "2001:db8:2::/64", kVni6}},
                        "127.0.0.1:" + std::to_string(kMetricsPort)),
         tmp_->path());
     // Gateway B's exporter listens on its WAN address so one Prometheus (in
     // gateway A) scrapes both.
     gw_b_ = std::make_unique<RoceguardRun>(
         *topo_, Node::kGatewayB,
-        gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24",
+        gateway_config({{a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", kVni},
+                        {a.gw_b_wan6, a.gw_a_wan6, "2001:db8:1::/64", kVni6}},
                        std::string(a.gw_b_wan4) + ":" + std::to_string(kMetricsPort)),
         tmp_->path());
     gw_a_->start();
@@ -316,6 +325,44 @@ TEST_F(RoceguardBinary, KillDashNineKeepsTrafficAndCounters) {
                    {"sent_after_restart", t2.sent.packets},
                    {"roce_packets_gw_a_final",
                     event_packets(counters(*gw_a_), RG_DIR_EGRESS, RG_EV_ROCE_PACKETS)}});
+}
+
+// The IPv6 tunnel: IPv6 RoCE inside IPv6 Geneve, the traffic class bleached
+// outside and 46 inside.
+TEST_F(RoceguardBinary, Ipv6TunnelCarriesTrafficClass) {
+  Capture cap(*topo_, Node::kWan, "to-a",
+              std::string("udp and src host ") + topo_->addr().gw_a_wan6, 50, tmp_->path());
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});
+  lab::SenderConfig cfg;
+  cfg.peer = receiver_addr(true);
+  cfg.messages = 300;
+  cfg.duration = 60s;
+  Traffic t = run_traffic(cfg, {}, [this](const lab::SenderStats& s) {
+    return s.packets - wan_->stats("to-a", RG_WAN_GENEVE).dropped;
+  });
+  const uint64_t dropped = wan_->stats("to-a", RG_WAN_GENEVE).dropped;
+  const auto a = counters(*gw_a_), b = counters(*gw_b_);
+
+  EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
+  EXPECT_EQ(t.received.dscp[RG_DEFAULT_DSCP], t.received.packets) << dscp_histogram(t.received.dscp);
+  EXPECT_EQ(wan_->stats("to-a", RG_WAN_GENEVE).packets, t.sent.packets);
+  EXPECT_EQ(event_packets(a, RG_DIR_EGRESS, RG_EV_ENCAPSULATED), t.sent.packets);
+  EXPECT_EQ(event_packets(b, RG_DIR_INGRESS, RG_EV_DECAPSULATED), t.sent.packets - dropped);
+  EXPECT_EQ(event_packets(b, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE), t.received.lost_estimate);
+  auto pkts = cap.packets();
+  EXPECT_EQ(pkts.size(), 50u);
+  for (const auto& p : pkts) {
+    ASSERT_EQ(p.dports.size(), 2u);
+    EXPECT_EQ(p.dports[0], RG_GENEVE_UDP_PORT);
+    EXPECT_EQ(p.dports[1], RG_ROCE_UDP_PORT);
+    ASSERT_EQ(p.dscp.size(), 2u);
+    EXPECT_EQ(p.dscp[0], RG_DEFAULT_DSCP);
+    EXPECT_EQ(p.dscp[1], RG_DEFAULT_DSCP);
+  }
+  report("roceguard_ipv6", {{"sent", t.sent.packets},
+                            {"wan_dropped_requests", dropped},
+                            {"received_dscp46", t.received.dscp[RG_DEFAULT_DSCP]},
+                            {"lost_estimate_gw_b", event_packets(b, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE)}});
 }
 
 }  // namespace
