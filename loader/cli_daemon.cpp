@@ -121,11 +121,11 @@ class Runner {
         }
         continue;
       }
-      if (static_cast<int>(idx) == is.ifindex && Dataplane::xdp_present(is) && Dataplane::tc_present(is)) {
-        if (!up_[is.name]) set_state(is.name, true);
-        continue;
-      }
       try {
+        if (static_cast<int>(idx) == is.ifindex && Dataplane::xdp_present(is) && Dataplane::tc_present(is)) {
+          if (!up_[is.name]) set_state(is.name, true);
+          continue;
+        }
         IfaceState fresh = dp_.attach_interface(is.name, false);
         spdlog::info("re-attached to {} (ifindex {}): xdp {} id {}, tc id {}", is.name, fresh.ifindex,
                      fresh.xdp_mode, fresh.xdp_prog_id, fresh.tc_prog_id);
@@ -133,7 +133,7 @@ class Runner {
         changed = true;
         last_error_[is.name].clear();
         set_state(is.name, true);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
         if (last_error_[is.name] != e.what()) spdlog::error("cannot re-attach to {}: {}", is.name, e.what());
         last_error_[is.name] = e.what();
         set_state(is.name, false);
