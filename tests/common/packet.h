@@ -50,7 +50,7 @@ enum class UdpCsum { kValid, kZero, kAsGiven };
 struct Bth {
   uint8_t opcode = kOpSendOnly;
   bool solicited = false;
-  bool mig_req = true;  // RoCE v2 senders set M (IBA 9.2.2 APM state)
+  bool mig_req = false;
   uint8_t pad = 0;
   uint16_t pkey = 0xffff;
   uint8_t resv8a = 0;  // FECN/BECN and reserved bits: masked in the ICRC
