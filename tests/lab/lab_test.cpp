@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -136,6 +137,24 @@ TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
   EXPECT_NE(prom.find("roceguard_maps_up 1"), std::string::npos) << prom.substr(0, 2000);
   EXPECT_NE(prom.find("roceguard_geneve_encapsulated_packets_total"), std::string::npos);
   EXPECT_NE(read(report + "/counters.csv").find("with,1,"), std::string::npos);
+
+  // Every roceguard series the shipped Grafana dashboard queries exists in
+  // what the lab's exporter served (the NIC family needs an RDMA device).
+  const std::string scraped = prom + read(report + "/prometheus-gw-b.txt");
+  json dash = json::parse(read(std::string(ROCEGUARD_SOURCE_DIR) + "/grafana/roceguard.json"));
+  const std::regex name_re("roceguard_[a-z0-9_]+");
+  size_t queried = 0;
+  for (const auto& panel : dash["panels"])
+    for (const auto& target : panel.value("targets", json::array())) {
+      const std::string expr = target["expr"];
+      for (std::sregex_iterator it(expr.begin(), expr.end(), name_re), end; it != end; ++it) {
+        const std::string name = it->str();
+        if (name == "roceguard_nic_") continue;
+        ++queried;
+        EXPECT_NE(scraped.find("\n" + name), std::string::npos) << "dashboard queries " << name;
+      }
+    }
+  EXPECT_GT(queried, 20u);
   expect_nothing_left(report);
 }
 
