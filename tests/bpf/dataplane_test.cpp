@@ -673,7 +673,7 @@ TEST(Decap, RoundTripIpv6Outer) {
   EXPECT_EQ(parse(r.out).flow_label, 0x54321u);
 }
 
-TEST(Decap, RoundTripCnpAndVlanFreeFrames) {
+TEST(Decap, RoundTripCnp) {
   Dataplane dp;
   dp.tunnels();
   PacketBuilder cnp = tunneled4();

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdarg>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -68,6 +69,16 @@ class TopologyEnv : public ::testing::Environment {
     buf.push_back('\0');
     ASSERT_NE(mkdtemp(buf.data()), nullptr) << std::strerror(errno);
     g_temp_dir = buf.data();
+    // A run cut short (ctest timeout, ^C, a closed pipe, a crash) still
+    // removes the scratch directory; the namespace goes with the process.
+    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGABRT, SIGSEGV}) std::signal(sig, remove_and_die);
+  }
+
+  static void remove_and_die(int sig) {
+    std::error_code ec;
+    std::filesystem::remove_all(g_temp_dir, ec);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
   }
 
   // A veth pair whose far end is the one neighbour, resolved permanently.
