@@ -118,8 +118,7 @@ class LoaderNetns : public ::testing::Test {
     must("mkdir -p " + tmp_);
     must("ip netns add " + ns_a_);
     must("ip netns add " + ns_b_);
-    must("ip -n " + ns_a_ + " link add veth0 type veth peer name veth1 netns " + ns_b_);
-    setup_addresses();
+    create_veth();
     must("ip -n " + ns_a_ + " link set lo up");
     must("ip -n " + ns_b_ + " link set lo up");
   }
@@ -135,11 +134,17 @@ class LoaderNetns : public ::testing::Test {
     sh("ip netns del " + ns_b_);
   }
 
-  void setup_addresses() {
+  // A permanent neighbour entry: sendto() then runs the egress hook before
+  // it returns, instead of after an ARP exchange, so counters can be read
+  // right away.
+  void create_veth() {
+    must("ip -n " + ns_a_ + " link add veth0 address 02:00:00:00:00:01 type veth peer name veth1 address "
+         "02:00:00:00:00:02 netns " + ns_b_);
     must("ip -n " + ns_a_ + " addr add 198.51.100.1/24 dev veth0");
     must("ip -n " + ns_b_ + " addr add 198.51.100.2/24 dev veth1");
     must("ip -n " + ns_a_ + " link set veth0 up");
     must("ip -n " + ns_b_ + " link set veth1 up");
+    must("ip -n " + ns_a_ + " neigh replace 198.51.100.2 lladdr 02:00:00:00:00:02 dev veth0 nud permanent");
   }
 
   void must(const std::string& cmd) {
@@ -526,8 +531,7 @@ TEST_F(LoaderNetns, RunSurvivesInterfaceDeletion) {
   EXPECT_TRUE(logged) << read_log(d);
   EXPECT_EQ(kill(d.pid, 0), 0) << "the loader survives";
 
-  must("ip -n " + ns_a_ + " link add veth0 type veth peer name veth1 netns " + ns_b_);
-  setup_addresses();
+  create_veth();
   ASSERT_NE(ifindex_a(), old_index);
   bool back = false;
   for (int i = 0; i < 50 && !back; ++i) {
