@@ -9,6 +9,9 @@
 #   bpffs_missing  no bpffs: run mounts it; a pin path off bpffs is refused
 #   private_pins   the pin directory and pinned maps are closed to other
 #                  users; metrics listen on loopback by default
+#   sigterm_attach SIGTERM at varying points of the start: afterwards the
+#                  interface is either fully attached (both hooks, pinned
+#                  maps) or untouched, never half
 #   least_privilege  as uid 65534 with only the capabilities the systemd unit
 #                  grants, run attaches and serves; without any one of them
 #                  it fails (so the set is minimal)
@@ -166,6 +169,24 @@ private_pins)
   listen=$(ss -Hltn 'sport = :9741' | awk '{print $4}')
   [ "$listen" = "127.0.0.1:9741" ] || fail "metrics listen on '$listen', expected 127.0.0.1:9741 only"
   stop_run
+  ;;
+
+sigterm_attach)
+  # The delays only vary where the signal lands; the outcome is checked,
+  # not the timing.
+  for delay in 0 0.005 0.01 0.02 0.04 0.06 0.08 0.1 0.15 0.2 0.3 0.5; do
+    start_run "term_$delay" --metrics-listen 127.0.0.1:9741
+    sleep "$delay"
+    kill -TERM "$last" 2>/dev/null || true
+    wait_exit
+    x=0 t=0 p=0
+    xdp_attached && x=1
+    tc_attached && t=1
+    [ -e "$pin/rg_counters" ] && p=1
+    echo "SIGTERM after ${delay}s: exit $status, xdp=$x tc=$t pins=$p"
+    [ "$x$t$p" = 111 ] || [ "$x$t$p" = 000 ] || fail "half attached after SIGTERM at ${delay}s: xdp=$x tc=$t pins=$p"
+    "$rg" detach --pin-path "$pin" >/dev/null 2>&1 || true
+  done
   ;;
 
 least_privilege)
