@@ -49,6 +49,14 @@ PacketBuilder roce6(uint8_t opcode = kOpSendOnly, uint32_t qp = 0x11, uint32_t p
   return p;
 }
 
+// An IPv4 Record Route option with room for n addresses (RFC 791): a real
+// option, so tshark has nothing to warn about.
+Bytes record_route(size_t n) {
+  Bytes o = {7, static_cast<uint8_t>(3 + 4 * n), 4};
+  o.resize(3 + 4 * n, 0);
+  return o;
+}
+
 // Same, towards the prefixes behind the tunnel peers.
 PacketBuilder tunneled4(uint32_t qp = 0x11, uint32_t psn = 100) {
   PacketBuilder p = roce4(kOpSendOnly, qp, psn);
@@ -97,9 +105,9 @@ std::vector<RemarkCase> remark_cases() {
   c.push_back({"Ipv4DoubleCTag", roce4().vlan(100).vlan(200), 46, {}});
   c.push_back({"Ipv4OptionsIhl7", roce4().ip_options({0x94, 0x04, 0, 0, 0x01, 0x01, 0x01, 0x00}),
                46, {}});
-  c.push_back({"Ipv4OptionsIhl15", roce4().ip_options(Bytes(40, 0x01)), 46, {}});
+  c.push_back({"Ipv4OptionsIhl15", roce4().ip_options(record_route(9)), 46, {}});
   c.push_back({"Ipv4OptionsAndQinQ",
-               roce4().vlan(7, kEthQinQ).vlan(8).ip_options(Bytes(40, 0x01)), 46, {}});
+               roce4().vlan(7, kEthQinQ).vlan(8).ip_options(record_route(9)), 46, {}});
   c.push_back({"Ipv4UdpChecksumZero", roce4().udp_csum(UdpCsum::kZero), 46, {}});
   c.push_back({"Ipv4FromDscp63", roce4().dscp(63), 46, {}});
   c.push_back({"Ipv6FromDscp63FlowLabelMax", roce6().tos(0xff).flow_label(0xfffff), 46,
@@ -161,6 +169,32 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::get<0>(info.param).name + hook_name(std::get<1>(info.param));
     });
+
+// Every re-marked frame of the table, through both hooks, as tshark sees it.
+TEST(OracleTables, RemarkCases) {
+  std::vector<Bytes> emitted;
+  std::vector<TsharkRow> want;
+  Dataplane dp;
+  for (const auto& tc : remark_cases()) {
+    for (Hook h : {Hook::kTc, Hook::kXdp}) {
+      Bytes in = tc.in.build();
+      emitted.push_back(run(dp, h, in).out);
+      View v = parse(in);
+      bool v6 = v.family == 6;
+      TsharkRow w;
+      w[v6 ? "ipv6.tclass.dscp" : "ip.dsfield.dscp"] = std::to_string(tc.want_dscp);
+      w[v6 ? "ipv6.tclass.ecn" : "ip.dsfield.ecn"] = std::to_string(v.ecn());
+      w["udp.checksum.status"] = v.udp_csum ? "1" : "3";
+      if (!v6) w["ip.checksum.status"] = "1";
+      w["infiniband.bth.opcode"] = std::to_string(v.bth.opcode);
+      w["infiniband.bth.psn"] = std::to_string(v.bth.psn);
+      want.push_back(w);
+    }
+  }
+  std::vector<TsharkRow> rows = tshark(emitted, "remark-table");
+  ASSERT_EQ(rows.size(), want.size());
+  for (size_t i = 0; i < rows.size(); ++i) expect_tshark_row(rows[i], want[i], i);
+}
 
 TEST(RemarkConfig, ConfiguredClassesAreUsed) {
   rg_config cfg = test_config();
@@ -232,7 +266,7 @@ std::vector<PassCase> pass_cases() {
   c.push_back({"TruncatedVlanTag", cut(roce4().vlan(5).build(), 16), "trunc_l2"});
   c.push_back({"ThreeVlanTags", roce4().vlan(1, kEthQinQ).vlan(2).vlan(3).build(), "vlan_depth"});
   c.push_back({"TruncatedIpv4", cut(roce4().build(), 14 + 19), "trunc_l3", true});
-  c.push_back({"Ipv4OptionsCut", cut(roce4().ip_options(Bytes(40, 1)).build(), 14 + 50),
+  c.push_back({"Ipv4OptionsCut", cut(roce4().ip_options(record_route(9)).build(), 14 + 50),
                "trunc_l3"});
   Bytes ihl4 = roce4().build();
   ihl4[14] = 0x44;
@@ -333,7 +367,7 @@ std::vector<EncapCase> encap_cases() {
   PacketBuilder ack = tunneled6();
   ack.bth(bth(kOpAck)).aeth(kSynNakSeqErr, 9).payload(0);
   c.push_back({"NakIpv6", ack, true, 46});
-  c.push_back({"Ipv4OptionsInner", tunneled4().ip_options(Bytes(12, 1)), false, 46});
+  c.push_back({"Ipv4OptionsInner", tunneled4().ip_options(record_route(2)), false, 46});
   c.push_back({"LargeInner", tunneled4().payload(1024), false, 46});
   return c;
 }
@@ -394,6 +428,34 @@ TEST_P(Encap, OuterHeadersFieldByField) {
 
 INSTANTIATE_TEST_SUITE_P(, Encap, ::testing::ValuesIn(encap_cases()),
                          [](const auto& info) { return info.param.name; });
+
+TEST(OracleTables, EncapCases) {
+  std::vector<Bytes> emitted;
+  std::vector<TsharkRow> want;
+  Dataplane dp;
+  dp.tunnels();
+  for (const auto& tc : encap_cases()) {
+    Bytes in = tc.inner.build();
+    emitted.push_back(dp.tc(in).out);
+    View v = parse(in);
+    std::string d = std::to_string(tc.want_dscp), e = std::to_string(v.ecn());
+    std::string outer = tc.outer6 ? "ipv6.tclass." : "ip.dsfield.";
+    TsharkRow w;
+    w["frame.protocols"] = std::string("eth:ethertype:") + (tc.outer6 ? "ipv6" : "ip") +
+                           ":udp:geneve:eth:ethertype:" + (v.family == 6 ? "ipv6" : "ip") +
+                           ":udp:infiniband";
+    w[outer + "dscp"] = d + "," + d;
+    w[outer + "ecn"] = e + "," + e;
+    w["geneve.proto_type"] = "0x6558";
+    w["udp.checksum.status"] = "3,1";
+    if (!tc.outer6) w["ip.checksum.status"] = "1,1";
+    w["infiniband.bth.psn"] = std::to_string(v.bth.psn);
+    want.push_back(w);
+  }
+  std::vector<TsharkRow> rows = tshark(emitted, "encap-table");
+  ASSERT_EQ(rows.size(), want.size());
+  for (size_t i = 0; i < rows.size(); ++i) expect_tshark_row(rows[i], want[i], i);
+}
 
 TEST(EncapEntropy, StablePerFlowDifferentAcrossQps) {
   Dataplane dp;
@@ -848,7 +910,7 @@ INSTANTIATE_TEST_SUITE_P(, Rfc6040, ::testing::ValuesIn(rfc6040_cases()),
 TEST(Rfc6040Ipv4Inner, ChecksumStaysValidWhenCeIsSet) {
   Dataplane dp;
   dp.tunnels();
-  PacketBuilder inner = roce4().dscp(46).ecn(2).ip_options(Bytes(4, 1));
+  PacketBuilder inner = roce4().dscp(46).ecn(2).ip_options({0x94, 0x04, 0, 0});
   Bytes in = geneve_from(kPeer6, kLocal6, kVni6, inner.build(), (46 << 2) | 3).build();
   Verdict r = dp.xdp(in);
   View v = parse(r.out);

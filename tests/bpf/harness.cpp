@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "names.h"
@@ -289,6 +290,65 @@ rg_qp_dir Dataplane::qp(rg_direction dir, uint32_t dest_qp) const {
     if (row.key.dest_qp == dest_qp) return row.state.dir[dir];
   ADD_FAILURE() << "no rg_qp entry for dest QP " << dest_qp;
   return {};
+}
+
+namespace {
+
+const std::vector<std::string> kTsharkFields = {
+    "frame.protocols",      "ip.dsfield.dscp",     "ip.dsfield.ecn",    "ipv6.tclass.dscp",
+    "ipv6.tclass.ecn",      "ip.checksum.status",  "udp.checksum.status", "geneve.vni",
+    "geneve.proto_type",    "infiniband.bth.opcode", "infiniband.bth.destqp",
+    "infiniband.bth.psn",   "_ws.malformed",       "_ws.expert.severity", "_ws.expert.message"};
+
+}  // namespace
+
+std::vector<TsharkRow> tshark(const std::vector<Bytes>& frames, const std::string& name) {
+  std::string path = temp_dir() + "/oracle-" + name + ".pcap";
+  {
+    PcapWriter w(path);
+    for (const auto& f : frames) w.write(f);
+  }
+  std::string cmd = "tshark -n -r " + path +
+                    " -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE"
+                    // RFC 6935/6936: zero UDP checksum on IPv6 tunnels.
+                    " -o udp.ignore_ipv6_zero_checksum:TRUE"
+                    // Test payloads are counting bytes, not RPC-over-RDMA.
+                    " --disable-protocol rpcordma"
+                    " -T fields -E separator=/t -E occurrence=a -E aggregator=,";
+  for (const auto& f : kTsharkFields) cmd += " -e " + f;
+  std::string out = run_command(cmd, false);
+  std::remove(path.c_str());
+  std::vector<TsharkRow> rows;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    TsharkRow r;
+    std::vector<std::string> cols;
+    size_t start = 0;
+    for (size_t tab; (tab = line.find('\t', start)) != std::string::npos; start = tab + 1)
+      cols.push_back(line.substr(start, tab - start));
+    cols.push_back(line.substr(start));
+    for (size_t i = 0; i < kTsharkFields.size() && i < cols.size(); ++i)
+      r[kTsharkFields[i]] = cols[i];
+    // The RDMA payload after the transport headers is plain data to tshark.
+    std::string& proto = r["frame.protocols"];
+    if (proto.size() > 5 && proto.compare(proto.size() - 5, 5, ":data") == 0)
+      proto.resize(proto.size() - 5);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+void expect_tshark_row(const TsharkRow& got, TsharkRow want, size_t index) {
+  want.emplace("_ws.malformed", "");
+  want.emplace("_ws.expert.severity", "");
+  for (const auto& [field, value] : want) {
+    auto it = got.find(field);
+    ASSERT_NE(it, got.end()) << "frame " << index + 1 << ": tshark printed no " << field;
+    EXPECT_EQ(it->second, value)
+        << "frame " << index + 1 << " field " << field
+        << (field.rfind("_ws", 0) == 0 ? " (" + got.at("_ws.expert.message") + ")" : "");
+  }
 }
 
 Capture& Capture::current() {

@@ -111,6 +111,15 @@ class Capture {
   std::unique_ptr<PcapWriter> writer_;
 };
 
+// The tshark oracle: decodes frames independently of our own decoder.
+// One row per frame, field name -> value; a field that occurs in several
+// layers (outer and inner IP) is the comma-joined list, outermost first.
+using TsharkRow = std::map<std::string, std::string>;
+std::vector<TsharkRow> tshark(const std::vector<Bytes>& frames, const std::string& name);
+// Checks the fields in want; tshark's malformed and expert fields must be
+// empty whatever want says.
+void expect_tshark_row(const TsharkRow& got, TsharkRow want, size_t index);
+
 std::string temp_dir();  // this process's private scratch directory
 // Runs a command; returns its stdout, fails (throws) on a non-zero exit.
 std::string run_command(const std::string& cmd, bool with_stderr = true);

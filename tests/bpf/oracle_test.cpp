@@ -3,8 +3,6 @@
 // independently of our packet builder and decoder.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,63 +10,6 @@
 
 namespace rg::test {
 namespace {
-
-const std::vector<std::string> kFields = {
-    "frame.protocols",      "ip.dsfield.dscp",     "ip.dsfield.ecn",    "ipv6.tclass.dscp",
-    "ipv6.tclass.ecn",      "ip.checksum.status",  "udp.checksum.status", "geneve.vni",
-    "geneve.proto_type",    "infiniband.bth.opcode", "infiniband.bth.destqp",
-    "infiniband.bth.psn",   "_ws.malformed",       "_ws.expert.severity", "_ws.expert.message"};
-
-using Row = std::map<std::string, std::string>;
-
-// One row per frame; a field that occurs in several layers (outer and inner
-// IP) is the comma-joined list, outermost first.
-std::vector<Row> tshark(const std::vector<Bytes>& frames, const std::string& name) {
-  std::string path = temp_dir() + "/oracle-" + name + ".pcap";
-  {
-    PcapWriter w(path);
-    for (const auto& f : frames) w.write(f);
-  }
-  std::string cmd = "tshark -n -r " + path +
-                    " -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE"
-                    // RFC 6935/6936: zero UDP checksum on IPv6 tunnels.
-                    " -o udp.ignore_ipv6_zero_checksum:TRUE"
-                    // Test payloads are counting bytes, not RPC-over-RDMA.
-                    " --disable-protocol rpcordma"
-                    " -T fields -E separator=/t -E occurrence=a -E aggregator=,";
-  for (const auto& f : kFields) cmd += " -e " + f;
-  std::string out = run_command(cmd, false);
-  std::remove(path.c_str());
-  std::vector<Row> rows;
-  std::istringstream lines(out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    Row r;
-    std::vector<std::string> cols;
-    size_t start = 0;
-    for (size_t tab; (tab = line.find('\t', start)) != std::string::npos; start = tab + 1)
-      cols.push_back(line.substr(start, tab - start));
-    cols.push_back(line.substr(start));
-    for (size_t i = 0; i < kFields.size() && i < cols.size(); ++i) r[kFields[i]] = cols[i];
-    // The RDMA payload after the transport headers is plain data to tshark.
-    std::string& proto = r["frame.protocols"];
-    if (proto.size() > 5 && proto.compare(proto.size() - 5, 5, ":data") == 0)
-      proto.resize(proto.size() - 5);
-    rows.push_back(r);
-  }
-  return rows;
-}
-
-// Checks the listed fields; the malformed/expert fields must always be empty.
-void expect_row(const Row& got, Row want, size_t index) {
-  want.emplace("_ws.malformed", "");
-  want.emplace("_ws.expert.severity", "");
-  for (const auto& [field, value] : want)
-    EXPECT_EQ(got.at(field), value) << "frame " << index + 1 << " field " << field
-                                    << (field.rfind("_ws", 0) == 0
-                                            ? " (" + got.at("_ws.expert.message") + ")"
-                                            : "");
-}
 
 Bth bth(uint8_t opcode, uint32_t qp, uint32_t psn) {
   Bth b;
@@ -124,8 +65,8 @@ std::string protocols(bool outer_geneve, bool outer6, bool inner6) {
   return std::string("eth:ethertype:") + (outer6 ? "ipv6" : "ip") + ":udp:geneve:" + inner;
 }
 
-Row inner_fields(const Inner& in) {
-  Row r;
+TsharkRow inner_fields(const Inner& in) {
+  TsharkRow r;
   r["infiniband.bth.opcode"] = std::to_string(in.opcode);
   r["infiniband.bth.destqp"] = hex24(in.qp);
   r["infiniband.bth.psn"] = std::to_string(in.psn);
@@ -143,12 +84,12 @@ void check_encap(bool outer6) {
     ASSERT_EQ(r.ret, kTcPass);
     emitted.push_back(r.out);
   }
-  std::vector<Row> rows = tshark(emitted, outer6 ? "encap6" : "encap4");
+  std::vector<TsharkRow> rows = tshark(emitted, outer6 ? "encap6" : "encap4");
   ASSERT_EQ(rows.size(), emitted.size());
   size_t i = 0;
   for (auto& t : traffic) {
     if (outer6 != t.v6) continue;
-    Row want = inner_fields(t);
+    TsharkRow want = inner_fields(t);
     want["frame.protocols"] = protocols(true, outer6, t.v6);
     std::string d = std::to_string(t.dscp), e = std::to_string(t.ecn);
     std::string fam = outer6 ? "ipv6.tclass." : "ip.dsfield.";
@@ -158,7 +99,7 @@ void check_encap(bool outer6) {
     want["geneve.proto_type"] = "0x6558";
     want["udp.checksum.status"] = "3,1";  // outer zero (not present), inner good
     if (!outer6) want["ip.checksum.status"] = "1,1";
-    expect_row(rows[i], want, i);
+    expect_tshark_row(rows[i], want, i);
     ++i;
   }
 }
@@ -169,7 +110,7 @@ TEST(Oracle, EncapIpv6OuterDecodesToBth) { check_encap(true); }
 TEST(Oracle, RemarkAndRepairPlainRoce) {
   Dataplane dp;
   std::vector<Bytes> emitted;
-  std::vector<Row> want;
+  std::vector<TsharkRow> want;
   uint32_t psn = 1;
   for (int tags = 0; tags <= 2; ++tags) {
     for (bool v6 : {false, true}) {
@@ -184,7 +125,7 @@ TEST(Oracle, RemarkAndRepairPlainRoce) {
         p.dscp(0).ecn(2).udp(49200, kRoceV2Port).bth(bth(kOpSendOnly, 0x33, psn)).payload(32);
         Verdict r = xdp ? dp.xdp(p.build()) : dp.tc(p.build());
         emitted.push_back(r.out);
-        Row w;
+        TsharkRow w;
         std::string vl;
         if (tags == 1) vl = "vlan:ethertype:";
         if (tags == 2) vl = "ieee8021ad:ethertype:vlan:ethertype:";
@@ -200,9 +141,9 @@ TEST(Oracle, RemarkAndRepairPlainRoce) {
       }
     }
   }
-  std::vector<Row> rows = tshark(emitted, "remark");
+  std::vector<TsharkRow> rows = tshark(emitted, "remark");
   ASSERT_EQ(rows.size(), want.size());
-  for (size_t i = 0; i < rows.size(); ++i) expect_row(rows[i], want[i], i);
+  for (size_t i = 0; i < rows.size(); ++i) expect_tshark_row(rows[i], want[i], i);
 }
 
 TEST(Oracle, DecapDeliversPlainRoce) {
@@ -210,7 +151,7 @@ TEST(Oracle, DecapDeliversPlainRoce) {
   dp.tunnels();
   std::vector<Inner> traffic = tunnel_traffic();
   std::vector<Bytes> emitted;
-  std::vector<Row> want;
+  std::vector<TsharkRow> want;
   for (auto& t : traffic) {
     Verdict enc = dp.tc(t.p.build());
     // The WAN bleached the outer DSCP on the way; ECN travels untouched.
@@ -231,7 +172,7 @@ TEST(Oracle, DecapDeliversPlainRoce) {
     Verdict r = dp.xdp(wan);
     ASSERT_EQ(r.ret, kXdpPass);
     emitted.push_back(r.out);
-    Row w = inner_fields(t);
+    TsharkRow w = inner_fields(t);
     w["frame.protocols"] = protocols(false, false, t.v6);
     w[t.v6 ? "ipv6.tclass.dscp" : "ip.dsfield.dscp"] = std::to_string(t.dscp);
     w[t.v6 ? "ipv6.tclass.ecn" : "ip.dsfield.ecn"] = std::to_string(t.ecn);
@@ -239,9 +180,9 @@ TEST(Oracle, DecapDeliversPlainRoce) {
     if (!t.v6) w["ip.checksum.status"] = "1";
     want.push_back(w);
   }
-  std::vector<Row> rows = tshark(emitted, "decap");
+  std::vector<TsharkRow> rows = tshark(emitted, "decap");
   ASSERT_EQ(rows.size(), want.size());
-  for (size_t i = 0; i < rows.size(); ++i) expect_row(rows[i], want[i], i);
+  for (size_t i = 0; i < rows.size(); ++i) expect_tshark_row(rows[i], want[i], i);
 }
 
 TEST(Oracle, BuilderGeneveWithOptions) {
@@ -253,19 +194,19 @@ TEST(Oracle, BuilderGeneveWithOptions) {
                        .udp_csum(UdpCsum::kValid).geneve(kVni4, opts).payload(inner).build());
   frames.push_back(PacketBuilder().ipv6(kPeer6, kLocal6).udp(51000, kGenevePort)
                        .geneve(kVni6).payload(inner).build());
-  std::vector<Row> rows = tshark(frames, "builder");
+  std::vector<TsharkRow> rows = tshark(frames, "builder");
   ASSERT_EQ(rows.size(), 2u);
-  Row w;
+  TsharkRow w;
   w["frame.protocols"] = protocols(true, false, false);
   w["geneve.vni"] = hex24(kVni4);
   w["udp.checksum.status"] = "1,1";
   w["ip.checksum.status"] = "1,1";
   w["infiniband.bth.psn"] = "77";
-  expect_row(rows[0], w, 0);
+  expect_tshark_row(rows[0], w, 0);
   w["frame.protocols"] = protocols(true, true, false);
   w["geneve.vni"] = hex24(kVni6);
   w["ip.checksum.status"] = "1";
-  expect_row(rows[1], w, 1);
+  expect_tshark_row(rows[1], w, 1);
 }
 
 }  // namespace
