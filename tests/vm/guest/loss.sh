@@ -9,13 +9,16 @@ wait_peer
 gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
 rg_attach
 hw=/sys/class/infiniband/rxe0/ports/1/hw_counters
-write_bw=(ib_write_bw -d rxe0 -x "$gid" -s 65536 -n 300 -p 18515)
+write_bw=(ib_write_bw -d rxe0 -x "$gid" -s 65536 -n 150 -p 18515)
 pingpong=(ibv_rc_pingpong -d rxe0 -g "$gid" -s 4096 -n 300 -p 18516)
 
 if [ "$RGVM_NAME" = a ]; then
 	netem_wan_up 0.1%
-	retry "${write_bw[@]}" "$PEER" >write_bw.log || die "ib_write_bw: $(cat write_bw.log)"
-	retry "${pingpong[@]}" "$PEER" >pingpong.log || die "ibv_rc_pingpong: $(cat pingpong.log)"
+	log "ib_write_bw"
+	retry timeout 100 "${write_bw[@]}" "$PEER" >write_bw.log || die "ib_write_bw: $(cat write_bw.log)"
+	log "ibv_rc_pingpong"
+	retry timeout 100 "${pingpong[@]}" "$PEER" >pingpong.log || die "ibv_rc_pingpong: $(cat pingpong.log)"
+	log "done"
 	cat write_bw.log pingpong.log
 	{
 		echo "wan_packets=$(netem_sent)"
