@@ -19,6 +19,7 @@
 #include <bpf/libbpf.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -47,7 +48,7 @@ struct Size {
   uint64_t memlock = 0;
   uint64_t qp_new_during_runs = 0;
   double fill_s = 0;
-  std::vector<uint32_t> psn;
+  std::array<std::vector<uint32_t>, 2> psn;  // per hook: each direction in order
 };
 
 uint64_t qp_new(const Object& o) {
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
       }
       s.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       s.memlock = map_memlock(qp_fd);
-      s.psn.assign(n, 0);
+      for (auto& p : s.psn) p.assign(n, 0);
       runs.push_back(std::move(s));
     }
 
@@ -108,17 +109,22 @@ int main(int argc, char** argv) {
         floor_tc.push_back(test_run_tc(bpf_program__fd(floor->progs.empty_tc), ifindex, egress).duration_ns);
         floor_xdp.push_back(test_run_xdp(bpf_program__fd(floor->progs.empty_xdp), ifindex, ingress).duration_ns);
       }
+      // Each program gets its own random sequence: were the XDP run to
+      // follow the TC run on the same QP, it would find the entry already
+      // in the CPU cache and hide the table's real cost.
       for (auto& s : runs) {
         std::uniform_int_distribution<uint32_t> pick(0, s.entries - 1);
-        for (unsigned i = 0; i < calls; ++i) {
-          const uint32_t q = pick(rng);
-          for (Bytes* f : {&egress, &ingress}) {
-            set_dest_qp(*f, bth, q);
-            set_psn(*f, bth, s.psn[q]);
+        for (int hook = 0; hook < 2; ++hook) {
+          Bytes& f = hook == 0 ? egress : ingress;
+          for (unsigned i = 0; i < calls; ++i) {
+            const uint32_t q = pick(rng);
+            set_dest_qp(f, bth, q);
+            uint32_t& psn = s.psn[hook][q];
+            set_psn(f, bth, psn);
+            psn = (psn + 1) & RG_PSN_MASK;
+            if (hook == 0) s.tc_ns.push_back(test_run_tc(s.obj->tc_fd(), ifindex, f).duration_ns);
+            else s.xdp_ns.push_back(test_run_xdp(s.obj->xdp_fd(), ifindex, f).duration_ns);
           }
-          s.psn[q] = (s.psn[q] + 1) & RG_PSN_MASK;
-          s.tc_ns.push_back(test_run_tc(s.obj->tc_fd(), ifindex, egress).duration_ns);
-          s.xdp_ns.push_back(test_run_xdp(s.obj->xdp_fd(), ifindex, ingress).duration_ns);
         }
       }
     }

@@ -5,6 +5,11 @@
 //   baseline  no program anywhere
 //   dscp      roceguard on both gateways, DSCP re-mark and accounting, no tunnel
 //   geneve    roceguard on both gateways, DSCP + Geneve encap at A, XDP decap at B
+//   xdp-floor empty XDP and TC programs at the hooks roceguard uses (both
+//             gateways' wan0): what merely having programs there costs. On
+//             veth it is much: a native XDP program makes the receiving veth
+//             copy every skb the stack hands it into a page with XDP
+//             headroom, a cost a physical NIC's driver does not have.
 //   vxlan     what a user would do instead: the kernel's VXLAN device with
 //             `tos inherit` between the gateways (this kernel has no geneve
 //             module, so the kernel tunnel compared is VXLAN)
@@ -233,6 +238,39 @@ class Vxlan {
   std::vector<Node> made_;
 };
 
+// Empty programs (bench/empty.bpf.c) where roceguard attaches: XDP and TC
+// egress on both gateways' wan0. Removed on destruction.
+class EmptyPrograms {
+ public:
+  EmptyPrograms(const Topology& topo, XdpMode mode) : topo_(topo) {
+    try {
+      for (Node n : {Node::kGatewayA, Node::kGatewayB}) {
+        done_.push_back(n);
+        ip(topo, n, {"link", "set", "dev", "wan0", mode == XdpMode::kSkb ? "xdpgeneric" : "xdpdrv", "object",
+                     EMPTY_BPF_OBJECT, "section", "xdp"});
+        run_checked({"tc", "-n", topo.netns(n), "qdisc", "add", "dev", "wan0", "clsact"});
+        run_checked({"tc", "-n", topo.netns(n), "filter", "add", "dev", "wan0", "egress", "bpf", "da", "obj",
+                     EMPTY_BPF_OBJECT, "sec", "tc"});
+      }
+    } catch (...) {
+      remove();
+      throw;
+    }
+  }
+  ~EmptyPrograms() { remove(); }
+
+ private:
+  void remove() noexcept {
+    for (Node n : done_) {
+      run({"ip", "-n", topo_.netns(n), "link", "set", "dev", "wan0", "xdp", "off"});
+      run({"tc", "-n", topo_.netns(n), "qdisc", "del", "dev", "wan0", "clsact"});
+    }
+    done_.clear();
+  }
+  const Topology& topo_;
+  std::vector<Node> done_;
+};
+
 void set_mtu(const Topology& topo, unsigned mtu) {
   const std::pair<Node, const char*> links[] = {{Node::kHostA, "eth0"},    {Node::kGatewayA, "lan0"},
                                                 {Node::kGatewayA, "wan0"}, {Node::kWan, "to-a"},
@@ -275,7 +313,7 @@ int main(int argc, char** argv) {
     Topology topo(prefix);
     topo.check_path();
     const Addresses& a = topo.addr();
-    const char* names[] = {"baseline", "dscp", "geneve", "vxlan"};
+    const char* names[] = {"baseline", "xdp-floor", "dscp", "geneve", "vxlan"};
     nlohmann::json out = nlohmann::json::array();
     for (size_t payload : payloads) {
       const unsigned mtu = payload > 1024 ? 9000 : 1500;
@@ -295,6 +333,8 @@ int main(int argc, char** argv) {
             gw_b.emplace(topo, Node::kGatewayB, pin_dir(Node::kGatewayB),
                          gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", tunnel, xdp, mtu));
           }
+          std::optional<EmptyPrograms> empty;
+          if (c == "xdp-floor") empty.emplace(topo, xdp);
           if (c == "vxlan") vx.emplace(topo, mtu);
           Measure m = blast(topo, payload, senders, receivers, seconds);
           res[c].runs.push_back(m);
