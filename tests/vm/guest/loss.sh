@@ -10,7 +10,7 @@ gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
 rg_attach
 hw=/sys/class/infiniband/rxe0/ports/1/hw_counters
 write_bw=(ib_write_bw -d rxe0 -x "$gid" -s 65536 -n 150 -p 18515)
-pingpong=(ibv_rc_pingpong -d rxe0 -g "$gid" -s 4096 -n 300 -p 18516)
+pingpong=(ibv_rc_pingpong -d rxe0 -g "$gid" -s 4096 -n 150 -p 18516)
 
 if [ "$RGVM_NAME" = a ]; then
 	netem_wan_up 0.1%
@@ -35,6 +35,16 @@ else
 		echo "ingress_retransmits=$(rg_event retransmits ingress)"
 		echo "ingress_roce_packets=$(rg_event roce_packets ingress)"
 	} >>result
+	# The exporter's view of the same NIC: rxe's hw_counters under their
+	# own names.
+	"$RGVM_ROCEGUARD" run -i eth0 --metrics-listen 127.0.0.1:9741 >run.log 2>&1 &
+	run_pid=$!
+	for i in $(seq 1 50); do
+		curl -sf http://127.0.0.1:9741/metrics >metrics.txt && break
+		sleep 0.2
+	done
+	kill -TERM "$run_pid"
+	wait "$run_pid" || true
 fi
 for c in "$hw"/*; do echo "hw_$(basename "$c")=$(cat "$c")"; done >>result
 grep -iE "error|RETRY_EXC|status" write_bw.log pingpong.log && die "a transfer reported an error"
