@@ -80,7 +80,7 @@ void add_load_flags(CLI::App* sub, LoadFlags& f, bool with_metrics) {
                                                "Prometheus exporter address (default 127.0.0.1:9741)");
   if (!with_metrics) f.opts["--metrics-listen"]->group("");  // accepted, unused by attach
   add_pin_path(sub, f.pin_path);
-  sub->add_flag("--reset-state", f.reset_state, "replace incompatible pinned maps (counters restart at zero)");
+  sub->add_flag("--reset-state", f.reset_state, "drop the pinned maps first, counters restart at zero (needed when they are incompatible)");
   sub->add_flag("--force", f.force, "replace a foreign XDP program or TC filter in roceguard's place");
   add_verbose(sub, f.verbose);
 }
