@@ -532,16 +532,25 @@ State Dataplane::attach_all(bool force) {
     throw;
   }
 
-  // Interfaces of the previous record that the configuration dropped.
+  // What the previous record attached and this configuration does not: an
+  // interface it dropped, or our filter at a handle/priority it moved.
   if (prev) {
     for (const auto& old : prev->interfaces) {
       bool kept = false;
       for (const auto& n : cfg_.interfaces) kept |= n == old.name;
-      if (kept || !old.ifindex) continue;
       char buf[IF_NAMESIZE] = {};
-      if (!if_indextoname(static_cast<unsigned>(old.ifindex), buf) || old.name != buf) continue;
-      for (const auto& line : detach_interface(old.ifindex, old.name, old.tc_handle, old.tc_priority))
-        spdlog::info("{} (no longer configured)", line);
+      if (!old.ifindex || !if_indextoname(static_cast<unsigned>(old.ifindex), buf) || old.name != buf) continue;
+      if (!kept) {
+        for (const auto& line : detach_interface(old.ifindex, old.name, old.tc_handle, old.tc_priority))
+          spdlog::info("{} (no longer configured)", line);
+      } else if (old.tc_handle != cfg_.tc_handle || old.tc_priority != cfg_.tc_priority) {
+        auto tc = tc_query(old.ifindex, old.tc_handle, old.tc_priority);
+        if (tc && tc->name == kProgTc) {
+          tc_detach(old.ifindex, old.tc_handle, old.tc_priority);
+          spdlog::info("{}: removed the TC filter at the previous handle {:#x} priority {}", old.name,
+                       old.tc_handle, old.tc_priority);
+        }
+      }
     }
   }
   return st;

@@ -422,6 +422,13 @@ TEST_F(LoaderNetns, ForeignTcFilterAtOurHandleIsRefused) {
   r = rg("attach --interface veth0 --tc-handle 0x99 --tc-priority 9");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(hooks().tc.size(), 2u);
+  // Moving to another handle/priority takes our filter along, not a copy.
+  r = rg("attach --interface veth0 --tc-handle 0x98 --tc-priority 8");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  Result tc = sh(in_a("tc filter show dev veth0 egress"));
+  EXPECT_NE(tc.out.find("handle 0x98 rg_tc_egress"), std::string::npos) << tc.out;
+  EXPECT_EQ(tc.out.find("handle 0x99"), std::string::npos) << tc.out;
+  EXPECT_EQ(hooks().tc.size(), 2u);
   ASSERT_EQ(rg("detach").rc, 0);
   EXPECT_EQ(hooks().tc, std::vector<std::string>{"foreign_tc"});
 }
