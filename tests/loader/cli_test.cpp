@@ -555,6 +555,23 @@ TEST_F(LoaderNetns, RunSurvivesInterfaceDeletion) {
   EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }
 
+TEST_F(LoaderNetns, RunPutsBackAHookRemovedBehindItsBack) {
+  Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  must(in_a("ip link set dev veth0 xdpdrv off"));
+  must(in_a("tc filter del dev veth0 egress pref 82 handle 0x52 bpf"));
+  bool back = false;
+  for (int i = 0; i < 50 && !back; ++i) {
+    Hooks h = hooks();
+    back = h.xdp == std::vector<std::string>{"rg_xdp_ingress"} && h.tc == std::vector<std::string>{"rg_tc_egress"};
+    if (!back) usleep(200 * 1000);
+  }
+  EXPECT_TRUE(back) << read_log(d);
+  EXPECT_NE(read_log(d).find("re-attached to veth0"), std::string::npos) << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
 TEST_F(LoaderNetns, TunnelMapsMatchTheConfiguration) {
   std::string two = write_file("two.toml", R"(
 interfaces = ["veth0"]
