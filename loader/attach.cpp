@@ -593,8 +593,10 @@ std::vector<std::string> detach_interface(int ifindex, const std::string& name, 
     auto tc = tc_query(ifindex, tc_handle, tc_priority);
     if (tc && tc->name == kProgTc) {
       tc_detach(ifindex, tc_handle, tc_priority);
-      done.push_back(name + ": removed TC egress filter " + kProgTc + " (handle " + std::to_string(tc_handle) +
-                     ", priority " + std::to_string(tc_priority) + ", id " + std::to_string(tc->prog_id) + ")");
+      char handle[16];
+      std::snprintf(handle, sizeof(handle), "%#x", tc_handle);
+      done.push_back(name + ": removed TC egress filter " + kProgTc + " (handle " + handle + ", priority " +
+                     std::to_string(tc_priority) + ", id " + std::to_string(tc->prog_id) + ")");
     }
   }
   return done;
