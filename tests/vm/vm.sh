@@ -27,9 +27,22 @@ declare -A rgvm_pid=()
 rgvm_log() { echo "[vm $(date +%T)] $*" >&2; }
 
 rgvm_cleanup() {
-	local name
+	local name pid i
+	# Runs from the EXIT trap of scripts using set -e: a kill of a VM that
+	# already stopped must not end the cleanup.
+	set +e
+	# timeout(1) passes TERM on to its qemu; KILL is the fallback for both.
 	for name in "${!rgvm_pid[@]}"; do
-		kill -9 "${rgvm_pid[$name]}" 2>/dev/null
+		kill -TERM "${rgvm_pid[$name]}" 2>/dev/null
+	done
+	for name in "${!rgvm_pid[@]}"; do
+		pid=${rgvm_pid[$name]}
+		for i in $(seq 1 30); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		pkill -KILL -P "$pid" 2>/dev/null
+		kill -KILL "$pid" 2>/dev/null
 	done
 	wait 2>/dev/null
 	if [ -n "${RGVM_DIR:-}" ] && [ -d "$RGVM_DIR" ]; then
