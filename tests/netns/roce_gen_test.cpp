@@ -72,6 +72,7 @@ TEST(RoceGen, LoopbackCompletesWithCoalescedAcks) {
     cfg.messages = 100;
     cfg.ack_req_every = 4;
     cfg.tos = RG_DEFAULT_DSCP << 2;
+    cfg.timeout = 1s;
     cfg.duration = 30s;
     lab::Sender tx(cfg);
     lab::SenderStats s = tx.run();
@@ -80,11 +81,13 @@ TEST(RoceGen, LoopbackCompletesWithCoalescedAcks) {
 
     EXPECT_EQ(s.qps_done, 2u);
     EXPECT_EQ(s.completed, 200u);
-    EXPECT_EQ(s.packets, 200u);
-    EXPECT_EQ(s.retransmits, 0u);
     EXPECT_EQ(r.delivered, 200u);
-    EXPECT_EQ(r.dscp[RG_DEFAULT_DSCP], 200u);  // IP_RECVTOS sees what was sent
-    EXPECT_EQ(r.acks, 50u);                    // one per AckReq: every 4th packet
+    EXPECT_EQ(r.packets, s.packets);
+    // Loopback loses nothing: anything resent (a timer firing on a busy
+    // machine) arrives as a duplicate, never as a gap.
+    EXPECT_EQ(r.duplicates, s.retransmits);
+    EXPECT_EQ(r.dscp[RG_DEFAULT_DSCP], r.packets);  // IP_RECVTOS sees what was sent
+    EXPECT_GE(r.acks, 50u);                         // one per AckReq: every 4th packet
     EXPECT_EQ(s.acks, r.acks);
     EXPECT_EQ(r.naks + r.out_of_order + r.lost_estimate, 0u);
   }

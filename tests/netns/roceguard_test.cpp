@@ -7,6 +7,8 @@
 // middle of traffic.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -163,16 +165,14 @@ class RoceguardBinary : public LabTest {
 TEST_F(RoceguardBinary, CarriesDscpAndEveryCounterViewAgrees) {
   start_prometheus();
   ASSERT_FALSE(HasFatalFailure());
-  Capture cap(*topo_, Node::kWan, "to-a",
-              std::string("udp and (src host ") + topo_->addr().host_a4 + " or src host " +
-                  topo_->addr().gw_a_wan4 + ")",
-              200, tmp_->path());
+  Capture cap(*topo_, false, tmp_->path());
   wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 2 %
 
   lab::SenderConfig cfg;
   cfg.peer = receiver_addr(false);
   cfg.messages = 1000;
   cfg.duration = 60s;
+  cfg.timeout = 100ms;
   Traffic t = run_traffic(cfg, {}, [this](const lab::SenderStats& s) {
     return s.packets - wan_->stats("to-a", RG_WAN_GENEVE).dropped;
   });
@@ -185,7 +185,8 @@ TEST_F(RoceguardBinary, CarriesDscpAndEveryCounterViewAgrees) {
   EXPECT_GT(dropped, 0u);
 
   auto pkts = cap.packets();
-  EXPECT_EQ(pkts.size(), 200u);
+  EXPECT_GE(pkts.size(), 100u);  // thousands were sent while it ran
+  EXPECT_LE(pkts.size(), t.sent.packets);
   for (const auto& p : pkts) {
     ASSERT_EQ(p.dports.size(), 2u);
     EXPECT_EQ(p.dports[0], RG_GENEVE_UDP_PORT);
@@ -245,6 +246,7 @@ TEST_F(RoceguardBinary, CarriesDscpAndEveryCounterViewAgrees) {
                        lost),
             lost);
 
+  std::cout << "[figures] DSCP at host B " << dscp_histogram(t.received.dscp) << std::endl;
   report("roceguard_binary",
          {{"sent", t.sent.packets},
           {"retransmits", t.sent.retransmits},
@@ -266,6 +268,7 @@ TEST_F(RoceguardBinary, KillDashNineKeepsTrafficAndCounters) {
   cfg.peer = receiver_addr(false);
   cfg.messages = 4000;
   cfg.duration = 120s;
+  cfg.timeout = 100ms;
   auto rx = start_receiver({});
   auto tx = make_sender(cfg);
   lab::SenderStats sent;
@@ -330,13 +333,13 @@ TEST_F(RoceguardBinary, KillDashNineKeepsTrafficAndCounters) {
 // The IPv6 tunnel: IPv6 RoCE inside IPv6 Geneve, the traffic class bleached
 // outside and 46 inside.
 TEST_F(RoceguardBinary, Ipv6TunnelCarriesTrafficClass) {
-  Capture cap(*topo_, Node::kWan, "to-a",
-              std::string("udp and src host ") + topo_->addr().gw_a_wan6, 50, tmp_->path());
+  Capture cap(*topo_, true, tmp_->path());
   wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});
   lab::SenderConfig cfg;
   cfg.peer = receiver_addr(true);
   cfg.messages = 300;
   cfg.duration = 60s;
+  cfg.timeout = 100ms;
   Traffic t = run_traffic(cfg, {}, [this](const lab::SenderStats& s) {
     return s.packets - wan_->stats("to-a", RG_WAN_GENEVE).dropped;
   });
@@ -350,7 +353,8 @@ TEST_F(RoceguardBinary, Ipv6TunnelCarriesTrafficClass) {
   EXPECT_EQ(event_packets(b, RG_DIR_INGRESS, RG_EV_DECAPSULATED), t.sent.packets - dropped);
   EXPECT_EQ(event_packets(b, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE), t.received.lost_estimate);
   auto pkts = cap.packets();
-  EXPECT_EQ(pkts.size(), 50u);
+  EXPECT_GE(pkts.size(), 100u);
+  EXPECT_LE(pkts.size(), t.sent.packets);
   for (const auto& p : pkts) {
     ASSERT_EQ(p.dports.size(), 2u);
     EXPECT_EQ(p.dports[0], RG_GENEVE_UDP_PORT);
@@ -360,6 +364,12 @@ TEST_F(RoceguardBinary, Ipv6TunnelCarriesTrafficClass) {
     EXPECT_EQ(p.dscp[1], RG_DEFAULT_DSCP);
   }
   report("roceguard_ipv6", {{"sent", t.sent.packets},
+                            {"qps_failed", t.sent.qps_failed},
+                            {"timeouts", t.sent.timeouts},
+                            {"acks", t.sent.acks},
+                            {"naks", t.sent.naks},
+                            {"completed", t.sent.completed},
+                            {"elapsed_ms", static_cast<uint64_t>(t.sent.elapsed.count())},
                             {"wan_dropped_requests", dropped},
                             {"received_dscp46", t.received.dscp[RG_DEFAULT_DSCP]},
                             {"lost_estimate_gw_b", event_packets(b, RG_DIR_INGRESS, RG_EV_LOST_ESTIMATE)}});
