@@ -248,7 +248,7 @@ class EmptyPrograms {
         done_.push_back(n);
         ip(topo, n, {"link", "set", "dev", "wan0", mode == XdpMode::kSkb ? "xdpgeneric" : "xdpdrv", "object",
                      EMPTY_BPF_OBJECT, "section", "xdp"});
-        run_checked({"tc", "-n", topo.netns(n), "qdisc", "add", "dev", "wan0", "clsact"});
+        run_checked({"tc", "-n", topo.netns(n), "qdisc", "replace", "dev", "wan0", "clsact"});
         run_checked({"tc", "-n", topo.netns(n), "filter", "add", "dev", "wan0", "egress", "bpf", "da", "obj",
                      EMPTY_BPF_OBJECT, "sec", "tc"});
       }
