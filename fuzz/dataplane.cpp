@@ -53,7 +53,8 @@ Tunnels fuzz_tunnels() {
   t.dev_mac = kDevMac;
   t.peer_mac = kPeerMac;
   t.peers = {
-      {ip_addr("192.0.2.1"), ip_addr("192.0.2.2"), 0x00abcd, 1500, Reach::kNeighbour},
+      // Tunnel MTU above the device's: the device's MTU is the limit.
+      {ip_addr("192.0.2.1"), ip_addr("192.0.2.2"), 0x00abcd, 9000, Reach::kNeighbour},
       {ip_addr("2001:db8::1"), ip_addr("2001:db8::2"), 0x123456, 1400, Reach::kNeighbour},
       {ip_addr("192.0.2.1"), ip_addr("198.51.100.99"), 0x000999, 1500, Reach::kNoRoute},
       {ip_addr("192.0.2.1"), ip_addr("192.0.2.3"), 0x000777, 1500, Reach::kNoNeighbour},

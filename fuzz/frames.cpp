@@ -1,5 +1,6 @@
 #include "frames.h"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -190,6 +191,15 @@ std::vector<std::pair<std::string, Bytes>> seed_frames(Target target) {
   s.emplace_back("tcp", PacketBuilder().ipv4("192.0.2.10", "203.0.113.5").ip_proto(6).payload(20).build());
   s.emplace_back("arp", PacketBuilder().ethertype(test::kEthArp).payload(28).build());
   s.emplace_back("truncated_bth", test::slice(roce4("192.0.2.50").bth(bth).build(), 0, 48));
+  // Ethernet pads to 60 bytes: room in the frame that the datagram lacks.
+  auto padded = [](Bytes f) {
+    f.resize(std::max<size_t>(f.size(), 60), 0);
+    return f;
+  };
+  s.emplace_back("udp4791_short_padded",
+                 padded(roce4("192.0.2.50").icrc(false).payload(4).build()));
+  s.emplace_back("ack_without_aeth_padded",
+                 padded(roce4("192.0.2.50").bth(ack).icrc(false).build()));
   if (target == Target::kXdpIngress) {
     Bytes inner = roce4("203.0.113.5").ecn(2).bth(bth).payload(32).build();
     auto gnv4 = [&](const char* src, uint32_t vni, uint8_t ecn, const Bytes& opts = {},

@@ -130,12 +130,25 @@ void run_xdp(const Bytes& in) {
   expect_count(d, RG_EV_ECN_DROP, r.verdict == kXdpDrop, "xdp ingress", in);
 }
 
+// What the run exercised, for the report: how many frames took each path
+// (QP entries created beyond the table's size are LRU evictions).
+void print_counters() {
+  for (const auto& [key, row] : g_counters)
+    for (int ev = 0; ev < RG_EV_MAX; ++ev)
+      if (row.ev[ev].packets)
+        std::fprintf(stderr, "counter %s %s %llu\n",
+                     std::string(rg::direction_name(static_cast<rg_direction>(key.second))).c_str(),
+                     std::string(rg::event_name(static_cast<rg_event>(ev)).name).c_str(),
+                     static_cast<unsigned long long>(row.ev[ev].packets));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   try {
     g_dp = new Dataplane();
     for (const auto& row : g_dp->counters()) g_counters[{row.ifindex, row.direction}] = row;
+    std::atexit(print_counters);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz setup: %s\n", e.what());
     std::exit(1);

@@ -133,13 +133,16 @@ Headers classify(const Bytes& f) {
   if (l4proto != 17 || pos + 8 > n) return h;
   h.l4 = pos;
   h.l5 = pos + 8;
-  uint16_t dport = get16(f, pos + 2);
+  const uint16_t dport = get16(f, pos + 2);
+  // Ethernet pads short frames: a header must fit the frame and the
+  // datagram its UDP length declares.
+  const size_t room = std::min<size_t>(n - h.l5, get16(f, pos + 4) < 8 ? 0 : get16(f, pos + 4) - 8u);
   if (dport == 4791) {
-    if (h.l5 + 12 > n) return h;
+    if (room < 12) return h;
     h.opcode = f[h.l5];
-    if (h.opcode == 0x11 && h.l5 + 16 > n) return h;  // ACK without its AETH
+    if (h.opcode == 0x11 && room < 16) return h;  // ACK without its AETH
     h.cls = Class::kRoce;
-  } else if (dport == 6081 && h.l5 + 8 <= n) {
+  } else if (dport == 6081 && room >= 8) {
     h.cls = Class::kGeneve;
   }
   return h;
@@ -160,7 +163,11 @@ Expect expect_tc(const Tunnels& t, const Bytes& in) {
   const bool v6 = p.local.size() == 16;
   const size_t udp_len = 8 + 8 + in.size();
   const size_t ip_len = udp_len + (v6 ? 40 : 20);
-  if (ip_len > p.mtu || p.reach == Reach::kNoRoute) return e;  // policy: pass
+  // Over the tunnel's MTU, or (for a routed peer) the egress device's:
+  // the policy is pass, re-marked but not encapsulated.
+  if (ip_len > p.mtu || (p.reach != Reach::kNoRoute && ip_len > t.dev_mtu) ||
+      p.reach == Reach::kNoRoute)
+    return e;
 
   Bytes inner = e.out, inner_mask = e.mask;
   Bytes o, m;

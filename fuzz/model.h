@@ -57,6 +57,7 @@ struct Tunnels {
   std::vector<Route> routes;
   std::vector<DecapKey> decap;
   test::Mac dev_mac{}, peer_mac{};
+  uint16_t dev_mtu = 1500;
   uint8_t dscp = 46, cnp_dscp = 48, outer_ttl = 64;
 };
 
