@@ -128,11 +128,13 @@ int main(int argc, char** argv) {
   send->add_option("--retry-cnt", scfg.retry_cnt, "timeouts in a row before a QP fails")
       ->check(CLI::Range(0u, 7u));
   send->add_option("--src-port", scfg.src_port_base, "UDP source port of QP 0 (QP i: +i)");
+  send->add_option("--ack-port", scfg.ack_port, "port responses arrive on (default 4791)");
 
   ReceiverConfig rcfg;
   auto* recv = app.add_subcommand("recv", "serve RC responders until --duration or a signal");
   add_plan(recv);
   recv->add_option("--ack-every", rcfg.ack_every, "ACK at least every n packets")->check(CLI::Range(1u, 1024u));
+  recv->add_option("--reply-port", rcfg.reply_port, "port responses are sent to (default 4791)");
   bool no_cnp = false;
   recv->add_flag("--no-cnp", no_cnp, "do not answer ECN CE with CNPs");
 
