@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
+#include <ostream>
 
 #include "error.h"
 #include "nic/env.h"
@@ -18,6 +20,16 @@ struct AckCase {
   int exponent;          // 0: rejected
   const char* effective; // format_us of the effective value
 };
+
+void PrintTo(const AckCase& c, std::ostream* os) { *os << '"' << c.text << '"'; }
+
+// "500us" -> "d500us", "524.288us" -> "d524_288us", "" -> "empty".
+std::string case_name(const ::testing::TestParamInfo<AckCase>& info) {
+  std::string n = info.param.text[0] ? "d" : "empty";
+  for (const char* c = info.param.text; *c; c++)
+    n += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+  return n;
+}
 
 class AckTimeoutTable : public ::testing::TestWithParam<AckCase> {};
 
@@ -55,7 +67,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AckCase{"500 us", 0, ""},
                       AckCase{"5min", 0, ""},
                       AckCase{"-1ms", 0, ""},
-                      AckCase{"", 0, ""}));
+                      AckCase{"", 0, ""}),
+    case_name);
 
 TEST(AckTimeout, ExponentFormula) {
   for (int t = 1; t <= 31; t++) {
