@@ -148,7 +148,7 @@ int Child::wait(std::chrono::milliseconds timeout) {
     pid_t r = waitpid(pid_, &st, WNOHANG);
     if (r == pid_) {
       status_ = decode_status(st);
-      // Reap nothing else, but make sure helpers it left behind go too.
+      // Reap nothing else, but make sure processes it left behind go too.
       kill(-pid_, SIGKILL);
       return status_;
     }
