@@ -53,7 +53,7 @@ struct Multiprog {
     // guessing "nothing attached" would let us replace a foreign program.
     if (err != -ENOENT)
       throw Error("cannot read the XDP programs of ifindex " + std::to_string(ifindex) + ": " +
-                  xdp_error(static_cast<int>(err)) + " (roceguard needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)");
+                  xdp_error(static_cast<int>(err)) + " (roceguard needs CAP_NET_ADMIN and CAP_SYS_ADMIN)");
   }
   ~Multiprog() {
     if (mp) xdp_multiprog__close(mp);
