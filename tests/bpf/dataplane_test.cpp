@@ -1139,6 +1139,18 @@ TEST(QpTable, KeyedByAddressesAndQp) {
   EXPECT_EQ(dp.events(RG_DIR_INGRESS).count("qp_new"), 0u) << "entry existed already";
 }
 
+TEST(QpTable, BoundedByLruEvictingOldQps) {
+  Dataplane dp;  // rg_qp sized 1024 by the harness
+  const uint32_t qps = 3000;
+  for (uint32_t qp = 1; qp <= qps; ++qp) dp.tc(roce4(kOpSendOnly, qp, 1).build());
+  size_t entries = dp.qps().size();
+  EXPECT_LE(entries, 1024u);
+  EXPECT_GT(entries, 0u);
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["qp_new"], qps) << "evicted QPs are new when seen again";
+  // The newest QP is still tracked.
+  EXPECT_EQ(dp.qp(RG_DIR_EGRESS, qps).packets, 1u);
+}
+
 TEST(QpTable, AccountingDisabledKeepsEventCountersOnly) {
   rg_config cfg = test_config();
   cfg.flags &= ~RG_CFG_F_ACCOUNT;
