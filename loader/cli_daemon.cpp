@@ -163,19 +163,20 @@ class Runner {
 };
 
 void cmd_run(const LoadFlags& f) {
-  set_verbosity(f.verbose);
-  Config cfg = load_config(f.config, f.overrides());
-  ensure_bpffs(f.pin_path);
-  PinLock lock(f.pin_path, true);
-
-  // Signals are taken synchronously in the main loop; block them first so
-  // none is lost while attaching.
+  // Signals are taken synchronously in the main loop; blocked from the
+  // start, a SIGTERM during the attach waits for it to complete (all) or
+  // roll back (nothing) instead of cutting it in half.
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  set_verbosity(f.verbose);
+  Config cfg = load_config(f.config, f.overrides());
+  ensure_bpffs(f.pin_path);
+  PinLock lock(f.pin_path, true);
+
 
   // Bind the exporter before touching the interfaces: a busy port fails
   // the start without side effects.
