@@ -70,6 +70,8 @@ PacketBuilder tunneled6(uint32_t qp = 0x11, uint32_t psn = 100) {
   return p;
 }
 
+Bytes delivered(Bytes inner, const Bytes& outer);
+
 // ---------------------------------------------------------------------------
 // DSCP re-mark (TC) and repair (XDP): same rule, both hooks.
 
@@ -500,6 +502,23 @@ TEST(EncapRoutes, Ipv4InnerOverIpv6Outer) {
   EXPECT_EQ(v.vni, kVni6);
   EXPECT_EQ(parse_inner(r.out).family, 4);
   EXPECT_EQ(parse(dp.tc(tunneled4().build()).out).family, 4) << "the /24 still goes via IPv4";
+}
+
+TEST(EncapRoutes, Ipv6InnerOverIpv4OuterRoundTrip) {
+  Dataplane dp;
+  dp.tunnels();
+  dp.route("2001:db8:6:4::", 64, 0);
+  PacketBuilder p = tunneled6().ipv6("2001:db8:5::10", "2001:db8:6:4::20").flow_label(7).ecn(2);
+  Bytes enc = dp.tc(p.build()).out;
+  View v = parse(enc);
+  ASSERT_TRUE(v.geneve);
+  EXPECT_EQ(v.family, 4);
+  EXPECT_EQ(v.vni, kVni4);
+  EXPECT_TRUE(v.ipv4_csum_ok);
+  EXPECT_EQ(v.tos, (46 << 2) | 2);
+  Verdict r = dp.xdp(enc);
+  EXPECT_EQ(r.ret, kXdpPass);
+  EXPECT_EQ(hex(r.out), hex(delivered(p.dscp(46).build(), enc)));
 }
 
 TEST(EncapRoutes, NoRouteNoEncap) {
