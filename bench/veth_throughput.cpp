@@ -262,7 +262,9 @@ class EmptyPrograms {
  private:
   void remove() noexcept {
     for (Node n : done_) {
-      run({"ip", "-n", topo_.netns(n), "link", "set", "dev", "wan0", "xdp", "off"});
+      // "xdp off" only removes a native program; generic ones need their own word.
+      for (const char* mode : {"xdpdrv", "xdpgeneric"})
+        run({"ip", "-n", topo_.netns(n), "link", "set", "dev", "wan0", mode, "off"});
       run({"tc", "-n", topo_.netns(n), "qdisc", "del", "dev", "wan0", "clsact"});
     }
     done_.clear();
