@@ -56,18 +56,21 @@ StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run
     return r;
   };
 
+  std::error_code ec;
+  // rdma_cm registers its configfs subsystem (and pulls in configfs, which
+  // creates the mount point) only once it is loaded.
+  if (!fs::is_directory(cm, ec) && !fs::exists(fs::path("/sys/module/rdma_cm"), ec)) {
+    r.lines.push_back("modprobe rdma_cm");
+    if (!dry_run && run_command({"modprobe", "rdma_cm"}) != 0)
+      return fail("modprobe rdma_cm failed: the rdma_cm module is not available");
+  }
   if (!is_configfs(configfs)) {
     r.lines.push_back("mount -t configfs configfs " + configfs);
     if (!dry_run && mount("configfs", configfs.c_str(), "configfs", 0, nullptr))
       return fail("cannot mount configfs on " + configfs + ": " + errno_text(errno));
   }
-  std::error_code ec;
-  if (!dry_run && !fs::is_directory(cm, ec)) {
-    // rdma_cm registers its configfs subsystem only once it is loaded.
-    r.lines.push_back("modprobe rdma_cm");
-    if (run_command({"modprobe", "rdma_cm"}) != 0 || !fs::is_directory(cm, ec))
-      return fail(cm.string() + " is missing: the rdma_cm module is not available");
-  }
+  if (!dry_run && !fs::is_directory(cm, ec))
+    return fail(cm.string() + " is missing although rdma_cm is loaded");
   if (!fs::is_directory(dir, ec)) {
     r.lines.push_back("mkdir " + dir.string());
     if (!dry_run && mkdir(dir.c_str(), 0755) && errno != EEXIST)

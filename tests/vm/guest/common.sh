@@ -23,6 +23,10 @@ net_up() {
 	ip -6 addr add "$SELF6/64" dev eth0 nodad
 }
 
+# Every RDMA tool runs with -e (sleep on CQ events): busy-polling the one
+# vCPU starves rxe's own packet processing, and under TCG on a loaded host
+# that turns into endless retransmission.
+
 # rdma_rxe needs crc32 from the crypto API before it can bind a netdev.
 rxe_up() {
 	modprobe crc32_generic

@@ -6,7 +6,7 @@ net_up
 rxe_up
 wait_peer
 gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
-bw=(ib_send_bw -d rxe0 -x "$gid" -s 1024 -n 100 --tclass=184)
+bw=(ib_send_bw -e -d rxe0 -x "$gid" -s 1024 -n 100 --tclass=184)
 
 if [ "$RGVM_NAME" = a ]; then
 	wan_up 1 0

@@ -29,8 +29,8 @@ if [ "$RGVM_NAME" = b ]; then
 	gid=$(RXE=rxe1 roce_v2_gid_index 203.0.113.2) || die "no RoCE v2 GID on rxe1"
 	gid6=$(RXE=rxe2 roce_v2_gid_index 198.51.100.2) || die "no RoCE v2 GID on rxe2"
 	capture_start b_eth0.pcap
-	timeout 60 ibv_rc_pingpong -d rxe1 -g "$gid" -n 20 >pingpong.log 2>&1 || die "pingpong server: $(cat pingpong.log)"
-	timeout 60 ibv_rc_pingpong -d rxe2 -g "$gid6" -n 20 -p 18516 >pingpong6.log 2>&1 || die "pingpong server (IPv6 underlay): $(cat pingpong6.log)"
+	timeout 60 ibv_rc_pingpong -e -d rxe1 -g "$gid" -n 20 >pingpong.log 2>&1 || die "pingpong server: $(cat pingpong.log)"
+	timeout 60 ibv_rc_pingpong -e -d rxe2 -g "$gid6" -n 20 -p 18516 >pingpong6.log 2>&1 || die "pingpong server (IPv6 underlay): $(cat pingpong6.log)"
 	capture_stop
 	cat pingpong.log pingpong6.log
 	for dev in gnv0 gnv6; do
@@ -77,10 +77,10 @@ diagnose() {
 	ip neigh
 	die "$1"
 }
-retry timeout 20 ibv_rc_pingpong -d rxe0 -g "$gid" -n 20 "$PEER" >pingpong.log ||
+retry timeout 20 ibv_rc_pingpong -e -d rxe0 -g "$gid" -n 20 "$PEER" >pingpong.log ||
 	diagnose "pingpong over the IPv4 underlay: $(cat pingpong.log)"
 gid6=$(roce_v2_gid_index 198.51.100.1) || die "no RoCE v2 GID for 198.51.100.1"
-retry timeout 20 ibv_rc_pingpong -d rxe0 -g "$gid6" -n 20 -p 18516 "$PEER" >pingpong6.log ||
+retry timeout 20 ibv_rc_pingpong -e -d rxe0 -g "$gid6" -n 20 -p 18516 "$PEER" >pingpong6.log ||
 	diagnose "pingpong over the IPv6 underlay: $(cat pingpong6.log)"
 capture_stop
 cat pingpong.log pingpong6.log

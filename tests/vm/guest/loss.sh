@@ -9,8 +9,8 @@ wait_peer
 gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
 rg_attach
 hw=/sys/class/infiniband/rxe0/ports/1/hw_counters
-write_bw=(ib_write_bw -d rxe0 -x "$gid" -s 65536 -n 150 -p 18515)
-pingpong=(ibv_rc_pingpong -d rxe0 -g "$gid" -s 4096 -n 150 -p 18516)
+write_bw=(ib_write_bw -e -d rxe0 -x "$gid" -s 65536 -n 150 -p 18515)
+pingpong=(ibv_rc_pingpong -e -d rxe0 -g "$gid" -s 4096 -n 150 -p 18516)
 
 if [ "$RGVM_NAME" = a ]; then
 	netem_wan_up 0.1%

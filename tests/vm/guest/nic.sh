@@ -10,7 +10,7 @@ RG=$RGVM_ROCEGUARD
 
 if [ "$RGVM_NAME" = b ]; then
 	gid=$(roce_v2_gid_index "$SELF")
-	timeout 90 ibv_rc_pingpong -d rxe0 -g "$gid" -n 10 >pingpong.log 2>&1 || die "pingpong server: $(cat pingpong.log)"
+	timeout 90 ibv_rc_pingpong -e -d rxe0 -g "$gid" -n 10 >pingpong.log 2>&1 || die "pingpong server: $(cat pingpong.log)"
 	capture_start rping.pcap
 	timeout 90 rping -s -a "$SELF" -C 10 -S 64 >rping.log 2>&1 || die "rping server: $(cat rping.log)"
 	capture_stop
@@ -24,7 +24,7 @@ gid=$(jq -r '.devices[] | select(.name == "rxe0") | .ports[0].roce_v2_gid_index[
 echo "nic_show_gid_index=$gid" >>result
 echo "nic_show_netdev=$(jq -r '.devices[] | select(.name == "rxe0") | .ports[0].netdev' show.json)" >>result
 # The index nic show reports is the one ibv_rc_pingpong -g needs.
-retry ibv_rc_pingpong -d rxe0 -g "$gid" -n 10 "$PEER" >pingpong.log || die "pingpong with -g $gid: $(cat pingpong.log)"
+retry timeout 60 ibv_rc_pingpong -e -d rxe0 -g "$gid" -n 10 "$PEER" >pingpong.log || die "pingpong with -g $gid: $(cat pingpong.log)"
 echo "pingpong_with_reported_gid=ok" >>result
 
 "$RG" nic env -i eth0 --dscp 26 --ack-timeout 500us | tee env.txt

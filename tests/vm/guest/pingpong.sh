@@ -6,7 +6,7 @@ rdma link show
 gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
 log "RoCE v2 GID index $gid"
 if [ "$RGVM_NAME" = b ]; then
-	ibv_rc_pingpong -d rxe0 -g "$gid" -n 100
+	timeout 90 ibv_rc_pingpong -e -d rxe0 -g "$gid" -n 100
 else
-	retry ibv_rc_pingpong -d rxe0 -g "$gid" -n 100 "$PEER"
+	retry timeout 60 ibv_rc_pingpong -e -d rxe0 -g "$gid" -n 100 "$PEER"
 fi

@@ -10,7 +10,7 @@ rxe_up
 wait_peer
 gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
 LIB=$RGVM_BUILD/preload/libroceguard_qp.so
-pp=(ibv_rc_pingpong -d rxe0 -g "$gid" -n 5)
+pp=(ibv_rc_pingpong -e -d rxe0 -g "$gid" -n 5)
 RETRY_CNT=3
 TIMEOUTS="14 16"
 
