@@ -12,6 +12,9 @@
 #   sigterm_attach SIGTERM at varying points of the start: afterwards the
 #                  interface is either fully attached (both hooks, pinned
 #                  maps) or untouched, never half
+#   renamed        the interface renamed away: reported (log and
+#                  roceguard_attached 0) while run keeps serving; renamed
+#                  back: attached again (roceguard_attached 1)
 #   least_privilege  as uid 65534 with only the capabilities the systemd unit
 #                  grants, run attaches and serves; without any one of them
 #                  it fails (so the set is minimal)
@@ -187,6 +190,32 @@ sigterm_attach)
     [ "$x$t$p" = 111 ] || [ "$x$t$p" = 000 ] || fail "half attached after SIGTERM at ${delay}s: xdp=$x tc=$t pins=$p"
     "$rg" detach --pin-path "$pin" >/dev/null 2>&1 || true
   done
+  ;;
+
+renamed)
+  start_run run --metrics-listen 127.0.0.1:9741
+  wait_ready 9741 || fail "run exited"
+  # Polls /metrics (at most 30 s) until roceguard_attached of rgfza's XDP
+  # hook has the value $1.
+  wait_attached() {
+    for _ in $(seq 150); do
+      m=$(curl -sf http://127.0.0.1:9741/metrics || true)
+      [[ $m == *"roceguard_attached{interface=\"rgfza\",hook=\"xdp_ingress\"} $1"$'\n'* ]] && return 0
+      sleep 0.2
+    done
+    fail "roceguard_attached for rgfza never became $1"
+  }
+  wait_attached 1
+  ip link set rgfza down
+  ip link set rgfza name rgfzc
+  wait_attached 0
+  grep -q "interface rgfza disappeared" "$tmp/run.log" || fail "the rename is not reported"
+  kill -0 "$last" || fail "run died when its interface went away"
+  ip link set rgfzc name rgfza
+  ip link set rgfza up
+  wait_attached 1
+  xdp_attached && tc_attached || fail "not attached again after the rename back"
+  stop_run
   ;;
 
 least_privilege)
