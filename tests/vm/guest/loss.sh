@@ -9,17 +9,17 @@ wait_peer
 gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
 rg_attach
 hw=/sys/class/infiniband/rxe0/ports/1/hw_counters
-write_bw=(ib_write_bw -e -d rxe0 -x "$gid" -s 65536 -n 150 -p 18515)
+send_bw=(ib_send_bw -e -d rxe0 -x "$gid" -s 65536 -n 150 -p 18515)
 pingpong=(ibv_rc_pingpong -e -d rxe0 -g "$gid" -s 4096 -n 150 -p 18516)
 
 if [ "$RGVM_NAME" = a ]; then
 	netem_wan_up 0.1%
-	log "ib_write_bw"
-	retry timeout 100 "${write_bw[@]}" "$PEER" >write_bw.log || die "ib_write_bw: $(cat write_bw.log)"
+	log "ib_send_bw"
+	retry timeout 100 "${send_bw[@]}" "$PEER" >send_bw.log || die "ib_send_bw: $(cat send_bw.log)"
 	log "ibv_rc_pingpong"
 	retry timeout 100 "${pingpong[@]}" "$PEER" >pingpong.log || die "ibv_rc_pingpong: $(cat pingpong.log)"
 	log "done"
-	cat write_bw.log pingpong.log
+	cat send_bw.log pingpong.log
 	{
 		echo "wan_packets=$(netem_sent)"
 		echo "wan_dropped=$(netem_dropped)"
@@ -27,7 +27,7 @@ if [ "$RGVM_NAME" = a ]; then
 		echo "egress_roce_packets=$(rg_event roce_packets egress)"
 	} >>result
 else
-	timeout 120 "${write_bw[@]}" >write_bw.log 2>&1 || die "ib_write_bw server: $(cat write_bw.log)"
+	timeout 120 "${send_bw[@]}" >send_bw.log 2>&1 || die "ib_send_bw server: $(cat send_bw.log)"
 	timeout 120 "${pingpong[@]}" >pingpong.log 2>&1 || die "ibv_rc_pingpong server: $(cat pingpong.log)"
 	{
 		echo "ingress_lost_estimate=$(rg_event lost_estimate ingress)"
@@ -47,5 +47,5 @@ else
 	wait "$run_pid" || true
 fi
 for c in "$hw"/*; do echo "hw_$(basename "$c")=$(cat "$c")"; done >>result
-grep -iE "error|RETRY_EXC|status" write_bw.log pingpong.log && die "a transfer reported an error"
+grep -iE "error|RETRY_EXC|status" send_bw.log pingpong.log && die "a transfer reported an error"
 cat result
