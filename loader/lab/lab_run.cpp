@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -293,9 +294,13 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   scfg.payload = lab.opts.payload;
   scfg.tos = kHostTos;
   scfg.duration = std::chrono::seconds(lab.opts.duration_s);
+  unsigned reports = 0;  // seconds the sender has reported
+  std::condition_variable reported;
   scfg.on_second = [&](const SenderStats& s) {
     std::lock_guard lock(mu);
     latest = s;
+    ++reports;
+    reported.notify_all();
   };
   std::unique_ptr<Sender> tx;
   {
@@ -322,19 +327,20 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
 
   std::cout << view_header() << std::flush;
   Snapshot prev;
-  const auto start = std::chrono::steady_clock::now();
-  // Bounded by the sender's own duration; the extra seconds only cover a
-  // slow start.
+  // Each row is taken when the sender reports a second, so its counters
+  // and the receiver's cover the same interval. Bounded by the sender's own
+  // duration; the extra seconds only cover a slow start.
   for (unsigned sec = 1; sec <= lab.opts.duration_s + 5 && !done; ++sec) {
-    while (!done && !g_stop && std::chrono::steady_clock::now() < start + std::chrono::seconds(sec))
-      std::this_thread::sleep_for(20ms);
-    check_stop();
-    if (done) break;
     SenderStats tx_now;
     {
-      std::lock_guard lock(mu);
+      std::unique_lock lock(mu);
+      const auto deadline = std::chrono::steady_clock::now() + 3s;
+      while (reports < sec && !done && !g_stop && std::chrono::steady_clock::now() < deadline)
+        reported.wait_for(lock, 20ms);
       tx_now = latest;
     }
+    check_stop();
+    if (done) break;
     Snapshot cur = take_snapshot(lab, sec, tx_now, rx->stats(), wan_base, gw_a ? &*gw_a : nullptr,
                                  gw_b ? &*gw_b : nullptr);
     std::cout << view_row(prev, cur, lab.opts.duration_s) << std::flush;
@@ -353,8 +359,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
                           gw_a ? &*gw_a : nullptr, gw_b ? &*gw_b : nullptr);
   // The last (partial) second, up to the sender's end and the stragglers.
   Snapshot last = p.final;
-  last.second = static_cast<unsigned>((p.sent.elapsed.count() + 999) / 1000);
-  if (last.second > prev.second) {
+  last.second = prev.second + 1;
+  if (last.received_b != prev.received_b || last.sent_packets != prev.sent_packets) {
     std::cout << view_row(prev, last, lab.opts.duration_s) << std::flush;
     p.seconds.push_back(last);
   }
