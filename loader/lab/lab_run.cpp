@@ -52,24 +52,29 @@ void on_signal(int) {
   if (Sender* s = g_sender.load()) s->stop();
 }
 
-// SIGINT/SIGTERM stop the run instead of the process, so every destructor
-// runs; the previous handlers come back on return.
+// SIGINT, SIGTERM and SIGHUP stop the run instead of the process, so every
+// destructor runs; SIGPIPE (output piped into `head`) is ignored for the
+// same reason. The previous handlers come back on return.
 class SignalScope {
  public:
   SignalScope() {
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
+    for (size_t i = 0; i < kStopSignals.size(); ++i) sigaction(kStopSignals[i], &sa, &old_[i]);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, &old_pipe_);
   }
   ~SignalScope() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+    for (size_t i = 0; i < kStopSignals.size(); ++i) sigaction(kStopSignals[i], &old_[i], nullptr);
+    sigaction(SIGPIPE, &old_pipe_, nullptr);
   }
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  static constexpr std::array<int, 3> kStopSignals{SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> old_{};
+  struct sigaction old_pipe_ {};
 };
 
 void check_stop() {
