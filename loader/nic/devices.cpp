@@ -71,9 +71,12 @@ struct ContextCloser {
   void operator()(ibv_context* c) const { ibv_close_device(c); }
 };
 
-void fill_gids(ibv_context* ctx, const fs::path& port_dir, PortInfo& port, int gid_tbl_len) {
+void fill_gids(ibv_context* ctx, const fs::path& port_dir, PortInfo& port, int gid_tbl_len,
+               int port_count) {
   // Provider-independent path first; older kernels lack the ioctl behind it.
-  std::vector<ibv_gid_entry> entries(std::max(gid_tbl_len, 1) * 1);
+  // The table call answers for every port of the device at once.
+  std::vector<ibv_gid_entry> entries(static_cast<size_t>(std::max(gid_tbl_len, 1)) *
+                                     std::max(port_count, 1));
   ssize_t n = ibv_query_gid_table(ctx, entries.data(), entries.size(), 0);
   if (n >= 0) {
     for (ssize_t i = 0; i < n; i++) {
@@ -150,7 +153,7 @@ std::vector<DeviceInfo> discover(const std::string& sysfs_root) {
       port.active_mtu_enum = pa.active_mtu;
       port.active_mtu = 128 << pa.active_mtu;
       fs::path port_dir = dev_dir / "ports" / std::to_string(p);
-      fill_gids(ctx.get(), port_dir, port, pa.gid_tbl_len);
+      fill_gids(ctx.get(), port_dir, port, pa.gid_tbl_len, attr.phys_port_cnt);
       for (const auto& gid : port.gids)
         if (!gid.netdev.empty()) {
           port.netdev = gid.netdev;
