@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <fstream>
 #include <set>
 
 #include "error.h"
@@ -485,6 +486,35 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force) {
   return st;
 }
 
+namespace {
+
+// Some kernels (Debian 12's 6.1 among them) answer bpf_fib_lookup with
+// "forwarding disabled" on an interface that does not forward, output
+// lookups included: every encapsulation would then fall back to sending the
+// packet as it is (counted as fib_miss). Gateways forward anyway; say so
+// where one does not.
+void warn_if_not_forwarding(const Config& cfg) {
+  bool v4 = false, v6 = false;
+  for (const auto& p : cfg.peers) (p.remote.family == AF_INET ? v4 : v6) = true;
+  auto forwarding = [](const std::string& family, const std::string& ifname) {
+    std::ifstream f("/proc/sys/net/" + family + "/conf/" + ifname + "/forwarding");
+    int on = 1;
+    return !(f >> on) || on != 0;  // unreadable: assume fine, say nothing
+  };
+  for (const auto& name : cfg.interfaces) {
+    if (v4 && !forwarding("ipv4", name))
+      spdlog::warn("{}: net.ipv4.conf.{}.forwarding is 0; on some kernels bpf_fib_lookup then refuses to route "
+                   "to IPv4 tunnel peers and packets leave unencapsulated (counted as fib_miss): enable forwarding",
+                   name, name);
+    if (v6 && !forwarding("ipv6", name))
+      spdlog::warn("{}: net.ipv6.conf.{}.forwarding is 0; on some kernels bpf_fib_lookup then refuses to route "
+                   "to IPv6 tunnel peers and packets leave unencapsulated (counted as fib_miss): enable forwarding",
+                   name, name);
+  }
+}
+
+}  // namespace
+
 State Dataplane::attach_all(bool force) {
   auto prev = read_state(pin_path_);
   bool fresh_pins = !any_map_pinned(pin_path_);
@@ -525,6 +555,7 @@ State Dataplane::attach_all(bool force) {
     write_maps();
     restrict_pins(pin_path_);
     write_state(pin_path_, st);
+    warn_if_not_forwarding(cfg_);
   } catch (...) {
     run_undo(undo);
     if (fresh_pins) remove_pins(pin_path_);
