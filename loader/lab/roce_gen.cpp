@@ -19,12 +19,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kBthLen = 12;
-constexpr size_t kAethLen = 4;
-constexpr size_t kRethLen = 16;
-constexpr size_t kIcrcLen = 4;
+using wire::kAethLen;
+using wire::kBthLen;
+using wire::kIcrcLen;
+using wire::kRethLen;
 constexpr size_t kCnpPad = 16;
-constexpr uint32_t kPsnHalf = 0x800000;
+constexpr uint32_t kPsnHalf = RG_PSN_HALF;
 constexpr size_t kMaxPacket = 9000;
 
 // (a - b) mod 2^24: how far a is ahead of b.
@@ -125,30 +125,6 @@ std::string addr_text(const sockaddr_storage& ss) {
 }
 
 }  // namespace
-
-void put_bth(uint8_t* p, const Bth& bth) {
-  p[0] = bth.opcode;
-  p[1] = 0x40;  // M set (RoCE v2 senders, IBA 9.2.2), pad count 0, TVer 0
-  p[2] = 0xff;  // default P_Key 0xffff
-  p[3] = 0xff;
-  p[4] = 0;
-  p[5] = static_cast<uint8_t>(bth.dest_qp >> 16);
-  p[6] = static_cast<uint8_t>(bth.dest_qp >> 8);
-  p[7] = static_cast<uint8_t>(bth.dest_qp);
-  p[8] = bth.ack_req ? 0x80 : 0;
-  p[9] = static_cast<uint8_t>(bth.psn >> 16);
-  p[10] = static_cast<uint8_t>(bth.psn >> 8);
-  p[11] = static_cast<uint8_t>(bth.psn);
-}
-
-Bth get_bth(const uint8_t* p) {
-  Bth b;
-  b.opcode = p[0];
-  b.dest_qp = (uint32_t{p[5]} << 16) | (uint32_t{p[6]} << 8) | p[7];
-  b.ack_req = p[8] & 0x80;
-  b.psn = (uint32_t{p[9]} << 16) | (uint32_t{p[10]} << 8) | p[11];
-  return b;
-}
 
 // ----------------------------------------------------------------- sender
 
@@ -258,7 +234,7 @@ void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStat
   const uint8_t syndrome = buf[kBthLen];
   // Only PSNs ever sent can be acknowledged; anything else is stale.
   const uint32_t sent_span = qp.sent_any ? psn_diff(qp.max_sent + 1, qp.una) : 0;
-  if ((syndrome & 0xe0) == kSynAck) {
+  if ((syndrome & wire::kAethKindMask) == wire::kAethKindAck) {
     st.acks++;
     uint32_t upto = psn_diff(bth.psn + 1, qp.una);  // newly acknowledged count
     if (upto == 0 || upto > sent_span) return;
@@ -451,7 +427,7 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
     reinterpret_cast<sockaddr_in6*>(&to)->sin6_port = htons(cfg_.reply_port);
   auto respond = [&](uint8_t opcode, uint32_t psn, const uint8_t* tail, size_t tail_len) {
     uint8_t pkt[kBthLen + kCnpPad + kIcrcLen] = {};
-    put_bth(pkt, Bth{opcode, false, qp.requester_qp, psn & kPsnMask});
+    put_bth(pkt, Bth{.opcode = opcode, .dest_qp = qp.requester_qp, .psn = psn & kPsnMask});
     std::memcpy(pkt + kBthLen, tail, tail_len);
     size_t n = kBthLen + tail_len + kIcrcLen;
     return sendto(fd, pkt, n, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), from_len) ==

@@ -26,28 +26,22 @@
 #include <thread>
 #include <vector>
 
+#include "roceguard/bth.hpp"
+
 namespace rg::lab {
 
-// BTH opcodes (IBA 9.2, Table 45; RC) and AETH syndromes (IBA 9.3.5).
-inline constexpr uint8_t kOpSendOnly = 0x04;
-inline constexpr uint8_t kOpWriteOnly = 0x0a;
-inline constexpr uint8_t kOpAck = 0x11;
-inline constexpr uint8_t kOpCnp = 0x81;
-inline constexpr uint8_t kSynAck = 0x00;
-inline constexpr uint8_t kSynNakSeqErr = 0x60;
-inline constexpr uint16_t kRoceV2Port = 4791;
-inline constexpr uint32_t kPsnMask = 0xffffff;
-
-struct Bth {
-  uint8_t opcode = kOpSendOnly;
-  bool ack_req = false;
-  uint32_t dest_qp = 0;
-  uint32_t psn = 0;
-};
-
-// The generator's one BTH encoder and decoder (12 bytes at p).
-void put_bth(uint8_t* p, const Bth& bth);
-Bth get_bth(const uint8_t* p);
+// BTH encoding and constants: the one codec in roceguard/bth.hpp.
+using wire::Bth;
+using wire::get_bth;
+using wire::kOpAck;
+using wire::kOpCnp;
+using wire::kOpSendOnly;
+using wire::kOpWriteOnly;
+using wire::kPsnMask;
+using wire::kRoceV2Port;
+using wire::kSynAck;
+using wire::kSynNakSeqErr;
+using wire::put_bth;
 
 // Which QPs exist. Sender and receiver must be given the same plan: RC
 // connection setup is out of band in real RoCE too.

@@ -263,14 +263,8 @@ Bytes PacketBuilder::build() const {
   Bytes l5;
   bool roce = udp_ && bth_;
   if (roce) {
-    const Bth& b = *bth_;
-    l5.push_back(b.opcode);
-    l5.push_back((b.solicited << 7) | (b.mig_req << 6) | ((b.pad & 3) << 4));
-    put16(l5, b.pkey);
-    l5.push_back(b.resv8a);
-    put24(l5, b.dest_qp);
-    l5.push_back(b.ack_req << 7);
-    put24(l5, b.psn);
+    l5.resize(wire::kBthLen);
+    wire::put_bth(l5.data(), *bth_);
     if (aeth_) l5.insert(l5.end(), aeth_->begin(), aeth_->end());
     if (reth_) l5.insert(l5.end(), reth_->begin(), reth_->end());
   } else if (udp_ && geneve_) {
@@ -467,15 +461,7 @@ View parse(const Bytes& f) {
     v.inner = v.l5 + 8 + v.gnv_optlen;
   } else if (v.dport == kRoceV2Port && v.l5 + 12 <= end) {
     v.roce = true;
-    v.bth.opcode = l5[0];
-    v.bth.solicited = l5[1] & 0x80;
-    v.bth.mig_req = l5[1] & 0x40;
-    v.bth.pad = (l5[1] >> 4) & 3;
-    v.bth.pkey = get16(l5 + 2);
-    v.bth.resv8a = l5[4];
-    v.bth.dest_qp = get24(l5 + 5);
-    v.bth.ack_req = l5[8] & 0x80;
-    v.bth.psn = get24(l5 + 9);
+    v.bth = wire::get_bth(l5);
     if (v.bth.opcode == kOpAck && v.l5 + 16 <= end) {
       v.syndrome = l5[12];
       v.msn = get24(l5 + 13);

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "roceguard/bth.hpp"
+
 namespace rg::test {
 
 using Bytes = std::vector<uint8_t>;
@@ -27,37 +29,24 @@ inline constexpr uint16_t kEthIpv6 = 0x86dd;
 inline constexpr uint16_t kEthArp = 0x0806;
 inline constexpr uint16_t kEthVlan = 0x8100;
 inline constexpr uint16_t kEthQinQ = 0x88a8;
-inline constexpr uint16_t kRoceV2Port = 4791;
 inline constexpr uint16_t kGenevePort = 6081;
 
-// BTH opcodes the tests use (IBA 9.2, Table 45; RC transport unless noted).
-inline constexpr uint8_t kOpSendOnly = 0x04;
-inline constexpr uint8_t kOpWriteOnly = 0x0a;
-inline constexpr uint8_t kOpReadRequest = 0x0c;
-inline constexpr uint8_t kOpReadResponseOnly = 0x10;
-inline constexpr uint8_t kOpAck = 0x11;
-inline constexpr uint8_t kOpUcSendOnly = 0x24;
-inline constexpr uint8_t kOpCnp = 0x81;
-
-// AETH syndromes (IBA 9.3.5).
-inline constexpr uint8_t kSynAck = 0x1f;         // ACK, credit count "invalid"
-inline constexpr uint8_t kSynRnrNak = 0x20 | 14; // RNR NAK, timer field 14
-inline constexpr uint8_t kSynNakSeqErr = 0x60;   // NAK: PSN sequence error
-inline constexpr uint8_t kSynNakRemoteAccess = 0x62;
+// BTH, AETH and their constants: the one codec in roceguard/bth.hpp.
+using wire::Bth;
+using wire::kOpAck;
+using wire::kOpCnp;
+using wire::kOpReadRequest;
+using wire::kOpReadResponseOnly;
+using wire::kOpSendOnly;
+using wire::kOpUcSendOnly;
+using wire::kOpWriteOnly;
+using wire::kRoceV2Port;
+using wire::kSynAck;
+using wire::kSynNakRemoteAccess;
+using wire::kSynNakSeqErr;
+using wire::kSynRnrNak;
 
 enum class UdpCsum { kValid, kZero, kAsGiven };
-
-struct Bth {
-  uint8_t opcode = kOpSendOnly;
-  bool solicited = false;
-  bool mig_req = false;
-  uint8_t pad = 0;
-  uint16_t pkey = 0xffff;
-  uint8_t resv8a = 0;  // FECN/BECN and reserved bits: masked in the ICRC
-  uint32_t dest_qp = 0x000011;
-  bool ack_req = false;
-  uint32_t psn = 0;
-};
 
 class PacketBuilder {
  public:

@@ -16,7 +16,7 @@ using namespace std::chrono_literals;
 
 TEST(RoceGen, BthLayoutMatchesTheWire) {
   uint8_t b[12];
-  lab::put_bth(b, {lab::kOpWriteOnly, true, 0xabcdef, 0xfedcba});
+  lab::put_bth(b, {.opcode = lab::kOpWriteOnly, .dest_qp = 0xabcdef, .ack_req = true, .psn = 0xfedcba});
   EXPECT_EQ(b[0], lab::kOpWriteOnly);
   EXPECT_EQ(b[2], 0xff);  // default P_Key
   EXPECT_EQ(b[3], 0xff);
@@ -28,7 +28,7 @@ TEST(RoceGen, BthLayoutMatchesTheWire) {
   EXPECT_EQ(b[10], 0xdc);
   EXPECT_EQ(b[11], 0xba);
   for (uint32_t psn : {0u, 1u, 0x7fffffu, 0x800000u, 0xffffffu}) {
-    lab::put_bth(b, {lab::kOpSendOnly, false, 0x000102, psn});
+    lab::put_bth(b, {.opcode = lab::kOpSendOnly, .dest_qp = 0x000102, .psn = psn});
     lab::Bth back = lab::get_bth(b);
     EXPECT_EQ(back.psn, psn);
     EXPECT_EQ(back.dest_qp, 0x000102u);
