@@ -19,6 +19,21 @@ mount -t devpts devpts /newroot/dev/pts 2>/dev/null
 mount -t tmpfs tmp /newroot/tmp
 mount -t tmpfs run /newroot/run
 mount -t bpf bpf /newroot/sys/fs/bpf
+# The guest's own /tmp and /run hide the host's: a checkout or build
+# directory under them (CI clones anywhere) is shared again at its own path.
+for arg in $(cat /proc/cmdline); do
+	case "$arg" in
+	rgvm_src=*) src=${arg#rgvm_src=} ;;
+	rgvm_build=*) build=${arg#rgvm_build=} ;;
+	esac
+done
+for share in "rgsrc:$src" "rgbuild:$build"; do
+	dir=${share#*:}
+	[ -n "$dir" ] || continue
+	mkdir -p "/newroot$dir" 2>/dev/null
+	mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose "${share%%:*}" "/newroot$dir" ||
+		echo "init: cannot mount ${share%%:*} at $dir"
+done
 mkdir -p /newroot/run/rgvm
 mount -t 9p -o trans=virtio,version=9p2000.L,rw,cache=none rgvm /newroot/run/rgvm
 umount /proc /sys /dev

@@ -18,6 +18,7 @@
 
 RGVM_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${RGVM_BUILD:?RGVM_BUILD must name the build directory}"
+RGVM_BUILD=$(cd "$RGVM_BUILD" && pwd)
 # TCG boots in ~12 s; a guest script gets this long in total before qemu is
 # killed.
 : "${RGVM_TIMEOUT:=180}"
@@ -160,8 +161,10 @@ rgvm_start() {
 	timeout -k 5 "$RGVM_TIMEOUT" qemu-system-x86_64 \
 		-accel "$accel" -m 1024 -smp 1 -nographic -no-reboot \
 		-kernel "$RGVM_KERNEL" -initrd "$RGVM_DIR/initramfs.gz" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=4" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 rgvm_src=$RGVM_SRC rgvm_build=$RGVM_BUILD" \
 		-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+		-virtfs "local,path=$RGVM_SRC,mount_tag=rgsrc,security_model=none,readonly=on,multidevs=remap" \
+		-virtfs "local,path=$RGVM_BUILD,mount_tag=rgbuild,security_model=none,readonly=on,multidevs=remap" \
 		-virtfs "local,path=$share,mount_tag=rgvm,security_model=none" \
 		"${netargs[@]}" </dev/null >"$share/console.log" 2>&1 &
 	rgvm_pid[$name]=$!
