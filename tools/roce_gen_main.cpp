@@ -35,36 +35,6 @@ void on_signal(int) {
   if (Sender* s = g_sender.load()) s->stop();
 }
 
-json histogram(const std::array<uint64_t, 64>& h) {
-  json j = json::object();
-  for (size_t d = 0; d < h.size(); ++d)
-    if (h[d]) j[std::to_string(d)] = h[d];
-  return j;
-}
-
-json to_json(const SenderStats& s) {
-  return {{"packets", s.packets},       {"bytes", s.bytes},
-          {"retransmits", s.retransmits}, {"acks", s.acks},
-          {"naks", s.naks},             {"cnps", s.cnps},
-          {"timeouts", s.timeouts},     {"completed", s.completed},
-          {"goodput_bytes", s.goodput_bytes},
-          {"qps_done", s.qps_done},     {"qps_failed", s.qps_failed},
-          {"elapsed_ms", s.elapsed.count()},
-          {"goodput_mbps", s.elapsed.count() ? 8.0 * s.goodput_bytes / 1000.0 / s.elapsed.count() : 0.0},
-          {"response_dscp", histogram(s.ack_dscp)}};
-}
-
-json to_json(const ReceiverStats& r) {
-  return {{"packets", r.packets},         {"bytes", r.bytes},
-          {"delivered", r.delivered},     {"goodput_bytes", r.goodput_bytes},
-          {"out_of_order", r.out_of_order}, {"duplicates", r.duplicates},
-          {"seen_retransmits", r.seen_retransmits}, {"gaps", r.gaps},
-          {"lost_estimate", r.lost_estimate}, {"acks", r.acks},
-          {"naks", r.naks},               {"cnps", r.cnps},
-          {"ecn_ce", r.ecn_ce},           {"unknown_qp", r.unknown_qp},
-          {"dscp", histogram(r.dscp)}};
-}
-
 json to_json(const WanStats& w) {
   return {{"packets", w.packets}, {"bytes", w.bytes}, {"dropped", w.dropped},
           {"bleached", w.bleached}, {"ce_marked", w.ce_marked}};

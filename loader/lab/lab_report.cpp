@@ -40,13 +40,6 @@ double phase_seconds(const PhaseResult& p) {
   return p.sent.elapsed.count() ? p.sent.elapsed.count() / 1000.0 : p.seconds.size();
 }
 
-json histogram(const std::array<uint64_t, 64>& h) {
-  json j = json::object();
-  for (size_t d = 0; d < h.size(); ++d)
-    if (h[d]) j[std::to_string(d)] = h[d];
-  return j;
-}
-
 json snapshot_json(const Snapshot& s) {
   return {{"second", s.second},
           {"sent_packets_a", s.sent_packets},
@@ -57,7 +50,7 @@ json snapshot_json(const Snapshot& s) {
           {"lost_estimate_b", s.lost_b},
           {"cnps_b", s.cnps_b},
           {"ecn_ce_b", s.ecn_ce_b},
-          {"dscp_b", histogram(s.dscp_b)},
+          {"dscp_b", dscp_histogram_json(s.dscp_b)},
           {"wan_dropped", s.wan_dropped},
           {"wan_bleached", s.wan_bleached},
           {"wan_ce_marked", s.wan_ce_marked},
@@ -68,27 +61,6 @@ json snapshot_json(const Snapshot& s) {
             {"decapsulated_gw_b", s.rg_decapsulated_b},
             {"dscp_repaired_gw_b", s.rg_repaired_b},
             {"lost_estimate_gw_b", s.rg_lost_b}}}};
-}
-
-json sender_json(const SenderStats& s) {
-  return {{"packets", s.packets},         {"bytes", s.bytes},
-          {"retransmits", s.retransmits}, {"acks", s.acks},
-          {"naks", s.naks},               {"cnps", s.cnps},
-          {"timeouts", s.timeouts},       {"completed", s.completed},
-          {"goodput_bytes", s.goodput_bytes}, {"qps_done", s.qps_done},
-          {"qps_failed", s.qps_failed},   {"elapsed_ms", s.elapsed.count()},
-          {"response_dscp", histogram(s.ack_dscp)}};
-}
-
-json receiver_json(const ReceiverStats& r) {
-  return {{"packets", r.packets},           {"bytes", r.bytes},
-          {"delivered", r.delivered},       {"goodput_bytes", r.goodput_bytes},
-          {"out_of_order", r.out_of_order}, {"duplicates", r.duplicates},
-          {"seen_retransmits", r.seen_retransmits}, {"gaps", r.gaps},
-          {"lost_estimate", r.lost_estimate}, {"acks", r.acks},
-          {"naks", r.naks},                 {"cnps", r.cnps},
-          {"ecn_ce", r.ecn_ce},             {"unknown_qp", r.unknown_qp},
-          {"dscp", histogram(r.dscp)}};
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -291,8 +263,8 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
     json sec = json::array();
     for (const auto& x : p.seconds) sec.push_back(snapshot_json(x));
     j["phases"][p.name] = {{"roceguard", p.roceguard},
-                           {"sender", sender_json(p.sent)},
-                           {"receiver", receiver_json(p.received)},
+                           {"sender", to_json(p.sent)},
+                           {"receiver", to_json(p.received)},
                            {"totals", snapshot_json(p.final)},
                            {"seconds", sec},
                            {"gateway_counters", p.counters},

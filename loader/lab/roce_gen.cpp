@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -472,6 +474,38 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
     // The ACK for it may be what got lost: say again how far we are.
     if (bth.ack_req && aeth(kSynAck, qp.epsn - 1)) st_.acks++;
   }
+}
+
+// ------------------------------------------------------------------ JSON
+
+nlohmann::json dscp_histogram_json(const std::array<uint64_t, 64>& h) {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t d = 0; d < h.size(); ++d)
+    if (h[d]) j[std::to_string(d)] = h[d];
+  return j;
+}
+
+nlohmann::json to_json(const SenderStats& s) {
+  return {{"packets", s.packets},       {"bytes", s.bytes},
+          {"retransmits", s.retransmits}, {"acks", s.acks},
+          {"naks", s.naks},             {"cnps", s.cnps},
+          {"timeouts", s.timeouts},     {"completed", s.completed},
+          {"goodput_bytes", s.goodput_bytes},
+          {"qps_done", s.qps_done},     {"qps_failed", s.qps_failed},
+          {"elapsed_ms", s.elapsed.count()},
+          {"goodput_mbps", s.elapsed.count() ? 8.0 * s.goodput_bytes / 1000.0 / s.elapsed.count() : 0.0},
+          {"response_dscp", dscp_histogram_json(s.ack_dscp)}};
+}
+
+nlohmann::json to_json(const ReceiverStats& r) {
+  return {{"packets", r.packets},         {"bytes", r.bytes},
+          {"delivered", r.delivered},     {"goodput_bytes", r.goodput_bytes},
+          {"out_of_order", r.out_of_order}, {"duplicates", r.duplicates},
+          {"seen_retransmits", r.seen_retransmits}, {"gaps", r.gaps},
+          {"lost_estimate", r.lost_estimate}, {"acks", r.acks},
+          {"naks", r.naks},               {"cnps", r.cnps},
+          {"ecn_ce", r.ecn_ce},           {"unknown_qp", r.unknown_qp},
+          {"dscp", dscp_histogram_json(r.dscp)}};
 }
 
 }  // namespace rg::lab

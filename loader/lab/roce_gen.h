@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "roceguard/bth.hpp"
 
 namespace rg::lab {
@@ -169,5 +171,10 @@ class Receiver {
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// JSON views of the statistics, for the lab's report and `roce-gen --json`.
+nlohmann::json dscp_histogram_json(const std::array<uint64_t, 64>& h);
+nlohmann::json to_json(const SenderStats& s);
+nlohmann::json to_json(const ReceiverStats& r);
 
 }  // namespace rg::lab
