@@ -4,6 +4,8 @@
 #include <net/if.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <functional>
 #include <set>
@@ -31,6 +33,15 @@ std::string_view type_name(const toml::node& n) {
 }
 
 std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+// A key as the file spells it: bare where TOML allows, quoted otherwise, so
+// an empty or odd key ("" = 1) is still named in the message.
+std::string key_text(std::string_view k) {
+  const bool bare = !k.empty() && std::all_of(k.begin(), k.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '-';
+  });
+  return bare ? std::string(k) : in_quotes(k);
+}
 
 // One table being read: remembers which keys were consumed so that any
 // other key is reported as unknown, with the full dotted path.
@@ -116,7 +127,7 @@ class Reader {
     for (const auto& [k, v] : t_) {
       (void)v;
       if (!seen_.count(std::string(k.str())))
-        error(key(k.str()), "unknown key (check the spelling against the commented default roceguard.toml)");
+        error(key(key_text(k.str())), "unknown key (check the spelling against the commented default roceguard.toml)");
     }
   }
 
