@@ -43,10 +43,11 @@ void check_names_a_key(const std::string& msg, const toml::table* doc, std::stri
                                                    "tunnel",     "metrics",   "nic"};
   for (auto s : kSections)
     if (starts_with_key(msg, s)) return;
-  // An unknown top-level key is named as it was written.
+  // An unknown top-level key is named as it was written, quoted unless bare.
   if (doc)
     for (const auto& [k, v] : *doc)
-      if (starts_with_key(msg, k.str())) return;
+      if (starts_with_key(msg, k.str()) || starts_with_key(msg, "\"" + std::string(k.str()) + "\""))
+        return;
   violation("rejection does not name a key: \"" + msg + "\"", text);
 }
 
