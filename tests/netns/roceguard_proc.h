@@ -22,6 +22,8 @@ class RoceguardRun {
   void start();
   void kill9();
   bool running() { return child_ && child_->running(); }
+  // The loader's pid (the namespace wrappers exec into it).
+  pid_t pid() const { return child_ ? child_->pid() : -1; }
   const std::string& pin_path() const { return pin_path_; }
   std::string log() const;
   // roceguard <args...> --pin-path <pin> in the node; returns stdout, throws on failure.

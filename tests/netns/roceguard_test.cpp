@@ -9,6 +9,9 @@
 
 #include <iostream>
 
+#include <atomic>
+#include <sstream>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -328,6 +331,115 @@ TEST_F(RoceguardBinary, KillDashNineKeepsTrafficAndCounters) {
                    {"sent_after_restart", t2.sent.packets},
                    {"roce_packets_gw_a_final",
                     event_packets(counters(*gw_a_), RG_DIR_EGRESS, RG_EV_ROCE_PACKETS)}});
+}
+
+// The loader's resident set in KiB, from /proc (0 if it is gone).
+uint64_t rss_kib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  return 0;
+}
+
+// Sum of roceguard_roce_packets_total{direction="egress"} in a scrape.
+std::optional<uint64_t> scraped_egress_roce(const std::string& text) {
+  std::optional<uint64_t> sum;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("roceguard_roce_packets_total{", 0) == 0 &&
+        line.find("direction=\"egress\"") != std::string::npos)
+      sum = sum.value_or(0) + static_cast<uint64_t>(std::stod(line.substr(line.rfind(' ') + 1)));
+  return sum;
+}
+
+// Soak: RoCE across the lossy WAN (0.1 %) while gateway A's loader is killed
+// with SIGKILL and restarted every restart period and its /metrics scraped
+// every second. Nothing may be lost beyond what the WAN dropped, nothing may
+// go uncounted, and no scraped counter may go down. CI runs it for 45 s
+// (restarts every 15 s); the long run is
+//   ROCEGUARD_SOAK_SECONDS=600 build/tests/netns/netns_e2e_test --gtest_filter='*Soak*'
+// (restarts every 30 s), whose figures go in the report line.
+TEST_F(RoceguardBinary, SoakRestartsAndScrapesUnderLoss) {
+  const char* env = std::getenv("ROCEGUARD_SOAK_SECONDS");
+  const int seconds = env ? std::max(10, std::atoi(env)) : 45;
+  const int restart_every = seconds >= 120 ? 30 : 15;
+  wan_->configure({1000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 0.1 %
+  lab::SenderConfig cfg;
+  cfg.peer = receiver_addr(false);
+  cfg.messages = (1u << 23) - 1;  // per QP, the most one PSN window allows: the duration ends first
+  cfg.duration = std::chrono::seconds(seconds);
+  cfg.timeout = 100ms;
+  auto rx = start_receiver({});
+  auto tx = make_sender(cfg);
+  lab::SenderStats sent;
+  std::atomic<bool> done{false};
+  std::thread traffic([&] {
+    sent = tx->run();
+    done = true;
+  });
+
+  uint64_t last = 0, scrapes_ok = 0, scrapes_failed = 0, restarts = 0, decreases = 0;
+  // Resident set of each loader incarnation at the end of its life: flat
+  // means the last one is no larger than the first.
+  uint64_t rss_first = 0, rss_last = 0;
+  for (int s = 1; !done && s <= seconds + 60; ++s) {
+    std::this_thread::sleep_for(1s);
+    auto r = lab::run(topo_->exec_argv(Node::kGatewayA, {"curl", "-sf", "--max-time", "5",
+                                                         "http://127.0.0.1:9741/metrics"}),
+                      10s);
+    auto v = r.status == 0 ? scraped_egress_roce(r.out) : std::nullopt;
+    if (v) {
+      ++scrapes_ok;
+      if (*v < last) ++decreases;
+      EXPECT_GE(*v, last) << "a scraped counter went down at second " << s;
+      last = std::max(last, *v);
+    } else {
+      ++scrapes_failed;  // the loader is restarting: nothing serves for a moment
+    }
+    if (s % restart_every == 0 && s < seconds) {
+      rss_last = rss_kib(gw_a_->pid());
+      if (!rss_first) rss_first = rss_last;
+      gw_a_->kill9();
+      gw_a_->start();
+      ++restarts;
+    }
+  }
+  traffic.join();
+  rss_last = rss_kib(gw_a_->pid());
+  const uint64_t wan_dropped = wan_->stats("to-a", RG_WAN_GENEVE).dropped;
+  for (int i = 0; i < 250 && rx->stats().packets + wan_dropped < sent.packets; ++i)
+    std::this_thread::sleep_for(20ms);
+  rx->stop();
+  const lab::ReceiverStats received = rx->stats();
+  const auto rows = counters(*gw_a_);
+
+  EXPECT_GE(restarts, 2u);
+  EXPECT_GT(scrapes_ok, static_cast<uint64_t>(seconds) / 2);
+  EXPECT_EQ(sent.qps_failed, 0u);
+  // Every packet host A sent either reached host B or was dropped by the WAN.
+  EXPECT_EQ(received.packets + wan_dropped, sent.packets);
+  // Every message host A saw acknowledged was delivered, in order.
+  EXPECT_GE(received.delivered, sent.completed);
+  EXPECT_EQ(received.dscp[RG_DEFAULT_DSCP], received.packets) << dscp_histogram(received.dscp);
+  // Gateway A counted (and encapsulated) every one of them across the restarts.
+  EXPECT_EQ(event_packets(rows, RG_DIR_EGRESS, RG_EV_ROCE_PACKETS), sent.packets);
+  EXPECT_EQ(event_packets(rows, RG_DIR_EGRESS, RG_EV_ENCAPSULATED), sent.packets);
+  EXPECT_EQ(event_packets(rows, RG_DIR_EGRESS, RG_EV_RETRANSMITS), sent.retransmits);
+
+  report("soak", {{"seconds", static_cast<uint64_t>(seconds)},
+                  {"restarts", restarts},
+                  {"scrapes_ok", scrapes_ok},
+                  {"scrapes_failed_during_restart", scrapes_failed},
+                  {"scrape_decreases", decreases},
+                  {"sent_packets", sent.packets},
+                  {"messages_completed", sent.completed},
+                  {"received_packets", received.packets},
+                  {"wan_dropped", wan_dropped},
+                  {"retransmits", sent.retransmits},
+                  {"roce_packets_gw_a", event_packets(rows, RG_DIR_EGRESS, RG_EV_ROCE_PACKETS)},
+                  {"loader_rss_kib_first", rss_first},
+                  {"loader_rss_kib_last", rss_last}});
 }
 
 // The IPv6 tunnel: IPv6 RoCE inside IPv6 Geneve, the traffic class bleached
