@@ -320,8 +320,11 @@ Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
   const std::vector<std::string> civet_options{
       "listening_ports", impl_->opts.listen,
       "num_threads", std::to_string(std::max<size_t>(1, impl_->opts.threads)),
-      // A stalled client must not hold one of the few workers for long.
-      "request_timeout_ms", "10000"};
+      // A stalled client must not hold one of the few workers for long:
+      // a scrape is one small GET, and with the default 4 workers a handful
+      // of stalled connections must still leave a scrape inside
+      // Prometheus's default 10 s scrape timeout.
+      "request_timeout_ms", "2000"};
   // Debian's civetweb is built without IPv6 (mg_check_feature bit 8).
   if (impl_->opts.listen.starts_with("[") && !mg_check_feature(8))
     throw Error("cannot serve metrics on " + impl_->opts.listen +

@@ -18,7 +18,7 @@ struct ExporterOptions {
   bool per_qp = false;                    // per-QP series (bounded by top_qps)
   size_t top_qps = 50;
   std::string sysfs_root = "/sys";        // where class/infiniband is looked up
-  size_t threads = 2;                     // HTTP worker threads
+  size_t threads = 4;                     // HTTP worker threads
   // Interface names by ifindex for maps whose programs run in another
   // network namespace (the lab's gateways): there if_indextoname() in the
   // exporter's namespace would name an unrelated interface.

@@ -30,7 +30,7 @@ namespace rg::test {
 namespace {
 
 constexpr const char* kHost = "127.0.0.1";
-constexpr size_t kWorkers = 2;  // what `roceguard run` uses
+const size_t kWorkers = ExporterOptions{}.threads;  // what `roceguard run` uses
 
 // The object loaded with its maps pinned under /sys/fs/bpf/rgfz-<pid>-ex;
 // everything removed on destruction.
@@ -264,7 +264,7 @@ TEST_F(ExporterAbuse, MalformedAndOversizedRequestsAreRefused) {
 TEST_F(ExporterAbuse, StalledClientsAreCutOffAndScrapesGoOn) {
   // More stalled connections than workers, each holding a half-sent
   // request line: the server must drop them rather than wait forever.
-  constexpr int kStalled = 2 * kWorkers + 2;
+  const int kStalled = static_cast<int>(2 * kWorkers + 2);
   std::vector<int> fds;
   for (int i = 0; i < kStalled; ++i) {
     int fd = connect_to(port_, 60);
