@@ -84,13 +84,36 @@ bool pin_dir_exists(const std::string& pin_path) {
   return stat(pin_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// A pin directory someone else owns (or may write to) could hand us maps or
+// a lock of theirs: refuse rather than trust or "fix" it (root could chmod
+// it, which would only hide the problem).
+static void check_pin_dir_owner(const std::string& pin_path) {
+  struct stat st {};
+  if (lstat(pin_path.c_str(), &st) != 0) return;  // open() reports it
+  if (!S_ISDIR(st.st_mode))
+    throw Error("pin path " + pin_path + " exists and is not a directory; remove it or choose another --pin-path",
+                kExitConflict);
+  if (st.st_uid != geteuid())
+    throw Error("pin directory " + pin_path + " is owned by uid " + std::to_string(st.st_uid) +
+                    ", not by this user (uid " + std::to_string(geteuid()) +
+                    "); another user could replace its maps: remove it or choose another --pin-path",
+                kExitConflict);
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    throw Error("pin directory " + pin_path + " is writable by group or others (mode " +
+                    std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
+                    std::to_string(st.st_mode & 7) +
+                    "); another user could replace its maps: remove it or chmod 0700 it",
+                kExitConflict);
+}
+
 PinLock::PinLock(const std::string& pin_path, bool create) : path_(pin_path) {
   if (create) {
     if (mkdir(pin_path.c_str(), 0700) == 0) created_ = true;
     else if (errno != EEXIST)
       throw Error("cannot create pin directory " + pin_path + ": " + errno_text(errno));
-    chmod(pin_path.c_str(), 0700);
   }
+  check_pin_dir_owner(pin_path);
+  if (create) chmod(pin_path.c_str(), 0700);
   fd_ = open(pin_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd_ < 0) {
     if (errno == ENOENT)

@@ -9,6 +9,8 @@
 #   bpffs_missing  no bpffs: run mounts it; a pin path off bpffs is refused
 #   private_pins   the pin directory and pinned maps are closed to other
 #                  users; metrics listen on loopback by default
+#   foreign_owner  a pin directory owned by another user, or writable by
+#                  others, is refused (exit 4, says why) and nothing attached
 #   sigterm_attach SIGTERM at varying points of the start: afterwards the
 #                  interface is either fully attached (both hooks, pinned
 #                  maps) or untouched, never half
@@ -174,6 +176,27 @@ private_pins)
   stop_run
   ;;
 
+foreign_owner)
+  mkdir -m 0700 "$pin"
+  chown 65534:65534 "$pin"
+  start_run run
+  wait_exit
+  [ "$status" -eq 4 ] || fail "run on a pin directory owned by uid 65534 exited $status, expected 4"
+  grep -q "owned by uid 65534" "$tmp/run.log" || fail "the refusal does not name the owner"
+  xdp_attached && fail "XDP attached despite the refusal"
+  tc_attached && fail "TC attached despite the refusal"
+  chown 0:0 "$pin"
+  chmod 0777 "$pin"
+  start_run run2
+  wait_exit
+  [ "$status" -eq 4 ] || fail "run on a world-writable pin directory exited $status, expected 4"
+  grep -q "writable by group or others" "$tmp/run2.log" || fail "the refusal does not say why"
+  chmod 0700 "$pin"
+  start_run run3
+  wait_ready 9741 || fail "run exited on a pin directory of its own"
+  stop_run
+  ;;
+
 sigterm_attach)
   # The delays only vary where the signal lands; the outcome is checked,
   # not the timing.
@@ -243,7 +266,9 @@ least_privilege)
   xdp_attached && tc_attached || fail "not attached with {$caps}"
   [ "$(stat -c %u /proc/$last)" = 65534 ] || fail "run is not uid 65534"
   stop_run
-  "$rg" detach --pin-path "$pin" >/dev/null
+  # The pins are the service user's: only it may manage them (root refuses
+  # a pin directory another user owns).
+  "${as[@]}" "$rg" detach --pin-path "$pin" >/dev/null
   for drop in $caps; do
     rest=$(echo "$caps" | tr ' ' '\n' | grep -vx "$drop" | tr '\n' ' ')
     with_caps $rest
@@ -255,9 +280,10 @@ least_privilege)
     echo "without $drop: exit $status: $(grep -m1 -iE 'error|fail|cannot|denied' "$tmp/without_$drop.log" || tail -1 "$tmp/without_$drop.log")"
     ! xdp_attached || fail "XDP left attached by the failed run without $drop"
     ! tc_attached || fail "TC filter left attached by the failed run without $drop"
-    as=()
-    "$rg" detach --pin-path "$pin" >/dev/null 2>&1 || true
+    with_caps $caps
+    "${as[@]}" "$rg" detach --pin-path "$pin" >/dev/null 2>&1 || true
   done
+  as=()
   ;;
 
 *)
