@@ -7,9 +7,13 @@
 // remove them.
 #include <net/if.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
+#include <cstdio>
 #include <ctime>
 #include <iostream>
 #include <map>
@@ -121,6 +125,7 @@ class Runner {
         }
         continue;
       }
+      check_mtu(is.name);
       try {
         if (static_cast<int>(idx) == is.ifindex && Dataplane::xdp_present(is) && Dataplane::tc_present(is)) {
           if (!up_[is.name]) set_state(is.name, true);
@@ -149,6 +154,34 @@ class Runner {
   }
 
  private:
+  // A device MTU below the tunnel's means full-size packets can no longer be
+  // encapsulated: the data plane applies the oversize policy to them (pass
+  // unencapsulated, or drop). Said once per change of the device's MTU.
+  void check_mtu(const std::string& name) {
+    uint32_t tunnel_mtu = 0;
+    std::string peer;
+    for (const auto& p : dp_.config().peers)
+      if (p.mtu > tunnel_mtu) tunnel_mtu = p.mtu, peer = p.name;
+    if (!tunnel_mtu) return;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    ifreq ifr{};
+    std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name.c_str());
+    int rc = ioctl(fd, SIOCGIFMTU, &ifr);
+    close(fd);
+    if (rc != 0) return;
+    const auto mtu = static_cast<uint32_t>(ifr.ifr_mtu);
+    auto& seen = mtu_seen_[name];
+    if (seen == mtu) return;
+    if (mtu < tunnel_mtu)
+      spdlog::warn("interface {} has MTU {}, below the tunnel MTU {} of peer {}: larger encapsulated packets "
+                   "follow the oversize policy ({}); raise the interface MTU or lower tunnel.mtu",
+                   name, mtu, tunnel_mtu, peer, dp_.config().mtu_policy == RG_MTU_DROP ? "drop" : "pass");
+    else if (seen && seen < tunnel_mtu)
+      spdlog::info("interface {} has MTU {} again: the tunnel MTU {} fits", name, mtu, tunnel_mtu);
+    seen = mtu;
+  }
+
   void set_state(const std::string& name, bool up) {
     up_[name] = up;
     ex_.set_attach_state(name, "xdp_ingress", up);
@@ -160,6 +193,7 @@ class Runner {
   State st_;
   std::map<std::string, bool> up_;
   std::map<std::string, std::string> last_error_;
+  std::map<std::string, uint32_t> mtu_seen_;
 };
 
 void cmd_run(const LoadFlags& f) {

@@ -17,6 +17,8 @@
 #   renamed        the interface renamed away: reported (log and
 #                  roceguard_attached 0) while run keeps serving; renamed
 #                  back: attached again (roceguard_attached 1)
+#   mtu_lowered    the interface MTU lowered below the tunnel MTU while run
+#                  runs: reported, and reported again when it is restored
 #   least_privilege  as uid 65534 with only the capabilities the systemd unit
 #                  grants, run attaches and serves; without any one of them
 #                  it fails (so the set is minimal)
@@ -238,6 +240,22 @@ renamed)
   ip link set rgfza up
   wait_attached 1
   xdp_attached && tc_attached || fail "not attached again after the rename back"
+  stop_run
+  ;;
+
+mtu_lowered)
+  printf '%s\n' '[[tunnel.peer]]' 'name = "far"' 'local = "192.0.2.1"' 'remote = "192.0.2.2"' \
+    'vni = 7' 'mtu = 1500' 'routes = ["198.51.100.0/24"]' >"$tmp/tunnel.toml"
+  start_run run --config "$tmp/tunnel.toml"
+  wait_ready 9741 || fail "run exited"
+  lowered="has MTU 1400, below the tunnel MTU 1500 of peer far"
+  ip link set rgfza mtu 1400
+  for _ in $(seq 50); do grep -q "$lowered" "$tmp/run.log" && break; sleep 0.2; done
+  grep -q "$lowered" "$tmp/run.log" || fail "lowered MTU not reported"
+  ip link set rgfza mtu 1500
+  for _ in $(seq 50); do grep -q "has MTU 1500 again" "$tmp/run.log" && break; sleep 0.2; done
+  grep -q "has MTU 1500 again" "$tmp/run.log" || fail "restored MTU not reported"
+  curl -sf -o /dev/null http://127.0.0.1:9741/metrics || fail "run stopped serving"
   stop_run
   ;;
 
