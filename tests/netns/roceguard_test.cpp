@@ -367,7 +367,10 @@ TEST_F(RoceguardBinary, SoakRestartsAndScrapesUnderLoss) {
   wan_->configure({1000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 0.1 %
   lab::SenderConfig cfg;
   cfg.peer = receiver_addr(false);
-  cfg.messages = (1u << 23) - 1;  // per QP, the most one PSN window allows: the duration ends first
+  // Per QP, the most one PSN window allows; more QPs for long runs, so the
+  // duration ends first.
+  cfg.messages = (1u << 23) - 1;
+  cfg.qps.count = seconds >= 120 ? 16 : 4;
   cfg.duration = std::chrono::seconds(seconds);
   cfg.timeout = 100ms;
   auto rx = start_receiver({});
