@@ -373,7 +373,9 @@ TEST_F(RoceguardBinary, SoakRestartsAndScrapesUnderLoss) {
   cfg.qps.count = seconds >= 120 ? 16 : 4;
   cfg.duration = std::chrono::seconds(seconds);
   cfg.timeout = 100ms;
-  auto rx = start_receiver({});
+  lab::ReceiverConfig rcfg;
+  rcfg.qps = cfg.qps;  // the responder must know every QP
+  auto rx = start_receiver(rcfg);
   auto tx = make_sender(cfg);
   lab::SenderStats sent;
   std::atomic<bool> done{false};
