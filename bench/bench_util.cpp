@@ -1,5 +1,7 @@
 #include "bench_util.h"
 
+#include "test_run.h"
+
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <net/if.h>
@@ -89,41 +91,21 @@ Object::~Object() { roceguard__destroy(skel_); }
 int Object::tc_fd() const { return bpf_program__fd(skel_->progs.rg_tc_egress); }
 int Object::xdp_fd() const { return bpf_program__fd(skel_->progs.rg_xdp_ingress); }
 
-RunResult test_run_tc(int prog_fd, int ifindex, const test::Bytes& in, uint32_t repeat) {
-  __sk_buff ctx{};
-  ctx.ifindex = static_cast<uint32_t>(ifindex);
+static RunResult run_frame(int prog_fd, bool xdp, int ifindex, const test::Bytes& in, uint32_t repeat) {
   static thread_local test::Bytes out(16384);
-  bpf_test_run_opts o{};
-  o.sz = sizeof(o);
-  o.data_in = in.data();
-  o.data_size_in = static_cast<uint32_t>(in.size());
-  o.data_out = out.data();
-  o.data_size_out = static_cast<uint32_t>(out.size());
-  o.ctx_in = &ctx;
-  o.ctx_size_in = sizeof(ctx);
-  o.repeat = repeat;
-  if (int err = bpf_prog_test_run_opts(prog_fd, &o))
-    throw std::runtime_error("BPF_PROG_TEST_RUN (tc): " + std::string(std::strerror(-err)));
-  return {o.retval, o.duration, o.data_size_out};
+  test::TestRun r = test::test_run_frame(prog_fd, xdp, static_cast<uint32_t>(ifindex), in, out, repeat);
+  if (r.err)
+    throw std::runtime_error(std::string("BPF_PROG_TEST_RUN (") + (xdp ? "xdp" : "tc") +
+                             "): " + std::strerror(-r.err));
+  return {r.retval, r.duration, r.size_out};
+}
+
+RunResult test_run_tc(int prog_fd, int ifindex, const test::Bytes& in, uint32_t repeat) {
+  return run_frame(prog_fd, false, ifindex, in, repeat);
 }
 
 RunResult test_run_xdp(int prog_fd, int ifindex, const test::Bytes& in, uint32_t repeat) {
-  xdp_md ctx{};
-  ctx.data_end = static_cast<uint32_t>(in.size());
-  ctx.ingress_ifindex = static_cast<uint32_t>(ifindex);
-  static thread_local test::Bytes out(16384);
-  bpf_test_run_opts o{};
-  o.sz = sizeof(o);
-  o.data_in = in.data();
-  o.data_size_in = static_cast<uint32_t>(in.size());
-  o.data_out = out.data();
-  o.data_size_out = static_cast<uint32_t>(out.size());
-  o.ctx_in = &ctx;
-  o.ctx_size_in = sizeof(ctx);
-  o.repeat = repeat;
-  if (int err = bpf_prog_test_run_opts(prog_fd, &o))
-    throw std::runtime_error("BPF_PROG_TEST_RUN (xdp): " + std::string(std::strerror(-err)));
-  return {o.retval, o.duration, o.data_size_out};
+  return run_frame(prog_fd, true, ifindex, in, repeat);
 }
 
 size_t bth_offset(bool geneve) {

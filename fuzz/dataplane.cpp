@@ -1,5 +1,7 @@
 #include "dataplane.h"
 
+#include "test_run.h"
+
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <net/if.h>
@@ -157,49 +159,26 @@ Dataplane::~Dataplane() {
   roceguard__destroy(skel_);
 }
 
-bool Dataplane::tc(const Bytes& in, Run& r) {
-  __sk_buff ctx{};
-  ctx.ifindex = ifindex_;
+// False when the kernel refuses the frame itself (EINVAL: too short for
+// the hook), which is no finding.
+static bool run_frame(int prog_fd, bool xdp, uint32_t ifindex, const Bytes& in, Run& r) {
   r.out.resize(in.size() + 256);
-  bpf_test_run_opts o{};
-  o.sz = sizeof(o);
-  o.data_in = in.data();
-  o.data_size_in = in.size();
-  o.data_out = r.out.data();
-  o.data_size_out = r.out.size();
-  o.ctx_in = &ctx;
-  o.ctx_size_in = sizeof(ctx);
-  o.repeat = 1;
-  if (bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.rg_tc_egress), &o)) {
-    if (errno == EINVAL) return false;
-    fail("BPF_PROG_TEST_RUN tc", errno);
+  test::TestRun t = test::test_run_frame(prog_fd, xdp, ifindex, in, r.out);
+  if (t.err) {
+    if (t.err == -EINVAL) return false;
+    fail(xdp ? "BPF_PROG_TEST_RUN xdp" : "BPF_PROG_TEST_RUN tc", -t.err);
   }
-  r.out.resize(o.data_size_out);
-  r.verdict = o.retval;
+  r.out.resize(t.size_out);
+  r.verdict = t.retval;
   return true;
 }
 
+bool Dataplane::tc(const Bytes& in, Run& r) {
+  return run_frame(bpf_program__fd(skel_->progs.rg_tc_egress), false, ifindex_, in, r);
+}
+
 bool Dataplane::xdp(const Bytes& in, Run& r) {
-  xdp_md ctx{};
-  ctx.data_end = static_cast<uint32_t>(in.size());
-  ctx.ingress_ifindex = ifindex_;
-  r.out.resize(in.size() + 256);
-  bpf_test_run_opts o{};
-  o.sz = sizeof(o);
-  o.data_in = in.data();
-  o.data_size_in = in.size();
-  o.data_out = r.out.data();
-  o.data_size_out = r.out.size();
-  o.ctx_in = &ctx;
-  o.ctx_size_in = sizeof(ctx);
-  o.repeat = 1;
-  if (bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.rg_xdp_ingress), &o)) {
-    if (errno == EINVAL) return false;
-    fail("BPF_PROG_TEST_RUN xdp", errno);
-  }
-  r.out.resize(o.data_size_out);
-  r.verdict = o.retval;
-  return true;
+  return run_frame(bpf_program__fd(skel_->progs.rg_xdp_ingress), true, ifindex_, in, r);
 }
 
 }  // namespace rg::fuzz

@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include "test_run.h"
+
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
@@ -170,44 +172,21 @@ Dataplane::~Dataplane() {
 }
 
 Verdict Dataplane::tc(const Bytes& in) {
-  __sk_buff ctx{};
-  ctx.ifindex = dev_ifindex();
   Bytes buf(in.size() + 512);
-  bpf_test_run_opts o{};
-  o.sz = sizeof(o);
-  o.data_in = in.data();
-  o.data_size_in = in.size();
-  o.data_out = buf.data();
-  o.data_size_out = buf.size();
-  o.ctx_in = &ctx;
-  o.ctx_size_in = sizeof(ctx);
-  o.repeat = 1;
-  int err = bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.rg_tc_egress), &o);
-  if (err) throw std::runtime_error("test_run tc: " + std::string(std::strerror(-err)));
-  buf.resize(o.data_size_out);
+  TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_tc_egress), false, dev_ifindex(), in, buf);
+  if (r.err) throw std::runtime_error("test_run tc: " + std::string(std::strerror(-r.err)));
+  buf.resize(r.size_out);
   Capture::current().record(buf);
-  return {o.retval, buf};
+  return {r.retval, buf};
 }
 
 Verdict Dataplane::xdp(const Bytes& in) {
-  xdp_md ctx{};
-  ctx.data_end = in.size();
-  ctx.ingress_ifindex = dev_ifindex();
   Bytes buf(in.size() + 512);
-  bpf_test_run_opts o{};
-  o.sz = sizeof(o);
-  o.data_in = in.data();
-  o.data_size_in = in.size();
-  o.data_out = buf.data();
-  o.data_size_out = buf.size();
-  o.ctx_in = &ctx;
-  o.ctx_size_in = sizeof(ctx);
-  o.repeat = 1;
-  int err = bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.rg_xdp_ingress), &o);
-  if (err) throw std::runtime_error("test_run xdp: " + std::string(std::strerror(-err)));
-  buf.resize(o.data_size_out);
-  if (o.retval != kXdpDrop) Capture::current().record(buf);
-  return {o.retval, buf};
+  TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_xdp_ingress), true, dev_ifindex(), in, buf);
+  if (r.err) throw std::runtime_error("test_run xdp: " + std::string(std::strerror(-r.err)));
+  buf.resize(r.size_out);
+  if (r.retval != kXdpDrop) Capture::current().record(buf);
+  return {r.retval, buf};
 }
 
 void Dataplane::peer(uint32_t idx, const std::string& local, const std::string& remote,
