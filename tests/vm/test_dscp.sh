@@ -4,13 +4,7 @@
 set -euo pipefail
 . "$(dirname "$0")/vm.sh"
 rgvm_setup
-port=$(rgvm_free_port)
-rgvm_start b "listen:$port" dscp.sh
-rgvm_start a "connect:$port" dscp.sh
-rc=0
-rgvm_wait a || rc=1
-rgvm_wait b || rc=1
-[ $rc = 0 ] || exit 1
+rgvm_pair dscp.sh || exit 1
 
 # DSCP values of RoCE packets from a, as "count dscp" lines.
 dscp_histogram() {

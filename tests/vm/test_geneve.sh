@@ -5,13 +5,7 @@
 set -euo pipefail
 . "$(dirname "$0")/vm.sh"
 rgvm_setup
-port=$(rgvm_free_port)
-rgvm_start b "listen:$port" geneve.sh
-rgvm_start a "connect:$port" geneve.sh
-rc=0
-rgvm_wait a || rc=1
-rgvm_wait b || rc=1
-[ $rc = 0 ] || exit 1
+rgvm_pair geneve.sh || exit 1
 
 a=$(rgvm_share a)
 b=$(rgvm_share b)

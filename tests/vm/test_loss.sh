@@ -6,13 +6,7 @@
 set -euo pipefail
 . "$(dirname "$0")/vm.sh"
 rgvm_setup
-port=$(rgvm_free_port)
-rgvm_start b "listen:$port" loss.sh
-rgvm_start a "connect:$port" loss.sh
-rc=0
-rgvm_wait a || rc=1
-rgvm_wait b || rc=1
-[ $rc = 0 ] || exit 1
+rgvm_pair loss.sh || exit 1
 
 a=$(rgvm_share a)/result
 b=$(rgvm_share b)/result
@@ -29,24 +23,22 @@ if [ "$dropped" -gt 0 ]; then
 	echo "agreement: lost_estimate / dropped = $lost / $dropped = $(awk "BEGIN { printf \"%.2f\", $lost / $dropped }")"
 fi
 
-fail=0
-check() { local what=$1; shift; if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi; }
-check "the WAN dropped RoCE packets" test "$dropped" -gt 0
-check "no transport retry exhaustion at a" test "$(val "$a" hw_retry_exceeded_err)" = 0
-check "roceguard estimated losses at b" test "$lost" -gt 0
+rgvm_check "the WAN dropped RoCE packets" test "$dropped" -gt 0
+rgvm_check "no transport retry exhaustion at a" test "$(val "$a" hw_retry_exceeded_err)" = 0
+rgvm_check "roceguard estimated losses at b" test "$lost" -gt 0
 # A drop of an already retransmitted packet is not a forward PSN jump, so
 # the estimate can only fall short of the WAN's count, never exceed it.
-check "lost_estimate <= dropped" test "$lost" -le "$dropped"
-check "retransmits at a >= dropped" test "$retx" -ge "$dropped"
-check "rxe at b saw out-of-sequence requests" test "$(val "$b" hw_out_of_seq_request)" -gt 0
-check "rxe at a received sequence-error NAKs" test "$(val "$a" hw_rcvd_seq_err)" -gt 0
+rgvm_check "lost_estimate <= dropped" test "$lost" -le "$dropped"
+rgvm_check "retransmits at a >= dropped" test "$retx" -ge "$dropped"
+rgvm_check "rxe at b saw out-of-sequence requests" test "$(val "$b" hw_out_of_seq_request)" -gt 0
+rgvm_check "rxe at a received sequence-error NAKs" test "$(val "$a" hw_rcvd_seq_err)" -gt 0
 # The exporter reads rxe's hw_counters at scrape time, under rxe's names.
 metric() { # name -> value of roceguard_nic_<name>_total for rxe0
 	sed -n "s/^roceguard_nic_$1_total{.*device=\"rxe0\".*} \([0-9]*\)\$/\1/p" "$(rgvm_share b)/metrics.txt" | head -n1
 }
 echo "exporter at b: $(grep -c '^roceguard_nic_' "$(rgvm_share b)/metrics.txt" || true) roceguard_nic_* series"
 for name in out_of_seq_request duplicate_request rcvd_pkts; do
-	check "exporter: roceguard_nic_${name}_total for rxe0 = hw_counters/$name" \
+	rgvm_check "exporter: roceguard_nic_${name}_total for rxe0 = hw_counters/$name" \
 		test "$(metric $name)" = "$(val "$b" hw_$name)"
 done
 exit $fail

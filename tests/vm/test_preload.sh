@@ -6,18 +6,10 @@
 set -euo pipefail
 . "$(dirname "$0")/vm.sh"
 rgvm_setup
-port=$(rgvm_free_port)
-rgvm_start b "listen:$port" preload.sh
-rgvm_start a "connect:$port" preload.sh
-rc=0
-rgvm_wait a || rc=1
-rgvm_wait b || rc=1
-[ $rc = 0 ] || exit 1
+rgvm_pair preload.sh || exit 1
 
 a=$(rgvm_share a)
 b=$(rgvm_share b)
-fail=0
-check() { local what=$1; shift; if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi; }
 dscps() {
 	tshark -r "$1" -Y "udp.dstport == 4791 && ip.src == 192.0.2.1" -T fields -e ip.dsfield.dscp | sort | uniq -c
 }
@@ -25,20 +17,20 @@ plain=$(dscps "$b/plain.pcap")
 pre=$(dscps "$b/preload.pcap")
 echo "without the library (count dscp): $plain"
 echo "with the library (count dscp): $pre"
-check "without the library: DSCP 0" test "$(echo "$plain" | awk '{print $2}' | sort -u)" = 0
-check "with the library: DSCP 34 from the profile" test "$(echo "$pre" | awk '{print $2}' | sort -u)" = 34
-check "the library logged the RTR traffic class change" grep -q "RTR traffic_class 0 -> 136" "$a/preload.log"
+rgvm_check "without the library: DSCP 0" test "$(echo "$plain" | awk '{print $2}' | sort -u)" = 0
+rgvm_check "with the library: DSCP 34 from the profile" test "$(echo "$pre" | awk '{print $2}' | sort -u)" = 34
+rgvm_check "the library logged the RTR traffic class change" grep -q "RTR traffic_class 0 -> 136" "$a/preload.log"
 
 res() { sed -n "s/^$1=//p" "$a/result"; }
 r=$(res retry_cnt)
 for t in 14 16; do
 	expect=$(awk "BEGIN { printf \"%.0f\", ($r + 1) * 4.096 * 2^$t / 1000 }")
 	echo "timeout $t, retry_cnt $r: failed after $(res timeout_${t}_ms) ms (expected ($r + 1) x $(awk "BEGIN { printf \"%.1f\", 4.096 * 2^$t / 1000 }") ms = $expect ms)"
-	check "timeout $t: the QP failed with IBV_WC_RETRY_EXC_ERR (12)" grep -q "transport retry counter exceeded (12)" "$a/timeout_$t.log"
-	check "timeout $t: the library set the exponent" grep -q "RTS timeout 14 -> $t" "$a/timeout_$t.log"
+	rgvm_check "timeout $t: the QP failed with IBV_WC_RETRY_EXC_ERR (12)" grep -q "transport retry counter exceeded (12)" "$a/timeout_$t.log"
+	rgvm_check "timeout $t: the library set the exponent" grep -q "RTS timeout 14 -> $t" "$a/timeout_$t.log"
 done
 t14=$(res timeout_14_ms)
 t16=$(res timeout_16_ms)
 echo "ratio t=16 / t=14: $(awk "BEGIN { printf \"%.2f\", $t16 / $t14 }") (ideal 4)"
-check "a longer timeout takes longer to fail" test "$t16" -gt "$t14"
+rgvm_check "a longer timeout takes longer to fail" test "$t16" -gt "$t14"
 exit $fail

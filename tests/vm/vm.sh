@@ -213,3 +213,24 @@ rgvm_wait() {
 	rgvm_log "$name finished with status $rc"
 	return "$rc"
 }
+
+# Boots guests a and b joined on a loopback socket, both running the guest
+# script, and waits for both; fails (returns 1) if either one failed.
+rgvm_pair() {
+	local script=$1 port rc=0
+	port=$(rgvm_free_port)
+	rgvm_start b "listen:$port" "$script"
+	rgvm_start a "connect:$port" "$script"
+	rgvm_wait a || rc=1
+	rgvm_wait b || rc=1
+	return $rc
+}
+
+# rgvm_check DESCRIPTION COMMAND...: runs the check, says ok/FAIL, and
+# remembers a failure in $fail.
+fail=0
+rgvm_check() {
+	local what=$1
+	shift
+	if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
+}
