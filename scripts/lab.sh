@@ -14,8 +14,9 @@ fi
 scripts/install-deps.sh
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
+. scripts/build-env.sh
 build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROCEGUARD_TESTS=OFF >/dev/null
+rg_configure_lab "$build"
 cmake --build "$build" -j"$(nproc)" --target roceguard
 bin=$(cd "$build/loader" && pwd)/roceguard
 cd "$here"

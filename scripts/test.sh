@@ -11,8 +11,9 @@ fi
 scripts/install-deps.sh
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
+. scripts/build-env.sh
 build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROCEGUARD_FUZZ=ON >/dev/null
+rg_configure_tests "$build"
 cmake --build "$build" -j"$(nproc)"
 cd "$build"
-ctest --output-on-failure --timeout 1500 "$@"
+rg_ctest "$@"
