@@ -43,8 +43,9 @@ struct rg_qp_profile {
 };
 
 static struct rg_qp_profile profile = { -1, -1, -1, 0 };
+static pthread_once_t profile_once = PTHREAD_ONCE_INIT;
 static modify_qp_fn real_modify_qp;
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int reported_missing;
 
 static int parse_int(const char *name, const char *text, int lo, int hi)
 {
@@ -95,16 +96,12 @@ static void load_file(struct rg_qp_profile *p, const char *path)
 	fclose(f);
 }
 
-static void init(void)
+static void load_profile(void)
 {
 	static const char *const names[] = { "ROCEGUARD_TC", "ROCEGUARD_TIMEOUT",
 					     "ROCEGUARD_RETRY_CNT" };
 	const char *file = getenv("ROCEGUARD_PROFILE");
 
-	/* The default version is the one a program linked today binds to. */
-	real_modify_qp = (modify_qp_fn)dlvsym(RTLD_NEXT, "ibv_modify_qp", "IBVERBS_1.1");
-	if (!real_modify_qp)
-		real_modify_qp = (modify_qp_fn)dlsym(RTLD_NEXT, "ibv_modify_qp");
 	if (file && *file)
 		load_file(&profile, file);
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -113,15 +110,62 @@ static void init(void)
 	profile.debug = getenv("ROCEGUARD_QP_DEBUG") && *getenv("ROCEGUARD_QP_DEBUG") == '1';
 }
 
+/* The default version is the one a program linked today binds to. */
+static modify_qp_fn lookup_modify_qp(void *handle)
+{
+	void *fn = dlvsym(handle, "ibv_modify_qp", "IBVERBS_1.1");
+
+	return (modify_qp_fn)(fn ? fn : dlsym(handle, "ibv_modify_qp"));
+}
+
+/*
+ * RTLD_NEXT searches the scope the program started with, plus what was
+ * dlopened RTLD_GLOBAL. A module dlopened RTLD_LOCAL (a Python extension, a
+ * UCX transport, an MPI component) brings libibverbs in a scope of its own,
+ * where only its soname finds it; the module's ibv_modify_qp reference still
+ * binds here, since the global scope is searched first. libibverbs can
+ * arrive at any time, so the lookup runs at each call until it succeeds. The
+ * RTLD_NOLOAD reference is kept: it keeps libibverbs mapped, and so the
+ * cached pointer valid, if that module is unloaded.
+ */
+static modify_qp_fn find_real_modify_qp(void)
+{
+	modify_qp_fn fn = __atomic_load_n(&real_modify_qp, __ATOMIC_ACQUIRE);
+	void *verbs;
+
+	if (fn)
+		return fn;
+	fn = lookup_modify_qp(RTLD_NEXT);
+	if (!fn) {
+		verbs = dlopen("libibverbs.so.1", RTLD_NOLOAD | RTLD_LAZY);
+		if (verbs) {
+			fn = lookup_modify_qp(verbs);
+			if (!fn)
+				dlclose(verbs);
+		}
+	}
+	if (fn)
+		__atomic_store_n(&real_modify_qp, fn, __ATOMIC_RELEASE);
+	return fn;
+}
+
 RG_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 {
+	modify_qp_fn real = find_real_modify_qp();
 	struct ibv_qp_attr copy;
 
-	pthread_once(&init_once, init);
-	if (!real_modify_qp)
-		return ENOSYS;
+	/* What libibverbs answers when the provider has no modify_qp
+	 * (rdma-core's verbs_dummy_ops). */
+	if (!real) {
+		if (!__atomic_exchange_n(&reported_missing, 1, __ATOMIC_RELAXED))
+			fprintf(stderr, "libroceguard_qp: no libibverbs.so.1 in this process "
+					"defines ibv_modify_qp; failing with EOPNOTSUPP\n");
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	pthread_once(&profile_once, load_profile);
 	if (!qp || !attr || qp->qp_type != IBV_QPT_RC || !(attr_mask & IBV_QP_STATE))
-		return real_modify_qp(qp, attr, attr_mask);
+		return real(qp, attr, attr_mask);
 
 	copy = *attr;
 	if (copy.qp_state == IBV_QPS_RTR && (attr_mask & IBV_QP_AV) && copy.ah_attr.is_global &&
@@ -146,5 +190,5 @@ RG_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int att
 				qp->qp_num, copy.retry_cnt, profile.retry_cnt);
 		copy.retry_cnt = (uint8_t)profile.retry_cnt;
 	}
-	return real_modify_qp(qp, &copy, attr_mask);
+	return real(qp, &copy, attr_mask);
 }
