@@ -74,25 +74,32 @@ static void set_value(struct rg_qp_profile *p, const char *name, const char *val
 		p->retry_cnt = parse_int(name, value, 0, 7);
 }
 
-/* KEY=VALUE lines as written by `roceguard nic env`; other keys ignored. */
+/*
+ * KEY=VALUE lines as written by `roceguard nic env`; other keys ignored.
+ * Whole lines, however long: a fixed buffer would cut a long comment and
+ * read its tail as a line of its own.
+ */
 static void load_file(struct rg_qp_profile *p, const char *path)
 {
-	char line[256];
+	char *line = NULL;
+	size_t capacity = 0;
 	FILE *f = fopen(path, "re");
 
 	if (!f) {
 		fprintf(stderr, "libroceguard_qp: cannot open %s: %s\n", path, strerror(errno));
 		return;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char *eq = strchr(line, '=');
+	while (getline(&line, &capacity, f) >= 0) {
+		char *eq;
 
+		line[strcspn(line, "\r\n")] = '\0';
+		eq = strchr(line, '=');
 		if (line[0] == '#' || !eq)
 			continue;
 		*eq = '\0';
-		eq[strcspn(eq + 1, "\r\n") + 1] = '\0';
 		set_value(p, line, eq + 1);
 	}
+	free(line);
 	fclose(f);
 }
 

@@ -177,4 +177,19 @@ TEST_F(PreloadTest, WithoutLibibverbsFailsWithOneMessage) {
   EXPECT_NE(r.err.find("ibv_modify_qp"), std::string::npos) << r.err;
 }
 
+// A comment longer than any line buffer must stay a comment: its tail is not
+// a line of its own, and the lines after it are still read.
+TEST_F(PreloadTest, LongCommentLineCannotSetAValue) {
+  // One comment per split point: whatever line buffer a reader had (up to
+  // 1 KiB), one of them would put the assignment at the start of a fragment.
+  std::string profile = "ROCEGUARD_TC=184\n";
+  for (size_t prefix = 1; prefix <= 1100; prefix++)
+    profile += "#" + std::string(prefix, 'x') + "ROCEGUARD_TC=4\n";
+  profile += "ROCEGUARD_TIMEOUT=18\nROCEGUARD_RETRY_CNT=3\n";
+  ProgramRun r = run_preloaded({RG_LINKED_APP}, {"ROCEGUARD_PROFILE=" + write_file("long.env", profile).string()});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find(kProfileRtr), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find(kProfileRts), std::string::npos) << r.out << r.err;
+}
+
 }  // namespace
