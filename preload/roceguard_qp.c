@@ -47,18 +47,24 @@ static pthread_once_t profile_once = PTHREAD_ONCE_INIT;
 static modify_qp_fn real_modify_qp;
 static int reported_missing;
 
-static int parse_int(const char *name, const char *text, int lo, int hi)
+/*
+ * Plain decimal only, as `roceguard nic env` writes it. strtol(..., 0) read
+ * "010" as octal 8 and the shell's arithmetic does too, while a person
+ * means 10: a leading zero (or a sign, a blank, a 0x) is refused rather
+ * than guessed, and the application's own value stays.
+ */
+static int parse_decimal(const char *name, const char *text, int lo, int hi)
 {
-	char *end;
-	long v;
+	const char *digit;
+	long v = 0;
 
 	if (!text || !*text)
 		return -1;
-	errno = 0;
-	v = strtol(text, &end, 0);
-	if (errno || *end || v < lo || v > hi) {
-		fprintf(stderr, "libroceguard_qp: ignoring %s=%s (expected %d..%d)\n",
-			name, text, lo, hi);
+	for (digit = text; *digit >= '0' && *digit <= '9' && v <= hi; digit++)
+		v = v * 10 + (*digit - '0');
+	if (*digit || (text[0] == '0' && text[1]) || v < lo || v > hi) {
+		fprintf(stderr, "libroceguard_qp: ignoring %s=%s (expected %d..%d in decimal, "
+				"no leading zero)\n", name, text, lo, hi);
 		return -1;
 	}
 	return (int)v;
@@ -67,11 +73,11 @@ static int parse_int(const char *name, const char *text, int lo, int hi)
 static void set_value(struct rg_qp_profile *p, const char *name, const char *value)
 {
 	if (!strcmp(name, "ROCEGUARD_TC"))
-		p->tc = parse_int(name, value, 0, 255);
+		p->tc = parse_decimal(name, value, 0, 255);
 	else if (!strcmp(name, "ROCEGUARD_TIMEOUT"))
-		p->timeout = parse_int(name, value, 1, 31);
+		p->timeout = parse_decimal(name, value, 1, 31);
 	else if (!strcmp(name, "ROCEGUARD_RETRY_CNT"))
-		p->retry_cnt = parse_int(name, value, 0, 7);
+		p->retry_cnt = parse_decimal(name, value, 0, 7);
 }
 
 /*

@@ -192,4 +192,23 @@ TEST_F(PreloadTest, LongCommentLineCannotSetAValue) {
   EXPECT_NE(r.out.find(kProfileRts), std::string::npos) << r.out << r.err;
 }
 
+// 010 is 8 to strtol(..., 0) and to the shell, 10 to a person: a value with
+// a leading zero is refused (the application's value stays), not guessed.
+TEST_F(PreloadTest, LeadingZeroIsRefused) {
+  ProgramRun r = run_preloaded({RG_LINKED_APP}, {"ROCEGUARD_TC=010", "ROCEGUARD_TIMEOUT=018"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find(kApplicationRtr), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find(kApplicationRts), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("ROCEGUARD_TC=010"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ROCEGUARD_TIMEOUT=018"), std::string::npos) << r.err;
+}
+
+TEST_F(PreloadTest, OnlyPlainDecimalIsAccepted) {
+  for (const char* text : {"0xb8", "+184", " 184", "184 ", "-1", "256", "1e2", ""}) {
+    ProgramRun r = run_preloaded({RG_LINKED_APP}, {std::string("ROCEGUARD_TC=") + text});
+    ASSERT_EQ(r.exit_status, 0) << r.err;
+    EXPECT_NE(r.out.find(kApplicationRtr), std::string::npos) << "ROCEGUARD_TC=" << text << ": " << r.out;
+  }
+}
+
 }  // namespace
