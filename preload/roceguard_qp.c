@@ -109,18 +109,27 @@ static void load_file(struct rg_qp_profile *p, const char *path)
 	fclose(f);
 }
 
+/*
+ * secure_getenv(): in a set-uid or file-capability program the caller's
+ * environment must neither steer the privileged program's QPs nor make it
+ * open a file of the caller's choosing; such a program gets no profile.
+ */
 static void load_profile(void)
 {
 	static const char *const names[] = { "ROCEGUARD_TC", "ROCEGUARD_TIMEOUT",
 					     "ROCEGUARD_RETRY_CNT" };
-	const char *file = getenv("ROCEGUARD_PROFILE");
+	const char *file = secure_getenv("ROCEGUARD_PROFILE");
+	const char *debug = secure_getenv("ROCEGUARD_QP_DEBUG");
 
 	if (file && *file)
 		load_file(&profile, file);
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (getenv(names[i]))
-			set_value(&profile, names[i], getenv(names[i]));
-	profile.debug = getenv("ROCEGUARD_QP_DEBUG") && *getenv("ROCEGUARD_QP_DEBUG") == '1';
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const char *value = secure_getenv(names[i]);
+
+		if (value)
+			set_value(&profile, names[i], value);
+	}
+	profile.debug = debug && *debug == '1';
 }
 
 /* The default version is the one a program linked today binds to. */

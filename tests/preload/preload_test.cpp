@@ -5,6 +5,7 @@
 // in its environment only.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,6 +210,41 @@ TEST_F(PreloadTest, OnlyPlainDecimalIsAccepted) {
     ASSERT_EQ(r.exit_status, 0) << r.err;
     EXPECT_NE(r.out.find(kApplicationRtr), std::string::npos) << "ROCEGUARD_TC=" << text << ": " << r.out;
   }
+}
+
+// The library reads its environment with secure_getenv(): in a set-uid or
+// file-capability program (AT_SECURE), a caller's environment must not steer
+// the QPs the privileged program makes.
+TEST_F(PreloadTest, ReadsTheEnvironmentOnlyThroughSecureGetenv) {
+  ProgramRun r = run({RG_NM, "-D", "--undefined-only", RG_PRELOAD_LIB}, {});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.out.find(" secure_getenv@"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" getenv@"), std::string::npos) << r.out;
+}
+
+TEST_F(PreloadTest, SetUidProgramIgnoresTheEnvironment) {
+  // LD_PRELOAD paths are ignored in secure-execution mode, so this program
+  // links the library; it runs set-uid to nobody from a copy in dir_.
+  ASSERT_EQ(geteuid(), 0u) << "needs root to make a set-uid program";
+  struct statvfs fs_flags {};
+  ASSERT_EQ(statvfs(dir_.c_str(), &fs_flags), 0) << strerror(errno);
+  if (fs_flags.f_flag & ST_NOSUID) GTEST_SKIP() << dir_ << " is on a nosuid mount";
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0) << strerror(errno);
+  const fs::path app = dir_ / "qp_setuid_app";
+  fs::copy_file(RG_SETUID_APP, app);
+  const std::vector<std::string> env = {"ROCEGUARD_TC=4", "ROCEGUARD_PROFILE=" + profile_file()};
+
+  ProgramRun plain = run({app.string()}, env);
+  ASSERT_EQ(plain.exit_status, 0) << plain.err;
+  EXPECT_NE(plain.out.find("libibverbs: QP 7 RTR traffic_class=4\n"), std::string::npos)
+      << "the linked library does not interpose: " << plain.out << plain.err;
+
+  ASSERT_EQ(chown(app.c_str(), 65534, 65534), 0) << strerror(errno);
+  ASSERT_EQ(chmod(app.c_str(), 04755), 0) << strerror(errno);
+  ProgramRun setuid = run({app.string()}, env);
+  ASSERT_EQ(setuid.exit_status, 0) << setuid.err;
+  EXPECT_NE(setuid.out.find(kApplicationRtr), std::string::npos) << setuid.out << setuid.err;
+  EXPECT_NE(setuid.out.find(kApplicationRts), std::string::npos) << setuid.out << setuid.err;
 }
 
 }  // namespace
