@@ -8,7 +8,8 @@
  *   RTR -> RTS:        local ACK timeout exponent and retry count.
  *
  * Everything else reaches libibverbs untouched, and the caller's attribute
- * struct is never written. The profile comes from the environment:
+ * struct is never written. The profile comes from the environment (values
+ * in plain decimal; none at all in a set-uid or file-capability program):
  *
  *   ROCEGUARD_TC          traffic class byte 0..255 (DSCP 46 -> 184)
  *   ROCEGUARD_TIMEOUT     ACK timeout exponent 1..31 (4.096 us * 2^t)
@@ -17,11 +18,13 @@
  *                         variables set in the environment win over it
  *   ROCEGUARD_QP_DEBUG=1  log each change on stderr
  *
- * Only calls that go through the dynamic linker's symbol lookup are seen.
- * NCCL loads libibverbs with dlopen() and resolves ibv_modify_qp with
- * dlsym() on that handle, which bypasses LD_PRELOAD; give NCCL the same
- * profile through its own variables (NCCL_IB_TC, NCCL_IB_TIMEOUT,
- * NCCL_IB_RETRY_CNT) from the same `roceguard nic env` file instead.
+ * Only calls that go through the dynamic linker's symbol lookup are seen:
+ * those of the program and of any module linked against libibverbs, however
+ * it was loaded. NCCL loads libibverbs with dlopen() and resolves
+ * ibv_modify_qp with dlsym() on that handle, which bypasses LD_PRELOAD; give
+ * NCCL the same profile through its own variables (NCCL_IB_TC,
+ * NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT) from the same `roceguard nic env` file
+ * instead.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
