@@ -8,7 +8,8 @@
  *   RTR -> RTS:        local ACK timeout exponent and retry count.
  *
  * Everything else reaches libibverbs untouched, and the caller's attribute
- * struct is never written. The profile comes from the environment:
+ * struct is never written. The profile comes from the environment (values
+ * in plain decimal; none at all in a set-uid or file-capability program):
  *
  *   ROCEGUARD_TC          traffic class byte 0..255 (DSCP 46 -> 184)
  *   ROCEGUARD_TIMEOUT     ACK timeout exponent 1..31 (4.096 us * 2^t)
@@ -17,11 +18,13 @@
  *                         variables set in the environment win over it
  *   ROCEGUARD_QP_DEBUG=1  log each change on stderr
  *
- * Only calls that go through the dynamic linker's symbol lookup are seen.
- * NCCL loads libibverbs with dlopen() and resolves ibv_modify_qp with
- * dlsym() on that handle, which bypasses LD_PRELOAD; give NCCL the same
- * profile through its own variables (NCCL_IB_TC, NCCL_IB_TIMEOUT,
- * NCCL_IB_RETRY_CNT) from the same `roceguard nic env` file instead.
+ * Only calls that go through the dynamic linker's symbol lookup are seen:
+ * those of the program and of any module linked against libibverbs, however
+ * it was loaded. NCCL loads libibverbs with dlopen() and resolves
+ * ibv_modify_qp with dlsym() on that handle, which bypasses LD_PRELOAD; give
+ * NCCL the same profile through its own variables (NCCL_IB_TC,
+ * NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT) from the same `roceguard nic env` file
+ * instead.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -43,21 +46,28 @@ struct rg_qp_profile {
 };
 
 static struct rg_qp_profile profile = { -1, -1, -1, 0 };
+static pthread_once_t profile_once = PTHREAD_ONCE_INIT;
 static modify_qp_fn real_modify_qp;
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int reported_missing;
 
-static int parse_int(const char *name, const char *text, int lo, int hi)
+/*
+ * Plain decimal only, as `roceguard nic env` writes it. strtol(..., 0) read
+ * "010" as octal 8 and the shell's arithmetic does too, while a person
+ * means 10: a leading zero (or a sign, a blank, a 0x) is refused rather
+ * than guessed, and the application's own value stays.
+ */
+static int parse_decimal(const char *name, const char *text, int lo, int hi)
 {
-	char *end;
-	long v;
+	const char *digit;
+	long v = 0;
 
 	if (!text || !*text)
 		return -1;
-	errno = 0;
-	v = strtol(text, &end, 0);
-	if (errno || *end || v < lo || v > hi) {
-		fprintf(stderr, "libroceguard_qp: ignoring %s=%s (expected %d..%d)\n",
-			name, text, lo, hi);
+	for (digit = text; *digit >= '0' && *digit <= '9' && v <= hi; digit++)
+		v = v * 10 + (*digit - '0');
+	if (*digit || (text[0] == '0' && text[1]) || v < lo || v > hi) {
+		fprintf(stderr, "libroceguard_qp: ignoring %s=%s (expected %d..%d in decimal, "
+				"no leading zero)\n", name, text, lo, hi);
 		return -1;
 	}
 	return (int)v;
@@ -66,62 +76,121 @@ static int parse_int(const char *name, const char *text, int lo, int hi)
 static void set_value(struct rg_qp_profile *p, const char *name, const char *value)
 {
 	if (!strcmp(name, "ROCEGUARD_TC"))
-		p->tc = parse_int(name, value, 0, 255);
+		p->tc = parse_decimal(name, value, 0, 255);
 	else if (!strcmp(name, "ROCEGUARD_TIMEOUT"))
-		p->timeout = parse_int(name, value, 1, 31);
+		p->timeout = parse_decimal(name, value, 1, 31);
 	else if (!strcmp(name, "ROCEGUARD_RETRY_CNT"))
-		p->retry_cnt = parse_int(name, value, 0, 7);
+		p->retry_cnt = parse_decimal(name, value, 0, 7);
 }
 
-/* KEY=VALUE lines as written by `roceguard nic env`; other keys ignored. */
+/*
+ * KEY=VALUE lines as written by `roceguard nic env`; other keys ignored.
+ * Whole lines, however long: a fixed buffer would cut a long comment and
+ * read its tail as a line of its own.
+ */
 static void load_file(struct rg_qp_profile *p, const char *path)
 {
-	char line[256];
+	char *line = NULL;
+	size_t capacity = 0;
 	FILE *f = fopen(path, "re");
 
 	if (!f) {
 		fprintf(stderr, "libroceguard_qp: cannot open %s: %s\n", path, strerror(errno));
 		return;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char *eq = strchr(line, '=');
+	while (getline(&line, &capacity, f) >= 0) {
+		char *eq;
 
+		line[strcspn(line, "\r\n")] = '\0';
+		eq = strchr(line, '=');
 		if (line[0] == '#' || !eq)
 			continue;
 		*eq = '\0';
-		eq[strcspn(eq + 1, "\r\n") + 1] = '\0';
 		set_value(p, line, eq + 1);
 	}
+	free(line);
 	fclose(f);
 }
 
-static void init(void)
+/*
+ * secure_getenv(): in a set-uid or file-capability program the caller's
+ * environment must neither steer the privileged program's QPs nor make it
+ * open a file of the caller's choosing; such a program gets no profile.
+ */
+static void load_profile(void)
 {
 	static const char *const names[] = { "ROCEGUARD_TC", "ROCEGUARD_TIMEOUT",
 					     "ROCEGUARD_RETRY_CNT" };
-	const char *file = getenv("ROCEGUARD_PROFILE");
+	const char *file = secure_getenv("ROCEGUARD_PROFILE");
+	const char *debug = secure_getenv("ROCEGUARD_QP_DEBUG");
 
-	/* The default version is the one a program linked today binds to. */
-	real_modify_qp = (modify_qp_fn)dlvsym(RTLD_NEXT, "ibv_modify_qp", "IBVERBS_1.1");
-	if (!real_modify_qp)
-		real_modify_qp = (modify_qp_fn)dlsym(RTLD_NEXT, "ibv_modify_qp");
 	if (file && *file)
 		load_file(&profile, file);
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (getenv(names[i]))
-			set_value(&profile, names[i], getenv(names[i]));
-	profile.debug = getenv("ROCEGUARD_QP_DEBUG") && *getenv("ROCEGUARD_QP_DEBUG") == '1';
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const char *value = secure_getenv(names[i]);
+
+		if (value)
+			set_value(&profile, names[i], value);
+	}
+	profile.debug = debug && *debug == '1';
+}
+
+/* The default version is the one a program linked today binds to. */
+static modify_qp_fn lookup_modify_qp(void *handle)
+{
+	void *fn = dlvsym(handle, "ibv_modify_qp", "IBVERBS_1.1");
+
+	return (modify_qp_fn)(fn ? fn : dlsym(handle, "ibv_modify_qp"));
+}
+
+/*
+ * RTLD_NEXT searches the scope the program started with, plus what was
+ * dlopened RTLD_GLOBAL. A module dlopened RTLD_LOCAL (a Python extension, a
+ * UCX transport, an MPI component) brings libibverbs in a scope of its own,
+ * where only its soname finds it; the module's ibv_modify_qp reference still
+ * binds here, since the global scope is searched first. libibverbs can
+ * arrive at any time, so the lookup runs at each call until it succeeds. The
+ * RTLD_NOLOAD reference is kept: it keeps libibverbs mapped, and so the
+ * cached pointer valid, if that module is unloaded.
+ */
+static modify_qp_fn find_real_modify_qp(void)
+{
+	modify_qp_fn fn = __atomic_load_n(&real_modify_qp, __ATOMIC_ACQUIRE);
+	void *verbs;
+
+	if (fn)
+		return fn;
+	fn = lookup_modify_qp(RTLD_NEXT);
+	if (!fn) {
+		verbs = dlopen("libibverbs.so.1", RTLD_NOLOAD | RTLD_LAZY);
+		if (verbs) {
+			fn = lookup_modify_qp(verbs);
+			if (!fn)
+				dlclose(verbs);
+		}
+	}
+	if (fn)
+		__atomic_store_n(&real_modify_qp, fn, __ATOMIC_RELEASE);
+	return fn;
 }
 
 RG_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 {
+	modify_qp_fn real = find_real_modify_qp();
 	struct ibv_qp_attr copy;
 
-	pthread_once(&init_once, init);
-	if (!real_modify_qp)
-		return ENOSYS;
+	/* What libibverbs answers when the provider has no modify_qp
+	 * (rdma-core's verbs_dummy_ops). */
+	if (!real) {
+		if (!__atomic_exchange_n(&reported_missing, 1, __ATOMIC_RELAXED))
+			fprintf(stderr, "libroceguard_qp: no libibverbs.so.1 in this process "
+					"defines ibv_modify_qp; failing with EOPNOTSUPP\n");
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	pthread_once(&profile_once, load_profile);
 	if (!qp || !attr || qp->qp_type != IBV_QPT_RC || !(attr_mask & IBV_QP_STATE))
-		return real_modify_qp(qp, attr, attr_mask);
+		return real(qp, attr, attr_mask);
 
 	copy = *attr;
 	if (copy.qp_state == IBV_QPS_RTR && (attr_mask & IBV_QP_AV) && copy.ah_attr.is_global &&
@@ -146,5 +215,5 @@ RG_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int att
 				qp->qp_num, copy.retry_cnt, profile.retry_cnt);
 		copy.retry_cnt = (uint8_t)profile.retry_cnt;
 	}
-	return real_modify_qp(qp, &copy, attr_mask);
+	return real(qp, &copy, attr_mask);
 }
