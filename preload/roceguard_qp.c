@@ -8,7 +8,8 @@
  *   RTR -> RTS:        local ACK timeout exponent and retry count.
  *
  * Everything else reaches libibverbs untouched, and the caller's attribute
- * struct is never written. The profile comes from the environment:
+ * struct is never written. The profile comes from the environment, as
+ * roceguard/nic_env.h spells it (names, formats and ranges):
  *
  *   ROCEGUARD_TC          traffic class byte 0..255 (DSCP 46 -> 184)
  *   ROCEGUARD_TIMEOUT     ACK timeout exponent 1..31 (4.096 us * 2^t)
@@ -32,6 +33,8 @@
 #include <string.h>
 
 #include <infiniband/verbs.h>
+
+#include "roceguard/nic_env.h"
 
 typedef int (*modify_qp_fn)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 
@@ -65,12 +68,12 @@ static int parse_int(const char *name, const char *text, int lo, int hi)
 
 static void set_value(struct rg_qp_profile *p, const char *name, const char *value)
 {
-	if (!strcmp(name, "ROCEGUARD_TC"))
-		p->tc = parse_int(name, value, 0, 255);
-	else if (!strcmp(name, "ROCEGUARD_TIMEOUT"))
-		p->timeout = parse_int(name, value, 1, 31);
-	else if (!strcmp(name, "ROCEGUARD_RETRY_CNT"))
-		p->retry_cnt = parse_int(name, value, 0, 7);
+	if (!strcmp(name, RG_ENV_TC))
+		p->tc = parse_int(name, value, RG_ENV_TC_MIN, RG_ENV_TC_MAX);
+	else if (!strcmp(name, RG_ENV_TIMEOUT))
+		p->timeout = parse_int(name, value, RG_ENV_TIMEOUT_MIN, RG_ENV_TIMEOUT_MAX);
+	else if (!strcmp(name, RG_ENV_RETRY_CNT))
+		p->retry_cnt = parse_int(name, value, RG_ENV_RETRY_CNT_MIN, RG_ENV_RETRY_CNT_MAX);
 }
 
 /* KEY=VALUE lines as written by `roceguard nic env`; other keys ignored. */
@@ -97,9 +100,8 @@ static void load_file(struct rg_qp_profile *p, const char *path)
 
 static void init(void)
 {
-	static const char *const names[] = { "ROCEGUARD_TC", "ROCEGUARD_TIMEOUT",
-					     "ROCEGUARD_RETRY_CNT" };
-	const char *file = getenv("ROCEGUARD_PROFILE");
+	static const char *const names[] = { RG_ENV_TC, RG_ENV_TIMEOUT, RG_ENV_RETRY_CNT };
+	const char *file = getenv(RG_ENV_PROFILE);
 
 	/* The default version is the one a program linked today binds to. */
 	real_modify_qp = (modify_qp_fn)dlvsym(RTLD_NEXT, "ibv_modify_qp", "IBVERBS_1.1");
@@ -110,7 +112,7 @@ static void init(void)
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (getenv(names[i]))
 			set_value(&profile, names[i], getenv(names[i]));
-	profile.debug = getenv("ROCEGUARD_QP_DEBUG") && *getenv("ROCEGUARD_QP_DEBUG") == '1';
+	profile.debug = getenv(RG_ENV_QP_DEBUG) && *getenv(RG_ENV_QP_DEBUG) == '1';
 }
 
 RG_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
