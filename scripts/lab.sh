@@ -16,7 +16,8 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROCEGUARD_TESTS=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target roceguard
+# `roceguard lab` execs roceguard-lab, built next to it.
+cmake --build "$build" -j"$(nproc)" --target roceguard roceguard-lab
 bin=$(cd "$build/loader" && pwd)/roceguard
 cd "$here"
 exec "$bin" lab "$@"
