@@ -16,8 +16,7 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROCEGUARD_TESTS=OFF >/dev/null
-# `roceguard lab` execs roceguard-lab, built next to it.
-cmake --build "$build" -j"$(nproc)" --target roceguard roceguard-lab
+cmake --build "$build" -j"$(nproc)" --target roceguard
 bin=$(cd "$build/loader" && pwd)/roceguard
 cd "$here"
 exec "$bin" lab "$@"
