@@ -14,7 +14,7 @@ void add_stats_commands(CLI::App& app);
 void add_config_commands(CLI::App& app);
 // nic show | apply | env (cli_nic.cpp)
 void add_nic_commands(CLI::App& app);
-// lab (cli_lab.cpp)
+// lab: execs the test bed's roceguard-lab (cli_lab_exec.cpp)
 void add_lab_command(CLI::App& app);
 
 // Exit code a subcommand's callback leaves for main() to return.

@@ -8,8 +8,9 @@
  *   RTR -> RTS:        local ACK timeout exponent and retry count.
  *
  * Everything else reaches libibverbs untouched, and the caller's attribute
- * struct is never written. The profile comes from the environment (values
- * in plain decimal; none at all in a set-uid or file-capability program):
+ * struct is never written. The profile comes from the environment, as
+ * roceguard/nic_env.h spells it (names, formats and ranges; values in plain
+ * decimal; none at all in a set-uid or file-capability program):
  *
  *   ROCEGUARD_TC          traffic class byte 0..255 (DSCP 46 -> 184)
  *   ROCEGUARD_TIMEOUT     ACK timeout exponent 1..31 (4.096 us * 2^t)
@@ -35,6 +36,8 @@
 #include <string.h>
 
 #include <infiniband/verbs.h>
+
+#include "roceguard/nic_env.h"
 
 typedef int (*modify_qp_fn)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 
@@ -75,12 +78,12 @@ static int parse_decimal(const char *name, const char *text, int lo, int hi)
 
 static void set_value(struct rg_qp_profile *p, const char *name, const char *value)
 {
-	if (!strcmp(name, "ROCEGUARD_TC"))
-		p->tc = parse_decimal(name, value, 0, 255);
-	else if (!strcmp(name, "ROCEGUARD_TIMEOUT"))
-		p->timeout = parse_decimal(name, value, 1, 31);
-	else if (!strcmp(name, "ROCEGUARD_RETRY_CNT"))
-		p->retry_cnt = parse_decimal(name, value, 0, 7);
+	if (!strcmp(name, RG_ENV_TC))
+		p->tc = parse_decimal(name, value, RG_ENV_TC_MIN, RG_ENV_TC_MAX);
+	else if (!strcmp(name, RG_ENV_TIMEOUT))
+		p->timeout = parse_decimal(name, value, RG_ENV_TIMEOUT_MIN, RG_ENV_TIMEOUT_MAX);
+	else if (!strcmp(name, RG_ENV_RETRY_CNT))
+		p->retry_cnt = parse_decimal(name, value, RG_ENV_RETRY_CNT_MIN, RG_ENV_RETRY_CNT_MAX);
 }
 
 /*
@@ -119,10 +122,9 @@ static void load_file(struct rg_qp_profile *p, const char *path)
  */
 static void load_profile(void)
 {
-	static const char *const names[] = { "ROCEGUARD_TC", "ROCEGUARD_TIMEOUT",
-					     "ROCEGUARD_RETRY_CNT" };
-	const char *file = secure_getenv("ROCEGUARD_PROFILE");
-	const char *debug = secure_getenv("ROCEGUARD_QP_DEBUG");
+	static const char *const names[] = { RG_ENV_TC, RG_ENV_TIMEOUT, RG_ENV_RETRY_CNT };
+	const char *file = secure_getenv(RG_ENV_PROFILE);
+	const char *debug = secure_getenv(RG_ENV_QP_DEBUG);
 
 	if (file && *file)
 		load_file(&profile, file);

@@ -2,7 +2,12 @@
 
 #include <sstream>
 
+#include "roceguard/nic_env.h"
+
 namespace rg::nic {
+
+// What the profile can hold must be what libroceguard_qp.so accepts.
+static_assert(kAckTimeoutMinExp == RG_ENV_TIMEOUT_MIN && kAckTimeoutMaxExp == RG_ENV_TIMEOUT_MAX);
 
 std::string render_env(const Profile& p, const std::vector<DeviceInfo>& devices) {
   std::ostringstream o;
@@ -43,9 +48,9 @@ std::string render_env(const Profile& p, const std::vector<DeviceInfo>& devices)
   if (!ucx_devices.empty()) o << "UCX_NET_DEVICES=" << ucx_devices << "\n";
 
   // libroceguard_qp.so (LD_PRELOAD) for applications linked to libibverbs.
-  o << "ROCEGUARD_TC=" << unsigned(p.tos()) << "\n"
-    << "ROCEGUARD_TIMEOUT=" << unsigned(p.ack_timeout.exponent) << "\n"
-    << "ROCEGUARD_RETRY_CNT=" << unsigned(p.retry_cnt) << "\n";
+  o << RG_ENV_TC "=" << unsigned(p.tos()) << "\n"
+    << RG_ENV_TIMEOUT "=" << unsigned(p.ack_timeout.exponent) << "\n"
+    << RG_ENV_RETRY_CNT "=" << unsigned(p.retry_cnt) << "\n";
   return o.str();
 }
 

@@ -102,14 +102,14 @@ capture_stop() {
 
 le32() { printf '%02x %02x %02x %02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)); }
 
-# The test WAN (bpf/wan.bpf.c) on this VM's egress, after roceguard's TC
+# The test WAN (testbed/wan/wan.bpf.c) on this VM's egress, after roceguard's TC
 # program (higher preference number = later): what leaves the VM is what
 # crossed the WAN. wan_up FLAGS LOSS_PPM; flags 1 = bleach DSCP, 2 = RoCE only.
 WAN_PIN=/sys/fs/bpf/rgvm-wan
 wan_up() {
 	local flags=$1 loss=$2
 	mkdir -p "$WAN_PIN"
-	bpftool prog load "$RGVM_BUILD/bpf/wan.bpf.o" "$WAN_PIN/prog" type classifier pinmaps "$WAN_PIN"
+	bpftool prog load "$RGVM_BUILD/testbed/wan.bpf.o" "$WAN_PIN/prog" type classifier pinmaps "$WAN_PIN"
 	tc qdisc show dev eth0 | grep -q clsact || tc qdisc add dev eth0 clsact
 	tc filter add dev eth0 egress pref 200 bpf da pinned "$WAN_PIN/prog"
 	# shellcheck disable=SC2046

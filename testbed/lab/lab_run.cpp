@@ -451,7 +451,7 @@ int run_lab(const LabOptions& opts) {
   std::cout << "metrics while it runs: gateway A http://" << settings.metrics_a
             << "/metrics, gateway B http://" << settings.metrics_b << "/metrics\n"
             << "report: " << std::filesystem::absolute(dir).string() << "\n"
-            << "the WAN has no reordering or jitter: it bleaches DSCP, drops and CE-marks (bpf/wan.bpf.c)\n"
+            << "the WAN has no reordering or jitter: it bleaches DSCP, drops and CE-marks (testbed/wan/wan.bpf.c)\n"
             << std::flush;
 
   const uint32_t loss_ppm = static_cast<uint32_t>(opts.loss_pct * RG_WAN_PPM / 100.0 + 0.5);

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "roceguard/bth.hpp"
+#include "bth.hpp"
 
 namespace rg::test {
 
@@ -31,7 +31,7 @@ inline constexpr uint16_t kEthVlan = 0x8100;
 inline constexpr uint16_t kEthQinQ = 0x88a8;
 inline constexpr uint16_t kGenevePort = 6081;
 
-// BTH, AETH and their constants: the one codec in roceguard/bth.hpp.
+// BTH, AETH and their constants: the one codec in bth.hpp.
 using wire::Bth;
 using wire::kOpAck;
 using wire::kOpCnp;

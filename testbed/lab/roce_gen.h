@@ -28,11 +28,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "roceguard/bth.hpp"
+#include "bth.hpp"
 
 namespace rg::lab {
 
-// BTH encoding and constants: the one codec in roceguard/bth.hpp.
+// BTH encoding and constants: the one codec in bth.hpp.
 using wire::Bth;
 using wire::get_bth;
 using wire::kOpAck;

@@ -1,13 +1,13 @@
-// User side of the lab's lossy WAN (bpf/wan.bpf.c): loads it, attaches it at
-// TC ingress of the WAN router's interfaces, changes its loss/CE rates while
-// it runs and reads its counters.
+// User side of the lab's lossy WAN (testbed/wan/wan.bpf.c): loads it,
+// attaches it at TC ingress of the WAN router's interfaces, changes its
+// loss/CE rates while it runs and reads its counters.
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
-#include "roceguard/wan.h"
+#include "wan/wan.h"
 
 struct wan;  // the generated skeleton
 

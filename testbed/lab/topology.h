@@ -4,8 +4,8 @@
 //   eth0     lan0   wan0   to-a  to-b    wan0   lan0   eth0
 //
 // with static routes so host A reaches host B through both gateways. The WAN
-// router is where bpf/wan.bpf.c runs; roceguard runs on the gateways. Only
-// documentation prefixes are used:
+// router is where testbed/wan/wan.bpf.c runs; roceguard runs on the gateways.
+// Only documentation prefixes are used:
 //
 //   host A side  192.0.2.0/24       2001:db8:1::/64
 //   A-WAN link   198.51.100.0/30    2001:db8:a::/64

@@ -1,14 +1,20 @@
-// roceguard lab: the self-contained demonstration in network namespaces.
-#include "cli.h"
+// roceguard-lab: the self-contained demonstration in network namespaces.
+// Users run it as `roceguard lab`, which execs this binary with the same
+// arguments: the daemon ships neither the generator nor the WAN emulator.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "error.h"
 #include "lab/lab_run.h"
 
 namespace rg {
+namespace {
 
-void add_lab_command(CLI::App& app) {
+int lab_exit_code = kExitOk;
+
+void add_lab_options(CLI::App* lab) {
   static lab::LabOptions o;
   static bool no_tunnel = false;
-  auto* lab = app.add_subcommand(
-      "lab", "RoCE v2 across a lossy, DSCP-bleaching WAN in network namespaces, without and with roceguard");
   lab->add_option("--mode", o.mode, "without, with or both (without first)")
       ->check(CLI::IsMember({"with", "without", "both"}))
       ->capture_default_str();
@@ -40,8 +46,28 @@ void add_lab_command(CLI::App& app) {
   lab->add_flag("-v,--verbose", o.verbose, "debug log, including libbpf and libxdp messages");
   lab->callback([] {
     o.tunnel = !no_tunnel;
-    exit_code() = lab::run_lab(o);
+    lab_exit_code = lab::run_lab(o);
   });
 }
 
+}  // namespace
 }  // namespace rg
+
+int main(int argc, char** argv) {
+  // Named as users type it; `roceguard lab --help` prints this usage.
+  CLI::App app{"RoCE v2 across a lossy, DSCP-bleaching WAN in network namespaces, without and with roceguard",
+               "roceguard lab"};
+  rg::add_lab_options(&app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : rg::kExitUsage;
+  } catch (const rg::Error& e) {
+    std::fprintf(stderr, "roceguard lab: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "roceguard lab: %s\n", e.what());
+    return rg::kExitFailure;
+  }
+  return rg::lab_exit_code;
+}

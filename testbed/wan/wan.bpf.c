@@ -19,7 +19,7 @@
 
 #include "csum.h"
 #include "roceguard/roceguard.h"
-#include "roceguard/wan.h"
+#include "wan.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The lab's lossy WAN (bpf/wan.bpf.c): a TC ingress program on the WAN
+ * The lab's lossy WAN (wan.bpf.c): a TC ingress program on the WAN
  * router's interfaces that bleaches DSCP, drops or CE-marks a configurable
  * share of UDP packets and counts what it saw. Shared by the program and the
- * loader code in loader/lab/wan.cpp.
+ * user side in testbed/lab/wan.cpp.
  */
 #ifndef ROCEGUARD_WAN_H
 #define ROCEGUARD_WAN_H
