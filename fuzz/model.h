@@ -1,5 +1,6 @@
 // The fuzzers' oracle: what the data plane must do with a frame, written from
-// DESIGN.md's rules rather than from the BPF code, so a shared mistake in the
+// the rules of docs/design.md (classification §3, re-mark §4, RFC 6040 §6,
+// encapsulation §7) rather than from the BPF code, so a shared mistake in the
 // parser cannot hide itself. The packet decoder of testbed/packet is lenient on
 // purpose (it decodes what the tests build); this one is exact about what
 // the programs classify as RoCE v2 or Geneve.

@@ -73,8 +73,8 @@ int run_command(const std::vector<std::string>& argv, std::string* output) {
 
 std::vector<std::string> roce_accl_command(const DeviceInfo& dev, const Profile& p) {
   // ConnectX keeps its lossy-RoCE features in the ROCE_ACCL access register
-  // (see DESIGN.md: there is no firmware "selective repeat" parameter to set
-  // at run time). ACKs get the data class so they are not the ones dropped.
+  // (docs/design.md §10: there is no firmware "selective repeat" parameter to
+  // set at run time). ACKs get the data class so they are not the ones dropped.
   std::string fields = "roce_adp_retrans_en=1,roce_tx_window_en=1,roce_slow_restart_en=1,"
                        "selective_repeat_forced_en=1,ack_dscp_force=1,ack_dscp=" +
                        std::to_string(p.dscp);

@@ -228,6 +228,73 @@ std::unique_ptr<lab::Sender> LabTest::make_sender(const lab::SenderConfig& cfg) 
   return std::make_unique<lab::Sender>(cfg);
 }
 
+LossyTunnel LabTest::run_lossy_tunnel(const CounterSource& gw_a, const CounterSource& gw_b) {
+  // Everything host A or gateway A sends towards B, as it leaves gateway A.
+  Capture cap(*topo_, false, tmp_->path());
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 2 %
+
+  LossyTunnel run;
+  run.cfg.peer = receiver_addr(false);
+  run.cfg.messages = 1000;
+  run.cfg.qps.count = 4;
+  run.cfg.payload = 1024;
+  run.cfg.tos = 0;
+  run.cfg.duration = 60s;
+  // Generous: on a loaded machine a short timer only adds spurious resends.
+  run.cfg.timeout = 100ms;
+  run.t = run_traffic(run.cfg, {}, [this](const lab::SenderStats& s) {
+    return s.packets - wan_->stats("to-a", RG_WAN_GENEVE).dropped;
+  });
+  run.dropped = wan_->stats("to-a", RG_WAN_GENEVE).dropped;
+  run.gw_a = gw_a();
+  run.gw_b = gw_b();
+  run.captured = cap.packets();
+  return run;
+}
+
+void expect_lossy_tunnel_delivered(const LossyTunnel& run) {
+  const Traffic& t = run.t;
+
+  // The generator finished, across the loss.
+  EXPECT_EQ(t.sent.qps_done, run.cfg.qps.count);
+  EXPECT_EQ(t.received.delivered, run.cfg.qps.count * run.cfg.messages);
+  EXPECT_GT(run.dropped, 0u);
+
+  // On the wire between gateway A and the WAN: Geneve only, outer DSCP 46,
+  // inner RoCE v2 with DSCP 46.
+  EXPECT_GE(run.captured.size(), 100u);  // thousands were sent while it ran
+  EXPECT_LE(run.captured.size(), t.sent.packets);
+  for (const auto& p : run.captured) {
+    ASSERT_EQ(p.dports.size(), 2u);
+    EXPECT_EQ(p.dports[0], RG_GENEVE_UDP_PORT);
+    EXPECT_EQ(p.dports[1], RG_ROCE_UDP_PORT);
+    ASSERT_EQ(p.dscp.size(), 2u);
+    EXPECT_EQ(p.dscp[0], RG_DEFAULT_DSCP);
+    EXPECT_EQ(p.dscp[1], RG_DEFAULT_DSCP);
+  }
+
+  // Host B: DSCP 46 on every packet although the WAN bleached every outer header.
+  EXPECT_EQ(t.received.dscp[RG_DEFAULT_DSCP], t.received.packets) << dscp_histogram(t.received.dscp);
+
+  // Gateway A saw exactly what host A sent, resends included; gateway B
+  // what the WAN let through, and what host B got.
+  EXPECT_EQ(run.egress_a(RG_EV_ROCE_PACKETS), t.sent.packets);
+  EXPECT_EQ(run.egress_a(RG_EV_ENCAPSULATED), t.sent.packets);
+  EXPECT_EQ(run.egress_a(RG_EV_RETRANSMITS), t.sent.retransmits);
+  EXPECT_EQ(run.ingress_b(RG_EV_DECAPSULATED), t.sent.packets - run.dropped);
+  EXPECT_EQ(run.ingress_b(RG_EV_ROCE_PACKETS), t.received.packets);
+
+  // Loss accounting. A gap at gateway B is a PSN that was skipped, so sent
+  // and not seen: dropped by the WAN. Drops that never show as a gap are
+  // resends (their PSN is behind the highest seen) and the tail of a burst
+  // (no higher PSN follows before the resend). So lost <= dropped, exactly
+  // what host B's own tracker counts, and every drop cost a resend.
+  const uint64_t lost = run.ingress_b(RG_EV_LOST_ESTIMATE);
+  EXPECT_EQ(lost, t.received.lost_estimate);
+  EXPECT_LE(lost, run.dropped);
+  EXPECT_GE(t.sent.retransmits, run.dropped);
+}
+
 std::string dscp_histogram(const std::array<uint64_t, 64>& h) {
   std::string s;
   for (size_t d = 0; d < h.size(); ++d)

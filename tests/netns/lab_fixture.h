@@ -1,10 +1,12 @@
 // Shared pieces of the end-to-end tests: a fresh lab per test, temporary
-// directories and tshark captures that clean up after themselves, and the
-// generator run with its receiver.
+// directories and tshark captures that clean up after themselves, the
+// generator run with its receiver, and the lossy-tunnel scenario that both
+// the data plane alone and the `roceguard` binary must pass.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +16,7 @@
 #include "lab/roce_gen.h"
 #include "lab/topology.h"
 #include "lab/wan.h"
+#include "maps.h"
 
 namespace rg::test {
 
@@ -58,6 +61,30 @@ struct Traffic {
   lab::ReceiverStats received;
 };
 
+// What one run of the lossy-tunnel scenario left behind: the generator's and
+// the WAN's figures, both gateways' counters and the capture between gateway
+// A and the WAN.
+struct LossyTunnel {
+  lab::SenderConfig cfg;
+  Traffic t;
+  uint64_t dropped = 0;  // Geneve from gateway A that the WAN dropped
+  std::vector<CounterRow> gw_a, gw_b;
+  std::vector<CapturedPacket> captured;
+
+  // Gateway A encapsulates (egress), gateway B decapsulates (ingress).
+  uint64_t egress_a(rg_event ev) const { return sum_packets(gw_a, RG_DIR_EGRESS, ev); }
+  uint64_t ingress_b(rg_event ev) const { return sum_packets(gw_b, RG_DIR_INGRESS, ev); }
+};
+
+// Reads one gateway's counters, from whatever attached its data plane.
+using CounterSource = std::function<std::vector<CounterRow>()>;
+
+// The assertions every lossy-tunnel run must pass, whoever attached the data
+// plane: every message delivered with DSCP 46 across the loss, only Geneve
+// with DSCP 46 outside and inside on the wire, and counters that agree with
+// the generator and the WAN (the loss rule is docs/design.md §5).
+void expect_lossy_tunnel_delivered(const LossyTunnel& run);
+
 // The lab, the WAN (bleaching, no loss yet) and a scratch directory.
 class LabTest : public ::testing::Test {
  protected:
@@ -73,6 +100,14 @@ class LabTest : public ::testing::Test {
   std::unique_ptr<lab::Sender> make_sender(const lab::SenderConfig& cfg);
   std::string sender_addr(bool v6) const;
   std::string receiver_addr(bool v6) const;
+
+  // The lossy-tunnel scenario, once roceguard runs on both gateways: the WAN
+  // bleaches every outer header and drops 2 % of the RoCE and Geneve it
+  // carries (either way), host A sends 1000
+  // messages on each of 4 QPs to host B (IPv4, DSCP 0), and tshark watches
+  // the wire between gateway A and the WAN. Returns once host B has seen
+  // every packet the WAN let through (bounded wait).
+  LossyTunnel run_lossy_tunnel(const CounterSource& gw_a, const CounterSource& gw_b);
 
   std::unique_ptr<lab::Topology> topo_;
   std::unique_ptr<lab::Wan> wan_;

@@ -1,3 +1,6 @@
+// The NIC profile without a device: ACK timeout rounding (4.096 us * 2^t),
+// the IBA RNR timer table, [nic] validation, the environment file, and the
+// configfs, DCB and ROCE_ACCL steps as planned on a machine without RDMA.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
