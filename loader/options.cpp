@@ -231,9 +231,10 @@ std::string toml_key(std::string_view k) {
 PeerConfig read_peer(const toml::table& t, const std::string& key, ConfigProblems& p) {
   PeerConfig peer;
   for (const auto& [k, node] : t) {
-    const std::string fkey = key + "." + toml_key(k.str());
+    const std::string_view name = k.str();
+    const std::string fkey = key + "." + toml_key(name);
     auto field = std::find_if(peer_fields().begin(), peer_fields().end(),
-                              [&](const PeerField& f) { return f.key == k.str(); });
+                              [name](const PeerField& f) { return f.key == name; });
     if (field == peer_fields().end()) {
       p.errors.push_back(fkey + ": unknown key (check the spelling against the commented default roceguard.toml)");
       continue;
