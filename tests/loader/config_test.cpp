@@ -119,7 +119,7 @@ TEST(Config, InterfaceTables) {
   EXPECT_EQ(cfg.interfaces, (std::vector<std::string>{"eth3", "eth4"}));
 }
 
-TEST(Config, IssueExampleMessage) {
+TEST(Config, PeerVniOutOfRangeMessage) {
   auto errs = errors_of(R"(
 [[tunnel.peer]]
 name = "a"
