@@ -3,8 +3,28 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <list>
+
+#include "options.h"
 
 namespace rg {
+
+// The option table's flags of one kind on subcommands (help, range and
+// default from the table); given() is what the command line set, by option
+// path, for apply_flags.
+class OptionFlags {
+ public:
+  void add(CLI::App* sub, FlagOf which);
+  FlagValues given() const;
+
+ private:
+  struct Bound {
+    const Option* option;
+    CLI::Option* flag;
+    std::vector<std::string> texts;
+  };
+  std::list<Bound> bound_;  // stable addresses: CLI11 keeps pointers to texts
+};
 
 // run, attach, detach, status (cli_daemon.cpp)
 void add_daemon_commands(CLI::App& app);

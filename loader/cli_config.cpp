@@ -1,7 +1,10 @@
-// config check: validates a file without touching the system. Interfaces
-// that do not exist on this machine are errors, because the usual check is
-// "will this start here"; --offline skips that for checking a fleet's
-// files on a build host.
+// config check: runs exactly the validation run and attach run (file,
+// ROCEGUARD_* variables and the same flags, then check_config), changing
+// nothing. The checks against this machine (interfaces exist, each peer's
+// local address is here, the metrics address is here) run by default,
+// because the usual question is "will this start here"; --offline skips
+// them for checking a fleet's files on a build host.
+// config options: the option table, for people and for the README.
 #include <iostream>
 
 #include "cli.h"
@@ -11,14 +14,15 @@
 namespace rg {
 namespace {
 
-void cmd_config_check(const std::string& file, bool offline, bool print) {
+void cmd_config_check(const std::string& file, const FlagValues& flags, bool offline, bool print) {
   ConfigProblems p;
-  Config cfg = parse_config_file(file, p);
-  if (!offline && p.ok()) check_host(cfg, p);
+  Config cfg = resolve_config({file, flags, true}, p);
+  check_config(cfg, offline, p);
   for (const auto& w : p.warnings) std::cerr << file << ": warning: " << w << "\n";
   if (!p.ok()) {
     for (const auto& e : p.errors) std::cerr << file << ": " << e << "\n";
-    std::cerr << file << ": " << p.errors.size() << " error(s)\n";
+    for (const auto& e : p.missing) std::cerr << file << ": " << e << "\n";
+    std::cerr << file << ": " << p.errors.size() + p.missing.size() << " error(s)\n";
     exit_code() = kExitUsage;
     return;
   }
@@ -30,14 +34,22 @@ void cmd_config_check(const std::string& file, bool offline, bool print) {
 
 void add_config_commands(CLI::App& app) {
   static std::string file;
-  static bool offline = false, print = false;
+  static bool offline = false, print = false, markdown = false;
+  static OptionFlags flags;
   auto* config = app.add_subcommand("config", "configuration file tools");
   config->require_subcommand(1);
-  auto* check = config->add_subcommand("check", "validate a configuration file; changes nothing");
+  auto* check = config->add_subcommand("check", "validate a configuration as run would; changes nothing");
   check->add_option("file", file, "TOML configuration file")->required()->check(CLI::ExistingFile);
-  check->add_flag("--offline", offline, "do not check that the interfaces exist on this machine");
+  check->add_flag("--offline", offline,
+                  "skip the checks against this machine: interfaces, peers' local addresses, metrics address");
   check->add_flag("--print", print, "print the effective configuration (defaults filled in) as JSON");
-  check->callback([] { cmd_config_check(file, offline, print); });
+  flags.add(check, FlagOf::kDaemon);
+  check->footer(options_text());
+  check->callback([] { cmd_config_check(file, flags.given(), offline, print); });
+
+  auto* list = config->add_subcommand("options", "every option: file key, environment variable, flag, default");
+  list->add_flag("--markdown", markdown, "as the README's table");
+  list->callback([] { std::cout << (markdown ? options_markdown() : options_text()); });
 }
 
 }  // namespace rg

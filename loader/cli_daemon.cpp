@@ -36,27 +36,9 @@ struct LoadFlags {
   bool reset_state = false;
   bool force = false;
   bool verbose = false;
-  std::vector<std::string> interfaces;
-  uint32_t dscp = 0, cnp_dscp = 0, qp_entries = 0, tc_handle = 0, tc_priority = 0;
-  std::string mtu_policy, metrics_listen, xdp_mode;
-  std::map<std::string, CLI::Option*> opts;
+  OptionFlags options;
 
-  ConfigOverrides overrides() const {
-    ConfigOverrides ov;
-    ov.interfaces = interfaces;
-    auto set = [&](const char* name, auto& dst, const auto& v) {
-      if (opts.at(name)->count()) dst = v;
-    };
-    set("--dscp", ov.dscp, dscp);
-    set("--cnp-dscp", ov.cnp_dscp, cnp_dscp);
-    set("--qp-entries", ov.qp_entries, qp_entries);
-    set("--tc-handle", ov.tc_handle, tc_handle);
-    set("--tc-priority", ov.tc_priority, tc_priority);
-    set("--tunnel-mtu-policy", ov.mtu_policy, mtu_policy);
-    set("--metrics-listen", ov.metrics_listen, metrics_listen);
-    set("--xdp-mode", ov.xdp_mode, xdp_mode);
-    return ov;
-  }
+  ConfigSources sources() const { return {config, options.given(), true}; }
 };
 
 void add_pin_path(CLI::App* sub, std::string& pin_path) {
@@ -68,25 +50,15 @@ void add_verbose(CLI::App* sub, bool& verbose) {
   sub->add_flag("-v,--verbose", verbose, "debug log, including libbpf and libxdp messages");
 }
 
-void add_load_flags(CLI::App* sub, LoadFlags& f, bool with_metrics) {
-  sub->add_option("-c,--config", f.config, "TOML configuration file; flags override it")
+void add_load_flags(CLI::App* sub, LoadFlags& f) {
+  sub->add_option("-c,--config", f.config, "TOML configuration file; ROCEGUARD_* variables and flags override it")
       ->check(CLI::ExistingFile);
-  sub->add_option("-i,--interface", f.interfaces, "interface to attach to (repeatable; replaces the file's list)");
-  f.opts["--dscp"] = sub->add_option("--dscp", f.dscp, "DSCP for RoCE data and ACKs (default 46)");
-  f.opts["--cnp-dscp"] = sub->add_option("--cnp-dscp", f.cnp_dscp, "DSCP for CNPs (default 48)");
-  f.opts["--qp-entries"] = sub->add_option("--qp-entries", f.qp_entries, "capacity of the per-QP map (default 65536)");
-  f.opts["--tunnel-mtu-policy"] =
-      sub->add_option("--tunnel-mtu-policy", f.mtu_policy, "over the tunnel MTU: pass (unencapsulated) or drop");
-  f.opts["--tc-handle"] = sub->add_option("--tc-handle", f.tc_handle, "TC filter handle (default 0x52)");
-  f.opts["--tc-priority"] = sub->add_option("--tc-priority", f.tc_priority, "TC filter priority (default 0x52)");
-  f.opts["--xdp-mode"] = sub->add_option("--xdp-mode", f.xdp_mode, "native (default) or skb");
-  f.opts["--metrics-listen"] = sub->add_option("--metrics-listen", f.metrics_listen,
-                                               "Prometheus exporter address (default 127.0.0.1:9741)");
-  if (!with_metrics) f.opts["--metrics-listen"]->group("");  // accepted, unused by attach
+  f.options.add(sub, FlagOf::kDaemon);
   add_pin_path(sub, f.pin_path);
   sub->add_flag("--reset-state", f.reset_state, "drop the pinned maps first, counters restart at zero (needed when they are incompatible)");
   sub->add_flag("--force", f.force, "replace a foreign XDP program or TC filter in roceguard's place");
   add_verbose(sub, f.verbose);
+  sub->footer(options_text());
 }
 
 void set_verbosity(bool verbose) {
@@ -96,7 +68,7 @@ void set_verbosity(bool verbose) {
 
 void cmd_attach(const LoadFlags& f) {
   set_verbosity(f.verbose);
-  Config cfg = load_config(f.config, f.overrides());
+  Config cfg = load_config(f.sources());
   ensure_bpffs(f.pin_path);
   PinLock lock(f.pin_path, true);
   Dataplane dp(cfg, f.pin_path, f.reset_state);
@@ -207,7 +179,7 @@ void cmd_run(const LoadFlags& f) {
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   set_verbosity(f.verbose);
-  Config cfg = load_config(f.config, f.overrides());
+  Config cfg = load_config(f.sources());
   ensure_bpffs(f.pin_path);
   PinLock lock(f.pin_path, true);
 
@@ -364,11 +336,11 @@ void cmd_status(const std::string& pin_path, bool json) {
 void add_daemon_commands(CLI::App& app) {
   static LoadFlags run_flags, attach_flags;
   auto* run = app.add_subcommand("run", "attach and stay in the foreground serving metrics until SIGTERM");
-  add_load_flags(run, run_flags, true);
+  add_load_flags(run, run_flags);
   run->callback([] { cmd_run(run_flags); });
 
   auto* attach = app.add_subcommand("attach", "attach (or re-attach) and exit; programs stay attached");
-  add_load_flags(attach, attach_flags, false);
+  add_load_flags(attach, attach_flags);
   attach->callback([] { cmd_attach(attach_flags); });
 
   static std::string detach_pin = kDefaultPinPath;

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli.h"
+#include "config.h"
 #include "error.h"
 #include "nic/devices.h"
 #include "nic/env.h"
@@ -20,9 +21,7 @@ namespace {
 // Flags shared by the three subcommands; each overrides the [nic] table.
 struct NicOptions {
   std::string config;
-  std::vector<std::string> interfaces;
-  std::optional<std::string> ack_timeout;
-  std::optional<int64_t> retry_cnt, rnr_retry, min_rnr_timer, dscp, cnp_dscp, ecn, gid_index;
+  OptionFlags flags;
   bool json = false;
   bool dry_run = false;
   std::string output;
@@ -31,51 +30,22 @@ struct NicOptions {
 void add_profile_flags(CLI::App* cmd, NicOptions& o) {
   cmd->add_option("-c,--config", o.config, "config file; its [nic] table is the profile")
       ->check(CLI::ExistingFile);
-  cmd->add_option("-i,--interface", o.interfaces, "netdev whose RDMA devices to use (repeatable)");
-  cmd->add_option("--ack-timeout", o.ack_timeout, "local ACK timeout as a duration (500us, 8ms)");
-  cmd->add_option("--retry-cnt", o.retry_cnt, "transport retries 0..7");
-  cmd->add_option("--rnr-retry", o.rnr_retry, "RNR retries 0..7 (7 = infinite)");
-  cmd->add_option("--min-rnr-timer", o.min_rnr_timer, "IBA RNR timer code 0..31");
-  cmd->add_option("--dscp", o.dscp, "data DSCP 0..63 (default 46)");
-  cmd->add_option("--cnp-dscp", o.cnp_dscp, "CNP DSCP 0..63 (default 48)");
-  cmd->add_option("--ecn", o.ecn, "ECN bits of the ToS byte: 0, 1 or 2");
-  cmd->add_option("--gid-index", o.gid_index, "GID index for the environment profile");
+  o.flags.add(cmd, FlagOf::kNic);
 }
 
+// The profile through the same reader as run: the whole file is checked,
+// then ROCEGUARD_* variables and the flags override it.
 nic::Profile build_profile(const NicOptions& o) {
-  nic::Profile p;
-  if (!o.config.empty()) {
-    toml::table doc;
-    try {
-      doc = toml::parse_file(o.config);
-    } catch (const toml::parse_error& e) {
-      throw Error(o.config + ": " + std::string(e.description()), kExitUsage);
-    }
-    if (const toml::table* t = doc["nic"].as_table()) p = nic::profile_from_table(*t);
-    // The data plane's interfaces are the default set of NIC interfaces.
-    if (p.interfaces.empty())
-      if (const toml::array* a = doc["interfaces"].as_array())
-        for (const auto& e : *a)
-          if (auto s = e.value<std::string>()) p.interfaces.push_back(*s);
-  }
-  std::vector<std::string> errors;
-  auto put = [&](const char* key, const nic::Value& v) {
-    if (auto err = nic::set(p, key, v)) errors.push_back(*err);
-  };
-  if (o.ack_timeout) put("ack_timeout", *o.ack_timeout);
-  if (o.retry_cnt) put("retry_cnt", *o.retry_cnt);
-  if (o.rnr_retry) put("rnr_retry", *o.rnr_retry);
-  if (o.min_rnr_timer) put("min_rnr_timer", *o.min_rnr_timer);
-  if (o.dscp) put("dscp", *o.dscp);
-  if (o.cnp_dscp) put("cnp_dscp", *o.cnp_dscp);
-  if (o.ecn) put("ecn", *o.ecn);
-  if (o.gid_index) put("gid_index", *o.gid_index);
-  if (!o.interfaces.empty()) put("interfaces", o.interfaces);
-  if (!errors.empty()) {
-    std::string msg = errors.front();
-    for (size_t i = 1; i < errors.size(); i++) msg += "\n" + errors[i];
+  ConfigProblems problems;
+  Config cfg = resolve_config({o.config, o.flags.given(), true}, problems);
+  if (!problems.ok()) {
+    std::string msg = o.config.empty() ? "invalid options:" : "invalid configuration " + o.config + ":";
+    for (const auto& e : problems.errors) msg += "\n  " + e;
     throw Error(msg, kExitUsage);
   }
+  nic::Profile p = cfg.nic;
+  // The data plane's interfaces are the default set of NIC interfaces.
+  if (p.interfaces.empty()) p.interfaces = cfg.interfaces;
   return p;
 }
 

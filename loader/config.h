@@ -1,6 +1,8 @@
-// The loader's configuration: the TOML file (toml++), defaults, and the
-// command-line flags that override it. Parsing never touches the system;
-// check_host() is the one place that looks at this machine.
+// The loader's configuration: defaults, the TOML file (toml++), ROCEGUARD_*
+// variables and command-line flags, in that order of precedence; every
+// option is declared in options.cpp. Reading never touches the system;
+// check_config() is the one validation run, attach and `config check` share,
+// and the only place that looks at this machine.
 #pragma once
 
 #include <array>
@@ -12,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "nic/profile.h"
+#include "options.h"
 #include "roceguard/roceguard.h"
 
 namespace rg {
@@ -47,6 +51,7 @@ struct PeerConfig {
   Address remote;
   uint32_t vni = 0;
   uint32_t mtu = RG_DEFAULT_TUNNEL_MTU;
+  bool mtu_given = false;  // otherwise tunnel.mtu, whichever source set it
   std::vector<Prefix> routes;
 };
 
@@ -77,8 +82,8 @@ struct Config {
   bool per_qp = false;
   uint32_t top_qps = 50;
 
-  // [nic], validated by rg::nic::validate_nic_table and kept for the NIC half.
-  std::optional<toml::table> nic;
+  // [nic]: the RDMA NIC profile `roceguard nic` applies.
+  nic::Profile nic;
 
   // Read-only global of the BPF object.
   rg_config rodata() const;
@@ -87,41 +92,53 @@ struct Config {
   std::string hash() const;
 };
 
-// Flags of run/attach; unset ones leave the file (or default) value.
-struct ConfigOverrides {
-  std::vector<std::string> interfaces;
-  std::optional<uint32_t> dscp;
-  std::optional<uint32_t> cnp_dscp;
-  std::optional<uint32_t> qp_entries;
-  std::optional<std::string> mtu_policy;
-  std::optional<std::string> metrics_listen;
-  std::optional<uint32_t> tc_handle;
-  std::optional<uint32_t> tc_priority;
-  std::optional<std::string> xdp_mode;
-};
-
 // Every problem found, each naming its key: "tunnel.peer[1].vni: ...".
 struct ConfigProblems {
   std::vector<std::string> errors;
+  // Named things this machine does not have (an interface): the same
+  // refusal, but `run` exits with "not found" rather than "usage".
+  std::vector<std::string> missing;
   std::vector<std::string> warnings;
-  bool ok() const { return errors.empty(); }
+  bool ok() const { return errors.empty() && missing.empty(); }
 };
 
 // Parses and validates a document; never throws for content problems.
 Config parse_config(const toml::table& doc, ConfigProblems& problems);
-// Reads a file; syntax errors are reported as "<file>:<line>:<col>: ...".
+// Reads a file; syntax errors are reported as "line L, column C: ...".
 Config parse_config_file(const std::string& path, ConfigProblems& problems);
 Config parse_config_string(std::string_view text, ConfigProblems& problems);
-// Applies flags on top of cfg with the same checks as the file.
-void apply_overrides(Config& cfg, const ConfigOverrides& ov, ConfigProblems& problems);
-// Problems only this machine can show: interfaces that do not exist.
-void check_host(const Config& cfg, ConfigProblems& problems);
+// The file's values on top of cfg, without the checks across options.
+void read_config_file(const std::string& path, Config& cfg, ConfigProblems& problems);
+// Checks across options (unique peers, routes, MTUs a peer inherits) once
+// every source is in.
+void finish_config(Config& cfg, ConfigProblems& problems);
 
-// Loads file (optional) + overrides; throws rg::Error(kExitUsage) listing
-// every problem. Used by run and attach.
-Config load_config(const std::string& file, const ConfigOverrides& ov);
+// Where a configuration comes from: defaults < file < environment < flags.
+struct ConfigSources {
+  std::string file;  // none when empty
+  FlagValues flags;
+  bool environment = true;
+};
+Config resolve_config(const ConfigSources& sources, ConfigProblems& problems);
+
+// What run and attach need beyond a well-formed file (interfaces given, a
+// metrics address this build can serve) and, unless offline, what this
+// machine must have: the interfaces, each peer's local address, the
+// metrics address.
+void check_config(const Config& cfg, bool offline, ConfigProblems& problems);
+// resolve_config + check_config; throws rg::Error listing every problem
+// (kExitUsage, or kExitNotFound when only the machine lacks something).
+Config load_config(const ConfigSources& sources, bool offline = false);
 
 std::optional<Address> parse_address(const std::string& text);
 std::optional<Prefix> parse_prefix(const std::string& text, std::string& why);
+bool valid_ifname(const std::string& name, std::string& why);
+// host:port or [v6]:port with numeric addresses.
+bool valid_listen(const std::string& text, std::string& why);
+// Appends one interface name, refusing invalid names and repeats.
+void add_interface(Config& cfg, const std::string& key, const std::string& name, ConfigProblems& p);
+// The quoted form used in messages, and a node's type as messages name it.
+std::string in_quotes(std::string_view s);
+std::string_view toml_type_name(const toml::node& n);
 
 }  // namespace rg

@@ -166,7 +166,9 @@ std::string type_name(toml::node_type t) {
   }
 }
 
-std::vector<std::string> apply_table(Profile& p, const toml::table& nic) {
+}  // namespace
+
+std::vector<std::string> read_table(Profile& p, const toml::table& nic) {
   std::vector<std::string> errors;
   for (const auto& [k, node] : nic) {
     Value v;
@@ -198,16 +200,14 @@ std::vector<std::string> apply_table(Profile& p, const toml::table& nic) {
   return errors;
 }
 
-}  // namespace
-
 std::vector<std::string> validate_nic_table(const toml::table& nic) {
   Profile p;
-  return apply_table(p, nic);
+  return read_table(p, nic);
 }
 
 Profile profile_from_table(const toml::table& nic) {
   Profile p;
-  auto errors = apply_table(p, nic);
+  auto errors = read_table(p, nic);
   if (!errors.empty()) {
     std::string msg = "invalid [nic] table:";
     for (const auto& e : errors) msg += "\n  " + e;

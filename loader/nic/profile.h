@@ -61,6 +61,10 @@ using Value = std::variant<int64_t, std::string, std::vector<std::string>>;
 // the value is rejected ("nic.<key>: ..."), nothing when accepted.
 std::optional<std::string> set(Profile& p, std::string_view key, const Value& value);
 
+// The [nic] table's values on top of p; one message per problem, each
+// naming its key. The one reader of the table's keys.
+std::vector<std::string> read_table(Profile& p, const toml::table& nic);
+
 // Validates a [nic] table; returns one message per problem, each naming the
 // key (`nic.ack_timeout: ...`). Empty when valid.
 std::vector<std::string> validate_nic_table(const toml::table& nic);

@@ -244,6 +244,8 @@ renamed)
   ;;
 
 mtu_lowered)
+  # The peer's local address must be one of this host's.
+  ip addr add 192.0.2.1/24 dev rgfza
   printf '%s\n' '[[tunnel.peer]]' 'name = "far"' 'local = "192.0.2.1"' 'remote = "192.0.2.2"' \
     'vni = 7' 'mtu = 1500' 'routes = ["198.51.100.0/24"]' >"$tmp/tunnel.toml"
   start_run run --config "$tmp/tunnel.toml"

@@ -100,8 +100,9 @@ TEST(BadConfigs, ConfigCheckRejectsEveryOneNamingTheKey) {
   }
 }
 
+// The shipped file names a placeholder interface this machine may lack.
 TEST(BadConfigs, DefaultConfigIsValid) {
-  Result r = sh(std::string(RG_BIN) + " config check " + RG_DEFAULT_CONFIG);
+  Result r = sh(std::string(RG_BIN) + " config check --offline " + RG_DEFAULT_CONFIG);
   EXPECT_EQ(r.rc, 0) << r.out;
 }
 
@@ -347,6 +348,47 @@ TEST_F(LoaderNetns, BadConfigsAttachNothing) {
   }
 }
 
+// config check and run give the same verdict on every corpus file, in the
+// same namespace: both refuse, naming the same key, and run leaves nothing.
+// The timeout only ends a run that wrongly started (and so fails the case).
+TEST_F(LoaderNetns, BadConfigsRefusedByCheckAndRunAlike) {
+  for (const auto& f : bad_configs()) {
+    const std::string expect = expected_of(f);
+    Result check = sh(in_a(std::string(RG_BIN) + " config check " + f));
+    Result run = sh(in_a("timeout 60 " + std::string(RG_BIN) + " run --config " + f + " --pin-path " + pin_));
+    EXPECT_EQ(check.rc, 2) << f << ":\n" << check.out;
+    EXPECT_TRUE(run.rc == 2 || run.rc == 3) << f << ": run exited " << run.rc << ":\n" << run.out;
+    EXPECT_NE(check.out.find(expect), std::string::npos) << f << ":\n" << check.out;
+    EXPECT_NE(run.out.find(expect), std::string::npos) << f << ":\n" << run.out;
+    EXPECT_FALSE(pins_exist()) << f;
+  }
+}
+
+// What config check accepts, run starts with: the default configuration
+// with this namespace's interface, given by variable.
+TEST_F(LoaderNetns, CheckAcceptsWhatRunStartsWith) {
+  const std::string env = "ROCEGUARD_INTERFACES=veth0 ROCEGUARD_METRICS_LISTEN=127.0.0.1:9741 ";
+  Result check = sh(env + in_a(std::string(RG_BIN) + " config check " + RG_DEFAULT_CONFIG));
+  EXPECT_EQ(check.rc, 0) << check.out;
+  Result attach = sh(env + in_a(std::string(RG_BIN) + " attach --config " + RG_DEFAULT_CONFIG + " --pin-path " + pin_));
+  EXPECT_EQ(attach.rc, 0) << attach.out;
+  EXPECT_EQ(status()["config"]["interfaces"], json::array({"veth0"}));
+}
+
+TEST_F(LoaderNetns, EnvironmentIsCheckedLikeFlags) {
+  Result r = sh("ROCEGUARD_DATAPLANE_DSCP=64 " + in_a(std::string(RG_BIN) + " attach --interface veth0 --pin-path " + pin_));
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("ROCEGUARD_DATAPLANE_DSCP: 64 is out of range 0..63"), std::string::npos) << r.out;
+  EXPECT_FALSE(pins_exist());
+  r = sh("ROCEGUARD_DATAPLANE_DSCP=26 " + in_a(std::string(RG_BIN) + " attach --interface veth0 --pin-path " + pin_));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(status()["config"]["dataplane"]["dscp"], 26);
+  r = sh("ROCEGUARD_DATAPLANE_DSCP=26 " +
+         in_a(std::string(RG_BIN) + " attach --interface veth0 --dscp 30 --pin-path " + pin_));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(status()["config"]["dataplane"]["dscp"], 30) << "a flag beats the environment";
+}
+
 TEST_F(LoaderNetns, AttachTwiceLeavesOneProgramPerHook) {
   Result r = rg("attach --interface veth0");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -573,6 +615,8 @@ TEST_F(LoaderNetns, RunPutsBackAHookRemovedBehindItsBack) {
 }
 
 TEST_F(LoaderNetns, TunnelMapsMatchTheConfiguration) {
+  // Each peer's local address must be one of this host's.
+  must("ip -n " + ns_a_ + " addr add 2001:db8::1/64 dev veth0 nodad");
   std::string two = write_file("two.toml", R"(
 interfaces = ["veth0"]
 [[tunnel.peer]]
@@ -588,6 +632,8 @@ remote = "2001:db8::2"
 vni = 7
 routes = ["2001:db8:2::/48"]
 )");
+  Result check = sh(in_a(std::string(RG_BIN) + " config check " + two));
+  EXPECT_EQ(check.rc, 0) << check.out;
   ASSERT_EQ(rg("attach --config " + two).rc, 0);
   auto entries = [&](const char* map) {
     auto j = json::parse(sh("bpftool -j map dump pinned " + pin_ + "/" + map).out, nullptr, false);

@@ -71,10 +71,11 @@ TEST(NicCli, EnvWritesEnvironmentFile) {
 TEST(NicCli, RejectsOutOfRangeWithReason) {
   CmdResult r = roceguard("nic env --retry-cnt 8");
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("nic.retry_cnt: 8 is out of range 0..7"), std::string::npos) << r.out;
+  // A problem is named after where it came from: here the flag.
+  EXPECT_NE(r.out.find("--retry-cnt: 8 is out of range 0..7"), std::string::npos) << r.out;
   r = roceguard("nic env --ack-timeout 500");
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("nic.ack_timeout: \"500\" has no unit"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--ack-timeout: \"500\" has no unit"), std::string::npos) << r.out;
 }
 
 TEST(NicCli, ShowWithoutDeviceExitsZero) {

@@ -1,0 +1,111 @@
+// The one validation run, attach and `config check` share: a configuration
+// `config check` accepts is one run starts with, and the other way round.
+// Kept apart from config.cpp because it looks at this machine (interfaces,
+// addresses) and at this build's HTTP server, which the config fuzzer does
+// not link.
+#include <civetweb.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "config.h"
+#include "error.h"
+
+namespace rg {
+namespace {
+
+// civetweb's feature bit for IPv6 listening sockets (civetweb.h, mg_check_feature).
+constexpr unsigned kCivetwebIpv6 = 8;
+
+std::vector<Address> host_addresses() {
+  std::vector<Address> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    Address a;
+    a.family = i->ifa_addr->sa_family;
+    if (a.family == AF_INET)
+      std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, 4);
+    else if (a.family == AF_INET6)
+      std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
+    else
+      continue;
+    out.push_back(a);
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool is_local(const Address& a, const std::vector<Address>& local) {
+  for (const auto& l : local)
+    if (l.family == a.family && l.bytes == a.bytes) return true;
+  return false;
+}
+
+// "[::]:9741" -> "::", "0.0.0.0:9741" -> "0.0.0.0"; the form was checked
+// when the option was read.
+std::string listen_host(const std::string& listen) {
+  if (!listen.empty() && listen[0] == '[') return listen.substr(1, listen.find(']') - 1);
+  return listen.substr(0, listen.rfind(':'));
+}
+
+}  // namespace
+
+void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
+  if (cfg.interfaces.empty())
+    p.errors.push_back(
+        "interfaces: none given; use --interface IF, ROCEGUARD_INTERFACES or interfaces = [...] in the config");
+
+  // Debian's civetweb is built without IPv6. Refusing "[::]:port" here,
+  // rather than serving 0.0.0.0 in its place, keeps a scrape over IPv6 from
+  // failing with nothing on this side saying why.
+  const bool ipv6_listen = !cfg.metrics_listen.empty() && cfg.metrics_listen[0] == '[';
+  if (ipv6_listen && !mg_check_feature(kCivetwebIpv6))
+    p.errors.push_back("metrics.listen: " + in_quotes(cfg.metrics_listen) +
+                       " is IPv6, but this build's HTTP server (civetweb) has no IPv6; use 0.0.0.0:PORT for "
+                       "every IPv4 address or 127.0.0.1:PORT");
+  if (offline) return;
+
+  for (size_t i = 0; i < cfg.interfaces.size(); ++i)
+    if (if_nametoindex(cfg.interfaces[i].c_str()) == 0)
+      p.missing.push_back("interfaces[" + std::to_string(i) + "]: interface " + cfg.interfaces[i] +
+                          " does not exist (check `ip link`; in a container, use the host network)");
+
+  const std::vector<Address> local = host_addresses();
+  for (size_t i = 0; i < cfg.peers.size(); ++i) {
+    const Address& a = cfg.peers[i].local;
+    if (a.family && !is_local(a, local))
+      p.missing.push_back("tunnel.peer[" + std::to_string(i) + "].local: " + a.text +
+                          " is not an address of this host (the outer source; check `ip addr`)");
+  }
+  auto host = parse_address(listen_host(cfg.metrics_listen));
+  const bool wildcard = host && std::all_of(host->bytes.begin(), host->bytes.end(), [](uint8_t b) { return b == 0; });
+  if (host && !wildcard && !is_local(*host, local))
+    p.missing.push_back("metrics.listen: " + host->text +
+                        " is not an address of this host (use one from `ip addr`, 127.0.0.1 or 0.0.0.0)");
+}
+
+Config load_config(const ConfigSources& sources, bool offline) {
+  ConfigProblems p;
+  Config cfg = resolve_config(sources, p);
+  check_config(cfg, offline, p);
+  if (!p.errors.empty()) {
+    std::string msg = sources.file.empty() ? "invalid options:" : "invalid configuration " + sources.file + ":";
+    for (const auto& e : p.errors) msg += "\n  " + e;
+    for (const auto& e : p.missing) msg += "\n  " + e;
+    throw Error(msg, kExitUsage);
+  }
+  if (!p.missing.empty()) {
+    std::string msg = p.missing.front();
+    for (size_t i = 1; i < p.missing.size(); ++i) msg += "\n  " + p.missing[i];
+    throw Error(msg, kExitNotFound);
+  }
+  return cfg;
+}
+
+}  // namespace rg
