@@ -1,3 +1,5 @@
+#include "nic/configfs.h"
+
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -8,7 +10,7 @@
 #include <linux/magic.h>
 
 #include "error.h"
-#include "nic/system.h"
+#include "process.h"
 
 namespace fs = std::filesystem;
 
@@ -61,7 +63,7 @@ StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run
   // creates the mount point) only once it is loaded.
   if (!fs::is_directory(cm, ec) && !fs::exists(fs::path("/sys/module/rdma_cm"), ec)) {
     r.lines.push_back("modprobe rdma_cm");
-    if (!dry_run && run_command({"modprobe", "rdma_cm"}) != 0)
+    if (!dry_run && run({"modprobe", "rdma_cm"}).status != 0)
       return fail("modprobe rdma_cm failed: the rdma_cm module is not available");
   }
   if (!is_configfs(configfs)) {
