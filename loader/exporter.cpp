@@ -20,7 +20,7 @@
 #include "error.h"
 #include "maps.h"
 #include "names.h"
-#include "nic_counters.h"
+#include "nic/counters.h"
 
 namespace rg {
 namespace {
@@ -252,7 +252,7 @@ class MetricsCollector : public prometheus::Collectable {
   }
 
   void collect_nic(FamilySet& out) const {
-    for (const auto& c : read_nic_counters(opts_.interfaces, opts_.sysfs_root))
+    for (const auto& c : nic::read_nic_counters(opts_.interfaces, opts_.sysfs_root))
       out.add("roceguard_nic_" + c.name + "_total",
               "RDMA NIC counter " + c.file + " of the port (sysfs class/infiniband)" +
                   (c.scale != 1 ? ", times " + std::to_string(c.scale) + " to bytes" : ""),
