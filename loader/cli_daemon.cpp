@@ -24,6 +24,7 @@
 #include "config.h"
 #include "error.h"
 #include "exporter.h"
+#include "hooks.h"
 #include "maps.h"
 #include "state.h"
 
@@ -127,7 +128,7 @@ class Runner {
       }
       check_mtu(is.name);
       try {
-        if (static_cast<int>(idx) == is.ifindex && Dataplane::xdp_present(is) && Dataplane::tc_present(is)) {
+        if (static_cast<int>(idx) == is.ifindex && xdp_present(is) && tc_present(is)) {
           if (!up_[is.name]) set_state(is.name, true);
           continue;
         }
@@ -323,9 +324,9 @@ void cmd_status(const std::string& pin_path, bool json) {
     ifs.push_back({{"name", is.name},
                    {"ifindex", is.ifindex},
                    {"present", exists},
-                   {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}, {"attached", exists && Dataplane::xdp_present(is)}}},
+                   {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}, {"attached", exists && xdp_present(is)}}},
                    {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id},
-                           {"attached", exists && Dataplane::tc_present(is)}}}});
+                           {"attached", exists && tc_present(is)}}}});
   }
   out["interfaces"] = ifs;
   nlohmann::json maps = nlohmann::json::array();
