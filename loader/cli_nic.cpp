@@ -8,11 +8,13 @@
 #include "cli.h"
 #include "config.h"
 #include "error.h"
+#include "nic/configfs.h"
+#include "nic/dcb.h"
 #include "nic/devices.h"
 #include "nic/env.h"
 #include "nic/profile.h"
 #include "nic/selftest.h"
-#include "nic/system.h"
+#include "nic/vendor.h"
 
 namespace rg {
 

@@ -1,3 +1,4 @@
+// The loader's one exception type and the exit codes the binary ends with.
 #pragma once
 
 #include <stdexcept>

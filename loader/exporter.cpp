@@ -1,8 +1,6 @@
 #include "exporter.h"
 
 #include <CivetServer.h>
-#include <arpa/inet.h>
-#include <net/if.h>
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
@@ -20,7 +18,8 @@
 #include "error.h"
 #include "maps.h"
 #include "names.h"
-#include "nic_counters.h"
+#include "nic/counters.h"
+#include "presentation.h"
 
 namespace rg {
 namespace {
@@ -80,24 +79,6 @@ const std::map<std::string, std::string>& family_help() {
     return h;
   }();
   return help;
-}
-
-std::string address_text(uint32_t family, const uint8_t* addr) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (!inet_ntop(family == AF_INET6 ? AF_INET6 : AF_INET, addr, buf, sizeof(buf))) return "";
-  return buf;
-}
-
-uint64_t qp_badness(const rg_qp_state& s) {
-  uint64_t n = 0;
-  for (const auto& d : s.dir) n += d.retransmits + d.lost;
-  return n;
-}
-
-uint64_t qp_packets(const rg_qp_state& s) {
-  uint64_t n = 0;
-  for (const auto& d : s.dir) n += d.packets;
-  return n;
 }
 
 // Everything a scrape shows, gathered when it is asked for.
@@ -183,13 +164,7 @@ class MetricsCollector : public prometheus::Collectable {
     std::unordered_map<uint32_t, std::string> ifnames;
     for (const auto& row : rows) {
       auto [it, fresh] = ifnames.try_emplace(row.ifindex);
-      if (fresh && opts_.interface_names.count(row.ifindex)) {
-        it->second = opts_.interface_names.at(row.ifindex);
-      } else if (fresh) {
-        char buf[IF_NAMESIZE] = {};
-        // A deleted interface keeps its counters; name it by number then.
-        it->second = if_indextoname(row.ifindex, buf) ? buf : std::to_string(row.ifindex);
-      }
+      if (fresh) it->second = interface_name(row.ifindex, opts_.interface_names);
       const std::string dir(direction_name(row.direction));
       for (size_t i = 0; i < RG_EV_MAX; ++i) {
         const EventName& e = event_name(static_cast<rg_event>(i));
@@ -205,54 +180,29 @@ class MetricsCollector : public prometheus::Collectable {
   }
 
   void add_top_qps(FamilySet& out, std::vector<QpRow>& qps) const {
-    const size_t n = std::min(opts_.top_qps, qps.size());
-    // Worst first; ties (often all zero) by traffic, then by key, so the
-    // same QPs stay selected from one scrape to the next.
-    auto worse = [](const QpRow& a, const QpRow& b) {
-      uint64_t ba = qp_badness(a.state), bb = qp_badness(b.state);
-      if (ba != bb) return ba > bb;
-      uint64_t pa = qp_packets(a.state), pb = qp_packets(b.state);
-      if (pa != pb) return pa > pb;
-      return std::memcmp(&a.key, &b.key, sizeof(a.key)) < 0;
-    };
-    std::partial_sort(qps.begin(), qps.begin() + static_cast<ptrdiff_t>(n), qps.end(), worse);
-    for (size_t i = 0; i < n; ++i) {
-      const QpRow& q = qps[i];
+    keep_worst_qps(qps, opts_.top_qps);
+    for (const QpRow& q : qps) {
       const std::string src = address_text(q.key.family, q.key.src);
       const std::string dst = address_text(q.key.family, q.key.dst);
       const std::string qpn = std::to_string(q.key.dest_qp);
       for (int d = 0; d < RG_DIR_MAX; ++d) {
         const rg_qp_dir& s = q.state.dir[d];
         if (!s.packets) continue;
-        Labels l{{"src", src}, {"dst", dst}, {"qp", qpn},
-                 {"direction", std::string(direction_name(static_cast<rg_direction>(d)))}};
-        auto add = [&](const char* name, const char* help, uint64_t v, const Labels& labels) {
-          out.add(name, help, MetricType::Counter, labels, static_cast<double>(v));
-        };
-        add("roceguard_qp_packets_total", "RoCE packets of the QP (top QPs only)", s.packets, l);
-        add("roceguard_qp_bytes_total", "RoCE bytes of the QP (top QPs only)", s.bytes, l);
-        add("roceguard_qp_retransmitted_packets_total",
-            "Packets at or behind the QP's highest PSN (top QPs only)", s.retransmits, l);
-        add("roceguard_qp_psn_gaps_total", "Forward PSN jumps of the QP (top QPs only)", s.gaps,
-            l);
-        add("roceguard_qp_estimated_lost_packets_total",
-            "Packets missing in the QP's PSN jumps (top QPs only)", s.lost, l);
-        const std::pair<const char*, uint64_t> naks[] = {
-            {"seq_err", s.nak_seq_err}, {"other", s.nak_other}, {"rnr", s.rnr_nak}};
-        for (const auto& [type, v] : naks) {
-          Labels lt = l;
-          lt.emplace_back("type", type);
-          add("roceguard_qp_naks_total", "AETH NAKs of the QP by type (top QPs only)", v, lt);
+        const Labels l{{"src", src}, {"dst", dst}, {"qp", qpn},
+                       {"direction", std::string(direction_name(static_cast<rg_direction>(d)))}};
+        for (const QpField& f : qp_fields()) {
+          if (f.metric.empty()) continue;
+          Labels labels = l;
+          if (!f.label.empty()) labels.emplace_back(f.label, f.label_value);
+          out.add(std::string(f.metric), std::string(f.help), MetricType::Counter, labels,
+                  static_cast<double>(f.value(s)));
         }
-        add("roceguard_qp_cnp_packets_total", "CNPs of the QP (top QPs only)", s.cnp, l);
-        add("roceguard_qp_ecn_ce_packets_total", "ECN CE packets of the QP (top QPs only)",
-            s.ecn_ce, l);
       }
     }
   }
 
   void collect_nic(FamilySet& out) const {
-    for (const auto& c : read_nic_counters(opts_.interfaces, opts_.sysfs_root))
+    for (const auto& c : nic::read_nic_counters(opts_.interfaces, opts_.sysfs_root))
       out.add("roceguard_nic_" + c.name + "_total",
               "RDMA NIC counter " + c.file + " of the port (sysfs class/infiniband)" +
                   (c.scale != 1 ? ", times " + std::to_string(c.scale) + " to bytes" : ""),

@@ -5,13 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "error.h"
 
 namespace rg {
-
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 namespace {
 

@@ -1,3 +1,5 @@
+#include "nic/configfs.h"
+
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -8,7 +10,8 @@
 #include <linux/magic.h>
 
 #include "error.h"
-#include "nic/system.h"
+#include "nic/sysfs.h"
+#include "process.h"
 
 namespace fs = std::filesystem;
 
@@ -23,13 +26,6 @@ namespace {
 bool is_configfs(const std::string& path) {
   struct statfs st {};
   return statfs(path.c_str(), &st) == 0 && st.f_type == CONFIGFS_MAGIC;
-}
-
-std::string read_attr(const fs::path& p) {
-  std::ifstream f(p);
-  std::string s;
-  std::getline(f, s);
-  return s;
 }
 
 bool write_attr(const fs::path& p, const std::string& value, std::string* why) {
@@ -61,7 +57,7 @@ StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run
   // creates the mount point) only once it is loaded.
   if (!fs::is_directory(cm, ec) && !fs::exists(fs::path("/sys/module/rdma_cm"), ec)) {
     r.lines.push_back("modprobe rdma_cm");
-    if (!dry_run && run_command({"modprobe", "rdma_cm"}) != 0)
+    if (!dry_run && run({"modprobe", "rdma_cm"}).status != 0)
       return fail("modprobe rdma_cm failed: the rdma_cm module is not available");
   }
   if (!is_configfs(configfs)) {
@@ -81,13 +77,13 @@ StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run
     const std::pair<const char*, std::string> attrs[] = {
         {"default_roce_mode", "RoCE v2"}, {"default_roce_tos", std::to_string(tos)}};
     for (const auto& [name, value] : attrs) {
-      std::string was = dry_run ? read_attr(pd / name) : "";
+      std::string was = dry_run ? read_attr(pd / name).value_or("") : "";
       r.lines.push_back("echo '" + value + "' > " + (pd / name).string() +
                         (was.empty() ? "" : "   (now: " + was + ")"));
       if (dry_run) continue;
       std::string why;
       if (!write_attr(pd / name, value, &why)) return fail(why);
-      std::string now = read_attr(pd / name);
+      std::string now = read_attr(pd / name).value_or("");
       if (now != value) return fail((pd / name).string() + " reads back \"" + now + "\"");
     }
   }

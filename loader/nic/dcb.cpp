@@ -1,5 +1,7 @@
 // DCB netlink (rtnetlink RTM_GETDCB/RTM_SETDCB) without a netlink library:
 // two small messages, one nested attribute each.
+#include "nic/dcb.h"
+
 #include <linux/dcbnl.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -12,7 +14,6 @@
 #include <optional>
 
 #include "error.h"
-#include "nic/system.h"
 
 namespace rg::nic {
 

@@ -8,21 +8,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+
+#include "nic/sysfs.h"
 
 namespace fs = std::filesystem;
 
 namespace rg::nic {
 
 namespace {
-
-std::string read_line(const fs::path& p) {
-  std::ifstream f(p);
-  std::string s;
-  std::getline(f, s);
-  return s;
-}
 
 std::string gid_text(const uint8_t raw[16]) {
   char buf[INET6_ADDRSTRLEN];
@@ -103,8 +97,8 @@ void fill_gids(ibv_context* ctx, const fs::path& port_dir, PortInfo& port, int g
     g.gid = gid_text(gid.raw);
     g.address = gid_address(gid.raw);
     // The verbs call above has no type: sysfs names it.
-    g.type = read_line(port_dir / "gid_attrs" / "types" / std::to_string(i));
-    g.netdev = read_line(port_dir / "gid_attrs" / "ndevs" / std::to_string(i));
+    g.type = read_attr(port_dir / "gid_attrs" / "types" / std::to_string(i)).value_or("");
+    g.netdev = read_attr(port_dir / "gid_attrs" / "ndevs" / std::to_string(i)).value_or("");
     port.gids.push_back(g);
   }
 }

@@ -1,14 +1,12 @@
-#include <fcntl.h>
-#include <sys/wait.h>
+#include "nic/vendor.h"
+
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
-#include "error.h"
-#include "nic/system.h"
+#include "process.h"
 
 namespace fs = std::filesystem;
 
@@ -36,41 +34,6 @@ std::string pci_address(const DeviceInfo& dev) {
 
 }  // namespace
 
-std::string join_command(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) {
-    bool quote = a.find_first_of(" ,=\"'") != std::string::npos && a.find('\'') == std::string::npos;
-    s += (s.empty() ? "" : " ") + (quote ? "'" + a + "'" : a);
-  }
-  return s;
-}
-
-int run_command(const std::vector<std::string>& argv, std::string* output) {
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC)) return -1;
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    dup2(pipefd[1], STDOUT_FILENO);
-    dup2(pipefd[1], STDERR_FILENO);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  close(pipefd[1]);
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof(buf))) > 0)
-    if (output) output->append(buf, n);
-  close(pipefd[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 std::vector<std::string> roce_accl_command(const DeviceInfo& dev, const Profile& p) {
   // ConnectX keeps its lossy-RoCE features in the ROCE_ACCL access register
   // (docs/design.md §10: there is no firmware "selective repeat" parameter to
@@ -84,7 +47,7 @@ std::vector<std::string> roce_accl_command(const DeviceInfo& dev, const Profile&
 StepReport apply_vendor(const DeviceInfo& dev, const Profile& p, bool dry_run) {
   StepReport r;
   auto argv = roce_accl_command(dev, p);
-  std::string cmd = join_command(argv);
+  std::string cmd = command_text(argv);
   if (!dev.is_mlx5()) {
     r.status = StepReport::Status::kSkipped;
     r.lines.push_back(dev.name + ": skipped (" + (dev.driver.empty() ? "unknown" : dev.driver) +
@@ -101,11 +64,11 @@ StepReport apply_vendor(const DeviceInfo& dev, const Profile& p, bool dry_run) {
     r.status = StepReport::Status::kPlanned;
     return r;
   }
-  std::string out;
-  int rc = run_command(argv, &out);
-  if (rc != 0) {
+  RunResult run_result = run(argv);
+  if (run_result.status != 0) {
     r.status = StepReport::Status::kFailed;
-    r.lines.push_back("mlxreg exited with " + std::to_string(rc) + ": " + out);
+    r.lines.push_back("mlxreg exited with " + std::to_string(run_result.status) + ": " + run_result.out +
+                      run_result.err);
   }
   return r;
 }

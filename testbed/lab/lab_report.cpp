@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "error.h"
-#include "lab/proc.h"
+#include "process.h"
 #include "roceguard/roceguard.h"
 
 namespace rg::lab {

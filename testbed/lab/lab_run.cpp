@@ -30,7 +30,7 @@
 #include "lab/topology.h"
 #include "lab/wan.h"
 #include "maps.h"
-#include "names.h"
+#include "presentation.h"
 #include "state.h"
 
 namespace rg::lab {
@@ -184,15 +184,7 @@ json counter_rows(const std::vector<CounterRow>& rows, const Topology& topo, Nod
     std::string ifname = std::to_string(r.ifindex);
     for (const char* name : {"wan0", "lan0"})
       if (topo.ifindex(node, name) == static_cast<int>(r.ifindex)) ifname = name;
-    json ev = json::object();
-    for (size_t i = 0; i < RG_EV_MAX; ++i)
-      if (r.ev[i].packets || r.ev[i].bytes)
-        ev[std::string(event_name(static_cast<rg_event>(i)).name)] = {{"packets", r.ev[i].packets},
-                                                                       {"bytes", r.ev[i].bytes}};
-    out.push_back({{"interface", ifname},
-                   {"ifindex", r.ifindex},
-                   {"direction", std::string(direction_name(r.direction))},
-                   {"events", ev}});
+    out.push_back(counter_row_json(r, ifname, false));
   }
   return out;
 }

@@ -1,5 +1,5 @@
-// Child processes for the lab: iproute2, tshark, roceguard itself. argv is
-// passed to execvp as it is (no shell), so names never need quoting.
+// Background processes for the lab (tshark, roceguard itself), stopped when
+// their owner goes; commands that run to completion use rg::run.
 #pragma once
 
 #include <sys/types.h>
@@ -8,23 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "process.h"
+
 namespace rg::lab {
 
-struct RunResult {
-  int status = -1;  // exit status, or 128 + signal
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-// Runs argv to completion, killed after timeout. Never throws for a non-zero
-// exit: callers decide what a failure means.
-RunResult run(const std::vector<std::string>& argv,
-              std::chrono::milliseconds timeout = std::chrono::seconds(30));
-
-// Runs argv and throws rg::Error quoting the command and its stderr unless it
-// exits 0. Returns stdout.
-std::string run_checked(const std::vector<std::string>& argv,
-                        std::chrono::milliseconds timeout = std::chrono::seconds(30));
+// The lab runs its commands through the loader's process runner.
+using rg::run;
+using rg::run_checked;
+using rg::RunResult;
 
 // A background child, stdout and stderr to log_path (or /dev/null). The
 // destructor stops it: SIGTERM, then SIGKILL if it has not exited in time.
@@ -47,7 +38,5 @@ class Child {
   pid_t pid_ = -1;
   int status_ = -1;
 };
-
-std::string join(const std::vector<std::string>& argv);
 
 }  // namespace rg::lab

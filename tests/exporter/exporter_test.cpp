@@ -365,6 +365,30 @@ TEST_F(ExporterBpf, PerQpSeriesAreOffByDefaultAndCappedWhenOn) {
       << "fill counted from the one read of the QP map";
 }
 
+TEST_F(ExporterBpf, StatsAndMetricsPickTheSameWorstQps) {
+  // Four QPs alike in everything but their number: only the ranking's last
+  // tie-break (the key) decides which two are the "worst".
+  for (uint32_t k = 0; k < 4; ++k) dp_->egress(roce(0x104 - k, 1));
+  ExporterOptions o = options_for(dp_->pin_path());
+  o.per_qp = true;
+  o.top_qps = 2;
+  Exporter ex(o);
+  std::set<std::string> from_metrics;
+  for (const auto& x : scrape(ex).samples)
+    if (x.labels.count("qp")) from_metrics.insert(x.labels.at("qp"));
+
+  CommandResult r =
+      run_command({ROCEGUARD_BIN, "stats", "--pin-path", dp_->pin_path(), "--json", "--qp", "--top", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json stats = nlohmann::json::parse(r.output);
+  std::set<std::string> from_stats;
+  for (const auto& q : stats.at("qps"))
+    from_stats.insert(std::to_string(q["dest_qp"].get<uint32_t>()));
+
+  EXPECT_EQ(from_metrics, (std::set<std::string>{"257", "258"}));
+  EXPECT_EQ(from_stats, from_metrics);
+}
+
 TEST_F(ExporterBpf, RealPrometheusScrapesTheSameNumbers) {
   send_traffic(*dp_);
   Exporter ex(options_for(dp_->pin_path()));

@@ -1,7 +1,7 @@
 // NIC counters against a sysfs tree built in a temp dir with the files rxe
 // and mlx5 really have, each device bound to its netdev in one of the three
 // ways sysfs says it.
-#include "nic_counters.h"
+#include "nic/counters.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,6 +13,9 @@
 
 namespace rg::test {
 namespace {
+
+using nic::nic_counter_name;
+using nic::rdma_ports_of;
 
 class FakeSysfs {
  public:

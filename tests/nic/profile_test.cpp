@@ -9,9 +9,11 @@
 #include <ostream>
 
 #include "error.h"
+#include "nic/configfs.h"
+#include "nic/dcb.h"
 #include "nic/env.h"
 #include "nic/profile.h"
-#include "nic/system.h"
+#include "nic/vendor.h"
 
 namespace fs = std::filesystem;
 using namespace rg::nic;

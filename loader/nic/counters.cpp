@@ -1,18 +1,18 @@
-#include "nic_counters.h"
+#include "nic/counters.h"
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 #include <string_view>
 #include <utility>
 
-namespace rg {
+#include "nic/sysfs.h"
+
+namespace rg::nic {
 namespace fs = std::filesystem;
 
 namespace {
@@ -55,36 +55,6 @@ std::string metric_safe(std::string_view file) {
   return out;
 }
 
-// First line of a sysfs attribute; nullopt when it cannot be read (unpopulated
-// GID slots answer EINVAL, a removed device ENODEV).
-std::optional<std::string> read_line(const fs::path& p) {
-  std::ifstream in(p);
-  std::string line;
-  if (!in || !std::getline(in, line)) return std::nullopt;
-  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-  return line;
-}
-
-std::optional<uint64_t> read_u64(const fs::path& p) {
-  auto line = read_line(p);
-  if (!line || line->empty() || !std::isdigit(static_cast<unsigned char>(line->front())))
-    return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(line->c_str(), &end, 10);
-  if (errno != 0 || *end != '\0') return std::nullopt;
-  return v;
-}
-
-std::vector<fs::path> sorted_entries(const fs::path& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    out.push_back(it->path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 std::optional<uint32_t> port_number(const fs::path& p) {
   const std::string s = p.filename().string();
   if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -101,14 +71,14 @@ std::map<PortKey, std::set<std::string>> port_netdevs(const std::string& sysfs_r
   const fs::path ib = fs::path(sysfs_root) / "class/infiniband";
   for (const auto& dev : sorted_entries(ib)) {
     const std::string name = dev.filename().string();
-    auto parent = read_line(dev / "parent");  // rxe and siw name their netdev
+    auto parent = read_attr(dev / "parent");  // rxe and siw name their netdev
     for (const auto& port_dir : sorted_entries(dev / "ports")) {
       auto port = port_number(port_dir);
       if (!port) continue;
       auto& netdevs = out[{name, *port}];
       if (parent) netdevs.insert(*parent);
       for (const auto& gid : sorted_entries(port_dir / "gid_attrs/ndevs"))
-        if (auto nd = read_line(gid); nd && !nd->empty()) netdevs.insert(*nd);
+        if (auto nd = read_attr(gid); nd && !nd->empty()) netdevs.insert(*nd);
     }
   }
   // A PCI RDMA function without any GID populated yet (link down) still
@@ -159,7 +129,7 @@ std::vector<NicCounter> read_nic_counters(const std::vector<std::string>& interf
           const std::string fname = file.filename().string();
           NicCounterName n = nic_counter_name(dir, fname);
           if (n.name.empty()) continue;
-          auto v = read_u64(file);
+          auto v = read_u64_attr(file);
           if (!v) continue;
           if (taken.count(n.name)) n.name = "hw_" + n.name;
           taken.insert(n.name);
@@ -172,4 +142,4 @@ std::vector<NicCounter> read_nic_counters(const std::vector<std::string>& interf
   return out;
 }
 
-}  // namespace rg
+}  // namespace rg::nic

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace rg {
+namespace rg::nic {
 
 inline constexpr const char* kSysfsRoot = "/sys";
 
@@ -49,4 +49,4 @@ struct NicCounterName {
 };
 NicCounterName nic_counter_name(const std::string& dir, const std::string& file);
 
-}  // namespace rg
+}  // namespace rg::nic

@@ -1,0 +1,177 @@
+#include "bpf_object.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xdp/libxdp.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+
+#include "error.h"
+#include "maps.h"
+#include "roceguard.skel.h"
+
+namespace rg {
+namespace {
+
+int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list ap) {
+  char buf[1024];
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  size_t n = strlen(buf);
+  while (n && buf[n - 1] == '\n') buf[--n] = '\0';
+  // libxdp probes kernel features by trying them, and libbpf warns about
+  // each probe that fails; only --verbose shows them.
+  spdlog::debug("{}{}", level == LIBBPF_DEBUG ? "libbpf debug: " : "libbpf: ", buf);
+  return 0;
+}
+
+int libxdp_log(enum libxdp_print_level level, const char* fmt, va_list ap) {
+  char buf[1024];
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  size_t n = strlen(buf);
+  while (n && buf[n - 1] == '\n') buf[--n] = '\0';
+  spdlog::debug("{}{}", level == LIBXDP_DEBUG ? "libxdp debug: " : "libxdp: ", buf);
+  return 0;
+}
+
+}  // namespace
+
+std::string xdp_error_text(long err) {
+  char buf[256] = {};
+  libxdp_strerror(static_cast<int>(err), buf, sizeof(buf));
+  return buf;
+}
+
+void setup_bpf_logging() {
+  libbpf_set_print(libbpf_log);
+  libxdp_set_print(libxdp_log);
+}
+
+bool any_map_pinned(const std::string& pin_path) {
+  struct stat st {};
+  for (const char* name : kPinnedMaps)
+    if (stat((pin_path + "/" + name).c_str(), &st) == 0) return true;
+  return false;
+}
+
+std::vector<MapMismatch> check_pinned_maps(struct roceguard* skel, const std::string& pin_path) {
+  std::vector<MapMismatch> out;
+  bpf_map* map;
+  bpf_object__for_each_map(map, skel->obj) {
+    std::string name = bpf_map__name(map);
+    bool persistent = false;
+    for (const char* p : kPinnedMaps) persistent |= name == p;
+    if (!persistent) continue;
+    std::string path = pin_path + "/" + name;
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    int err = bpf_obj_get_info_by_fd(fd, &info, &len);
+    close(fd);
+    if (err) continue;
+    std::string diff;
+    auto cmp = [&](const char* what, uint64_t pinned, uint64_t wanted) {
+      if (pinned == wanted) return;
+      if (!diff.empty()) diff += ", ";
+      diff += std::string(what) + " " + std::to_string(pinned) + " pinned, " + std::to_string(wanted) +
+              " wanted";
+    };
+    cmp("type", info.type, bpf_map__type(map));
+    cmp("key_size", info.key_size, bpf_map__key_size(map));
+    cmp("value_size", info.value_size, bpf_map__value_size(map));
+    cmp("max_entries", info.max_entries, bpf_map__max_entries(map));
+    cmp("map_flags", info.map_flags, bpf_map__map_flags(map));
+    if (!diff.empty()) out.push_back({name, diff});
+  }
+  return out;
+}
+
+BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_state) {
+  skel_ = roceguard__open();
+  if (!skel_) throw Error("cannot open the embedded BPF object: " + errno_text(errno));
+  try {
+    skel_->rodata->rg_cfg = cfg.rodata();
+    int err = bpf_map__set_max_entries(skel_->maps.rg_qp, cfg.qp_entries);
+    if (err) throw Error("cannot size rg_qp to " + std::to_string(cfg.qp_entries) + ": " + errno_text(err));
+
+    auto mismatches = check_pinned_maps(skel_, pin_path);
+    if (!mismatches.empty()) {
+      if (!reset_state) {
+        std::string msg = "pinned maps under " + pin_path + " do not match this build/config:";
+        for (const auto& m : mismatches) msg += "\n  " + m.name + ": " + m.differences;
+        msg += "\nreusing them would corrupt state; rerun with --reset-state to replace them "
+               "(their counters are lost), or restore the previous qp_entries";
+        throw Error(msg, kExitConflict);
+      }
+      for (const auto& m : mismatches)
+        spdlog::warn("--reset-state: replacing pinned map {} ({})", m.name, m.differences);
+    }
+    if (reset_state) {
+      for (const char* name : kPinnedMaps) unlink((pin_path + "/" + name).c_str());
+      spdlog::info("--reset-state: removed the pinned maps under {}; counters start at zero", pin_path);
+    }
+
+    // Set before load: libbpf then reuses a compatible pinned map (counters
+    // carry over) or creates and pins a new one.
+    for (const char* name : kPinnedMaps) {
+      bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);
+      if (!m) throw Error(std::string("BPF object has no map ") + name);
+      err = bpf_map__set_pin_path(m, (pin_path + "/" + name).c_str());
+      if (err) throw Error(std::string("cannot set pin path of ") + name + ": " + errno_text(err));
+    }
+
+    // libxdp loads the object itself so that, with a dispatcher, the XDP
+    // program is loaded as an extension of it.
+    DECLARE_LIBXDP_OPTS(xdp_program_opts, opts, .obj = skel_->obj, .prog_name = kProgXdp);
+    xdp_ = xdp_program__create(&opts);
+    if (long e = libxdp_get_error(xdp_)) {
+      xdp_ = nullptr;
+      throw Error("cannot prepare XDP program: " + xdp_error_text(e));
+    }
+  } catch (...) {
+    roceguard__destroy(skel_);
+    throw;
+  }
+}
+
+BpfObject::~BpfObject() {
+  if (xdp_) xdp_program__close(xdp_);
+  if (skel_) roceguard__destroy(skel_);
+}
+
+int BpfObject::xdp_prog_fd() const { return bpf_program__fd(skel_->progs.rg_xdp_ingress); }
+
+int BpfObject::tc_prog_fd() const { return bpf_program__fd(skel_->progs.rg_tc_egress); }
+
+int BpfObject::map_fd(const char* name) const {
+  bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);
+  return m ? bpf_map__fd(m) : -1;
+}
+
+bool BpfObject::load_direct() {
+  bpf_program* prog = skel_->progs.rg_xdp_ingress;
+  if (bpf_program__fd(prog) >= 0) return bpf_program__type(prog) == BPF_PROG_TYPE_XDP;
+  // The hook already holds a directly attached program, so the dispatcher
+  // is out of reach here; load the object as plain XDP ourselves and hand
+  // libxdp the loaded program for any further interface.
+  int err = roceguard__load(skel_);
+  if (err) throw Error("cannot load the BPF object: " + errno_text(err) + " (rerun with --verbose for the verifier log)");
+  xdp_program__close(xdp_);
+  xdp_ = xdp_program__from_fd(dup(bpf_program__fd(prog)));
+  if (long e = libxdp_get_error(xdp_)) {
+    xdp_ = nullptr;
+    throw Error("cannot hand the XDP program to libxdp: " + xdp_error_text(e));
+  }
+  return true;
+}
+
+void BpfObject::ensure_loaded() const {
+  if (tc_prog_fd() < 0) throw Error("BPF object was not loaded (rerun with --verbose for the libbpf log)");
+}
+
+}  // namespace rg

@@ -1,0 +1,27 @@
+// The one writer of roceguard's tunnel maps (rg_peers, rg_route4/6,
+// rg_decap), beside MapReader: the configuration's peers become map entries,
+// and the maps end up holding exactly what is configured.
+#pragma once
+
+#include <vector>
+
+#include "config.h"
+
+namespace rg {
+
+class MapWriter {
+ public:
+  // Borrows the maps' fds; not closed.
+  MapWriter(int peers_fd, int route4_fd, int route6_fd, int decap_fd)
+      : peers_fd_(peers_fd), route4_fd_(route4_fd), route6_fd_(route6_fd), decap_fd_(decap_fd) {}
+
+  // Writes every peer slot (unused ones zeroed), then the routes and decap
+  // keys, deleting whatever the configuration no longer has. Throws
+  // rg::Error naming the map the kernel refused.
+  void write_tunnels(const std::vector<PeerConfig>& peers) const;
+
+ private:
+  int peers_fd_, route4_fd_, route6_fd_, decap_fd_;
+};
+
+}  // namespace rg
