@@ -7,12 +7,7 @@
 #ifndef ROCEGUARD_ROCEGUARD_H
 #define ROCEGUARD_ROCEGUARD_H
 
-#ifdef __BPF__
 #include <linux/types.h>
-#else
-#include <linux/types.h>
-#include <stddef.h>
-#endif
 
 #define RG_ROCE_UDP_PORT 4791
 #define RG_GENEVE_UDP_PORT 6081
@@ -175,7 +170,14 @@ enum rg_mtu_policy {
 #define RG_CFG_F_ACCOUNT (1u << 2)    /* per-QP accounting */
 #define RG_CFG_F_ENCAP (1u << 3)      /* egress Geneve encapsulation */
 #define RG_CFG_F_DECAP (1u << 4)      /* ingress Geneve decapsulation */
-#define RG_CFG_F_POISON (1u << 7)     /* tests: fill new headroom with 0xff */
+/*
+ * Tests only: fill the outer headers with 0xff before writing them. It stays
+ * in the ABI because the tests cannot work without it: bpf_skb_adjust_room()
+ * zeroes the room it inserts, so only the program itself can make a header
+ * field it forgets to set visible. The loader never sets it, and the
+ * verifier prunes the branch then (rg_cfg is frozen read-only data).
+ */
+#define RG_CFG_F_POISON (1u << 7)
 #define RG_CFG_F_DEFAULT                                                      \
 	(RG_CFG_F_REMARK | RG_CFG_F_REPAIR | RG_CFG_F_ACCOUNT | RG_CFG_F_ENCAP | \
 	 RG_CFG_F_DECAP)

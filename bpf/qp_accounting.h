@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * RoCE accounting: per-{ifindex, direction} event counters and per-QP PSN
- * tracking. PSNs are 24-bit serial numbers (IBA 9.7.1): a is ahead of b
- * when (a - b) mod 2^24 is in 1..2^23-1.
+ * Per-QP accounting of RoCE packets: the per-{ifindex, direction} event
+ * counters a RoCE packet adds to, and the per-QP row (packets, bytes, NAKs,
+ * CNPs, CE marks and PSN tracking). PSNs are 24-bit serial numbers
+ * (IBA 9.7.1): a is ahead of b when (a - b) mod 2^24 is in 1..2^23-1.
  */
-#ifndef RG_BPF_PSN_H
-#define RG_BPF_PSN_H
+#ifndef RG_BPF_QP_ACCOUNTING_H
+#define RG_BPF_QP_ACCOUNTING_H
 
 #include "counters.h"
 #include "dscp.h"
@@ -27,39 +28,15 @@ static __always_inline int rg_opcode_tracks_psn(__u8 op)
 	return code == 0x13 || code == 0x14 || code == 0x16 || code == 0x17;
 }
 
-static __always_inline void rg_qp_key_fill(struct rg_qp_key *k, const struct rg_pkt *p,
-					   void *data_end)
-{
-	__builtin_memset(k, 0, sizeof(*k));
-	k->dest_qp = p->dest_qp;
-	k->family = p->family;
-	if (p->family == AF_INET) {
-		struct iphdr *ip = p->l3;
-
-		if ((void *)(ip + 1) > data_end)
-			return;
-		__builtin_memcpy(k->src, &ip->saddr, 4);
-		__builtin_memcpy(k->dst, &ip->daddr, 4);
-	} else {
-		struct ipv6hdr *ip6 = p->l3;
-
-		if ((void *)(ip6 + 1) > data_end)
-			return;
-		__builtin_memcpy(k->src, &ip6->saddr, 16);
-		__builtin_memcpy(k->dst, &ip6->daddr, 16);
-	}
-}
-
 /*
  * Counts one RoCE packet. The PSN rule is the same in both directions: at or
  * behind the highest PSN seen is a retransmission (sent on egress, received
  * as a duplicate on ingress); a jump of k past it means k-1 packets went
  * missing before this hook.
  */
-static __always_inline void rg_account(const struct rg_pkt *p, void *data_end,
+static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
 				       struct rg_counters *c, __u32 dir, __u32 len)
 {
-	struct rg_qp_key key;
 	struct rg_qp_state *st;
 	struct rg_qp_dir *d;
 	__u8 kind = p->syndrome & RG_AETH_SYNDROME_KIND_MASK;
@@ -84,13 +61,12 @@ static __always_inline void rg_account(const struct rg_pkt *p, void *data_end,
 	if (!(rg_cfg.flags & RG_CFG_F_ACCOUNT))
 		return;
 
-	rg_qp_key_fill(&key, p, data_end);
-	st = bpf_map_lookup_elem(&rg_qp, &key);
+	st = bpf_map_lookup_elem(&rg_qp, key);
 	if (!st) {
 		struct rg_qp_state init = {};
 
-		bpf_map_update_elem(&rg_qp, &key, &init, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&rg_qp, &key);
+		bpf_map_update_elem(&rg_qp, key, &init, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&rg_qp, key);
 		if (!st)
 			return;
 		rg_count(c, RG_EV_QP_NEW, 0);
