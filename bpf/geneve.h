@@ -218,7 +218,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 enum rg_decap_result {
 	RG_DECAP_LEFT,    /* not stripped: pass it as it came */
 	RG_DECAP_DONE,    /* stripped; p and *cls describe the inner frame */
-	RG_DECAP_DROP,    /* stripped, and the inner packet must not be delivered */
+	RG_DECAP_DROP,    /* drop the frame */
 };
 
 /* Outer header facts needed after the outer headers are gone. */
@@ -229,21 +229,37 @@ struct rg_outer {
 	__u32 len; /* bytes stripped */
 };
 
+/* Addresses as the ABI stores them: 16 bytes, IPv4 in the first 4, the rest zero. */
+static __always_inline int rg_addr_equal(const __u8 *a, const __u8 *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
 /*
- * Checks a Geneve packet (p parsed from the frame) against the configured
- * tunnels. Returns 1 and fills *o when it is ours to strip; 0 to leave it.
+ * Decides what to do with a Geneve packet (p parsed from the frame).
+ * Returns RG_DECAP_DONE and fills *o when it is ours to strip: sent by a
+ * configured peer on its VNI to this gateway's local address for that peer,
+ * with a valid outer IPv4 header checksum. Anything else is left as it came
+ * (a transit packet, one a promiscuous NIC saw, a corrupt one: the stack
+ * decides) and counted, except critical options on one of our tunnels.
  */
-static __always_inline int rg_geneve_match(const struct rg_pkt *p, void *data,
-					   void *data_end, struct rg_counters *c,
-					   struct rg_outer *o)
+static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt *p, void *data,
+							    void *data_end,
+							    struct rg_counters *c,
+							    struct rg_outer *o)
 {
 	struct rg_genevehdr *g = p->l5;
 	struct ethhdr *eth = data;
+	const struct rg_peer *peer;
 	struct rg_decap_key key;
-	__u32 optlen;
+	__u8 dst[16] __attribute__((aligned(4))) = {};
+	__u32 len = data_end - data;
+	__u32 optlen, *idx;
 
 	if ((void *)(g + 1) > data_end || (void *)(eth + 1) > data_end)
-		return 0;
+		return RG_DECAP_LEFT;
 
 	__builtin_memset(&key, 0, sizeof(key));
 	key.family = p->family;
@@ -252,43 +268,73 @@ static __always_inline int rg_geneve_match(const struct rg_pkt *p, void *data,
 		struct iphdr *ip = p->l3;
 
 		if ((void *)(ip + 1) > data_end)
-			return 0;
+			return RG_DECAP_LEFT;
+		/* Addresses under a bad checksum cannot be trusted; the stack drops it. */
+		if (!rg_ipv4_csum_valid(ip, ip->ihl, data_end)) {
+			rg_count(c, RG_EV_GENEVE_BAD_CSUM, len);
+			return RG_DECAP_LEFT;
+		}
 		__builtin_memcpy(key.remote, &ip->saddr, 4);
+		__builtin_memcpy(dst, &ip->daddr, 4);
 	} else {
 		struct ipv6hdr *ip6 = p->l3;
 
 		if ((void *)(ip6 + 1) > data_end)
-			return 0;
+			return RG_DECAP_LEFT;
 		__builtin_memcpy(key.remote, &ip6->saddr, 16);
+		__builtin_memcpy(dst, &ip6->daddr, 16);
 	}
-	if (!bpf_map_lookup_elem(&rg_decap, &key)) {
-		rg_count(c, RG_EV_UNKNOWN_TUNNEL, data_end - data);
-		return 0;
+	idx = bpf_map_lookup_elem(&rg_decap, &key);
+	if (!idx) {
+		rg_count(c, RG_EV_UNKNOWN_TUNNEL, len);
+		return RG_DECAP_LEFT;
+	}
+	peer = bpf_map_lookup_elem(&rg_peers, idx);
+	if (!peer || !rg_addr_equal(dst, peer->local)) {
+		rg_count(c, RG_EV_GENEVE_NOT_LOCAL, len);
+		return RG_DECAP_LEFT;
+	}
+	if ((g->ver_optlen >> 6) != 0) {
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
 	}
 	/*
-	 * Version 0 and an inner Ethernet frame only. Options are skipped, but
-	 * one marked critical must be understood (RFC 8926 §3.5): leave those.
+	 * Options are skipped, but one marked critical must be understood or
+	 * the packet dropped (RFC 8926 §3.5). This gateway is the endpoint of
+	 * the tunnel, so it drops them itself rather than count on a kernel
+	 * geneve socket that may not exist.
 	 */
-	if ((g->ver_optlen >> 6) != 0 || g->proto != bpf_htons(RG_GENEVE_PROTO_TEB) ||
-	    (g->flags & RG_GENEVE_F_CRITICAL)) {
-		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
-		return 0;
+	if (g->flags & RG_GENEVE_F_CRITICAL) {
+		rg_count(c, RG_EV_GENEVE_CRITICAL, len);
+		return RG_DECAP_DROP;
+	}
+	/*
+	 * A control packet's payload must not be forwarded (RFC 8926 §3.4): the
+	 * stack gets it whole, as the endpoint's control queue.
+	 */
+	if (g->flags & RG_GENEVE_F_OAM) {
+		rg_count(c, RG_EV_GENEVE_CONTROL, len);
+		return RG_DECAP_LEFT;
+	}
+	if (g->proto != bpf_htons(RG_GENEVE_PROTO_TEB)) {
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
 	}
 	optlen = (g->ver_optlen & 0x3f) * 4;
 	o->len = (void *)(g + 1) - data + optlen;
 	if (data + o->len + sizeof(struct ethhdr) > data_end) {
-		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
-		return 0;
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
 	}
 	__builtin_memcpy(o->dmac, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(o->smac, eth->h_source, ETH_ALEN);
 	o->ecn = rg_tos_ecn(p->tos);
-	return 1;
+	return RG_DECAP_DONE;
 }
 
 /*
  * Strips the outer headers of a Geneve frame (p parsed from it) that one of
- * our tunnels sent, then applies the outer ECN to the inner IP packet, RoCE
+ * our tunnels sent to us (rg_geneve_match), then applies the outer ECN to the inner IP packet, RoCE
  * or not (RFC 6040 §4.2). On RG_DECAP_DONE, p and *cls describe the inner
  * frame, which is addressed to this interface so the stack takes it.
  */
@@ -298,12 +344,14 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 							    enum rg_parse_class *cls)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	enum rg_decap_result verdict;
 	struct rg_outer outer;
 	struct ethhdr *eth;
 	__u8 ecn;
 
-	if (!rg_geneve_match(p, data, data_end, c, &outer))
-		return RG_DECAP_LEFT;
+	verdict = rg_geneve_match(p, data, data_end, c, &outer);
+	if (verdict != RG_DECAP_DONE)
+		return verdict;
 	if (bpf_xdp_adjust_head(ctx, outer.len)) {
 		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
 		return RG_DECAP_LEFT;

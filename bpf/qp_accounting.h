@@ -13,36 +13,111 @@
 #include "parse.h"
 
 /*
- * Request opcodes of RC (0x00..) and UC (0x20..) carry the requester's PSN
- * sequence. ACKs are coalesced and read responses reuse the request's PSN
- * space, so neither says anything about loss on this QP's request stream.
+ * Request opcodes carry the requester's PSN sequence: RC and XRC SEND,
+ * WRITE, READ request, atomics, SEND with invalidate, FLUSH and ATOMIC WRITE;
+ * UC SEND and WRITE. ACKs are coalesced and read responses reuse the
+ * request's PSN space, so neither says anything about loss on this QP's
+ * request stream.
  */
 static __always_inline int rg_opcode_tracks_psn(__u8 op)
 {
-	__u8 transport = op >> 5, code = op & 0x1f;
+	__u8 code = rg_bth_operation(op);
 
-	if (transport > 1)
-		return 0;
-	if (code <= 0x0c) /* SEND, WRITE, READ request */
-		return 1;
-	return code == 0x13 || code == 0x14 || code == 0x16 || code == 0x17;
+	switch (rg_bth_transport(op)) {
+	case RG_BTH_TRANSPORT_RC:
+	case RG_BTH_TRANSPORT_XRC:
+		return code <= 0x0c || code == 0x13 || code == 0x14 || code == 0x16 ||
+		       code == 0x17 || code == 0x1c || code == 0x1d;
+	case RG_BTH_TRANSPORT_UC:
+		return code <= 0x0b;
+	}
+	return 0;
 }
 
 /*
- * Counts one RoCE packet. The PSN rule is the same in both directions: at or
- * behind the highest PSN seen is a retransmission (sent on egress, received
- * as a duplicate on ingress); a jump of k past it means k-1 packets went
- * missing before this hook.
+ * PSNs a READ request's responses take: one per path-MTU of its DMA length,
+ * at least one. The path MTU is not on the wire, so take the smallest
+ * (256 bytes): the span is never short, and a READ never makes a false gap.
  */
+#define RG_MIN_PATH_MTU_SHIFT 8
+
+static __always_inline __u32 rg_read_span(__u32 dma_len)
+{
+	__u32 span = (dma_len >> RG_MIN_PATH_MTU_SHIFT) +
+		     ((dma_len & ((1u << RG_MIN_PATH_MTU_SHIFT) - 1)) != 0);
+
+	if (span == 0)
+		return 1;
+	return span < RG_PSN_HALF ? span : RG_PSN_HALF - 1;
+}
+
+/* A QP silent for longer than the idle time may be a new QP on the same number. */
+static __always_inline void rg_qp_dir_idle(struct rg_qp_dir *d)
+{
+	if (d->flags & RG_QP_F_SEEN)
+		d->flags = RG_QP_F_RESYNC;
+}
+
+/*
+ * The PSN rule, the same in both directions: at or behind the highest PSN
+ * seen is a retransmission (sent on egress, received as a duplicate on
+ * ingress); a jump of k past it means k-1 packets went missing before this
+ * hook, or k-span after a READ whose responses take span PSNs. A distance
+ * beyond psn_jump_max either way is no retransmission or loss any window
+ * allows but a new QP on the same number: tracking restarts there.
+ */
+static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt *p,
+					 struct rg_counters *c, __u32 len)
+{
+	__u32 jump_max = rg_cfg.psn_jump_max;
+	__u32 span = 1, next = RG_QP_F_SEEN;
+	__u32 ahead, behind;
+
+	if (d->flags & RG_QP_F_READ_PENDING)
+		span = d->flags >> RG_QP_READ_SPAN_SHIFT;
+	if (rg_bth_is_read_request(p->opcode))
+		next |= RG_QP_F_READ_PENDING | (rg_read_span(p->read_len) << RG_QP_READ_SPAN_SHIFT);
+
+	if (!(d->flags & RG_QP_F_SEEN)) {
+		if (d->flags & RG_QP_F_RESYNC)
+			rg_count(c, RG_EV_PSN_RESYNC, 0);
+		goto restart;
+	}
+	ahead = (p->psn - d->max_psn) & RG_PSN_MASK;
+	if (ahead == 0 || ahead >= RG_PSN_HALF) {
+		behind = (d->max_psn - p->psn) & RG_PSN_MASK;
+		if (jump_max && behind > jump_max)
+			goto resync;
+		d->retransmits++;
+		rg_count(c, RG_EV_RETRANSMITS, len);
+		return;
+	}
+	if (ahead > span) {
+		if (jump_max && ahead - span > jump_max)
+			goto resync;
+		d->gaps++;
+		d->lost += ahead - span;
+		rg_count(c, RG_EV_PSN_GAPS, 0);
+		rg_count_n(c, RG_EV_LOST_ESTIMATE, ahead - span, 0);
+	}
+	goto restart;
+resync:
+	rg_count(c, RG_EV_PSN_RESYNC, 0);
+restart:
+	d->max_psn = p->psn;
+	d->flags = next;
+}
+
+/* Counts one RoCE packet (p parsed from it, key its QP) in direction dir. */
 static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
 				       struct rg_counters *c, __u32 dir, __u32 len)
 {
 	struct rg_qp_state *st;
 	struct rg_qp_dir *d;
 	__u8 kind = p->syndrome & RG_AETH_SYNDROME_KIND_MASK;
-	int is_ack = p->opcode == RG_BTH_OPCODE_ACK;
+	int is_ack = rg_bth_is_ack(p->opcode);
 	int ce = rg_tos_ecn(p->tos) == RG_ECN_CE;
-	__u32 ahead, pending;
+	__u64 now;
 
 	rg_count(c, RG_EV_ROCE_PACKETS, len);
 	if (ce)
@@ -61,6 +136,7 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 	if (!(rg_cfg.flags & RG_CFG_F_ACCOUNT))
 		return;
 
+	now = bpf_ktime_get_ns();
 	st = bpf_map_lookup_elem(&rg_qp, key);
 	if (!st) {
 		struct rg_qp_state init = {};
@@ -70,8 +146,12 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 		if (!st)
 			return;
 		rg_count(c, RG_EV_QP_NEW, 0);
+	} else if (rg_cfg.qp_idle_ms &&
+		   now - st->last_seen_ns > (__u64)rg_cfg.qp_idle_ms * 1000000) {
+		rg_qp_dir_idle(&st->dir[RG_DIR_EGRESS]);
+		rg_qp_dir_idle(&st->dir[RG_DIR_INGRESS]);
 	}
-	st->last_seen_ns = bpf_ktime_get_ns();
+	st->last_seen_ns = now;
 	d = &st->dir[dir & 1];
 	d->packets++;
 	d->bytes += len;
@@ -90,30 +170,8 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 			d->nak_other++;
 		return;
 	}
-	if (!rg_opcode_tracks_psn(p->opcode))
-		return;
-
-	pending = p->opcode == RG_BTH_OPCODE_READ_REQUEST ? RG_QP_F_READ_PENDING : 0;
-	if (!(d->flags & RG_QP_F_SEEN)) {
-		d->max_psn = p->psn;
-		d->flags = RG_QP_F_SEEN | pending;
-		return;
-	}
-	ahead = (p->psn - d->max_psn) & RG_PSN_MASK;
-	if (ahead == 0 || ahead >= RG_PSN_HALF) {
-		d->retransmits++;
-		rg_count(c, RG_EV_RETRANSMITS, len);
-		return;
-	}
-	/* A READ request consumes one PSN per response packet: no gap after it. */
-	if (ahead > 1 && !(d->flags & RG_QP_F_READ_PENDING)) {
-		d->gaps++;
-		d->lost += ahead - 1;
-		rg_count(c, RG_EV_PSN_GAPS, 0);
-		rg_count_n(c, RG_EV_LOST_ESTIMATE, ahead - 1, 0);
-	}
-	d->max_psn = p->psn;
-	d->flags = RG_QP_F_SEEN | pending;
+	if (rg_opcode_tracks_psn(p->opcode))
+		rg_track_psn(d, p, c, len);
 }
 
 #endif

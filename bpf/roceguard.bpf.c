@@ -5,9 +5,9 @@
  * rg_tc_egress   (TC egress): RoCE v2 DSCP re-mark keeping ECN, per-QP
  *                retransmit accounting, Geneve encapsulation towards
  *                configured peers with a tunnel-MTU guard.
- * rg_xdp_ingress (XDP):       Geneve decapsulation from configured peers with
- *                RFC 6040 ECN handling, DSCP repair, per-QP gap/duplicate,
- *                NAK, CNP and CE accounting.
+ * rg_xdp_ingress (XDP):       Geneve decapsulation of what configured peers
+ *                send to this gateway, with RFC 6040 ECN handling, DSCP
+ *                repair, per-QP gap/duplicate, NAK, CNP and CE accounting.
  *
  * Anything that is not RoCE v2 (or not a configured tunnel) leaves
  * byte-identical with the pass verdict.
