@@ -50,6 +50,8 @@ rg_config config(uint32_t flags) {
   c.cnp_dscp = RG_DEFAULT_CNP_DSCP;
   c.mtu_policy = RG_MTU_PASS;
   c.outer_ttl = RG_DEFAULT_OUTER_TTL;
+  c.psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX;
+  c.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
   c.flags = flags;
   return c;
 }

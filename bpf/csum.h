@@ -39,4 +39,29 @@ static __always_inline __sum16 rg_ipv4_csum(const void *iph)
 	return rg_csum_fold(sum);
 }
 
+/*
+ * Whether an IPv4 header of ihl 32-bit words (5..15, all inside the packet:
+ * the caller checked ip + ihl * 4 <= data_end) sums to all ones, as a
+ * receiver verifies it (RFC 791, RFC 1071).
+ */
+static __always_inline int rg_ipv4_csum_valid(const void *iph, __u32 ihl, void *data_end)
+{
+	const __u16 *w = iph;
+	__u32 sum = 0;
+
+	/* A bounded loop: the verifier walks it, at most 30 words. */
+	for (__u32 i = 0; i < 30; i++) {
+		const __u16 *word = w + i;
+
+		if (i >= ihl * 2)
+			break;
+		/* Keep the bound check on the packet pointer, where the verifier needs it. */
+		barrier_var(word);
+		if ((void *)(word + 1) > data_end)
+			return 0;
+		sum += *word;
+	}
+	return rg_csum_fold(sum) == 0;
+}
+
 #endif

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Geneve (RFC 8926) carrying the whole inner Ethernet frame (protocol
- * 0x6558). Encapsulation runs at TC egress, decapsulation at XDP ingress.
+ * 0x6558): rg_geneve_encap at TC egress and rg_geneve_decap at XDP ingress,
+ * each the inverse of the other. The outer headers are built on the stack
+ * from shared pieces (Ethernet, IPv4 or IPv6, then the same UDP + Geneve +
+ * inner Ethernet tail) and written in one store.
  */
 #ifndef RG_BPF_GENEVE_H
 #define RG_BPF_GENEVE_H
@@ -14,162 +17,118 @@
 #include "counters.h"
 #include "csum.h"
 #include "dscp.h"
+#include "flow.h"
 #include "parse.h"
+#include "route.h"
 
-struct rg_encap4 {
-	struct ethhdr eth;
-	struct iphdr ip;
+/* Everything after the outer IP header; the same for both outer families. */
+struct rg_geneve_tail {
 	struct udphdr udp;
 	struct rg_genevehdr gnv;
 	struct ethhdr inner_eth;
-} __attribute__((packed));
-
-struct rg_encap6 {
-	struct ethhdr eth;
-	struct ipv6hdr ip6;
-	struct udphdr udp;
-	struct rg_genevehdr gnv;
-	struct ethhdr inner_eth;
-} __attribute__((packed));
-
-#define RG_ENCAP4_ROOM (sizeof(struct rg_encap4) - sizeof(struct ethhdr))
-#define RG_ENCAP6_ROOM (sizeof(struct rg_encap6) - sizeof(struct ethhdr))
-
-static __always_inline __u32 rg_rol32(__u32 v, int s) { return (v << s) | (v >> (32 - s)); }
-
-static __always_inline __u32 rg_mix(__u32 h, __u32 k)
-{
-	k *= 0xcc9e2d51;
-	k = rg_rol32(k, 15);
-	k *= 0x1b873593;
-	h ^= k;
-	h = rg_rol32(h, 13);
-	return h * 5 + 0xe6546b64;
-}
-
-/*
- * Stable per-flow hash (murmur3 rounds) of the inner addresses and the
- * destination QP: the flow identity RoCE itself uses for its UDP source port.
- */
-static __always_inline __u32 rg_flow_hash(const struct rg_qp_key *k)
-{
-	const __u32 *s = (const __u32 *)k->src, *d = (const __u32 *)k->dst;
-	__u32 h = 0x52474744; /* "RGGD" */
-
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		h = rg_mix(h, s[i]);
-		h = rg_mix(h, d[i]);
-	}
-	h = rg_mix(h, k->dest_qp);
-	h ^= h >> 16;
-	h *= 0x85ebca6b;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35;
-	h ^= h >> 16;
-	return h;
-}
-
-static __always_inline __be16 rg_entropy_port(__u32 hash)
-{
-	return bpf_htons(RG_ENTROPY_PORT_MIN | (hash & RG_ENTROPY_PORT_MASK));
-}
-
-static __always_inline struct rg_genevehdr rg_geneve_hdr(__u32 vni)
-{
-	struct rg_genevehdr g = {
-		.ver_optlen = 0,
-		.flags = 0,
-		.proto = bpf_htons(RG_GENEVE_PROTO_TEB),
-		.vni = { vni >> 16, vni >> 8, vni },
-		.reserved = 0,
-	};
-
-	return g;
-}
-
-/* Tunnel peer for the inner destination, or NULL. */
-static __always_inline const struct rg_peer *rg_route_lookup(const struct rg_pkt *p,
-							     void *data_end)
-{
-	__u32 *idx = NULL;
-
-	if (p->family == AF_INET) {
-		struct iphdr *ip = p->l3;
-		struct rg_route4_key k = { .prefixlen = 32 };
-
-		if ((void *)(ip + 1) > data_end)
-			return NULL;
-		__builtin_memcpy(k.addr, &ip->daddr, 4);
-		idx = bpf_map_lookup_elem(&rg_route4, &k);
-	} else {
-		struct ipv6hdr *ip6 = p->l3;
-		struct rg_route6_key k = { .prefixlen = 128 };
-
-		if ((void *)(ip6 + 1) > data_end)
-			return NULL;
-		__builtin_memcpy(k.addr, &ip6->daddr, 16);
-		idx = bpf_map_lookup_elem(&rg_route6, &k);
-	}
-	if (!idx)
-		return NULL;
-	const struct rg_peer *peer = bpf_map_lookup_elem(&rg_peers, idx);
-
-	return peer && peer->family ? peer : NULL;
-}
-
-enum rg_fib_result {
-	RG_FIB_OK,        /* MACs in fib, send out fib->ifindex */
-	RG_FIB_NEIGH,     /* route known, neighbour unresolved: bpf_redirect_neigh */
-	RG_FIB_TOO_BIG,   /* over the egress device's MTU */
-	RG_FIB_FAIL,
 };
 
-static __always_inline void rg_fib_init(struct bpf_fib_lookup *fib, const struct __sk_buff *skb,
-					const struct rg_peer *peer, __u16 tot_len)
-{
-	__builtin_memset(fib, 0, sizeof(*fib));
-	fib->family = peer->family;
-	fib->l4_protocol = IPPROTO_UDP;
-	fib->dport = bpf_htons(RG_GENEVE_UDP_PORT);
-	fib->tot_len = tot_len;
-	fib->ifindex = skb->ifindex;
-	if (peer->family == AF_INET) {
-		__builtin_memcpy(&fib->ipv4_src, peer->local, 4);
-		__builtin_memcpy(&fib->ipv4_dst, peer->remote, 4);
-	} else {
-		__builtin_memcpy(fib->ipv6_src, peer->local, 16);
-		__builtin_memcpy(fib->ipv6_dst, peer->remote, 16);
-	}
-}
+/*
+ * The outer headers as built on the stack. The 2 bytes in front put the IP
+ * header on a 4-byte boundary (as NET_IP_ALIGN does for received frames), so
+ * the pieces are written through aligned pointers; they are not stored.
+ */
+struct rg_encap4 {
+	__u16 align;
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct rg_geneve_tail tail;
+};
+
+struct rg_encap6 {
+	__u16 align;
+	struct ethhdr eth;
+	struct ipv6hdr ip6;
+	struct rg_geneve_tail tail;
+};
+
+_Static_assert(__builtin_offsetof(struct rg_encap4, ip) % 4 == 0, "outer IPv4 aligned");
+_Static_assert(__builtin_offsetof(struct rg_encap6, ip6) % 4 == 0, "outer IPv6 aligned");
+
+/* Bytes on the wire from the outer Ethernet header to the inner one included. */
+#define RG_ENCAP4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct rg_geneve_tail))
+#define RG_ENCAP6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + sizeof(struct rg_geneve_tail))
+/* Room inserted after the original Ethernet header, which becomes the inner one. */
+#define RG_ENCAP4_ROOM (RG_ENCAP4_LEN - sizeof(struct ethhdr))
+#define RG_ENCAP6_ROOM (RG_ENCAP6_LEN - sizeof(struct ethhdr))
 
 /*
- * Route to the tunnel peer. The outer packet is our own, so try an output
- * lookup on this device first; fall back to a forwarding lookup for peers
- * reached through another device. tot_len makes the kernel check the egress
- * device's MTU; a failed lookup may have overwritten it (it shares a union
- * with mtu_result), so the fallback starts from a fresh request.
+ * bpf_skb_adjust_room() zeroes the room it inserts, and so does the test
+ * runner; real NICs leave garbage. Tests set RG_CFG_F_POISON to fill the
+ * headers with 0xff before they are written, so a field left unset shows.
  */
-static __always_inline enum rg_fib_result rg_fib_peer(struct __sk_buff *skb,
-						      const struct rg_peer *peer,
-						      struct bpf_fib_lookup *fib, __u16 tot_len)
+static __always_inline void rg_encap_headers_init(void *h, __u32 len)
 {
-	long rc;
+	if (rg_cfg.flags & RG_CFG_F_POISON)
+		__builtin_memset(h, 0xff, len);
+	else
+		__builtin_memset(h, 0, len);
+}
 
-	rg_fib_init(fib, skb, peer, tot_len);
-	rc = bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH &&
-	    rc != BPF_FIB_LKUP_RET_FRAG_NEEDED) {
-		rg_fib_init(fib, skb, peer, tot_len);
-		rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
-	}
-	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
-		return RG_FIB_OK;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return RG_FIB_NEIGH;
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return RG_FIB_TOO_BIG;
-	return RG_FIB_FAIL;
+static __always_inline void rg_encap_eth(struct ethhdr *eth, const struct bpf_fib_lookup *fib,
+					 __u16 proto)
+{
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	eth->h_proto = bpf_htons(proto);
+}
+
+/* Outer DSCP and ECN are the inner ones (uniform model, RFC 6040 normal mode); DF set. */
+static __always_inline void rg_encap_ipv4(struct iphdr *ip, const struct rg_peer *peer,
+					  __u8 tos, __u16 tot_len)
+{
+	ip->version = 4;
+	ip->ihl = 5;
+	ip->tos = tos;
+	ip->tot_len = bpf_htons(tot_len);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(0x4000); /* DF */
+	ip->ttl = rg_cfg.outer_ttl;
+	ip->protocol = IPPROTO_UDP;
+	ip->check = 0;
+	__builtin_memcpy(&ip->saddr, peer->local, 4);
+	__builtin_memcpy(&ip->daddr, peer->remote, 4);
+	ip->check = rg_ipv4_csum(ip);
+}
+
+/* As IPv4, with the flow hash in the flow label (RFC 6438) for ECMP. */
+static __always_inline void rg_encap_ipv6(struct ipv6hdr *ip6, const struct rg_peer *peer,
+					  __u8 tclass, __u32 hash, __u16 payload_len)
+{
+	ip6->version = 6;
+	ip6->priority = tclass >> 4;
+	ip6->flow_lbl[0] = (__u8)(tclass << 4) | ((hash >> 16) & 0x0f);
+	ip6->flow_lbl[1] = hash >> 8;
+	ip6->flow_lbl[2] = hash;
+	ip6->payload_len = bpf_htons(payload_len);
+	ip6->nexthdr = IPPROTO_UDP;
+	ip6->hop_limit = rg_cfg.outer_ttl;
+	__builtin_memcpy(&ip6->saddr, peer->local, 16);
+	__builtin_memcpy(&ip6->daddr, peer->remote, 16);
+}
+
+/* UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936. */
+static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct rg_peer *peer,
+					  __u32 hash, __u16 udp_len,
+					  const struct ethhdr *inner_eth)
+{
+	t->udp.source = rg_entropy_port(hash);
+	t->udp.dest = bpf_htons(RG_GENEVE_UDP_PORT);
+	t->udp.len = bpf_htons(udp_len);
+	t->udp.check = 0;
+	t->gnv.ver_optlen = 0;
+	t->gnv.flags = 0;
+	t->gnv.proto = bpf_htons(RG_GENEVE_PROTO_TEB);
+	t->gnv.vni[0] = peer->vni >> 16;
+	t->gnv.vni[1] = peer->vni >> 8;
+	t->gnv.vni[2] = peer->vni;
+	t->gnv.reserved = 0;
+	t->inner_eth = *inner_eth;
 }
 
 enum rg_encap_result {
@@ -179,12 +138,10 @@ enum rg_encap_result {
 };
 
 /*
- * Geneve-encapsulates the frame (p parsed from it) towards peer: the room
- * goes after the outer Ethernet header (BPF_ADJ_ROOM_MAC), then outer
- * Ethernet, IP, UDP, Geneve and a copy of the original Ethernet header are
- * written in one store. Outer DSCP and ECN are the inner ones (uniform
- * model, RFC 6040 normal mode), DF set, UDP checksum zero (RFC 6935/6936
- * for IPv6), source port from the flow hash.
+ * Geneve-encapsulates the frame (p parsed from it, flow its QP key) towards
+ * peer: the room goes after the outer Ethernet header (BPF_ADJ_ROOM_MAC),
+ * then outer Ethernet, IP, UDP, Geneve and a copy of the original Ethernet
+ * header are written in one store.
  */
 static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *skb,
 							    const struct rg_pkt *p,
@@ -202,6 +159,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	int v6 = peer->family == AF_INET6;
 	enum rg_fib_result fr;
 	struct ethhdr inner_eth;
+	long err;
 
 	if ((void *)(eth + 1) > data_end)
 		return RG_ENCAP_SKIPPED;
@@ -232,85 +190,36 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	if (v6) {
 		struct rg_encap6 h;
 
-		if (rg_cfg.flags & RG_CFG_F_POISON)
-			__builtin_memset(&h, 0xff, sizeof(h));
-		else
-			__builtin_memset(&h, 0, sizeof(h));
-		__builtin_memcpy(h.eth.h_dest, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(h.eth.h_source, fib.smac, ETH_ALEN);
-		h.eth.h_proto = bpf_htons(ETH_P_IPV6);
-		h.ip6.version = 6;
-		h.ip6.priority = p->tos >> 4;
-		h.ip6.flow_lbl[0] = (__u8)(p->tos << 4) | ((hash >> 16) & 0x0f);
-		h.ip6.flow_lbl[1] = hash >> 8;
-		h.ip6.flow_lbl[2] = hash;
-		h.ip6.payload_len = bpf_htons(udp_len);
-		h.ip6.nexthdr = IPPROTO_UDP;
-		h.ip6.hop_limit = rg_cfg.outer_ttl;
-		__builtin_memcpy(&h.ip6.saddr, peer->local, 16);
-		__builtin_memcpy(&h.ip6.daddr, peer->remote, 16);
-		h.udp.source = rg_entropy_port(hash);
-		h.udp.dest = bpf_htons(RG_GENEVE_UDP_PORT);
-		h.udp.len = bpf_htons(udp_len);
-		h.udp.check = 0;
-		h.gnv = rg_geneve_hdr(peer->vni);
-		h.inner_eth = inner_eth;
-		if (bpf_skb_store_bytes(skb, 0, &h, sizeof(h), 0))
-			goto store_failed;
+		rg_encap_headers_init(&h, sizeof(h));
+		rg_encap_eth(&h.eth, &fib, ETH_P_IPV6);
+		rg_encap_ipv6(&h.ip6, peer, p->tos, hash, udp_len);
+		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth);
+		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP6_LEN, 0);
 	} else {
 		struct rg_encap4 h;
 
-		if (rg_cfg.flags & RG_CFG_F_POISON)
-			__builtin_memset(&h, 0xff, sizeof(h));
-		else
-			__builtin_memset(&h, 0, sizeof(h));
-		__builtin_memcpy(h.eth.h_dest, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(h.eth.h_source, fib.smac, ETH_ALEN);
-		h.eth.h_proto = bpf_htons(ETH_P_IP);
-		h.ip.version = 4;
-		h.ip.ihl = 5;
-		h.ip.tos = p->tos;
-		h.ip.tot_len = bpf_htons(ip_len);
-		h.ip.id = 0;
-		h.ip.frag_off = bpf_htons(0x4000); /* DF */
-		h.ip.ttl = rg_cfg.outer_ttl;
-		h.ip.protocol = IPPROTO_UDP;
-		h.ip.check = 0;
-		__builtin_memcpy(&h.ip.saddr, peer->local, 4);
-		__builtin_memcpy(&h.ip.daddr, peer->remote, 4);
-		h.ip.check = rg_ipv4_csum(&h.ip);
-		h.udp.source = rg_entropy_port(hash);
-		h.udp.dest = bpf_htons(RG_GENEVE_UDP_PORT);
-		h.udp.len = bpf_htons(udp_len);
-		h.udp.check = 0;
-		h.gnv = rg_geneve_hdr(peer->vni);
-		h.inner_eth = inner_eth;
-		if (bpf_skb_store_bytes(skb, 0, &h, sizeof(h), 0))
-			goto store_failed;
+		rg_encap_headers_init(&h, sizeof(h));
+		rg_encap_eth(&h.eth, &fib, ETH_P_IP);
+		rg_encap_ipv4(&h.ip, peer, p->tos, ip_len);
+		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth);
+		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP4_LEN, 0);
+	}
+	if (err) {
+		/* The frame is half built: sending it would put garbage on the wire. */
+		rg_count(c, RG_EV_ENCAP_ERROR, inner_len);
+		*verdict = TC_ACT_SHOT;
+		return RG_ENCAP_DONE;
 	}
 	rg_count(c, RG_EV_ENCAPSULATED, inner_len);
-
-	if (fr == RG_FIB_NEIGH) {
-		struct bpf_redir_neigh nh = { .nh_family = fib.family };
-
-		if (fib.family == AF_INET)
-			nh.ipv4_nh = fib.ipv4_dst;
-		else
-			__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
-		*verdict = bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
-	} else if (fib.ifindex != skb->ifindex) {
-		*verdict = bpf_redirect(fib.ifindex, 0);
-	} else {
-		*verdict = TC_ACT_UNSPEC;
-	}
-	return RG_ENCAP_DONE;
-
-store_failed:
-	/* The frame is half built: sending it would put garbage on the wire. */
-	rg_count(c, RG_EV_ENCAP_ERROR, inner_len);
-	*verdict = TC_ACT_SHOT;
+	*verdict = rg_fib_verdict(skb, &fib, fr);
 	return RG_ENCAP_DONE;
 }
+
+enum rg_decap_result {
+	RG_DECAP_LEFT,    /* not stripped: pass it as it came */
+	RG_DECAP_DONE,    /* stripped; p and *cls describe the inner frame */
+	RG_DECAP_DROP,    /* drop the frame */
+};
 
 /* Outer header facts needed after the outer headers are gone. */
 struct rg_outer {
@@ -320,21 +229,37 @@ struct rg_outer {
 	__u32 len; /* bytes stripped */
 };
 
+/* Addresses as the ABI stores them: 16 bytes, IPv4 in the first 4, the rest zero. */
+static __always_inline int rg_addr_equal(const __u8 *a, const __u8 *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
 /*
- * Checks a Geneve packet (p parsed from the frame) against the configured
- * peers. Returns 1 and fills *o when it is ours to strip; 0 to leave it.
+ * Decides what to do with a Geneve packet (p parsed from the frame).
+ * Returns RG_DECAP_DONE and fills *o when it is ours to strip: sent by a
+ * configured peer on its VNI to this gateway's local address for that peer,
+ * with a valid outer IPv4 header checksum. Anything else is left as it came
+ * (a transit packet, one a promiscuous NIC saw, a corrupt one: the stack
+ * decides) and counted, except critical options on one of our tunnels.
  */
-static __always_inline int rg_geneve_match(const struct rg_pkt *p, void *data,
-					   void *data_end, struct rg_counters *c,
-					   struct rg_outer *o)
+static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt *p, void *data,
+							    void *data_end,
+							    struct rg_counters *c,
+							    struct rg_outer *o)
 {
 	struct rg_genevehdr *g = p->l5;
 	struct ethhdr *eth = data;
+	const struct rg_peer *peer;
 	struct rg_decap_key key;
-	__u32 optlen;
+	__u8 dst[16] __attribute__((aligned(4))) = {};
+	__u32 len = data_end - data;
+	__u32 optlen, *idx;
 
 	if ((void *)(g + 1) > data_end || (void *)(eth + 1) > data_end)
-		return 0;
+		return RG_DECAP_LEFT;
 
 	__builtin_memset(&key, 0, sizeof(key));
 	key.family = p->family;
@@ -343,38 +268,118 @@ static __always_inline int rg_geneve_match(const struct rg_pkt *p, void *data,
 		struct iphdr *ip = p->l3;
 
 		if ((void *)(ip + 1) > data_end)
-			return 0;
+			return RG_DECAP_LEFT;
+		/* Addresses under a bad checksum cannot be trusted; the stack drops it. */
+		if (!rg_ipv4_csum_valid(ip, ip->ihl, data_end)) {
+			rg_count(c, RG_EV_GENEVE_BAD_CSUM, len);
+			return RG_DECAP_LEFT;
+		}
 		__builtin_memcpy(key.remote, &ip->saddr, 4);
+		__builtin_memcpy(dst, &ip->daddr, 4);
 	} else {
 		struct ipv6hdr *ip6 = p->l3;
 
 		if ((void *)(ip6 + 1) > data_end)
-			return 0;
+			return RG_DECAP_LEFT;
 		__builtin_memcpy(key.remote, &ip6->saddr, 16);
+		__builtin_memcpy(dst, &ip6->daddr, 16);
 	}
-	if (!bpf_map_lookup_elem(&rg_decap, &key)) {
-		rg_count(c, RG_EV_UNKNOWN_TUNNEL, data_end - data);
-		return 0;
+	idx = bpf_map_lookup_elem(&rg_decap, &key);
+	if (!idx) {
+		rg_count(c, RG_EV_UNKNOWN_TUNNEL, len);
+		return RG_DECAP_LEFT;
+	}
+	peer = bpf_map_lookup_elem(&rg_peers, idx);
+	if (!peer || !rg_addr_equal(dst, peer->local)) {
+		rg_count(c, RG_EV_GENEVE_NOT_LOCAL, len);
+		return RG_DECAP_LEFT;
+	}
+	if ((g->ver_optlen >> 6) != 0) {
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
 	}
 	/*
-	 * Version 0 and an inner Ethernet frame only. Options are skipped, but
-	 * one marked critical must be understood (RFC 8926 §3.5): leave those.
+	 * Options are skipped, but one marked critical must be understood or
+	 * the packet dropped (RFC 8926 §3.5). This gateway is the endpoint of
+	 * the tunnel, so it drops them itself rather than count on a kernel
+	 * geneve socket that may not exist.
 	 */
-	if ((g->ver_optlen >> 6) != 0 || g->proto != bpf_htons(RG_GENEVE_PROTO_TEB) ||
-	    (g->flags & RG_GENEVE_F_CRITICAL)) {
-		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
-		return 0;
+	if (g->flags & RG_GENEVE_F_CRITICAL) {
+		rg_count(c, RG_EV_GENEVE_CRITICAL, len);
+		return RG_DECAP_DROP;
+	}
+	/*
+	 * A control packet's payload must not be forwarded (RFC 8926 §3.4): the
+	 * stack gets it whole, as the endpoint's control queue.
+	 */
+	if (g->flags & RG_GENEVE_F_OAM) {
+		rg_count(c, RG_EV_GENEVE_CONTROL, len);
+		return RG_DECAP_LEFT;
+	}
+	if (g->proto != bpf_htons(RG_GENEVE_PROTO_TEB)) {
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
 	}
 	optlen = (g->ver_optlen & 0x3f) * 4;
 	o->len = (void *)(g + 1) - data + optlen;
 	if (data + o->len + sizeof(struct ethhdr) > data_end) {
-		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
-		return 0;
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
 	}
 	__builtin_memcpy(o->dmac, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(o->smac, eth->h_source, ETH_ALEN);
 	o->ecn = rg_tos_ecn(p->tos);
-	return 1;
+	return RG_DECAP_DONE;
+}
+
+/*
+ * Strips the outer headers of a Geneve frame (p parsed from it) that one of
+ * our tunnels sent to us (rg_geneve_match), then applies the outer ECN to the inner IP packet, RoCE
+ * or not (RFC 6040 §4.2). On RG_DECAP_DONE, p and *cls describe the inner
+ * frame, which is addressed to this interface so the stack takes it.
+ */
+static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
+							    struct rg_pkt *p,
+							    struct rg_counters *c,
+							    enum rg_parse_class *cls)
+{
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	enum rg_decap_result verdict;
+	struct rg_outer outer;
+	struct ethhdr *eth;
+	__u8 ecn;
+
+	verdict = rg_geneve_match(p, data, data_end, c, &outer);
+	if (verdict != RG_DECAP_DONE)
+		return verdict;
+	if (bpf_xdp_adjust_head(ctx, outer.len)) {
+		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
+		return RG_DECAP_LEFT;
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return RG_DECAP_DROP; /* cannot happen: checked before stripping */
+	/* The inner frame is still addressed as it was at the far gateway. */
+	__builtin_memcpy(eth->h_dest, outer.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, outer.smac, ETH_ALEN);
+	rg_count(c, RG_EV_DECAPSULATED, data_end - data);
+
+	*cls = rg_parse(data, data_end, p);
+	if (!p->family)
+		return RG_DECAP_DONE;
+	switch (rg_ecn_decapsulate(outer.ecn, rg_tos_ecn(p->tos), &ecn)) {
+	case RG_ECN_DROP:
+		rg_count(c, RG_EV_ECN_DROP, data_end - data);
+		return RG_DECAP_DROP;
+	case RG_ECN_SET:
+		rg_set_tos(p, data_end, (p->tos & ~RG_ECN_MASK) | ecn);
+		break;
+	default:
+		break;
+	}
+	return RG_DECAP_DONE;
 }
 
 #endif

@@ -73,6 +73,8 @@ const volatile struct rg_config rg_cfg = {
 	.mtu_policy = RG_MTU_PASS,
 	.outer_ttl = RG_DEFAULT_OUTER_TTL,
 	.flags = RG_CFG_F_DEFAULT,
+	.psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX,
+	.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS,
 };
 
 #endif

@@ -2,7 +2,8 @@
 /*
  * Header parsing shared by both programs: Ethernet, up to two VLAN tags,
  * IPv4 (any IHL) or IPv6 (fixed header), UDP, then a RoCE v2 BTH (+AETH on
- * ACKs) or a Geneve header. Works on [data, data_end) so TC and XDP share it.
+ * ACKs, +RETH on READ requests) or a Geneve header. UDP/4791 is RoCE only
+ * when its BTH is valid. Works on [data, data_end) so TC and XDP share it.
  */
 #ifndef RG_BPF_PARSE_H
 #define RG_BPF_PARSE_H
@@ -28,8 +29,13 @@
 #define RG_MAX_VLAN_DEPTH 2
 #define RG_BTH_LEN 12
 #define RG_AETH_LEN 4
-/* Deepest header parsed: Ethernet + 2 VLAN + IPv4 with options + UDP + BTH + AETH. */
-#define RG_PARSE_DEPTH (14 + 2 * 4 + 60 + 8 + RG_BTH_LEN + RG_AETH_LEN)
+#define RG_XRCETH_LEN 4 /* XRC requests: between the BTH and the RETH */
+#define RG_RETH_LEN 16
+/*
+ * Deepest header parsed: Ethernet + 2 VLAN + IPv4 with options + UDP + BTH
+ * + XRCETH + RETH (an XRC READ request; an ACK's AETH is shorter).
+ */
+#define RG_PARSE_DEPTH (14 + 2 * 4 + 60 + 8 + RG_BTH_LEN + RG_XRCETH_LEN + RG_RETH_LEN)
 
 struct rg_vlanhdr {
 	__be16 tci;
@@ -54,6 +60,7 @@ struct rg_pkt {
 	__u8 vlan_depth;
 	__u32 dest_qp;
 	__u32 psn;
+	__u32 read_len;      /* RETH DMA length (READ request only) */
 };
 
 static __always_inline int rg_ip_is_fragment(const struct iphdr *ip)
@@ -76,6 +83,50 @@ static __always_inline int rg_ipv6_is_ext(__u8 nexthdr)
 		return 1;
 	}
 	return 0;
+}
+
+static __always_inline __u8 rg_bth_transport(__u8 op) { return op & RG_BTH_TRANSPORT_MASK; }
+static __always_inline __u8 rg_bth_operation(__u8 op) { return op & ~RG_BTH_TRANSPORT_MASK; }
+
+/*
+ * Opcodes a RoCE v2 device sends (IBA 9.2, the BTH OpCode table). RD has no RoCE
+ * binding and 0xc0..0xff are vendor specific: neither is taken for RoCE, so
+ * any other UDP/4791 payload cannot buy the RoCE class or a QP entry.
+ */
+static __always_inline int rg_bth_opcode_defined(__u8 op)
+{
+	__u8 code = rg_bth_operation(op);
+
+	switch (rg_bth_transport(op)) {
+	case RG_BTH_TRANSPORT_RC:
+	case RG_BTH_TRANSPORT_XRC:
+		/* 0x15 (RESYNC) is RD only; 0x1c FLUSH and 0x1d ATOMIC WRITE since IBA 1.5. */
+		return code <= 0x14 || code == 0x16 || code == 0x17 || code == 0x1c || code == 0x1d;
+	case RG_BTH_TRANSPORT_UC:
+		return code <= 0x0b; /* SEND and RDMA WRITE */
+	case RG_BTH_TRANSPORT_UD:
+		return code == 0x04 || code == 0x05; /* SEND only, with or without immediate */
+	case RG_BTH_TRANSPORT_CNP:
+		return op == RG_BTH_OPCODE_CNP;
+	}
+	return 0;
+}
+
+/* An RC or XRC ACK: its AETH carries the ACK/NAK syndrome. */
+static __always_inline int rg_bth_is_ack(__u8 op)
+{
+	__u8 t = rg_bth_transport(op);
+
+	return (t == RG_BTH_TRANSPORT_RC || t == RG_BTH_TRANSPORT_XRC) &&
+	       rg_bth_operation(op) == RG_BTH_OPCODE_ACK;
+}
+
+static __always_inline int rg_bth_is_read_request(__u8 op)
+{
+	__u8 t = rg_bth_transport(op);
+
+	return (t == RG_BTH_TRANSPORT_RC || t == RG_BTH_TRANSPORT_XRC) &&
+	       rg_bth_operation(op) == RG_BTH_OPCODE_READ_REQUEST;
 }
 
 /* Classifies the frame at [data, data_end); fills p for RoCE and Geneve. */
@@ -186,22 +237,45 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 
 	if (udp->dest == bpf_htons(RG_ROCE_UDP_PORT)) {
 		__u8 *bth = pos;
+		__u32 hdr_len = RG_BTH_LEN;
 
 		if (pos + RG_BTH_LEN > data_end || ulen < sizeof(*udp) + RG_BTH_LEN) {
 			p->err = RG_EV_PARSE_TRUNC_BTH;
 			return RG_PKT_OTHER;
 		}
 		p->opcode = bth[0];
+		if ((bth[1] & RG_BTH_TVER_MASK) || !rg_bth_opcode_defined(p->opcode)) {
+			p->err = RG_EV_PARSE_BAD_BTH;
+			return RG_PKT_OTHER;
+		}
 		p->dest_qp = ((__u32)bth[5] << 16) | ((__u32)bth[6] << 8) | bth[7];
 		p->psn = ((__u32)bth[9] << 16) | ((__u32)bth[10] << 8) | bth[11];
 		p->syndrome = 0;
-		if (p->opcode == RG_BTH_OPCODE_ACK) {
-			if (pos + RG_BTH_LEN + RG_AETH_LEN > data_end ||
-			    ulen < sizeof(*udp) + RG_BTH_LEN + RG_AETH_LEN) {
+		p->read_len = 0;
+		if (rg_bth_is_ack(p->opcode)) {
+			hdr_len += RG_AETH_LEN;
+			if (pos + RG_BTH_LEN + RG_AETH_LEN > data_end || ulen < sizeof(*udp) + hdr_len) {
 				p->err = RG_EV_PARSE_TRUNC_BTH;
 				return RG_PKT_OTHER;
 			}
 			p->syndrome = bth[RG_BTH_LEN];
+		} else if (rg_bth_is_read_request(p->opcode)) {
+			__u8 *reth = bth + RG_BTH_LEN;
+
+			if (rg_bth_transport(p->opcode) == RG_BTH_TRANSPORT_XRC)
+				reth += RG_XRCETH_LEN;
+			hdr_len = reth + RG_RETH_LEN - bth;
+			if ((void *)(reth + RG_RETH_LEN) > data_end || ulen < sizeof(*udp) + hdr_len) {
+				p->err = RG_EV_PARSE_TRUNC_BTH;
+				return RG_PKT_OTHER;
+			}
+			p->read_len = ((__u32)reth[12] << 24) | ((__u32)reth[13] << 16) |
+				      ((__u32)reth[14] << 8) | reth[15];
+		}
+		/* Every RoCE v2 packet ends in a 4-byte ICRC (IBA Annex A17). */
+		if (ulen < sizeof(*udp) + hdr_len + RG_ICRC_LEN) {
+			p->err = RG_EV_PARSE_BAD_BTH;
+			return RG_PKT_OTHER;
 		}
 		return RG_PKT_ROCE;
 	}

@@ -5,9 +5,9 @@
  * rg_tc_egress   (TC egress): RoCE v2 DSCP re-mark keeping ECN, per-QP
  *                retransmit accounting, Geneve encapsulation towards
  *                configured peers with a tunnel-MTU guard.
- * rg_xdp_ingress (XDP):       Geneve decapsulation from configured peers with
- *                RFC 6040 ECN handling, DSCP repair, per-QP gap/duplicate,
- *                NAK, CNP and CE accounting.
+ * rg_xdp_ingress (XDP):       Geneve decapsulation of what configured peers
+ *                send to this gateway, with RFC 6040 ECN handling, DSCP
+ *                repair, per-QP gap/duplicate, NAK, CNP and CE accounting.
  *
  * Anything that is not RoCE v2 (or not a configured tunnel) leaves
  * byte-identical with the pass verdict.
@@ -19,9 +19,11 @@
 
 #include "counters.h"
 #include "dscp.h"
+#include "flow.h"
 #include "geneve.h"
 #include "parse.h"
-#include "psn.h"
+#include "qp_accounting.h"
+#include "route.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -34,7 +36,7 @@ int rg_tc_egress(struct __sk_buff *skb)
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	struct rg_counters *c;
 	const struct rg_peer *peer;
-	struct rg_qp_key flow;
+	struct rg_qp_key qp;
 	struct rg_pkt p;
 	int verdict = RG_TC_PASS;
 
@@ -57,7 +59,8 @@ int rg_tc_egress(struct __sk_buff *skb)
 	if ((rg_cfg.flags & RG_CFG_F_REMARK) &&
 	    rg_remark(&p, data_end, rg_target_dscp(&p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
 		rg_count(c, RG_EV_DSCP_REWRITTEN, skb->len);
-	rg_account(&p, data_end, c, RG_DIR_EGRESS, skb->len);
+	rg_qp_key_fill(&qp, &p, data_end);
+	rg_account(&p, &qp, c, RG_DIR_EGRESS, skb->len);
 
 	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth)
 		return RG_TC_PASS;
@@ -65,8 +68,7 @@ int rg_tc_egress(struct __sk_buff *skb)
 	if (!peer)
 		return RG_TC_PASS;
 
-	rg_qp_key_fill(&flow, &p, data_end);
-	switch (rg_geneve_encap(skb, &p, peer, &flow, c, &verdict)) {
+	switch (rg_geneve_encap(skb, &p, peer, &qp, c, &verdict)) {
 	case RG_ENCAP_DONE:
 		return verdict;
 	case RG_ENCAP_OVERSIZE:
@@ -93,45 +95,21 @@ int rg_xdp_ingress(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct rg_counters *c = NULL;
 	enum rg_parse_class cls;
-	struct rg_outer outer;
+	struct rg_qp_key qp;
 	struct rg_pkt p;
 
 	cls = rg_parse(data, data_end, &p);
 	if (cls == RG_PKT_GENEVE && (rg_cfg.flags & RG_CFG_F_DECAP)) {
 		c = rg_counters_get(ctx->ingress_ifindex, RG_DIR_INGRESS);
-		if (!rg_geneve_match(&p, data, data_end, c, &outer))
+		switch (rg_geneve_decap(ctx, &p, c, &cls)) {
+		case RG_DECAP_LEFT:
 			return XDP_PASS;
-		if (bpf_xdp_adjust_head(ctx, outer.len)) {
-			rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
-			return XDP_PASS;
-		}
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-
-		struct ethhdr *eth = data;
-
-		if ((void *)(eth + 1) > data_end)
-			return XDP_DROP; /* cannot happen: checked before stripping */
-		/* The inner frame is still addressed as it was at the far
-		 * gateway: address it to this interface so the stack takes it. */
-		__builtin_memcpy(eth->h_dest, outer.dmac, ETH_ALEN);
-		__builtin_memcpy(eth->h_source, outer.smac, ETH_ALEN);
-		rg_count(c, RG_EV_DECAPSULATED, data_end - data);
-
-		cls = rg_parse(data, data_end, &p);
-		if (p.family) { /* any inner IP packet, RoCE or not */
-			__u8 ecn;
-
-			switch (rg_ecn_decapsulate(outer.ecn, rg_tos_ecn(p.tos), &ecn)) {
-			case RG_ECN_DROP:
-				rg_count(c, RG_EV_ECN_DROP, data_end - data);
-				return XDP_DROP;
-			case RG_ECN_SET:
-				rg_set_tos(&p, data_end, (p.tos & ~RG_ECN_MASK) | ecn);
-				break;
-			default:
-				break;
-			}
+		case RG_DECAP_DROP:
+			return XDP_DROP;
+		default:
+			data = (void *)(long)ctx->data;
+			data_end = (void *)(long)ctx->data_end;
+			break;
 		}
 	}
 
@@ -149,6 +127,7 @@ int rg_xdp_ingress(struct xdp_md *ctx)
 	if ((rg_cfg.flags & RG_CFG_F_REPAIR) &&
 	    rg_remark(&p, data_end, rg_target_dscp(&p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
 		rg_count(c, RG_EV_DSCP_REPAIRED, data_end - data);
-	rg_account(&p, data_end, c, RG_DIR_INGRESS, data_end - data);
+	rg_qp_key_fill(&qp, &p, data_end);
+	rg_account(&p, &qp, c, RG_DIR_INGRESS, data_end - data);
 	return XDP_PASS;
 }

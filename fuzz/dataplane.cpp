@@ -60,6 +60,11 @@ Tunnels fuzz_tunnels() {
       {ip_addr("2001:db8::1"), ip_addr("2001:db8::2"), 0x123456, 1400, Reach::kNeighbour},
       {ip_addr("192.0.2.1"), ip_addr("198.51.100.99"), 0x000999, 1500, Reach::kNoRoute},
       {ip_addr("192.0.2.1"), ip_addr("192.0.2.3"), 0x000777, 1500, Reach::kNoNeighbour},
+      // The far ends' view of peers 0, 1 and 3 (never routed to): what the
+      // egress program encapsulates, fed back, is addressed to them.
+      {ip_addr("192.0.2.2"), ip_addr("192.0.2.1"), 0x00abcd, 9000, Reach::kNeighbour},
+      {ip_addr("2001:db8::2"), ip_addr("2001:db8::1"), 0x123456, 1400, Reach::kNeighbour},
+      {ip_addr("192.0.2.3"), ip_addr("192.0.2.1"), 0x000777, 1500, Reach::kNeighbour},
   };
   t.routes = {
       {ip_addr("203.0.113.0"), 24, 0},   {ip_addr("203.0.113.128"), 25, 1},
@@ -67,11 +72,11 @@ Tunnels fuzz_tunnels() {
       {ip_addr("2001:db8:7::"), 48, 3},
   };
   // Geneve from the peers, and from our own address so that what the
-  // egress program encapsulates decapsulates here too.
+  // egress program encapsulates decapsulates here too (as the far end).
   t.decap = {
-      {ip_addr("192.0.2.2"), 0x00abcd},   {ip_addr("192.0.2.1"), 0x00abcd},
-      {ip_addr("2001:db8::2"), 0x123456}, {ip_addr("2001:db8::1"), 0x123456},
-      {ip_addr("192.0.2.1"), 0x000777},
+      {ip_addr("192.0.2.2"), 0x00abcd, 0},   {ip_addr("192.0.2.1"), 0x00abcd, 4},
+      {ip_addr("2001:db8::2"), 0x123456, 1}, {ip_addr("2001:db8::1"), 0x123456, 5},
+      {ip_addr("192.0.2.1"), 0x000777, 6},
   };
   return t;
 }
@@ -116,6 +121,8 @@ Dataplane::Dataplane() : tunnels_(fuzz_tunnels()) {
   cfg.outer_ttl = tunnels_.outer_ttl;
   // Poisoned headroom: a header field the program forgets to set shows as 0xff.
   cfg.flags = RG_CFG_F_DEFAULT | RG_CFG_F_POISON;
+  cfg.psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX;
+  cfg.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
   skel_->rodata->rg_cfg = cfg;
   // Small enough that the fuzzer's random QPs keep the LRU evicting.
   bpf_map__set_max_entries(skel_->maps.rg_qp, 4096);
@@ -147,8 +154,7 @@ Dataplane::Dataplane() : tunnels_(fuzz_tunnels()) {
     std::memcpy(k.remote, d.remote.data(), d.remote.size());
     k.family = d.remote.size() == 4 ? AF_INET : AF_INET6;
     k.vni = d.vni;
-    uint32_t idx = 0;
-    update(skel_->maps.rg_decap, k, &idx, sizeof(idx));
+    update(skel_->maps.rg_decap, k, &d.peer, sizeof(d.peer));
   }
   reader_ = std::make_unique<MapReader>(bpf_map__fd(skel_->maps.rg_counters),
                                         bpf_map__fd(skel_->maps.rg_qp));

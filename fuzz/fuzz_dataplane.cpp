@@ -127,7 +127,8 @@ void run_xdp(const Bytes& in) {
   const Deltas d = counters_step(RG_DIR_INGRESS, "xdp ingress", in);
   expect_count(d, RG_EV_ROCE_PACKETS, e.roce, "xdp ingress", in);
   expect_count(d, RG_EV_DECAPSULATED, e.decap, "xdp ingress", in);
-  expect_count(d, RG_EV_ECN_DROP, r.verdict == kXdpDrop, "xdp ingress", in);
+  expect_count(d, RG_EV_ECN_DROP, r.verdict == kXdpDrop && !e.critical, "xdp ingress", in);
+  expect_count(d, RG_EV_GENEVE_CRITICAL, e.critical, "xdp ingress", in);
 }
 
 // What the run exercised, for the report: how many frames took each path

@@ -28,6 +28,34 @@ bool ipv6_ext(uint8_t nh) {
 
 size_t ihl_of(const Bytes& f, const Headers& h) { return (f[h.l3] & 0x0f) * 4u; }
 
+// The BTH opcodes RoCE v2 carries, by transport (top three bits): RC and
+// XRC requests, responses and ACKs with FLUSH and ATOMIC WRITE; UC SEND
+// and WRITE; UD SEND only; the CNP. RD and vendor opcodes are not RoCE.
+bool bth_opcode_known(uint8_t op) {
+  const unsigned code = op & 0x1f;
+  switch (op >> 5) {
+    case 0:  // RC
+    case 5:  // XRC
+      return code != 0x15 && (code < 0x18 || code == 0x1c || code == 0x1d);
+    case 1:  // UC
+      return code < 0x0c;
+    case 3:  // UD
+      return code == 4 || code == 5;
+    case 4:
+      return op == 0x81;
+  }
+  return false;
+}
+
+// Headers between the BTH and the payload that the programs read: the AETH
+// of an RC/XRC ACK, the (XRCETH and) RETH of a READ request.
+size_t bth_ext_len(uint8_t op) {
+  const bool rc_or_xrc = (op >> 5) == 0 || (op >> 5) == 5;
+  if (rc_or_xrc && (op & 0x1f) == 0x11) return 4;
+  if (rc_or_xrc && (op & 0x1f) == 0x0c) return (op >> 5) == 5 ? 4 + 16 : 16;
+  return 0;
+}
+
 // The traffic class byte: IPv4 TOS, or the nibbles straddling IPv6 bytes 0-1.
 void set_tos(Bytes& f, const Headers& h, uint8_t tos) {
   if (h.family == 4) {
@@ -136,11 +164,16 @@ Headers classify(const Bytes& f) {
   const uint16_t dport = get16(f, pos + 2);
   // Ethernet pads short frames: a header must fit the frame and the
   // datagram its UDP length declares.
-  const size_t room = std::min<size_t>(n - h.l5, get16(f, pos + 4) < 8 ? 0 : get16(f, pos + 4) - 8u);
+  const size_t datagram = get16(f, pos + 4) < 8 ? 0 : get16(f, pos + 4) - 8u;
+  const size_t room = std::min<size_t>(n - h.l5, datagram);
   if (dport == 4791) {
     if (room < 12) return h;
     h.opcode = f[h.l5];
-    if (h.opcode == 0x11 && room < 16) return h;  // ACK without its AETH
+    // A RoCE v2 BTH: transport header version 0, an opcode RoCE carries,
+    // its extension headers present, and room left for the 4-byte ICRC.
+    if ((f[h.l5 + 1] & 0x0f) != 0 || !bth_opcode_known(h.opcode)) return h;
+    const size_t hdrs = 12 + bth_ext_len(h.opcode);
+    if (room < hdrs || datagram < hdrs + 4) return h;
     h.cls = Class::kRoce;
   } else if (dport == 6081 && room >= 8) {
     h.cls = Class::kGeneve;
@@ -227,16 +260,30 @@ Expect expect_xdp(const Tunnels& t, const Bytes& in) {
   if (h.cls == Class::kGeneve) {
     Bytes src = h.family == 4 ? Bytes(in.begin() + h.l3 + 12, in.begin() + h.l3 + 16)
                               : Bytes(in.begin() + h.l3 + 8, in.begin() + h.l3 + 24);
+    Bytes dst = h.family == 4 ? Bytes(in.begin() + h.l3 + 16, in.begin() + h.l3 + 20)
+                              : Bytes(in.begin() + h.l3 + 24, in.begin() + h.l3 + 40);
     const uint32_t vni = get24(in, h.l5 + 4);
-    const bool known = std::any_of(t.decap.begin(), t.decap.end(), [&](const DecapKey& k) {
+    // Ours: a valid outer IPv4 header (RFC 1071), from a configured peer on
+    // its VNI, to this gateway's local address for that peer.
+    if (h.family == 4 && ipv4_header_sum(in.data() + h.l3, ihl_of(in, h)) != 0xffff)
+      return pass_untouched(kXdpPass, in);
+    auto key = std::find_if(t.decap.begin(), t.decap.end(), [&](const DecapKey& k) {
       return k.remote == src && k.vni == vni;
     });
+    if (key == t.decap.end() || t.peers[key->peer].local != dst)
+      return pass_untouched(kXdpPass, in);
     const uint8_t ver_optlen = in[h.l5], flags = in[h.l5 + 1];
     const size_t olen = h.l5 + 8 + (ver_optlen & 0x3f) * 4u;
-    // RFC 8926: version 0, inner Ethernet, no critical option we would
-    // have to understand; otherwise (or not ours) it passes untouched.
-    if (!known || (ver_optlen >> 6) != 0 || get16(in, h.l5 + 2) != 0x6558 || (flags & 0x40) ||
-        olen + kEthLen > in.size())
+    if ((ver_optlen >> 6) != 0) return pass_untouched(kXdpPass, in);
+    // RFC 8926 §3.5: a critical option we cannot understand drops it; §3.4:
+    // a control packet's payload is not forwarded, the stack gets it whole.
+    if (flags & 0x40) {
+      Expect e = pass_untouched(kXdpDrop, in);
+      e.check_output = false;
+      e.critical = true;
+      return e;
+    }
+    if ((flags & 0x80) || get16(in, h.l5 + 2) != 0x6558 || olen + kEthLen > in.size())
       return pass_untouched(kXdpPass, in);
 
     Bytes f(in.begin() + olen, in.end());

@@ -48,9 +48,11 @@ struct Route {
   uint32_t peer = 0;
 };
 
+// Geneve from remote on vni is ours when sent to peers[peer].local.
 struct DecapKey {
   Bytes remote;
   uint32_t vni = 0;
+  uint32_t peer = 0;
 };
 
 struct Tunnels {
@@ -89,6 +91,8 @@ struct Expect {
   int encap_peer = -1;
   // Ingress: Geneve stripped (decap counted) before the verdict.
   bool decap = false;
+  // Ingress: dropped for a critical Geneve option (RFC 8926 §3.5).
+  bool critical = false;
   bool roce = false;  // a RoCE v2 packet reaches the accounting
 };
 

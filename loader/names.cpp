@@ -33,8 +33,14 @@ constexpr std::array<EventName, RG_EV_MAX> kEvents{{
     {RG_EV_PARSE_IPV6_EXT, "ipv6_ext", "parse_errors", "IPv6 extension header (not walked)", {}, "reason", "ipv6_ext"},
     {RG_EV_PARSE_TRUNC_L4, "trunc_l4", "parse_errors", "UDP header cut short", {}, "reason", "trunc_l4"},
     {RG_EV_PARSE_TRUNC_BTH, "trunc_bth", "parse_errors", "UDP 4791 without room for BTH/AETH", {}, "reason", "trunc_bth"},
-    {RG_EV_PARSE_GENEVE, "geneve", "parse_errors", "Geneve header malformed or with a critical option", {}, "reason", "geneve"},
+    {RG_EV_PARSE_GENEVE, "geneve", "parse_errors", "Geneve header malformed", {}, "reason", "geneve"},
     {RG_EV_QP_NEW, "qp_new", "qp_created", "Per-QP entries created"},
+    {RG_EV_PARSE_BAD_BTH, "bad_bth", "parse_errors", "UDP 4791 without a valid RoCE v2 BTH (version, opcode, ICRC room)", {}, "reason", "bad_bth"},
+    {RG_EV_GENEVE_BAD_CSUM, "geneve_bad_csum", "geneve_untouched_packets", "Geneve with a wrong outer IPv4 header checksum, left untouched", {}, "reason", "bad_csum"},
+    {RG_EV_GENEVE_NOT_LOCAL, "geneve_not_local", "geneve_untouched_packets", "Geneve of a known tunnel to another outer destination, left untouched", {}, "reason", "not_local"},
+    {RG_EV_GENEVE_CONTROL, "geneve_control", "geneve_untouched_packets", "Geneve control packets (O bit), left to the stack undecapsulated", {}, "reason", "control"},
+    {RG_EV_GENEVE_CRITICAL, "geneve_critical", "geneve_critical_dropped_packets", "Geneve with critical options (C bit) on a configured tunnel, dropped", "geneve_critical_dropped_bytes"},
+    {RG_EV_PSN_RESYNC, "psn_resync", "psn_resyncs", "PSN tracking restarted (QP idle, or a jump beyond any window)"},
 }};
 
 }  // namespace

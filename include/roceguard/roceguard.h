@@ -7,12 +7,7 @@
 #ifndef ROCEGUARD_ROCEGUARD_H
 #define ROCEGUARD_ROCEGUARD_H
 
-#ifdef __BPF__
 #include <linux/types.h>
-#else
-#include <linux/types.h>
-#include <stddef.h>
-#endif
 
 #define RG_ROCE_UDP_PORT 4791
 #define RG_GENEVE_UDP_PORT 6081
@@ -23,6 +18,21 @@
 #define RG_DEFAULT_OUTER_TTL 64
 #define RG_DEFAULT_TUNNEL_MTU 1500
 #define RG_DEFAULT_QP_ENTRIES 65536
+/*
+ * PSN tracking of a QP restarts (and counts a resync instead of a gap or a
+ * retransmission) when the QP was silent this long: rxe and rdma_cm reuse QP
+ * numbers within seconds, and a new QP starts at a random PSN.
+ */
+#define RG_DEFAULT_QP_IDLE_MS 5000
+/*
+ * ... or when its PSN moves further than this, either way. A hook sees a
+ * forward jump of k when k-1 packets in flight were lost at once, and a
+ * go-back-N retransmission goes back at most what was in flight; 2^20 packets
+ * is over a second of 100 Gb/s at a 4096-byte MTU, more than any RoCE window
+ * (the bandwidth-delay product) holds. A re-created QP's random start PSN
+ * lands beyond it 15 times in 16.
+ */
+#define RG_DEFAULT_PSN_JUMP_MAX (1u << 20)
 #define RG_MAX_PEERS 256
 #define RG_MAX_ROUTES 4096
 #define RG_MAX_COUNTER_KEYS 512 /* {ifindex, direction} pairs */
@@ -34,10 +44,23 @@
 #define RG_PSN_MASK 0xffffffu /* 24-bit PSN */
 #define RG_PSN_HALF 0x800000u /* serial-number arithmetic window */
 
+/*
+ * BTH opcode: transport in the top 3 bits, operation in the low 5
+ * (IBA 9.2; the CNP opcode is from the RoCE v2 annex, A17).
+ */
+#define RG_BTH_TRANSPORT_RC 0x00
+#define RG_BTH_TRANSPORT_UC 0x20
+#define RG_BTH_TRANSPORT_RD 0x40
+#define RG_BTH_TRANSPORT_UD 0x60
+#define RG_BTH_TRANSPORT_CNP 0x80
+#define RG_BTH_TRANSPORT_XRC 0xa0
+#define RG_BTH_TRANSPORT_MASK 0xe0
+#define RG_BTH_OPCODE_READ_REQUEST 0x0c
 #define RG_BTH_OPCODE_ACK 0x11
 #define RG_BTH_OPCODE_ATOMIC_ACK 0x12
-#define RG_BTH_OPCODE_READ_REQUEST 0x0c
 #define RG_BTH_OPCODE_CNP 0x81
+#define RG_BTH_TVER_MASK 0x0f /* low nibble of BTH byte 1; version 0 only */
+#define RG_ICRC_LEN 4
 
 #define RG_AETH_SYNDROME_KIND_MASK 0xe0
 #define RG_AETH_KIND_ACK 0x00
@@ -84,8 +107,14 @@ enum rg_event {
 	RG_EV_PARSE_IPV6_EXT,      /* IPv6 extension header: not walked, passed */
 	RG_EV_PARSE_TRUNC_L4,      /* UDP header cut short */
 	RG_EV_PARSE_TRUNC_BTH,     /* UDP 4791 without room for a BTH (or AETH) */
-	RG_EV_PARSE_GENEVE,        /* Geneve header malformed or critical option */
+	RG_EV_PARSE_GENEVE,        /* Geneve header malformed, untouched */
 	RG_EV_QP_NEW,              /* QP entries created (LRU evictions = new - fill) */
+	RG_EV_PARSE_BAD_BTH,       /* UDP 4791 that is no RoCE v2: BTH version, opcode, no ICRC room */
+	RG_EV_GENEVE_BAD_CSUM,     /* Geneve with a wrong outer IPv4 header checksum, untouched */
+	RG_EV_GENEVE_NOT_LOCAL,    /* Geneve of a known tunnel to another outer destination, untouched */
+	RG_EV_GENEVE_CONTROL,      /* Geneve control packet (O bit): payload not forwarded, untouched */
+	RG_EV_GENEVE_CRITICAL,     /* Geneve with critical options (C bit) on our tunnel: dropped */
+	RG_EV_PSN_RESYNC,          /* PSN tracking restarted: QP idle, or a jump no window allows */
 	RG_EV_MAX,
 };
 
@@ -134,6 +163,12 @@ struct rg_qp_dir {
 
 #define RG_QP_F_SEEN (1u << 0)
 #define RG_QP_F_READ_PENDING (1u << 1) /* READ request: the next PSN may jump */
+#define RG_QP_F_RESYNC (1u << 2)       /* idle: the next PSN restarts the tracking */
+/*
+ * With RG_QP_F_READ_PENDING, flags >> RG_QP_READ_SPAN_SHIFT is how far the
+ * next request PSN may be ahead without a gap: the READ's response packets.
+ */
+#define RG_QP_READ_SPAN_SHIFT 8
 
 struct rg_qp_state {
 	struct rg_qp_dir dir[RG_DIR_MAX];
@@ -175,7 +210,14 @@ enum rg_mtu_policy {
 #define RG_CFG_F_ACCOUNT (1u << 2)    /* per-QP accounting */
 #define RG_CFG_F_ENCAP (1u << 3)      /* egress Geneve encapsulation */
 #define RG_CFG_F_DECAP (1u << 4)      /* ingress Geneve decapsulation */
-#define RG_CFG_F_POISON (1u << 7)     /* tests: fill new headroom with 0xff */
+/*
+ * Tests only: fill the outer headers with 0xff before writing them. It stays
+ * in the ABI because the tests cannot work without it: bpf_skb_adjust_room()
+ * zeroes the room it inserts, so only the program itself can make a header
+ * field it forgets to set visible. The loader never sets it, and the
+ * verifier prunes the branch then (rg_cfg is frozen read-only data).
+ */
+#define RG_CFG_F_POISON (1u << 7)
 #define RG_CFG_F_DEFAULT                                                      \
 	(RG_CFG_F_REMARK | RG_CFG_F_REPAIR | RG_CFG_F_ACCOUNT | RG_CFG_F_ENCAP | \
 	 RG_CFG_F_DECAP)
@@ -187,6 +229,8 @@ struct rg_config {
 	__u8 mtu_policy;  /* enum rg_mtu_policy */
 	__u8 outer_ttl;   /* outer IPv4 TTL / IPv6 hop limit */
 	__u32 flags;      /* RG_CFG_F_* */
+	__u32 psn_jump_max; /* PSN distance that restarts tracking; 0 = none */
+	__u32 qp_idle_ms;   /* silence that restarts a QP's tracking; 0 = none */
 };
 
 /* Geneve base header (RFC 8926 §3.4), network byte order on the wire. */
@@ -217,7 +261,7 @@ RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");
 RG_STATIC_ASSERT(sizeof(struct rg_decap_key) == 24, "rg_decap_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_config) == 8, "rg_config layout");
+RG_STATIC_ASSERT(sizeof(struct rg_config) == 16, "rg_config layout");
 RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
 #endif
 

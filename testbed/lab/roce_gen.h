@@ -121,7 +121,7 @@ struct ReceiverStats {
   uint64_t goodput_bytes = 0;  // payload bytes of those
   uint64_t out_of_order = 0;   // ahead of the expected PSN: discarded
   uint64_t duplicates = 0;     // behind the expected PSN: discarded
-  // What a PSN tracker on the path sees (roceguard's rule, psn.h): a packet
+  // What a PSN tracker on the path sees (roceguard's rule, bpf/qp_accounting.h): a packet
   // at or behind the highest PSN so far is a retransmission; a forward jump
   // of k is k - 1 packets lost before this point.
   uint64_t seen_retransmits = 0;

@@ -24,6 +24,19 @@ Verdict run(Dataplane& dp, Hook h, const Bytes& in) { return h == Hook::kTc ? dp
 uint32_t pass_verdict(Hook h) { return h == Hook::kTc ? kTcPass : kXdpPass; }
 rg_direction dir_of(Hook h) { return h == Hook::kTc ? RG_DIR_EGRESS : RG_DIR_INGRESS; }
 
+// Opcodes beyond the builder's common ones (IBA 9.2): transport in the top
+// three bits (RC 0x00, UC 0x20, RD 0x40, UD 0x60, XRC 0xa0).
+inline constexpr uint8_t kOpRcCompareSwap = 0x13;
+inline constexpr uint8_t kOpRcFetchAdd = 0x14;
+inline constexpr uint8_t kOpRcSendOnlyInvalidate = 0x17;
+inline constexpr uint8_t kOpRcFlush = 0x1c;
+inline constexpr uint8_t kOpRcAtomicWrite = 0x1d;
+inline constexpr uint8_t kOpUdSendOnly = 0x64;
+inline constexpr uint8_t kOpXrcSendOnly = 0xa4;
+inline constexpr uint8_t kOpXrcReadRequest = 0xac;
+inline constexpr uint8_t kOpXrcAck = 0xb1;
+inline constexpr uint8_t kOpXrcFlush = 0xbc;
+
 Bth bth(uint8_t opcode, uint32_t dest_qp = 0x11, uint32_t psn = 100) {
   Bth b;
   b.opcode = opcode;
@@ -297,6 +310,28 @@ std::vector<PassCase> pass_cases() {
                padded(PacketBuilder().ipv4("198.51.100.10", "198.51.100.20")
                           .udp(49200, kRoceV2Port).bth(bth(kOpAck)).icrc(false).build()),
                "trunc_bth"});
+  // UDP/4791 that is not RoCE v2 must not buy the RoCE class or a QP entry.
+  const std::string http = "GET / HTTP/1.1\r\nHost: 198.51.100.20\r\n\r\n";
+  c.push_back({"Udp4791HttpGet",
+               PacketBuilder().ipv4("198.51.100.10", "198.51.100.20").udp(49200, kRoceV2Port)
+                   .payload(Bytes(http.begin(), http.end())).build(),
+               "bad_bth"});
+  Bytes tver = roce4().build();
+  tver[14 + 20 + 8 + 1] |= 0x01;  // transport header version 1
+  c.push_back({"BthVersion1", tver, "bad_bth"});
+  Bytes tver6 = roce6().build();
+  tver6[14 + 40 + 8 + 1] |= 0x0f;
+  c.push_back({"BthVersion15Ipv6", tver6, "bad_bth"});
+  c.push_back({"RcReservedOpcode", roce4(0x18).build(), "bad_bth"});
+  c.push_back({"RcResyncIsRdOnly", roce4(0x15).build(), "bad_bth"});
+  c.push_back({"UcReadRequest", roce4(0x2c).build(), "bad_bth"});
+  c.push_back({"RdTransport", roce4(0x44).build(), "bad_bth"});
+  c.push_back({"UdWrite", roce4(0x6a).build(), "bad_bth"});
+  c.push_back({"CnpRangeNotCnp", roce4(0x80).build(), "bad_bth"});
+  c.push_back({"VendorOpcode", roce4(0xc0).build(), "bad_bth"});
+  c.push_back({"NoRoomForIcrc", roce4().payload(0).icrc(false).build(), "bad_bth"});
+  c.push_back({"AckNoRoomForIcrc", roce4(kOpAck).icrc(false).build(), "bad_bth"});
+  c.push_back({"ReadRequestWithoutReth", roce4(kOpReadRequest).payload(8).build(), "trunc_bth"});
   std::vector<PassCase> both;
   for (const auto& one : c) {
     for (Hook h : {Hook::kTc, Hook::kXdp}) {
@@ -791,14 +826,33 @@ TEST(Decap, SkipsNonCriticalOptions) {
   EXPECT_EQ(hex(r.out), hex(delivered(inner, in)));
 }
 
-TEST(Decap, OamFlagIsNotCritical) {
+// RFC 8926 §3.5: a critical option this endpoint does not understand means
+// the packet is dropped, whether or not a kernel geneve socket is there.
+TEST(Decap, CriticalOptionIsDropped) {
+  Dataplane dp;
+  dp.tunnels();
+  for (const Bytes& in :
+       {geneve_from(kPeer4, kLocal4, kVni4, roce4().build())
+            .geneve(kVni4, {0x01, 0x02, 0x83, 0x01, 0, 0, 0, 0}, RG_GENEVE_F_CRITICAL)
+            .build(),
+        geneve_from(kPeer6, kLocal6, kVni6, roce6().build())
+            .geneve(kVni6, {}, RG_GENEVE_F_CRITICAL | RG_GENEVE_F_OAM)
+            .build()}) {
+    EXPECT_EQ(dp.xdp(in).ret, kXdpDrop);
+  }
+  EXPECT_EQ(dp.events(RG_DIR_INGRESS), (Events{{"geneve_critical", 2}}));
+  EXPECT_TRUE(dp.qps().empty());
+}
+
+// The outer IPv4 header checksum covers its options too.
+TEST(Decap, OuterIpv4OptionsAreAccepted) {
   Dataplane dp;
   dp.tunnels();
   Bytes inner = roce4().dscp(46).build();
-  PacketBuilder p = geneve_from(kPeer4, kLocal4, kVni4, inner);
-  p.geneve(kVni4, {}, RG_GENEVE_F_OAM);
-  Bytes in = p.build();
-  EXPECT_EQ(hex(dp.xdp(in).out), hex(delivered(inner, in)));
+  Bytes in = geneve_from(kPeer4, kLocal4, kVni4, inner).ip_options(record_route(9)).build();
+  Verdict r = dp.xdp(in);
+  EXPECT_EQ(r.ret, kXdpPass);
+  EXPECT_EQ(hex(r.out), hex(delivered(inner, in)));
 }
 
 TEST(Decap, NonRoceInnerIsDecapsulated) {
@@ -830,9 +884,23 @@ std::vector<UntouchedGeneve> untouched_geneve_cases() {
                "unknown_tunnel"});
   c.push_back({"VniOfOtherPeer", geneve_from(kPeer6, kLocal6, kVni4, inner).build(),
                "unknown_tunnel"});
-  PacketBuilder crit = geneve_from(kPeer4, kLocal4, kVni4, inner);
-  crit.geneve(kVni4, {0x01, 0x02, 0x83, 0x01, 0, 0, 0, 0}, RG_GENEVE_F_CRITICAL);
-  c.push_back({"CriticalOption", crit.build(), "geneve"});
+  // Only what is addressed to this gateway's local address for the peer.
+  c.push_back({"OtherOuterDestination", geneve_from(kPeer4, "192.0.2.9", kVni4, inner).build(),
+               "geneve_not_local"});
+  c.push_back({"OtherOuterDestinationIpv6",
+               geneve_from(kPeer6, "2001:db8::9", kVni6, inner).build(), "geneve_not_local"});
+  c.push_back({"PeerAddressAsDestination", geneve_from(kPeer4, kPeer4, kVni4, inner).build(),
+               "geneve_not_local"});
+  Bytes csum = geneve_from(kPeer4, kLocal4, kVni4, inner).build();
+  csum[14 + 11] ^= 0x01;
+  c.push_back({"BadOuterIpv4Checksum", csum, "geneve_bad_csum"});
+  Bytes csum_opts = geneve_from(kPeer4, kLocal4, kVni4, inner).ip_options(record_route(2)).build();
+  csum_opts[14 + 20 + 5] ^= 0x10;  // inside the options: only the checksum can tell
+  c.push_back({"BadOuterIpv4ChecksumOverOptions", csum_opts, "geneve_bad_csum"});
+  // RFC 8926 §3.4: a control packet's payload must not be forwarded.
+  PacketBuilder control = geneve_from(kPeer4, kLocal4, kVni4, inner);
+  control.geneve(kVni4, {}, RG_GENEVE_F_OAM);
+  c.push_back({"ControlPacket", control.build(), "geneve_control"});
   PacketBuilder ipproto = geneve_from(kPeer4, kLocal4, kVni4, slice(inner, 14));
   ipproto.geneve(kVni4, {}, 0, 0x0800);
   c.push_back({"InnerIpNotEthernet", ipproto.build(), "geneve"});
@@ -966,12 +1034,27 @@ TEST(Decap, OuterVlanTagIsStrippedToo) {
 
 struct Psn {
   Dataplane dp;
+  explicit Psn(const rg_config& cfg = test_config()) : dp(cfg) {}
   // Sends one packet of dest QP qp through the hook.
   void send(Hook h, uint32_t psn, uint8_t opcode = kOpSendOnly, uint32_t qp = 0x11) {
-    Verdict r = run(dp, h, roce4(opcode, qp, psn).build());
+    send(h, roce4(opcode, qp, psn));
+  }
+  void send(Hook h, const PacketBuilder& p) {
+    Verdict r = run(dp, h, p.build());
     EXPECT_EQ(r.ret, pass_verdict(h));
   }
 };
+
+// A READ request of dma_len bytes at psn (RC, or XRC with its XRCETH).
+PacketBuilder read_request(uint32_t psn, uint32_t dma_len, bool xrc = false) {
+  if (!xrc) return roce4(kOpReadRequest, 0x11, psn).reth(0x1000, 0x99, dma_len).payload(0);
+  Bytes ext = {0, 0, 0, 0x42};  // XRCETH: XRC SRQ 0x42
+  const Bytes reth = {0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0x99, static_cast<uint8_t>(dma_len >> 24),
+                      static_cast<uint8_t>(dma_len >> 16), static_cast<uint8_t>(dma_len >> 8),
+                      static_cast<uint8_t>(dma_len)};
+  ext.insert(ext.end(), reth.begin(), reth.end());
+  return roce4(kOpXrcReadRequest, 0x11, psn).payload(ext);
+}
 
 class PsnAccounting : public ::testing::TestWithParam<Hook> {};
 
@@ -1043,8 +1126,11 @@ TEST_P(PsnAccounting, GapAcrossWrap) {
   EXPECT_EQ(d.retransmits, 0u);
 }
 
+// Serial arithmetic alone: no jump bound.
 TEST_P(PsnAccounting, HalfWindowIsBehind) {
-  Psn t;
+  rg_config cfg = test_config();
+  cfg.psn_jump_max = 0;
+  Psn t(cfg);
   t.send(GetParam(), 0);
   t.send(GetParam(), 0x800000);  // exactly half the space: not ahead
   rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
@@ -1067,6 +1153,121 @@ TEST_P(PsnAccounting, ReadRequestIsNotAGap) {
   d = t.dp.qp(dir_of(GetParam()), 0x11);
   EXPECT_EQ(d.gaps, 1u);
   EXPECT_EQ(d.lost, 2u);
+}
+
+// ... and with the default bound, half the space away is a new QP.
+TEST_P(PsnAccounting, HalfWindowAwayIsAResync) {
+  Psn t;
+  t.send(GetParam(), 0);
+  t.send(GetParam(), 0x800000);
+  rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.retransmits + d.gaps, 0u);
+  EXPECT_EQ(d.max_psn, 0x800000u);
+  EXPECT_EQ(t.dp.events(dir_of(GetParam()))["psn_resync"], 1u);
+}
+
+// rxe and rdma_cm reuse QP numbers quickly; the new QP starts at a random PSN.
+TEST_P(PsnAccounting, RecreatedQpAheadIsAResyncNotLoss) {
+  Psn t;
+  for (uint32_t psn : {100u, 101u, 102u, 0x3a0000u, 0x3a0001u}) t.send(GetParam(), psn);
+  rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.gaps, 0u);
+  EXPECT_EQ(d.lost, 0u);
+  EXPECT_EQ(d.retransmits, 0u);
+  EXPECT_EQ(d.max_psn, 0x3a0001u);
+  Events e = t.dp.events(dir_of(GetParam()));
+  EXPECT_EQ(e["psn_resync"], 1u);
+  EXPECT_EQ(e.count("psn_gaps") + e.count("lost_estimate"), 0u);
+  t.send(GetParam(), 0x3a0003);  // a real gap after the restart still counts
+  d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.gaps, 1u);
+  EXPECT_EQ(d.lost, 1u);
+}
+
+TEST_P(PsnAccounting, RecreatedQpBehindIsAResyncNotRetransmits) {
+  Psn t;
+  for (uint32_t psn : {0x3a0000u, 0x3a0001u, 100u, 101u, 102u}) t.send(GetParam(), psn);
+  rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.retransmits, 0u);
+  EXPECT_EQ(d.gaps, 0u);
+  EXPECT_EQ(d.max_psn, 102u);
+  EXPECT_EQ(t.dp.events(dir_of(GetParam()))["psn_resync"], 1u);
+}
+
+TEST_P(PsnAccounting, IdleQpRestartsTracking) {
+  Psn t;
+  for (uint32_t psn : {100u, 101u, 102u}) t.send(GetParam(), psn);
+  t.dp.age_qps();
+  t.send(GetParam(), 5000);  // within the jump bound: only the silence tells
+  t.send(GetParam(), 5001);
+  rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.gaps, 0u);
+  EXPECT_EQ(d.lost, 0u);
+  EXPECT_EQ(d.retransmits, 0u);
+  EXPECT_EQ(d.max_psn, 5001u);
+  EXPECT_EQ(d.packets, 5u) << "the row is kept, only the PSN tracking restarts";
+  EXPECT_EQ(t.dp.events(dir_of(GetParam()))["psn_resync"], 1u);
+}
+
+// FLUSH and ATOMIC WRITE (IBA 1.5, rxe since Linux 6.2), atomics and SEND
+// with invalidate each take one request PSN.
+TEST_P(PsnAccounting, EveryRequestOpcodeTakesAPsn) {
+  Psn t;
+  uint32_t psn = 10;
+  for (uint8_t op : {kOpSendOnly, kOpRcFlush, kOpWriteOnly, kOpRcAtomicWrite, kOpRcCompareSwap,
+                     kOpRcFetchAdd, kOpRcSendOnlyInvalidate, kOpRcFlush, kOpSendOnly})
+    t.send(GetParam(), psn++, op);
+  rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.gaps, 0u);
+  EXPECT_EQ(d.lost, 0u);
+  EXPECT_EQ(d.retransmits, 0u);
+  EXPECT_EQ(d.max_psn, psn - 1);
+  t.send(GetParam(), psn - 1, kOpRcFlush);  // a resent FLUSH is a retransmission
+  EXPECT_EQ(t.dp.qp(dir_of(GetParam()), 0x11).retransmits, 1u);
+}
+
+TEST_P(PsnAccounting, XrcRequestsAreTracked) {
+  Psn t;
+  t.send(GetParam(), 10, kOpXrcSendOnly);
+  t.send(GetParam(), 11, kOpXrcFlush);
+  t.send(GetParam(), 15, kOpXrcSendOnly);  // 12..14 missing
+  t.send(GetParam(), 15, kOpXrcSendOnly);
+  rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.gaps, 1u);
+  EXPECT_EQ(d.lost, 3u);
+  EXPECT_EQ(d.retransmits, 1u);
+  EXPECT_EQ(d.max_psn, 15u);
+}
+
+// A READ's responses take ceil(length / path MTU) PSNs; with the path MTU
+// unknown the smallest (256) bounds the span, never more.
+TEST_P(PsnAccounting, ReadForgivesOnlyItsResponses) {
+  Psn t;
+  t.send(GetParam(), 10);
+  t.send(GetParam(), read_request(11, 64));
+  t.send(GetParam(), read_request(11, 64));  // resent READ
+  t.send(GetParam(), 40);                    // 12..39 missing
+  rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.retransmits, 1u);
+  EXPECT_EQ(d.gaps, 1u);
+  EXPECT_EQ(d.lost, 28u);
+  EXPECT_EQ(d.max_psn, 40u);
+}
+
+TEST_P(PsnAccounting, ReadSpanFollowsDmaLength) {
+  Psn t;
+  t.send(GetParam(), 10);
+  t.send(GetParam(), read_request(11, 4096));  // up to 16 responses: 11..26
+  t.send(GetParam(), 27);
+  t.send(GetParam(), read_request(28, 4097, true));  // XRC, up to 17: 28..44
+  t.send(GetParam(), 50);                            // 45..49 missing
+  t.send(GetParam(), read_request(51, 0));           // one response, no payload
+  t.send(GetParam(), 52);
+  rg_qp_dir d = t.dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.gaps, 1u);
+  EXPECT_EQ(d.lost, 5u);
+  EXPECT_EQ(d.retransmits, 0u);
+  EXPECT_EQ(d.max_psn, 52u);
 }
 
 TEST_P(PsnAccounting, AcksCnpsAndResponsesDoNotMovePsn) {
@@ -1100,6 +1301,7 @@ TEST_P(NakAccounting, CountedInCountersAndPerQp) {
   Dataplane dp;
   PacketBuilder p = roce4(tc.opcode, 0x77, 5).ecn(tc.ecn);
   if (tc.opcode == kOpAck) p.aeth(tc.syndrome, 1);
+  if (tc.opcode == kOpXrcAck) p.aeth(tc.syndrome, 1).payload(0);
   run(dp, hook, p.build());
   p.bth(bth(tc.opcode, 0x77, 6));
   run(dp, hook, p.build());
@@ -1125,6 +1327,9 @@ INSTANTIATE_TEST_SUITE_P(
             NakCase{"NakInvalidRequest", kOpAck, 0x61, 0, "nak_other", &rg_qp_dir::nak_other},
             NakCase{"NakRemoteOp", kOpAck, 0x63, 0, "nak_other", &rg_qp_dir::nak_other},
             NakCase{"RnrNak", kOpAck, kSynRnrNak, 0, "rnr_nak", &rg_qp_dir::rnr_nak},
+            NakCase{"XrcNakSeqErr", kOpXrcAck, kSynNakSeqErr, 0, "nak_seq_err",
+                    &rg_qp_dir::nak_seq_err},
+            NakCase{"XrcRnrNak", kOpXrcAck, kSynRnrNak, 0, "rnr_nak", &rg_qp_dir::rnr_nak},
             NakCase{"Cnp", kOpCnp, 0, 0, "cnp", &rg_qp_dir::cnp},
             NakCase{"EcnCe", kOpWriteOnly, 0, 3, "ecn_ce", &rg_qp_dir::ecn_ce}),
         ::testing::Values(Hook::kTc, Hook::kXdp)),
@@ -1134,6 +1339,35 @@ INSTANTIATE_TEST_SUITE_P(
 
 INSTANTIATE_TEST_SUITE_P(, PsnAccounting, ::testing::Values(Hook::kTc, Hook::kXdp),
                          [](const auto& info) { return hook_name(info.param); });
+
+// The thresholds are the loader's to set; 0 turns a rule off.
+TEST(PsnResyncConfig, BoundsAreConfigurable) {
+  rg_config cfg = test_config();
+  cfg.psn_jump_max = 1u << 22;
+  cfg.qp_idle_ms = 0;
+  Psn t(cfg);
+  for (uint32_t psn : {100u, 101u, 102u}) t.send(Hook::kXdp, psn);
+  t.dp.age_qps();
+  t.send(Hook::kXdp, 0x3a0000);
+  rg_qp_dir d = t.dp.qp(RG_DIR_INGRESS, 0x11);
+  EXPECT_EQ(d.gaps, 1u);
+  EXPECT_EQ(d.lost, 3800985u) << "within a 2^22 bound the jump is a loss";
+  EXPECT_EQ(t.dp.events(RG_DIR_INGRESS).count("psn_resync"), 0u);
+}
+
+// Every transport RoCE v2 carries is still RoCE after the BTH checks.
+TEST(BthValidation, DefinedOpcodesOfEveryTransportAreRoce) {
+  for (uint8_t op : {kOpSendOnly, kOpRcFlush, kOpRcAtomicWrite, kOpRcCompareSwap, kOpUcSendOnly,
+                     kOpUdSendOnly, kOpXrcSendOnly, kOpXrcFlush}) {
+    for (Hook h : {Hook::kTc, Hook::kXdp}) {
+      Dataplane dp;
+      PacketBuilder p = roce4(op).dscp(0);
+      Verdict r = run(dp, h, p.build());
+      EXPECT_EQ(hex(r.out), hex(p.dscp(46).build())) << "opcode " << int(op);
+      EXPECT_EQ(dp.events(dir_of(h))["roce_packets"], 1u) << "opcode " << int(op);
+    }
+  }
+}
 
 TEST(QpTable, KeyedByAddressesAndQp) {
   Dataplane dp;

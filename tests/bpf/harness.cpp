@@ -148,6 +148,8 @@ rg_config test_config() {
   c.mtu_policy = RG_MTU_PASS;
   c.outer_ttl = RG_DEFAULT_OUTER_TTL;
   c.flags = RG_CFG_F_DEFAULT | RG_CFG_F_POISON;
+  c.psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX;
+  c.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
   return c;
 }
 
@@ -221,27 +223,38 @@ void Dataplane::route(const std::string& prefix, uint32_t prefixlen, uint32_t pe
   if (err) throw std::runtime_error("route update: " + std::string(std::strerror(-err)));
 }
 
-void Dataplane::decap(const std::string& remote, uint32_t vni) {
+void Dataplane::decap(const std::string& remote, uint32_t vni, uint32_t peer_idx) {
   rg_decap_key k{};
   Bytes r = ip_addr(remote);
   std::memcpy(k.remote, r.data(), r.size());
   k.family = r.size() == 4 ? AF_INET : AF_INET6;
   k.vni = vni;
-  uint32_t idx = 0;
-  if (bpf_map__update_elem(skel_->maps.rg_decap, &k, sizeof(k), &idx, sizeof(idx), 0))
+  if (bpf_map__update_elem(skel_->maps.rg_decap, &k, sizeof(k), &peer_idx, sizeof(peer_idx), 0))
     throw std::runtime_error("rg_decap update: " + std::string(std::strerror(errno)));
 }
 
 void Dataplane::tunnels(uint16_t mtu) {
-  peer(0, kLocal4, kPeer4, kVni4, mtu);
-  peer(1, kLocal6, kPeer6, kVni6, mtu);
-  route(kRemoteNet4, 24, 0);
-  route(kRemoteNet6, 48, 1);
-  // What this gateway sends, it also accepts: encap output can be fed back.
-  decap(kLocal4, kVni4);
-  decap(kLocal6, kVni6);
-  decap(kPeer4, kVni4);
-  decap(kPeer6, kVni6);
+  peer(kPeerSlot4, kLocal4, kPeer4, kVni4, mtu);
+  peer(kPeerSlot6, kLocal6, kPeer6, kVni6, mtu);
+  route(kRemoteNet4, 24, kPeerSlot4);
+  route(kRemoteNet6, 48, kPeerSlot6);
+  decap(kPeer4, kVni4, kPeerSlot4);
+  decap(kPeer6, kVni6, kPeerSlot6);
+  // The same tunnels as the peers see them, so that what this gateway
+  // encapsulates can be fed back and is decapsulated as the far end would.
+  peer(kFarEnd4, kPeer4, kLocal4, kVni4, mtu);
+  peer(kFarEnd6, kPeer6, kLocal6, kVni6, mtu);
+  decap(kLocal4, kVni4, kFarEnd4);
+  decap(kLocal6, kVni6, kFarEnd6);
+}
+
+void Dataplane::age_qps() {
+  for (QpRow row : reader_->qps()) {
+    row.state.last_seen_ns = 1;
+    if (bpf_map__update_elem(skel_->maps.rg_qp, &row.key, sizeof(row.key), &row.state,
+                             sizeof(row.state), BPF_EXIST))
+      throw std::runtime_error("rg_qp update: " + std::string(std::strerror(errno)));
+  }
 }
 
 Events Dataplane::events(rg_direction dir) const {

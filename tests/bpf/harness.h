@@ -43,6 +43,11 @@ inline constexpr const char* kRemoteNet4 = "203.0.113.0";   // /24 -> IPv4 peer
 inline constexpr const char* kRemoteNet6 = "2001:db8:6::";  // /48 -> IPv6 peer
 inline constexpr uint32_t kVni4 = 0x00abcd;
 inline constexpr uint32_t kVni6 = 0x123456;
+// Peer slots of the standard tunnels: ours, then the far ends' view of them.
+inline constexpr uint32_t kPeerSlot4 = 0;
+inline constexpr uint32_t kPeerSlot6 = 1;
+inline constexpr uint32_t kFarEnd4 = 2;
+inline constexpr uint32_t kFarEnd6 = 3;
 
 inline constexpr uint32_t kTcPass = static_cast<uint32_t>(-1);  // TC_ACT_UNSPEC
 inline constexpr uint32_t kTcShot = 2;                          // TC_ACT_SHOT
@@ -78,10 +83,14 @@ class Dataplane {
   void peer(uint32_t idx, const std::string& local, const std::string& remote, uint32_t vni,
             uint16_t mtu = 1500);
   void route(const std::string& prefix, uint32_t prefixlen, uint32_t peer_idx);
-  void decap(const std::string& remote, uint32_t vni);
+  // Geneve from remote on vni is decapsulated when sent to peer_idx's local address.
+  void decap(const std::string& remote, uint32_t vni, uint32_t peer_idx);
   // The standard set: 203.0.113.0/24 via the IPv4 peer, 2001:db8:6::/48 via
-  // the IPv6 peer, and Geneve accepted from both.
+  // the IPv6 peer, Geneve accepted from both, and the far ends' view of the
+  // same tunnels, so encapsulated output decapsulates when fed back.
   void tunnels(uint16_t mtu = 1500);
+  // Makes every QP entry look silent since boot, longer than any idle time.
+  void age_qps();
 
   Events events(rg_direction dir) const;  // packet counts
   uint64_t bytes(rg_direction dir, rg_event ev) const;

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Where an egress packet goes: the tunnel peer for its inner destination
+ * (longest-prefix match over the configured routes) and the next hop towards
+ * that peer (bpf_fib_lookup), including the egress device's MTU check.
+ */
+#ifndef RG_BPF_ROUTE_H
+#define RG_BPF_ROUTE_H
+
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "maps.h"
+#include "parse.h"
+
+/* Tunnel peer for the inner destination, or NULL. */
+static __always_inline const struct rg_peer *rg_route_lookup(const struct rg_pkt *p,
+							     void *data_end)
+{
+	__u32 *idx = NULL;
+
+	if (p->family == AF_INET) {
+		struct iphdr *ip = p->l3;
+		struct rg_route4_key k = { .prefixlen = 32 };
+
+		if ((void *)(ip + 1) > data_end)
+			return NULL;
+		__builtin_memcpy(k.addr, &ip->daddr, 4);
+		idx = bpf_map_lookup_elem(&rg_route4, &k);
+	} else {
+		struct ipv6hdr *ip6 = p->l3;
+		struct rg_route6_key k = { .prefixlen = 128 };
+
+		if ((void *)(ip6 + 1) > data_end)
+			return NULL;
+		__builtin_memcpy(k.addr, &ip6->daddr, 16);
+		idx = bpf_map_lookup_elem(&rg_route6, &k);
+	}
+	if (!idx)
+		return NULL;
+	const struct rg_peer *peer = bpf_map_lookup_elem(&rg_peers, idx);
+
+	return peer && peer->family ? peer : NULL;
+}
+
+enum rg_fib_result {
+	RG_FIB_OK,        /* MACs in fib, send out fib->ifindex */
+	RG_FIB_NEIGH,     /* route known, neighbour unresolved: bpf_redirect_neigh */
+	RG_FIB_TOO_BIG,   /* over the egress device's MTU */
+	RG_FIB_FAIL,
+};
+
+static __always_inline void rg_fib_init(struct bpf_fib_lookup *fib, const struct __sk_buff *skb,
+					const struct rg_peer *peer, __u16 tot_len)
+{
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = peer->family;
+	fib->l4_protocol = IPPROTO_UDP;
+	fib->dport = bpf_htons(RG_GENEVE_UDP_PORT);
+	fib->tot_len = tot_len;
+	fib->ifindex = skb->ifindex;
+	if (peer->family == AF_INET) {
+		__builtin_memcpy(&fib->ipv4_src, peer->local, 4);
+		__builtin_memcpy(&fib->ipv4_dst, peer->remote, 4);
+	} else {
+		__builtin_memcpy(fib->ipv6_src, peer->local, 16);
+		__builtin_memcpy(fib->ipv6_dst, peer->remote, 16);
+	}
+}
+
+/*
+ * Route to the tunnel peer. The outer packet is our own, so try an output
+ * lookup on this device first; fall back to a forwarding lookup for peers
+ * reached through another device. tot_len makes the kernel check the egress
+ * device's MTU; a failed lookup may have overwritten it (it shares a union
+ * with mtu_result), so the fallback starts from a fresh request.
+ */
+static __always_inline enum rg_fib_result rg_fib_peer(struct __sk_buff *skb,
+						      const struct rg_peer *peer,
+						      struct bpf_fib_lookup *fib, __u16 tot_len)
+{
+	long rc;
+
+	rg_fib_init(fib, skb, peer, tot_len);
+	rc = bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH &&
+	    rc != BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		rg_fib_init(fib, skb, peer, tot_len);
+		rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+	}
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+		return RG_FIB_OK;
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return RG_FIB_NEIGH;
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return RG_FIB_TOO_BIG;
+	return RG_FIB_FAIL;
+}
+
+/*
+ * The TC verdict that sends the built outer packet to the next hop: on this
+ * device as it is, through another device, or through the neighbour
+ * subsystem when the next hop's MAC is not known yet.
+ */
+static __always_inline int rg_fib_verdict(const struct __sk_buff *skb,
+					  const struct bpf_fib_lookup *fib,
+					  enum rg_fib_result fr)
+{
+	if (fr == RG_FIB_NEIGH) {
+		struct bpf_redir_neigh nh = { .nh_family = fib->family };
+
+		if (fib->family == AF_INET)
+			nh.ipv4_nh = fib->ipv4_dst;
+		else
+			__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
+		return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+	}
+	if (fib->ifindex != skb->ifindex)
+		return bpf_redirect(fib->ifindex, 0);
+	return TC_ACT_UNSPEC;
+}
+
+#endif
