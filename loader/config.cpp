@@ -342,8 +342,8 @@ rg_config Config::rodata() const {
   c.cnp_dscp = static_cast<__u8>(cnp_dscp);
   c.mtu_policy = static_cast<__u8>(mtu_policy);
   c.outer_ttl = static_cast<__u8>(outer_ttl);
-  c.psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX;
-  c.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
+  c.psn_jump_max = psn_jump_max;
+  c.qp_idle_ms = qp_idle_ms;
   c.flags = RG_CFG_F_ENCAP | RG_CFG_F_DECAP;
   if (remark) c.flags |= RG_CFG_F_REMARK;
   if (repair) c.flags |= RG_CFG_F_REPAIR;

@@ -68,6 +68,8 @@ struct Config {
   bool remark = true;
   bool repair = true;
   uint32_t qp_entries = RG_DEFAULT_QP_ENTRIES;
+  uint32_t qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
+  uint32_t psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX;
   uint32_t tc_handle = kDefaultTcHandle;
   uint32_t tc_priority = kDefaultTcPriority;
   XdpMode xdp_mode = XdpMode::kNative;
