@@ -268,9 +268,13 @@ least_privilege)
   daemonset="$(dirname "$unit")/k8s/daemonset.yaml"
   k8s=$(sed -n 's/^ *add: \[\(.*\)\]/\1/p' "$daemonset" | tr -d '", ' | tr 'A-Z' 'a-z')
   [ "$k8s" = "$(echo "$caps" | tr -d ' ')" ] || fail "DaemonSet adds {$k8s}, the unit grants {$caps}"
-  # The service user owns where it pins (the unit's ReadWritePaths); it
-  # needs no file capability for that.
-  chown 65534:65534 /sys/fs/bpf
+  # bpffs as the unit's tmpfiles.d snippet leaves it: the service group may
+  # only pass through /sys/fs/bpf; the pin directory and libxdp's directory
+  # (the unit's ReadWritePaths) are the service user's. No file capability
+  # is needed for that.
+  chgrp 65534 /sys/fs/bpf
+  chmod 0710 /sys/fs/bpf
+  install -d -m 0700 -o 65534 -g 65534 "$pin" /sys/fs/bpf/xdp
   cp "$rg" "$tmp/roceguard"
   chmod 755 "$tmp" "$tmp/roceguard"
   rg="$tmp/roceguard"

@@ -25,6 +25,7 @@ for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	rgvm_src=*) src=${arg#rgvm_src=} ;;
 	rgvm_build=*) build=${arg#rgvm_build=} ;;
+	rgvm_pid1=*) pid1=${arg#rgvm_pid1=} ;;
 	esac
 done
 for share in "rgsrc:$src" "rgbuild:$build"; do
@@ -37,6 +38,11 @@ done
 mkdir -p /newroot/run/rgvm
 mount -t 9p -o trans=virtio,version=9p2000.L,rw,cache=none rgvm /newroot/run/rgvm
 umount /proc /sys /dev
+# A guest script that boots an init system of its own (systemd) becomes
+# PID 1 and records its status itself.
+if [ "$pid1" = script ]; then
+	exec switch_root /newroot /bin/sh /run/rgvm/run.sh
+fi
 exec switch_root /newroot /bin/sh -c '
 	sh /run/rgvm/run.sh >/run/rgvm/out.log 2>&1
 	echo $? >/run/rgvm/rc

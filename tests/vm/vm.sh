@@ -9,7 +9,10 @@
 #   rgvm_start NAME NET SCRIPT [VAR=value...]
 #                                      boots a VM running SCRIPT (a guest/*.sh
 #                                      file) with NET one of listen:PORT,
-#                                      connect:PORT or none; VARs are exported
+#                                      connect:PORT or none; VARs are exported;
+#                                      with RGVM_PID1=script set, SCRIPT runs
+#                                      as PID 1 (to exec an init system) and
+#                                      writes out.log and rc itself
 #   rgvm_wait NAME                     waits for power-off, returns the script's status
 #   rgvm_share NAME                    host path of the VM's writable share
 #
@@ -161,7 +164,7 @@ rgvm_start() {
 	timeout -k 5 "$RGVM_TIMEOUT" qemu-system-x86_64 \
 		-accel "$accel" -m 1024 -smp 1 -nographic -no-reboot \
 		-kernel "$RGVM_KERNEL" -initrd "$RGVM_DIR/initramfs.gz" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=4 rgvm_src=$RGVM_SRC rgvm_build=$RGVM_BUILD" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 rgvm_src=$RGVM_SRC rgvm_build=$RGVM_BUILD${RGVM_PID1:+ rgvm_pid1=$RGVM_PID1}" \
 		-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
 		-virtfs "local,path=$RGVM_SRC,mount_tag=rgsrc,security_model=none,readonly=on,multidevs=remap" \
 		-virtfs "local,path=$RGVM_BUILD,mount_tag=rgbuild,security_model=none,readonly=on,multidevs=remap" \
