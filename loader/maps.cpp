@@ -393,7 +393,8 @@ bool migrate_counters(const std::string& pin_path, uint32_t value_size) {
       throw Error("cannot copy a counter into the migrated " + path + ": " + errno_text(errno));
   // Pinned beside the old map and renamed over it: the pin path always
   // holds one whole map, the old or the new.
-  const std::string staged = path + ".migrating";
+  // No dot: bpffs refuses names with one (reserved, kernel/bpf/inode.c).
+  const std::string staged = path + "_migrating";
   unlink(staged.c_str());
   if (bpf_obj_pin(fresh.fd, staged.c_str()) != 0)
     throw Error("cannot pin the migrated " + path + ": " + errno_text(errno));
