@@ -1,5 +1,6 @@
-// Exporter cost: time and heap allocations of one /metrics scrape with
-// 64 k tracked QPs, per-QP series off and on.
+// Exporter cost: time, heap allocations and peak heap held by one
+// /metrics scrape with --qps tracked QPs (64 k and 1 M in bench/README.md),
+// per-QP series off and on.
 //
 // The roceguard object is loaded with its maps pinned in a private bpffs
 // directory, rg_qp is filled from userspace with QPs that carry traffic and
@@ -8,7 +9,9 @@
 // process scrapes it over HTTP. Allocations are counted by replacing the
 // global operator new, which sees every C++ allocation in the process: the
 // exporter's worker thread, the map reader and prometheus-cpp's serializer.
-// C allocations (civetweb's request buffers, libbpf) are not counted.
+// C allocations (civetweb's request buffers, libbpf) are not counted. The
+// peak is the most C++ heap held at once during a scrape beyond what was
+// held before it (malloc_usable_size of every live allocation).
 //
 //   bench_exporter_scrape [--qps N] [--scrapes N] [--json FILE]
 #include <arpa/inet.h>
@@ -25,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <malloc.h>
 #include <new>
 
 #include "bench_util.h"
@@ -35,6 +39,20 @@
 
 namespace {
 std::atomic<uint64_t> g_allocs{0}, g_alloc_bytes{0};
+std::atomic<int64_t> g_live{0}, g_peak{0};
+
+void note_alloc(void* p) {
+  const int64_t live = g_live.fetch_add(static_cast<int64_t>(malloc_usable_size(p))) +
+                       static_cast<int64_t>(malloc_usable_size(p));
+  int64_t peak = g_peak.load(std::memory_order_relaxed);
+  while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+  }
+}
+
+void release(void* p) {
+  if (p) g_live.fetch_sub(static_cast<int64_t>(malloc_usable_size(p)));
+  std::free(p);
+}
 }  // namespace
 
 // The replacements pair malloc with free themselves; GCC cannot see that
@@ -44,14 +62,17 @@ std::atomic<uint64_t> g_allocs{0}, g_alloc_bytes{0};
 void* operator new(std::size_t n) {
   g_allocs.fetch_add(1, std::memory_order_relaxed);
   g_alloc_bytes.fetch_add(n, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
+  if (void* p = std::malloc(n ? n : 1)) {
+    note_alloc(p);
+    return p;
+  }
   throw std::bad_alloc();
 }
 void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept { release(p); }
+void operator delete[](void* p) noexcept { release(p); }
+void operator delete(void* p, std::size_t) noexcept { release(p); }
+void operator delete[](void* p, std::size_t) noexcept { release(p); }
 
 namespace {
 
@@ -111,6 +132,7 @@ struct Result {
   bool per_qp;
   std::vector<double> ms;
   uint64_t allocs = 0, alloc_bytes = 0;
+  int64_t peak_held = 0;  // most bytes held at once by one scrape
   size_t body = 0, series = 0;
 };
 
@@ -178,11 +200,14 @@ int main(int argc, char** argv) {
       scrape(port, buf);  // first scrape: civetweb and prometheus-cpp warm up
       for (unsigned i = 0; i < scrapes; ++i) {
         const uint64_t a0 = g_allocs, b0 = g_alloc_bytes;
+        const int64_t held0 = g_live.load();
+        g_peak = held0;
         const auto t0 = std::chrono::steady_clock::now();
         r.body = scrape(port, buf);
         r.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         r.allocs += g_allocs - a0;
         r.alloc_bytes += g_alloc_bytes - b0;
+        r.peak_held = std::max(r.peak_held, g_peak.load() - held0);
       }
       std::string_view body(buf.data(), buf.size());
       size_t hdr = body.find("\r\n\r\n") + 4;
@@ -198,19 +223,20 @@ int main(int argc, char** argv) {
 
     std::cout << qps << " tracked QPs, " << scrapes << " scrapes per setting over HTTP on loopback\n\n";
     Table t({"per-QP series", "ms/scrape (median)", "ms (min)", "allocations/scrape", "KiB allocated/scrape",
-             "series", "body KiB"});
+             "peak KiB held", "series", "body KiB"});
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : results) {
       const double allocs = static_cast<double>(r.allocs) / scrapes, kib = r.alloc_bytes / 1024.0 / scrapes;
       t.row({r.per_qp ? "on (top 50)" : "off", fmt("%.2f", median(r.ms)),
              fmt("%.2f", *std::min_element(r.ms.begin(), r.ms.end())), fmt("%.0f", allocs), fmt("%.0f", kib),
-             std::to_string(r.series), fmt("%.1f", r.body / 1024.0)});
+             fmt("%.0f", r.peak_held / 1024.0), std::to_string(r.series), fmt("%.1f", r.body / 1024.0)});
       out.push_back({{"per_qp", r.per_qp},
                      {"top_qps", 50},
                      {"ms_median", median(r.ms)},
                      {"ms_min", *std::min_element(r.ms.begin(), r.ms.end())},
                      {"allocations_per_scrape", allocs},
                      {"allocated_kib_per_scrape", kib},
+                     {"peak_held_kib", r.peak_held / 1024.0},
                      {"series", r.series},
                      {"body_bytes", r.body}});
     }

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <fstream>
+#include <set>
 
 #include "error.h"
 #include "map_writer.h"
@@ -102,6 +103,7 @@ State Dataplane::attach_all(bool force) {
         .write_tunnels(cfg_.peers);
     restrict_pins(pin_path_);
     write_state(pin_path_, st);
+    prune_stale_counters(st);
     warn_if_not_forwarding(cfg_);
   } catch (...) {
     undo.run();
@@ -111,6 +113,17 @@ State Dataplane::attach_all(bool force) {
   }
   if (prev) detach_unconfigured(*prev);
   return st;
+}
+
+void Dataplane::prune_stale_counters(const State& st) const {
+  std::set<uint32_t> keep;
+  for (const auto& is : st.interfaces) keep.insert(static_cast<uint32_t>(is.ifindex));
+  try {
+    if (size_t n = prune_counters(obj_.map_fd(kMapCounters), keep))
+      spdlog::info("removed the counters of {} interface/direction pair(s) whose interface no longer exists", n);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot prune {}: {}", kMapCounters, e.what());
+  }
 }
 
 void Dataplane::detach_unconfigured(const State& prev) const {

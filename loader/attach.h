@@ -30,6 +30,10 @@ class Dataplane {
   // (Re-)attaches one configured interface, e.g. after it came back.
   IfaceState attach_interface(const std::string& name, bool force);
 
+  // Drops the counter entries of interfaces that are gone for good (none
+  // of st's), so rg_counters never fills up over restarts; never throws.
+  void prune_stale_counters(const State& st) const;
+
   const Config& config() const { return cfg_; }
   const std::string& pin_path() const { return pin_path_; }
 

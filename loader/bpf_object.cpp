@@ -14,6 +14,7 @@
 #include "error.h"
 #include "maps.h"
 #include "roceguard.skel.h"
+#include "state.h"
 
 namespace rg {
 namespace {
@@ -88,6 +89,7 @@ std::vector<MapMismatch> check_pinned_maps(struct roceguard* skel, const std::st
     cmp("map_flags", info.map_flags, bpf_map__map_flags(map));
     if (!diff.empty()) out.push_back({name, diff});
   }
+  if (std::string diff = state_map_mismatch(pin_path); !diff.empty()) out.push_back({kMapState, diff});
   return out;
 }
 
@@ -99,6 +101,11 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
     int err = bpf_map__set_max_entries(skel_->maps.rg_qp, cfg.qp_entries);
     if (err) throw Error("cannot size rg_qp to " + std::to_string(cfg.qp_entries) + ": " + errno_text(err));
 
+    // A build with new events only lengthens the counter value: carried
+    // over rather than refused, so an upgrade keeps the counters.
+    if (!reset_state && migrate_counters(pin_path, bpf_map__value_size(skel_->maps.rg_counters)))
+      spdlog::info("carried the counters in {}/{} over to this build's events (new events start at zero)",
+                   pin_path, kMapCounters);
     auto mismatches = check_pinned_maps(skel_, pin_path);
     if (!mismatches.empty()) {
       if (!reset_state) {
@@ -113,7 +120,9 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
     }
     if (reset_state) {
       for (const char* name : kPinnedMaps) unlink((pin_path + "/" + name).c_str());
-      spdlog::info("--reset-state: removed the pinned maps under {}; counters start at zero", pin_path);
+      unlink((pin_path + "/" + kMapState).c_str());
+      spdlog::info("--reset-state: removed the pinned maps and the attach record ({}) under {}; counters start at zero",
+                   kMapState, pin_path);
     }
 
     // Set before load: libbpf then reuses a compatible pinned map (counters

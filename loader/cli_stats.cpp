@@ -22,11 +22,7 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
   });
   std::vector<QpRow> qps;
   size_t qp_total = 0;
-  if (qp) {
-    qps = reader.qps();
-    qp_total = qps.size();
-    keep_worst_qps(qps, top);
-  }
+  if (qp) qps = reader.top_qps(top, qp_ranks_before, &qp_total);
 
   if (json) {
     nlohmann::json out;

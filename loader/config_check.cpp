@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "config.h"
 #include "error.h"
+#include "state.h"
 
 namespace rg {
 namespace {
@@ -54,6 +56,42 @@ std::string listen_host(const std::string& listen) {
   return listen.substr(0, listen.rfind(':'));
 }
 
+// What the data plane and the attach record can hold, checked here so that a
+// configuration past them is refused before anything is attached, not
+// halfway through an attach. Peer and route counts against rg_peers,
+// rg_decap and rg_route4/6 are checked where the peers are read
+// (config.cpp).
+void check_limits(const Config& cfg, ConfigProblems& p) {
+  // rg_counters holds one entry per {ifindex, direction}.
+  constexpr size_t kMaxInterfaces = RG_MAX_COUNTER_KEYS / RG_DIR_MAX;
+  if (cfg.interfaces.size() > kMaxInterfaces)
+    p.errors.push_back("interfaces: " + std::to_string(cfg.interfaces.size()) + " interfaces, at most " +
+                       std::to_string(kMaxInterfaces) + " (the counter map holds " +
+                       std::to_string(RG_MAX_COUNTER_KEYS) + " interface and direction pairs)");
+
+  // The record as attach will write it, every number at its widest: the
+  // configuration, and per interface its name, the largest ifindex and
+  // program ids, and the longer XDP mode.
+  State worst;
+  worst.version = ROCEGUARD_VERSION;
+  worst.config = cfg.to_json();
+  worst.config_hash = cfg.hash();
+  for (const auto& name : cfg.interfaces) {
+    IfaceState is;
+    is.name = name;
+    is.ifindex = std::numeric_limits<int>::min();
+    is.xdp_mode = "dispatcher";
+    is.xdp_prog_id = is.tc_prog_id = is.tc_handle = std::numeric_limits<uint32_t>::max();
+    is.tc_priority = std::numeric_limits<uint32_t>::max();
+    worst.interfaces.push_back(is);
+  }
+  const size_t size = state_record_size(worst);
+  if (size >= kStateValueSize)
+    p.errors.push_back("tunnel.peer, interfaces: the attach record of this configuration takes up to " +
+                       std::to_string(size) + " bytes, more than the " + std::to_string(kStateValueSize - 1) +
+                       " the pinned record (" + kMapState + ") holds; use fewer peers, routes or interfaces");
+}
+
 }  // namespace
 
 void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
@@ -69,6 +107,7 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
     p.errors.push_back("metrics.listen: " + in_quotes(cfg.metrics_listen) +
                        " is IPv6, but this build's HTTP server (civetweb) has no IPv6; use 0.0.0.0:PORT for "
                        "every IPv4 address or 127.0.0.1:PORT");
+  check_limits(cfg, p);
   if (offline) return;
 
   for (size_t i = 0; i < cfg.interfaces.size(); ++i)

@@ -66,6 +66,8 @@ class Runner {
       } catch (const Error& e) {
         spdlog::error("{}", e.what());
       }
+      // A re-attach under a new ifindex means the old one is gone for good.
+      dp_.prune_stale_counters(st_);
     }
   }
 

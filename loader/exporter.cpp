@@ -133,12 +133,17 @@ class MetricsCollector : public prometheus::Collectable {
       // Opened per scrape: a loader restarted with --reset-state replaces
       // the pinned maps, and an fd kept open would read the orphaned ones.
       MapReader reader(opts_.pin_path);
+      // Each map is walked once per scrape, and a walk is bounded by the
+      // map's capacity however fast the data path churns it.
       rows = reader.counters();
+      const auto counter_entries = static_cast<uint32_t>(rows.size());
       if (opts_.per_qp) {
-        qps = reader.qps();
-        usage = reader.usage_all(static_cast<uint32_t>(qps.size()));
+        // Only the exported rows are held, not the whole table.
+        size_t qp_entries = 0;
+        qps = reader.top_qps(opts_.top_qps, qp_ranks_before, &qp_entries);
+        usage = reader.usage_all(static_cast<uint32_t>(qp_entries), counter_entries);
       } else {
-        usage = reader.usage_all();
+        usage = reader.usage_all(std::nullopt, counter_entries);
       }
     } catch (const std::exception& e) {
       ++scrape_errors_;

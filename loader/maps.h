@@ -1,11 +1,20 @@
 // The one reader of roceguard's BPF maps, for the CLI and the exporter.
 // Values are read from the kernel on every call and never cached, so a
 // loader restart neither resets nor double-counts anything.
+//
+// Every map is checked against the layout this build reads (type, key size,
+// value size) before a byte is copied out of it: a pin planted by someone
+// else, or left by another version, is refused by name instead of being
+// read into buffers of the wrong size.
 #pragma once
+
+#include <linux/bpf.h>
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,12 +52,48 @@ struct MapUsage {
   uint32_t id = 0;
 };
 
+// The layout a reader expects of one map. value_size_min below value_size
+// accepts an older, shorter value that is read with zeros appended (the
+// counter value grows by appending events).
+struct MapLayout {
+  bpf_map_type type;
+  uint32_t key_size;
+  uint32_t value_size;
+  uint32_t value_size_min;
+  uint32_t value_step;  // an accepted value size is a multiple of this
+};
+
+// The layout of each pinned map this build reads; nullptr for a name it
+// does not know.
+const MapLayout* pinned_map_layout(const std::string& name);
+
+// Type, capacity and sizes of an open map; throws rg::Error naming it.
+MapUsage map_info(int fd, const std::string& name);
+
+// Throws rg::Error (kExitConflict) naming the map and every difference
+// from layout, and the way out (--reset-state replaces the map).
+void check_map_layout(int fd, const std::string& name, const MapLayout& layout);
+
+// Visits every entry of a hash or array map at most once, and at most
+// max_entries of them, whatever the data path inserts or evicts meanwhile.
+// Batched lookups (one bucket at a time in the kernel) where the map type
+// has them; otherwise a get_next_key walk that stops after max_entries steps
+// and skips keys it has already returned (a deleted cursor restarts the
+// kernel's walk from the first bucket). value_bytes is the size of one
+// lookup result (per-CPU maps: one slot per possible CPU, 8-byte aligned),
+// the size of the buffers the kernel writes into. Returns the number of
+// entries visited.
+using EntryVisitor = std::function<void(const uint8_t* key, const uint8_t* value)>;
+size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_entries,
+                const EntryVisitor& visit);
+
 class MapReader {
  public:
-  // Opens the maps pinned under pin_path; throws rg::Error naming the
-  // missing pin and how to create it.
+  // Opens the maps pinned under pin_path and checks their layout; throws
+  // rg::Error naming the missing or mismatched pin and how to fix it.
   explicit MapReader(const std::string& pin_path);
-  // Borrows already-open fds (tests, a running loader). Not closed.
+  // Borrows already-open fds (tests, a running loader); qp_fd may be -1.
+  // Not closed; checked like pins.
   MapReader(int counters_fd, int qp_fd);
   ~MapReader();
   MapReader(const MapReader&) = delete;
@@ -56,12 +101,18 @@ class MapReader {
 
   std::vector<CounterRow> counters() const;
   std::vector<QpRow> qps() const;
-  // Type and capacity only: usage() also counts entries, a walk of every key.
+  // The top rows of rg_qp by ranks_before, best first, holding no more than
+  // top rows at a time however large the table; *entries gets the number of
+  // rows walked.
+  std::vector<QpRow> top_qps(size_t top, bool (*ranks_before)(const QpRow&, const QpRow&),
+                             size_t* entries) const;
+  // Type and capacity only: usage() also counts entries.
   MapUsage info(int fd, const std::string& name) const;
   MapUsage usage(int fd, const std::string& name) const;
-  // qp_entries: the QP map's fill when the caller has just read it with
-  // qps(), which spares a second walk of up to max_entries keys.
-  std::vector<MapUsage> usage_all(std::optional<uint32_t> qp_entries = std::nullopt) const;
+  // counters_entries/qp_entries: a map's fill when the caller has just read
+  // it with counters()/qps(), which spares a second walk.
+  std::vector<MapUsage> usage_all(std::optional<uint32_t> qp_entries = std::nullopt,
+                                  std::optional<uint32_t> counters_entries = std::nullopt) const;
 
   int counters_fd() const { return counters_fd_; }
   int qp_fd() const { return qp_fd_; }
@@ -69,11 +120,27 @@ class MapReader {
  private:
   int counters_fd_ = -1;
   int qp_fd_ = -1;
+  uint32_t counters_value_size_ = sizeof(rg_counters);
+  uint32_t counters_max_ = 0;
+  uint32_t qp_max_ = 0;
   bool owned_ = false;
   std::string pin_path_;
 };
 
 // Sum of one event over all rows with the given direction (any interface).
 uint64_t sum_packets(const std::vector<CounterRow>& rows, rg_direction dir, rg_event ev);
+
+// Deletes the counter entries of interfaces that no longer exist (in this
+// network namespace) and are not in keep: an ifindex, once gone, never
+// comes back, and rg_counters holds RG_MAX_COUNTER_KEYS entries in all, so
+// without pruning restarts on changing interfaces would fill it and the
+// data path would stop counting new ones. Returns the entries removed.
+size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep);
+
+// Brings a pinned rg_counters with a shorter value (a build with fewer
+// events) to value_size: a new map holding every entry with the new events
+// at zero replaces the pin. Returns true when it migrated. Events are
+// append-only (roceguard.h), so an old event keeps its offset.
+bool migrate_counters(const std::string& pin_path, uint32_t value_size);
 
 }  // namespace rg

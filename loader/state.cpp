@@ -42,23 +42,57 @@ nlohmann::json State::to_json() const {
                    {"tc_prog_id", i.tc_prog_id},
                    {"tc_handle", i.tc_handle},
                    {"tc_priority", i.tc_priority}});
-  return {{"version", version}, {"config_hash", config_hash}, {"config", config}, {"interfaces", ifs}};
+  return {{"layout", kStateLayout},
+          {"version", version},
+          {"config_hash", config_hash},
+          {"config", config},
+          {"interfaces", ifs}};
 }
 
+namespace {
+
+// A field of the record, or its default when an earlier layout lacked it.
+template <typename T>
+T field(const nlohmann::json& j, const char* key, T fallback, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(where + "." + key + " is " + it->type_name() + ", not what roceguard records there",
+                kExitConflict);
+  }
+}
+
+}  // namespace
+
 State State::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw Error(std::string("the record is a JSON ") + j.type_name() + ", not an object",
+                                  kExitConflict);
   State s;
-  s.version = j.value("version", "");
-  s.config_hash = j.value("config_hash", "");
-  s.config = j.value("config", nlohmann::json::object());
-  for (const auto& i : j.value("interfaces", nlohmann::json::array())) {
+  s.layout = field(j, "layout", 1, "record");
+  if (s.layout < 1 || s.layout > kStateLayout)
+    throw Error("the record has layout " + std::to_string(s.layout) + "; this roceguard reads layouts 1 to " +
+                    std::to_string(kStateLayout) + " (a later roceguard wrote it: run that version again)",
+                kExitConflict);
+  s.version = field<std::string>(j, "version", "", "record");
+  s.config_hash = field<std::string>(j, "config_hash", "", "record");
+  s.config = field(j, "config", nlohmann::json::object(), "record");
+  const auto ifs = field(j, "interfaces", nlohmann::json::array(), "record");
+  if (!ifs.is_array()) throw Error(std::string("record.interfaces is ") + ifs.type_name() + ", not an array",
+                                   kExitConflict);
+  for (size_t n = 0; n < ifs.size(); ++n) {
+    const auto& i = ifs[n];
+    const std::string where = "record.interfaces[" + std::to_string(n) + "]";
+    if (!i.is_object()) throw Error(where + " is " + i.type_name() + ", not an object", kExitConflict);
     IfaceState st;
-    st.name = i.value("name", "");
-    st.ifindex = i.value("ifindex", 0);
-    st.xdp_mode = i.value("xdp_mode", "");
-    st.xdp_prog_id = i.value("xdp_prog_id", 0u);
-    st.tc_prog_id = i.value("tc_prog_id", 0u);
-    st.tc_handle = i.value("tc_handle", 0u);
-    st.tc_priority = i.value("tc_priority", 0u);
+    st.name = field<std::string>(i, "name", "", where);
+    st.ifindex = field(i, "ifindex", 0, where);
+    st.xdp_mode = field<std::string>(i, "xdp_mode", "", where);
+    st.xdp_prog_id = field(i, "xdp_prog_id", 0u, where);
+    st.tc_prog_id = field(i, "tc_prog_id", 0u, where);
+    st.tc_handle = field(i, "tc_handle", 0u, where);
+    st.tc_priority = field(i, "tc_priority", 0u, where);
     s.interfaces.push_back(st);
   }
   return s;
@@ -141,19 +175,71 @@ PinLock::~PinLock() {
   if (created_) rmdir(path_.c_str());
 }
 
-std::optional<State> read_state(const std::string& pin_path) {
+namespace {
+
+// The way out of a record that cannot be read, said with every refusal.
+std::string state_way_out(const std::string& path) {
+  return "; `roceguard attach --reset-state` (or `run --reset-state`) removes " + path +
+         " with the pinned maps and writes a new one (counters start at zero)";
+}
+
+std::string state_map_diff(int fd) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) return "map info unreadable: " + errno_text(errno);
+  std::string diff;
+  auto cmp = [&diff](const char* what, uint64_t pinned, uint64_t wanted) {
+    if (pinned == wanted) return;
+    diff += (diff.empty() ? "" : ", ") + std::string(what) + " " + std::to_string(pinned) + ", expected " +
+            std::to_string(wanted);
+  };
+  cmp("type", info.type, BPF_MAP_TYPE_ARRAY);
+  cmp("key_size", info.key_size, sizeof(uint32_t));
+  cmp("value_size", info.value_size, kStateValueSize);
+  cmp("max_entries", info.max_entries, 1);
+  return diff;
+}
+
+}  // namespace
+
+std::string state_map_mismatch(const std::string& pin_path) {
   int fd = bpf_obj_get((pin_path + "/" + kMapState).c_str());
+  if (fd < 0) return "";
+  std::string diff = state_map_diff(fd);
+  close(fd);
+  return diff;
+}
+
+std::optional<State> read_state(const std::string& pin_path) {
+  const std::string path = pin_path + "/" + kMapState;
+  int fd = bpf_obj_get(path.c_str());
   if (fd < 0) return std::nullopt;
+  // Checked before the lookup: the kernel copies value_size bytes into our
+  // buffer whatever its size.
+  std::string diff = state_map_diff(fd);
+  if (!diff.empty()) {
+    close(fd);
+    throw Error("attach record " + path + " is not a map roceguard wrote (" + diff + ")" + state_way_out(path),
+                kExitConflict);
+  }
   std::string buf(kStateValueSize, '\0');
   uint32_t key = 0;
-  int err = bpf_map_lookup_elem(fd, &key, buf.data());
+  int err = bpf_map_lookup_elem(fd, &key, buf.data()) ? errno : 0;
   close(fd);
-  if (err) return std::nullopt;
+  if (err) throw Error("cannot read attach record " + path + ": " + errno_text(err), kExitFailure);
   buf.resize(strnlen(buf.data(), buf.size()));
+  if (buf.empty()) return std::nullopt;  // created, never written
   auto j = nlohmann::json::parse(buf, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  return State::from_json(j);
+  if (j.is_discarded())
+    throw Error("attach record " + path + " is not JSON" + state_way_out(path), kExitConflict);
+  try {
+    return State::from_json(j);
+  } catch (const Error& e) {
+    throw Error("attach record " + path + " cannot be read: " + e.what() + state_way_out(path), kExitConflict);
+  }
 }
+
+size_t state_record_size(const State& s) { return s.to_json().dump().size(); }
 
 void write_state(const std::string& pin_path, const State& s) {
   std::string path = pin_path + "/" + kMapState;
@@ -172,6 +258,12 @@ void write_state(const std::string& pin_path, const State& s) {
       throw Error("cannot pin " + path + ": " + errno_text(err));
     }
     chmod(path.c_str(), 0600);
+  }
+  std::string diff = state_map_diff(fd);
+  if (!diff.empty()) {
+    close(fd);
+    throw Error("attach record " + path + " is not a map roceguard wrote (" + diff + ")" + state_way_out(path),
+                kExitConflict);
   }
   std::string value(kStateValueSize, '\0');
   std::memcpy(value.data(), text.data(), text.size());

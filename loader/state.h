@@ -2,6 +2,11 @@
 // the persistent maps and rg_state, a one-element array map holding the
 // attach record as JSON. bpffs holds only BPF objects, so the record is a
 // map too; it lives and dies with the pinned maps it describes.
+//
+// The record carries its layout version ("layout"). A later roceguard reads
+// every earlier layout (a field it lacks takes its default) and writes its
+// own; a record from a later layout, or one that is not a record at all, is
+// refused by name with the way out: --reset-state removes it with the maps.
 #pragma once
 
 #include <optional>
@@ -15,6 +20,10 @@ namespace rg {
 inline constexpr const char* kDefaultPinPath = "/sys/fs/bpf/roceguard";
 inline constexpr const char* kMapState = "rg_state";
 inline constexpr size_t kStateValueSize = 16384;
+// Layout of the record: 1 = before versioning (no "layout" field), 2 = now.
+// Raise it when a field changes meaning; a new field with a default does
+// not need it.
+inline constexpr int kStateLayout = 2;
 
 // Attach record of one interface.
 struct IfaceState {
@@ -28,12 +37,15 @@ struct IfaceState {
 };
 
 struct State {
+  int layout = kStateLayout;  // of the record read; written as kStateLayout
   std::string version;
   std::string config_hash;
   nlohmann::json config;
   std::vector<IfaceState> interfaces;
 
   nlohmann::json to_json() const;
+  // Throws rg::Error naming the field that has the wrong type, or a layout
+  // later than kStateLayout.
   static State from_json(const nlohmann::json& j);
 };
 
@@ -59,7 +71,16 @@ class PinLock {
 };
 
 bool pin_dir_exists(const std::string& pin_path);
+// nullopt when nothing is recorded (no rg_state, or an empty one). A
+// record this roceguard cannot read (a map of another layout, text that is
+// not a record, a later layout) throws rg::Error (kExitConflict) naming it
+// and --reset-state; nothing is read into a buffer of the wrong size.
 std::optional<State> read_state(const std::string& pin_path);
+// What is wrong with the pinned rg_state map itself ("value_size 65536,
+// expected 16384"), or "" when it is absent or has the layout written here.
+std::string state_map_mismatch(const std::string& pin_path);
+// Size of the record s would be stored as; at most kStateValueSize - 1.
+size_t state_record_size(const State& s);
 void write_state(const std::string& pin_path, const State& s);
 // Pinned files are root's alone: counters reveal traffic, and write access
 // to rg_peers/rg_route* would let anyone redirect it.

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "packet.h"
+#include "roceguard/roceguard.h"
 
 namespace {
 
@@ -565,6 +567,55 @@ TEST_F(LoaderNetns, IncompatiblePinnedMapNeedsResetState) {
     }
   }
   EXPECT_EQ(counter("roce_packets"), 0u) << "--reset-state starts from zero";
+}
+
+// Pins rg_counters in the pin directory, with a value of `events` counters
+// (an earlier build had fewer) and the given entries, before any attach.
+// Every CPU's slot of an entry holds the same value.
+void pin_counter_map(const std::string& pin, uint32_t events,
+                     const std::vector<std::pair<rg_counter_key, std::vector<rg_counter>>>& entries) {
+  ASSERT_EQ(mkdir(pin.c_str(), 0700), 0) << pin;
+  LIBBPF_OPTS(bpf_map_create_opts, opts);
+  int fd = bpf_map_create(BPF_MAP_TYPE_PERCPU_HASH, "rg_counters", sizeof(rg_counter_key),
+                          events * sizeof(rg_counter), RG_MAX_COUNTER_KEYS, &opts);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  const auto ncpu = static_cast<size_t>(libbpf_num_possible_cpus());
+  for (const auto& [key, value] : entries) {
+    std::vector<rg_counter> per_cpu(ncpu * events);
+    for (size_t c = 0; c < ncpu; ++c) std::copy(value.begin(), value.end(), per_cpu.begin() + c * events);
+    ASSERT_EQ(bpf_map_update_elem(fd, &key, per_cpu.data(), BPF_NOEXIST), 0) << strerror(errno);
+  }
+  ASSERT_EQ(bpf_obj_pin(fd, (pin + "/rg_counters").c_str()), 0) << strerror(errno);
+  close(fd);
+}
+
+// rg_counters full of interfaces that are gone, as restarts on changing
+// ifindexes leave it: attach prunes them, so the interface attached now is
+// counted instead of silently not.
+TEST_F(LoaderNetns, FullCounterMapOfGoneInterfacesIsPrunedAtAttach) {
+  std::vector<std::pair<rg_counter_key, std::vector<rg_counter>>> stale;
+  for (uint32_t i = 0; i < RG_MAX_COUNTER_KEYS; ++i)
+    stale.push_back({{0x7fff0000u + i / RG_DIR_MAX, i % RG_DIR_MAX}, std::vector<rg_counter>(RG_EV_MAX)});
+  pin_counter_map(pin_, RG_EV_MAX, stale);
+  Result r = rg("attach --interface veth0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_EQ(send_roce(1, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 3u);
+}
+
+// An upgrade that appends events lengthens the counter value: attach
+// carries the counters over instead of refusing the pinned map.
+TEST_F(LoaderNetns, CountersOfABuildWithFewerEventsCarryOver) {
+  const uint32_t events = RG_EV_MAX - 1;
+  std::vector<rg_counter> value(events);
+  value[RG_EV_ROCE_PACKETS] = {5, 500};
+  pin_counter_map(pin_, events, {{{static_cast<uint32_t>(ifindex_a()), RG_DIR_EGRESS}, value}});
+  const uint64_t ncpu = static_cast<uint64_t>(libbpf_num_possible_cpus());
+  Result r = rg("attach --interface veth0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(counter("roce_packets"), 5 * ncpu);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 5 * ncpu + 3);
 }
 
 TEST_F(LoaderNetns, RunSurvivesInterfaceDeletion) {
