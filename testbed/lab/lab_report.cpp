@@ -171,7 +171,7 @@ std::vector<std::string> draw_charts(const std::string& dir, const std::vector<P
     write_file(drops_data, drops.str());
     gp << "set output " << quote_gp(cdir + "/drops-per-class.png") << "\n"
        << "set title 'Packets dropped at gateway B towards host B, per scheduler class (RoCE and bulk TCP)'\n"
-       << "set xlabel 'scheduler class'\nset ylabel 'packets dropped'\nset yrange [0:*]\n"
+       << "set xlabel ''\nset ylabel 'packets dropped'\nset yrange [0:*]\n"
        << "set style data histograms\nset style histogram clustered gap 1\n"
        << "set style fill solid 0.8 border -1\nset boxwidth 0.9\nplot ";
     for (size_t i = 0; i < phases.size(); ++i)

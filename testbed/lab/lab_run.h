@@ -29,9 +29,9 @@ struct LabOptions {
   unsigned pcap_seconds = 3;     // capture at every hop for the phase's first seconds
   bool verbose = false;
   // Congestion scenario: gateway B's port to host B (see README, "The lab").
-  unsigned sender_mbit = 80;  // host A's line rate: the RoCE traffic's offered load
+  unsigned sender_mbit = 100;  // host A's line rate: the RoCE traffic's offered load
   unsigned link_mbit = 200;
-  unsigned priority_mbit = 100;
+  unsigned priority_mbit = 125;
   unsigned queue_packets = 32;
   unsigned bulk_streams = 4;
 };
