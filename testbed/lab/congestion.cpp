@@ -2,6 +2,7 @@
 #include "lab/congestion.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -154,8 +155,10 @@ BulkTraffic::~BulkTraffic() {
   server_.reset();
 }
 
-std::optional<BulkResult> BulkTraffic::finish(std::chrono::milliseconds timeout) {
-  if (client_->wait(timeout) != 0) return std::nullopt;
+bool BulkTraffic::wait(std::chrono::milliseconds timeout) { return client_->wait(timeout) >= 0; }
+
+std::optional<BulkResult> BulkTraffic::result() {
+  if (client_->wait(0ms) != 0) return std::nullopt;
   try {
     auto j = json::parse(read_file(client_log_path_));
     if (j.contains("error")) return std::nullopt;

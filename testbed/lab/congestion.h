@@ -95,9 +95,11 @@ class BulkTraffic {
   BulkTraffic(const BulkTraffic&) = delete;
   BulkTraffic& operator=(const BulkTraffic&) = delete;
 
-  // Waits up to timeout for the client to end its run and reads its
-  // report; nothing if it did not finish or reported an error.
-  std::optional<BulkResult> finish(std::chrono::milliseconds timeout);
+  // Waits up to timeout for the client to end its run; true once it has.
+  bool wait(std::chrono::milliseconds timeout);
+  // The client's report once it has ended; nothing if it has not, failed or
+  // reported an error.
+  std::optional<BulkResult> result();
   // The client's JSON report, relative to log_dir.
   const std::string& client_log() const { return client_log_name_; }
 

@@ -404,8 +404,11 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   }
   p.pcaps = finish_captures(captures, lab.dir);
   if (bulk) {
-    // The client ends on its own about when the RoCE traffic did; bounded.
-    p.bulk = bulk->finish(lab.opts.duration_s * 1000ms + 15s);
+    // The client ends on its own about when the RoCE traffic did. Bounded:
+    // the phase's duration and 15 s more.
+    for (auto waited = 0ms; waited < lab.opts.duration_s * 1000ms + 15s && !bulk->wait(100ms); waited += 100ms)
+      check_stop();
+    p.bulk = bulk->result();
     p.bulk_log = "bulk/" + bulk->client_log();
     if (!std::filesystem::exists(lab.dir + "/" + p.bulk_log)) p.bulk_log.clear();
     bulk.reset();
