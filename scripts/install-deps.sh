@@ -13,7 +13,7 @@ packages=(
   libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libclang-rt-14-dev
   # run and test
-  iproute2 ethtool tshark libpcap-dev prometheus gnuplot-nox xdp-tools
+  iproute2 ethtool tshark libpcap-dev prometheus gnuplot-nox xdp-tools iperf3
   ibverbs-utils rdmacm-utils perftest rdma-core
   systemd curl jq procps kmod
   # VM tier

@@ -15,6 +15,11 @@ int lab_exit_code = kExitOk;
 void add_lab_options(CLI::App* lab) {
   static lab::LabOptions o;
   static bool no_tunnel = false;
+  lab->add_option("--scenario", o.scenario,
+                  "congestion: gateway B's port to host B is a rate-limited, DSCP-scheduled link shared with "
+                  "bulk TCP; bleach: the lossy, DSCP-bleaching WAN only")
+      ->check(CLI::IsMember({"congestion", "bleach"}))
+      ->capture_default_str();
   lab->add_option("--mode", o.mode, "without, with or both (without first)")
       ->check(CLI::IsMember({"with", "without", "both"}))
       ->capture_default_str();
@@ -43,6 +48,23 @@ void add_lab_options(CLI::App* lab) {
       ->capture_default_str();
   lab->add_option("--prefix", o.prefix, "name prefix of the lab's namespaces and pin directories")
       ->capture_default_str();
+  lab->add_option("--host-rate", o.sender_mbit,
+                  "congestion: Mbit/s host A's NIC sends at most (the RoCE traffic's offered load)")
+      ->check(CLI::Range(1u, 10000u))
+      ->capture_default_str();
+  lab->add_option("--link-rate", o.link_mbit, "congestion: Mbit/s of gateway B's port to host B")
+      ->check(CLI::Range(2u, 10000u))
+      ->capture_default_str();
+  lab->add_option("--priority-rate", o.priority_mbit,
+                  "congestion: Mbit/s guaranteed to DSCP 46 there; best effort is guaranteed the rest")
+      ->check(CLI::Range(1u, 9999u))
+      ->capture_default_str();
+  lab->add_option("--queue", o.queue_packets, "congestion: buffer of each scheduler class, packets")
+      ->check(CLI::Range(1u, 10000u))
+      ->capture_default_str();
+  lab->add_option("--bulk-streams", o.bulk_streams, "congestion: TCP streams of the bulk sender (iperf3)")
+      ->check(CLI::Range(1u, 128u))
+      ->capture_default_str();
   lab->add_flag("-v,--verbose", o.verbose, "debug log, including libbpf and libxdp messages");
   lab->callback([] {
     o.tunnel = !no_tunnel;
@@ -55,7 +77,8 @@ void add_lab_options(CLI::App* lab) {
 
 int main(int argc, char** argv) {
   // Named as users type it; `roceguard lab --help` prints this usage.
-  CLI::App app{"RoCE v2 across a lossy, DSCP-bleaching WAN in network namespaces, without and with roceguard",
+  CLI::App app{"RoCE v2 across a lossy, DSCP-bleaching WAN into a congested, DSCP-scheduled network, in network "
+               "namespaces, without and with roceguard",
                "roceguard lab"};
   rg::add_lab_options(&app);
   try {

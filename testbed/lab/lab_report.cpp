@@ -40,8 +40,8 @@ double phase_seconds(const PhaseResult& p) {
   return p.sent.elapsed.count() ? p.sent.elapsed.count() / 1000.0 : p.seconds.size();
 }
 
-json snapshot_json(const Snapshot& s) {
-  return {{"second", s.second},
+json snapshot_json(const Snapshot& s, bool scheduler) {
+  json j = {{"second", s.second},
           {"sent_packets_a", s.sent_packets},
           {"retransmits_a", s.retransmits_a},
           {"naks_a", s.naks_a},
@@ -61,6 +61,8 @@ json snapshot_json(const Snapshot& s) {
             {"decapsulated_gw_b", s.rg_decapsulated_b},
             {"dscp_repaired_gw_b", s.rg_repaired_b},
             {"lost_estimate_gw_b", s.rg_lost_b}}}};
+  if (scheduler) j["scheduler_gw_b"] = to_json(s.scheduler);
+  return j;
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -90,7 +92,8 @@ std::string phase_title(const PhaseResult& p) {
   return p.roceguard ? "with roceguard" : "without roceguard";
 }
 
-std::vector<std::string> draw_charts(const std::string& dir, const std::vector<PhaseResult>& phases) {
+std::vector<std::string> draw_charts(const std::string& dir, const std::vector<PhaseResult>& phases,
+                                     bool scheduler) {
   const std::string cdir = dir + "/charts";
   std::filesystem::create_directories(cdir);
   std::ostringstream gp;
@@ -149,12 +152,41 @@ std::vector<std::string> draw_charts(const std::string& dir, const std::vector<P
        << " title '" << phase_title(phases[i]) << "'";
   gp << "\n";
 
+  std::vector<std::string> pngs{"charts/goodput.png", "charts/retransmits-vs-wan-drops.png",
+                                 "charts/dscp-at-host-b.png"};
+  if (scheduler) {
+    // Drops per scheduler class at gateway B: one cluster per class, one bar per phase.
+    std::ostringstream drops;
+    drops << "# class";
+    for (const auto& p : phases) drops << " " << p.name;
+    drops << "\n";
+    for (auto [label, of] : {std::pair<const char*, ClassStats SchedulerStats::*>{"priority (DSCP 46)",
+                                                                                 &SchedulerStats::priority},
+                             {"best effort", &SchedulerStats::best_effort}}) {
+      drops << "\"" << label << "\"";
+      for (const auto& p : phases) drops << " " << (p.final.scheduler.*of).dropped;
+      drops << "\n";
+    }
+    const std::string drops_data = cdir + "/drops-per-class.dat";
+    write_file(drops_data, drops.str());
+    gp << "set output " << quote_gp(cdir + "/drops-per-class.png") << "\n"
+       << "set title 'Packets dropped at gateway B towards host B, per scheduler class (RoCE and bulk TCP)'\n"
+       << "set xlabel ''\nset ylabel 'packets dropped'\nset yrange [0:*]\n"
+       << "set style data histograms\nset style histogram clustered gap 1\n"
+       << "set style fill solid 0.8 border -1\nset boxwidth 0.9\nplot ";
+    for (size_t i = 0; i < phases.size(); ++i)
+      gp << (i ? ", " : "") << quote_gp(drops_data) << " using " << i + 2 << (i ? "" : ":xtic(1)")
+         << " title '" << phase_title(phases[i]) << "'";
+    gp << "\n";
+    pngs.push_back("charts/drops-per-class.png");
+  }
+
   const std::string script = cdir + "/charts.gp";
   write_file(script, gp.str());
   auto r = run({"gnuplot", script}, std::chrono::seconds(60));
   if (r.status != 0) throw Error("gnuplot failed on " + script + ": " + r.err);
-  return {"charts/goodput.png", "charts/retransmits-vs-wan-drops.png", "charts/dscp-at-host-b.png",
-          "charts/charts.gp"};
+  pngs.push_back("charts/charts.gp");
+  return pngs;
 }
 
 }  // namespace
@@ -185,27 +217,38 @@ std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned
              s.ce_pct, what.c_str());
 }
 
-std::string view_header() {
-  return fmt("%-14s %9s %-14s %8s %8s %8s %6s %6s\n", "progress", "Mbit/s", "DSCP@B", "retx@A",
-             "lost@B", "WANdrop", "CNP", "CE");
+std::string view_header(bool scheduler) {
+  return fmt("%-14s %9s %-14s %8s %8s %8s %6s %6s", "progress", "Mbit/s", "DSCP@B", "retx@A", "lost@B",
+             "WANdrop", "CNP", "CE") +
+         (scheduler ? fmt(" %8s %8s", "drop46", "dropBE") : "") + "\n";
 }
 
-std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s) {
+std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s, bool scheduler) {
   const unsigned width = 8;
   unsigned filled = duration_s ? std::min(width, cur.second * width / duration_s) : width;
   std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
   std::string progress = bar + fmt("%3us", cur.second);
-  return fmt("%-14s %9.1f %-14s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %6" PRIu64 " %6" PRIu64 "\n",
-             progress.c_str(), mbps(cur.goodput_bytes_b - prev.goodput_bytes_b, 1.0),
+  const std::string drops =
+      scheduler ? fmt(" %8" PRIu64 " %8" PRIu64, cur.scheduler.priority.dropped - prev.scheduler.priority.dropped,
+                      cur.scheduler.best_effort.dropped - prev.scheduler.best_effort.dropped)
+                : "";
+  return fmt("%-14s %9.1f %-14s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %6" PRIu64 " %6" PRIu64, progress.c_str(),
+             mbps(cur.goodput_bytes_b - prev.goodput_bytes_b, 1.0),
              dscp_text(minus(cur.dscp_b, prev.dscp_b)).c_str(), cur.retransmits_a - prev.retransmits_a,
              cur.lost_b - prev.lost_b, cur.wan_dropped - prev.wan_dropped, cur.cnps_b - prev.cnps_b,
-             cur.ecn_ce_b - prev.ecn_ce_b);
+             cur.ecn_ce_b - prev.ecn_ce_b) +
+         drops + "\n";
 }
 
 std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& phases) {
   std::ostringstream out;
   out << "\n== summary (" << s.duration_s << " s per phase, " << s.qps << " QPs, " << s.payload
       << " B payload, WAN loss " << s.loss_pct << " %, DSCP bleached by the WAN)\n";
+  if (s.scheduler)
+    out << "   host A's line rate " << s.sender_mbit << " Mbit/s; congestion at gateway B towards host B: " << s.scheduler->link_mbit << " Mbit/s, DSCP 46 guaranteed "
+        << s.scheduler->priority_mbit << ", best effort " << s.scheduler->link_mbit - s.scheduler->priority_mbit
+        << ", " << s.scheduler->queue_packets << "-packet buffers; " << s.bulk_streams
+        << " bulk TCP streams\n";
   out << fmt("%-40s", "");
   for (const auto& p : phases) out << fmt("%22s", phase_title(p).c_str());
   out << "\n";
@@ -236,6 +279,21 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   row("CE marked by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_ce_marked); });
   row("CNPs sent by host B", [&](const PhaseResult& p) { return num(p.received.cnps); });
   row("QPs failed (retry count exceeded)", [&](const PhaseResult& p) { return num(p.sent.qps_failed); });
+  if (s.scheduler) {
+    const ClassStats SchedulerStats::*classes[] = {&SchedulerStats::priority, &SchedulerStats::best_effort};
+    const char* sent_labels[] = {"gw B priority class (46): packets sent", "gw B best-effort class: packets sent"};
+    const char* drop_labels[] = {"gw B priority class (46): dropped", "gw B best-effort class: dropped"};
+    for (size_t i = 0; i < 2; ++i) {
+      row(sent_labels[i], [&](const PhaseResult& p) { return num((p.final.scheduler.*classes[i]).packets); });
+      row(drop_labels[i], [&](const PhaseResult& p) { return num((p.final.scheduler.*classes[i]).dropped); });
+    }
+    row("bulk TCP goodput at host B, Mbit/s", [&](const PhaseResult& p) {
+      return p.bulk ? fmt("%.1f", p.bulk->received_mbps) : std::string("?");
+    });
+    row("bulk TCP retransmits", [&](const PhaseResult& p) {
+      return p.bulk ? num(p.bulk->retransmits) : std::string("?");
+    });
+  }
   row("roceguard gw A: DSCP re-marked", [&](const PhaseResult& p) { return rg(p.final.rg_remarked_a, p); });
   row("roceguard gw A: Geneve encapsulated", [&](const PhaseResult& p) { return rg(p.final.rg_encapsulated_a, p); });
   row("roceguard gw A: retransmits counted", [&](const PhaseResult& p) { return rg(p.final.rg_retransmits_a, p); });
@@ -249,7 +307,8 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                                       const std::vector<PhaseResult>& phases) {
   std::vector<std::string> files;
   json j;
-  j["settings"] = {{"mode", s.mode},
+  j["settings"] = {{"scenario", s.scenario},
+                   {"mode", s.mode},
                    {"duration_s", s.duration_s},
                    {"loss_pct", s.loss_pct},
                    {"ce_pct", s.ce_pct},
@@ -258,17 +317,33 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"tunnel", s.tunnel},
                    {"host_tos", s.host_tos},
                    {"metrics", {{"gw_a", s.metrics_a}, {"gw_b", s.metrics_b}}}};
+  if (s.scheduler)
+    j["settings"]["congestion"] = {{"link_mbit", s.scheduler->link_mbit},
+                                   {"priority_mbit", s.scheduler->priority_mbit},
+                                   {"best_effort_mbit", s.scheduler->link_mbit - s.scheduler->priority_mbit},
+                                   {"queue_packets", s.scheduler->queue_packets},
+                                   {"bulk_streams", s.bulk_streams},
+                                   {"sender_mbit", s.sender_mbit}};
+  const bool scheduler = s.scheduler.has_value();
   j["phases"] = json::object();
   for (const auto& p : phases) {
     json sec = json::array();
-    for (const auto& x : p.seconds) sec.push_back(snapshot_json(x));
+    for (const auto& x : p.seconds) sec.push_back(snapshot_json(x, scheduler));
     j["phases"][p.name] = {{"roceguard", p.roceguard},
                            {"sender", to_json(p.sent)},
                            {"receiver", to_json(p.received)},
-                           {"totals", snapshot_json(p.final)},
+                           {"totals", snapshot_json(p.final, scheduler)},
                            {"seconds", sec},
                            {"gateway_counters", p.counters},
                            {"pcaps", p.pcaps}};
+    if (scheduler) {
+      json bulk = {{"log", p.bulk_log}};
+      if (p.bulk) {
+        bulk["received_mbps"] = p.bulk->received_mbps;
+        bulk["retransmits"] = p.bulk->retransmits;
+      }
+      j["phases"][p.name]["bulk"] = bulk;
+    }
   }
   write_file(dir + "/counters.json", j.dump(2) + "\n");
   files.push_back("counters.json");
@@ -278,7 +353,8 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
   csv << "phase,second,goodput_mbps,sent_a,retransmits_a,naks_a,received_b,dscp46_b,dscp_other_b,"
          "lost_estimate_b,wan_dropped,wan_bleached,wan_ce_marked,cnps_b,ecn_ce_b,"
          "rg_dscp_rewritten_gw_a,rg_encapsulated_gw_a,rg_retransmits_gw_a,rg_decapsulated_gw_b,"
-         "rg_dscp_repaired_gw_b,rg_lost_estimate_gw_b\n";
+         "rg_dscp_repaired_gw_b,rg_lost_estimate_gw_b,sched_priority_sent_gw_b,sched_priority_dropped_gw_b,"
+         "sched_best_effort_sent_gw_b,sched_best_effort_dropped_gw_b\n";
   for (const auto& p : phases) {
     Snapshot prev;
     for (const auto& x : p.seconds) {
@@ -293,7 +369,15 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
           << x.rg_remarked_a - prev.rg_remarked_a << "," << x.rg_encapsulated_a - prev.rg_encapsulated_a
           << "," << x.rg_retransmits_a - prev.rg_retransmits_a << ","
           << x.rg_decapsulated_b - prev.rg_decapsulated_b << "," << x.rg_repaired_b - prev.rg_repaired_b
-          << "," << x.rg_lost_b - prev.rg_lost_b << "\n";
+          << "," << x.rg_lost_b - prev.rg_lost_b;
+      // Empty in the bleach scenario: there is no scheduler to count.
+      if (scheduler)
+        csv << "," << x.scheduler.priority.packets - prev.scheduler.priority.packets << ","
+            << x.scheduler.priority.dropped - prev.scheduler.priority.dropped << ","
+            << x.scheduler.best_effort.packets - prev.scheduler.best_effort.packets << ","
+            << x.scheduler.best_effort.dropped - prev.scheduler.best_effort.dropped << "\n";
+      else
+        csv << ",,,,\n";
       prev = x;
     }
   }
@@ -303,7 +387,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
   write_file(dir + "/summary.txt", summary_table(s, phases));
   files.push_back("summary.txt");
 
-  for (auto& f : draw_charts(dir, phases)) files.push_back(f);
+  for (auto& f : draw_charts(dir, phases, scheduler)) files.push_back(f);
   return files;
 }
 

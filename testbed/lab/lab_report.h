@@ -6,11 +6,13 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "lab/congestion.h"
 #include "lab/roce_gen.h"
 #include "lab/wan.h"
 
@@ -39,6 +41,8 @@ struct Snapshot {
   uint64_t rg_decapsulated_b = 0;
   uint64_t rg_repaired_b = 0;
   uint64_t rg_lost_b = 0;
+  // Gateway B's port to host B, congestion scenario only.
+  SchedulerStats scheduler;
 };
 
 struct PhaseResult {
@@ -51,9 +55,15 @@ struct PhaseResult {
   Snapshot final;
   nlohmann::json counters = nlohmann::json::object();  // gateway -> counter rows
   std::vector<std::string> pcaps;
+  std::optional<BulkResult> bulk;  // congestion scenario, when iperf3 finished its run
+  std::string bulk_log;            // iperf3's JSON report, relative to the report directory
 };
 
 struct LabSettings {
+  std::string scenario;
+  std::optional<SchedulerConfig> scheduler;  // congestion scenario only
+  unsigned bulk_streams = 0;
+  unsigned sender_mbit = 0;  // host A's line rate, congestion scenario only
   std::string mode;
   unsigned duration_s = 0;
   double loss_pct = 0;
@@ -65,10 +75,11 @@ struct LabSettings {
   std::string metrics_a, metrics_b;
 };
 
-// Live view: a phase banner, a column header, one row per second.
+// Live view: a phase banner, a column header, one row per second; with
+// scheduler, the drops of each of gateway B's classes too.
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count);
-std::string view_header();
-std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s);
+std::string view_header(bool scheduler);
+std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s, bool scheduler);
 
 // "46:100%" or "0:99.9% 46:0.1%": the classes of request packets at host B.
 std::string dscp_text(const std::array<uint64_t, 64>& h);

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "error.h"
 #include "exporter.h"
+#include "lab/congestion.h"
 #include "lab/lab_gateway.h"
 #include "lab/lab_report.h"
 #include "lab/proc.h"
@@ -43,6 +44,9 @@ using nlohmann::json;
 // usual RoCE class) with ECT(0), so the WAN can mark CE.
 constexpr uint8_t kHostTos = 26 << 2 | 0x02;
 constexpr const char* kBpffs = "/sys/fs/bpf";
+// Bulk TCP runs this long before the RoCE traffic starts, so the RoCE
+// traffic meets a best-effort queue in its steady state, not TCP's slow start.
+constexpr auto kBulkWarmup = 2s;
 
 std::atomic<bool> g_stop{false};
 std::atomic<Sender*> g_sender{nullptr};
@@ -203,6 +207,8 @@ struct Lab {
   Wan& wan;
   std::array<Exporter*, 2> exporters;  // gateway A, gateway B
   std::vector<std::string> files;
+  DscpScheduler* scheduler = nullptr;  // congestion scenario only
+  SchedulerStats scheduler_base{};     // the scheduler's counters when the phase's RoCE traffic started
 };
 
 Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const ReceiverStats& rx,
@@ -227,6 +233,7 @@ Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const R
   s.wan_dropped -= wan_base.wan_dropped;
   s.wan_bleached -= wan_base.wan_bleached;
   s.wan_ce_marked -= wan_base.wan_ce_marked;
+  if (lab.scheduler) s.scheduler = lab.scheduler->stats() - lab.scheduler_base;
   if (gw_a) {
     auto rows = MapReader(gw_a->pin()).counters();
     s.rg_remarked_a = sum_packets(rows, RG_DIR_EGRESS, RG_EV_DSCP_REWRITTEN);
@@ -266,6 +273,21 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   }
   check_stop();
 
+  std::unique_ptr<BulkTraffic> bulk;
+  if (lab.scheduler) {
+    std::filesystem::create_directories(lab.dir + "/bulk");
+    const auto warmup_s = std::chrono::duration_cast<std::chrono::seconds>(kBulkWarmup).count();
+    bulk = std::make_unique<BulkTraffic>(lab.topo, lab.dir + "/bulk", p.name, lab.opts.bulk_streams,
+                                         lab.opts.duration_s + static_cast<unsigned>(warmup_s));
+    std::cout << "   bulk TCP: iperf3, " << lab.opts.bulk_streams << " streams from the bulk namespace to host B, "
+              << warmup_s << " s ahead of the RoCE traffic\n"
+              << std::flush;
+    for (auto waited = 0ms; waited < kBulkWarmup; waited += 100ms) {
+      check_stop();
+      std::this_thread::sleep_for(100ms);
+    }
+    lab.scheduler_base = lab.scheduler->stats();
+  }
   Snapshot wan_base = take_snapshot(lab, 0, {}, {}, {}, nullptr, nullptr);
   auto captures = start_captures(lab.topo, lab.dir, p.name, lab.opts.pcap_seconds);
 
@@ -322,7 +344,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     }
   } joiner{sender, *tx};
 
-  std::cout << view_header() << std::flush;
+  std::cout << view_header(lab.scheduler != nullptr) << std::flush;
   Snapshot prev;
   // Each row is taken when the sender reports a second, so its counters
   // and the receiver's cover the same interval. Bounded by the sender's own
@@ -340,7 +362,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     if (done) break;
     Snapshot cur = take_snapshot(lab, sec, tx_now, rx->stats(), wan_base, gw_a ? &*gw_a : nullptr,
                                  gw_b ? &*gw_b : nullptr);
-    std::cout << view_row(prev, cur, lab.opts.duration_s) << std::flush;
+    std::cout << view_row(prev, cur, lab.opts.duration_s, lab.scheduler != nullptr) << std::flush;
     p.seconds.push_back(cur);
     prev = cur;
   }
@@ -358,7 +380,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   Snapshot last = p.final;
   last.second = prev.second + 1;
   if (last.received_b != prev.received_b || last.sent_packets != prev.sent_packets) {
-    std::cout << view_row(prev, last, lab.opts.duration_s) << std::flush;
+    std::cout << view_row(prev, last, lab.opts.duration_s, lab.scheduler != nullptr) << std::flush;
     p.seconds.push_back(last);
   }
 
@@ -373,6 +395,16 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     }
   }
   p.pcaps = finish_captures(captures, lab.dir);
+  if (bulk) {
+    // The client ends on its own about when the RoCE traffic did. Bounded:
+    // the phase's duration and 15 s more.
+    for (auto waited = 0ms; waited < lab.opts.duration_s * 1000ms + 15s && !bulk->wait(100ms); waited += 100ms)
+      check_stop();
+    p.bulk = bulk->result();
+    p.bulk_log = "bulk/" + bulk->client_log();
+    if (!std::filesystem::exists(lab.dir + "/" + p.bulk_log)) p.bulk_log.clear();
+    bulk.reset();
+  }
   if (with)
     for (Exporter* e : lab.exporters)
       for (const char* hook : {"tc_egress", "xdp_ingress"}) e->set_attach_state("wan0", hook, false);
@@ -387,12 +419,26 @@ int run_lab(const LabOptions& opts) {
     throw Error("lab: --mode is one of with, without, both", kExitUsage);
   if (opts.loss_pct < 0 || opts.loss_pct > 100 || opts.ce_pct < 0 || opts.ce_pct > 100)
     throw Error("lab: --loss and --ce are percentages, 0..100", kExitUsage);
+  if (opts.scenario != "congestion" && opts.scenario != "bleach")
+    throw Error("lab: --scenario is congestion or bleach", kExitUsage);
+  const bool congestion = opts.scenario == "congestion";
+  const SchedulerConfig scheduler_cfg{opts.link_mbit, opts.priority_mbit, opts.queue_packets};
+  if (congestion && (opts.priority_mbit == 0 || opts.priority_mbit >= opts.link_mbit))
+    throw Error("lab: --priority-rate is above 0 and below --link-rate", kExitUsage);
+  if (congestion && (opts.queue_packets == 0 || opts.bulk_streams == 0 || opts.sender_mbit == 0))
+    throw Error("lab: --queue, --bulk-streams and --host-rate are at least 1", kExitUsage);
   spdlog::set_level(opts.verbose ? spdlog::level::debug : spdlog::level::warn);
   setup_bpf_logging();
   g_stop = false;
   SignalScope signals;
 
   LabSettings settings;
+  settings.scenario = opts.scenario;
+  if (congestion) {
+    settings.scheduler = scheduler_cfg;
+    settings.bulk_streams = opts.bulk_streams;
+    settings.sender_mbit = opts.sender_mbit;
+  }
   settings.mode = opts.mode;
   settings.duration_s = opts.duration_s;
   settings.loss_pct = opts.loss_pct;
@@ -409,12 +455,25 @@ int run_lab(const LabOptions& opts) {
   if (int n = Topology::cleanup_stale(opts.prefix)) std::cout << "removed " << n << " namespaces of an earlier run\n";
   remove_stale_pins(opts.prefix);
 
-  std::cout << "roceguard lab: host A -- gateway A == lossy WAN == gateway B -- host B (network namespaces "
-            << opts.prefix << "-" << getpid() << "-*)\n"
+  std::cout << "roceguard lab: host A -- gateway A == lossy WAN == gateway B -- host B"
+            << (congestion ? " <- bulk TCP" : "") << " (network namespaces " << opts.prefix << "-" << getpid()
+            << "-*)\n"
             << std::flush;
-  Topology topo(opts.prefix);
+  Topology topo(opts.prefix, congestion);
   topo.check_path();
   check_stop();
+  std::optional<DscpScheduler> scheduler;
+  std::optional<SenderLineRate> line_rate;
+  if (congestion) {
+    scheduler.emplace(topo, scheduler_cfg);
+    line_rate.emplace(topo, opts.sender_mbit, opts.qps * SenderConfig{}.window);
+    std::cout << "host A sends at up to " << opts.sender_mbit << " Mbit/s (its line rate); congestion at gateway B's " << DscpScheduler::kInterface << " (towards host B): "
+              << scheduler_cfg.link_mbit << " Mbit/s, DSCP 46 guaranteed " << scheduler_cfg.priority_mbit
+              << " Mbit/s, best effort " << scheduler_cfg.link_mbit - scheduler_cfg.priority_mbit
+              << " Mbit/s, each may borrow up to the link rate; " << scheduler_cfg.queue_packets
+              << "-packet buffer per class\n"
+              << std::flush;
+  }
 
   // Both exporters read the pinned maps of their gateway at every scrape:
   // up for the whole run, reporting roceguard_maps_up 0 while nothing is
@@ -453,7 +512,7 @@ int run_lab(const LabOptions& opts) {
   Wan wan(topo.netns(Node::kWan), {"to-a", "to-b"},
           rg_wan_config{loss_ppm, ce_ppm, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});
 
-  Lab lab{opts, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}};
+  Lab lab{opts, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}, scheduler ? &*scheduler : nullptr, {}};
   std::vector<bool> phases;
   if (opts.mode != "with") phases.push_back(false);
   if (opts.mode != "without") phases.push_back(true);
@@ -471,8 +530,10 @@ int run_lab(const LabOptions& opts) {
 
   std::cout << summary_table(settings, results);
   for (const auto& f : write_report(dir, settings, results)) lab.files.push_back(f);
-  for (const auto& p : results)
+  for (const auto& p : results) {
+    if (!p.bulk_log.empty()) lab.files.push_back(p.bulk_log);
     for (const auto& f : p.pcaps) lab.files.push_back(f);
+  }
   std::cout << "\nreport in " << std::filesystem::absolute(dir).string() << ":\n";
   for (const auto& f : lab.files) std::cout << "  " << f << "\n";
   return kExitOk;

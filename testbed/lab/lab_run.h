@@ -1,8 +1,10 @@
 // `roceguard lab`: builds the namespace topology with its lossy WAN, runs the
 // RoCE v2 generator across it without and with roceguard on the gateways,
-// shows each second as it happens and writes a report directory. Everything
-// it creates (namespaces, attachments, pins, captures) is removed on return,
-// on error and on SIGINT/SIGTERM.
+// shows each second as it happens and writes a report directory. In the
+// congestion scenario gateway B's port to host B is a rate-limited,
+// DSCP-scheduled link shared with bulk TCP (lab/congestion.h). Everything
+// it creates (namespaces, attachments, pins, captures, iperf3) is removed on
+// return, on error and on SIGINT/SIGTERM/SIGHUP.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +13,7 @@
 namespace rg::lab {
 
 struct LabOptions {
+  std::string scenario = "congestion";  // or "bleach": the WAN only, no scheduler, no bulk traffic
   std::string mode = "both";  // "without", "with" or "both" (without first)
   unsigned duration_s = 10;   // per phase
   double loss_pct = 0.1;      // WAN loss, percent of RoCE/Geneve packets
@@ -25,6 +28,12 @@ struct LabOptions {
   std::string prefix = "rglab";  // namespaces <prefix>-<pid>-<node>, pins likewise
   unsigned pcap_seconds = 3;     // capture at every hop for the phase's first seconds
   bool verbose = false;
+  // Congestion scenario: gateway B's port to host B (see README, "The lab").
+  unsigned sender_mbit = 100;  // host A's line rate: the RoCE traffic's offered load
+  unsigned link_mbit = 200;
+  unsigned priority_mbit = 125;
+  unsigned queue_packets = 32;
+  unsigned bulk_streams = 4;
 };
 
 // Returns the process exit code; throws rg::Error on failure (after

@@ -36,6 +36,7 @@ constexpr Link kLinks[] = {
     {Node::kWan, "to-b", Node::kGatewayB, "wan0"},
     {Node::kGatewayB, "lan0", Node::kHostB, "eth0"},
 };
+constexpr Link kBulkLink{Node::kBulk, "eth0", Node::kGatewayB, "bulk0"};
 
 }  // namespace
 
@@ -46,6 +47,7 @@ std::string_view node_suffix(Node n) {
     case Node::kWan: return "wan";
     case Node::kGatewayB: return "gwB";
     case Node::kHostB: return "hB";
+    case Node::kBulk: return "bulk";
   }
   return "?";
 }
@@ -75,10 +77,13 @@ NetnsGuard::~NetnsGuard() {
   close(saved_fd_);
 }
 
-Topology::Topology(const std::string& prefix) {
+Topology::Topology(const std::string& prefix, bool bulk_sender) : bulk_sender_(bulk_sender) {
   for (Node n : kNodes)
     names_[static_cast<size_t>(n)] =
         prefix + "-" + std::to_string(getpid()) + "-" + std::string(node_suffix(n));
+  if (bulk_sender_)
+    names_[static_cast<size_t>(Node::kBulk)] =
+        prefix + "-" + std::to_string(getpid()) + "-" + std::string(node_suffix(Node::kBulk));
   try {
     build();
   } catch (...) {
@@ -89,15 +94,23 @@ Topology::Topology(const std::string& prefix) {
 
 Topology::~Topology() { destroy(); }
 
+const std::string& Topology::netns(Node n) const {
+  if (n == Node::kBulk && !bulk_sender_) throw Error("this lab topology has no bulk sender");
+  return names_[static_cast<size_t>(n)];
+}
+
 void Topology::build() {
+  std::vector<Link> links(std::begin(kLinks), std::end(kLinks));
+  if (bulk_sender_) links.push_back(kBulkLink);
   for (const auto& ns : names_) {
+    if (ns.empty()) continue;
     run_checked({"ip", "netns", "add", ns});
     created_.push_back(ns);
   }
-  for (const auto& ns : names_) run_checked({"ip", "-n", ns, "link", "set", "lo", "up"});
+  for (const auto& ns : created_) run_checked({"ip", "-n", ns, "link", "set", "lo", "up"});
   // Each pair is created inside its namespaces: no name ever exists in the
   // caller's namespace, so parallel labs cannot collide on interface names.
-  for (const auto& l : kLinks)
+  for (const auto& l : links)
     run_checked({"ip", "-n", netns(l.a), "link", "add", l.a_if, "type", "veth", "peer", "name",
                  l.b_if, "netns", netns(l.b)});
 
@@ -107,7 +120,7 @@ void Topology::build() {
     const char* ifname;
     std::string v4, v6;
   };
-  const IfAddr addrs[] = {
+  std::vector<IfAddr> addrs = {
       {Node::kHostA, "eth0", std::string(a.host_a4) + "/24", std::string(a.host_a6) + "/64"},
       {Node::kGatewayA, "lan0", std::string(a.gw_a_lan4) + "/24", std::string(a.gw_a_lan6) + "/64"},
       {Node::kGatewayA, "wan0", std::string(a.gw_a_wan4) + "/30", std::string(a.gw_a_wan6) + "/64"},
@@ -117,6 +130,11 @@ void Topology::build() {
       {Node::kGatewayB, "lan0", std::string(a.gw_b_lan4) + "/24", std::string(a.gw_b_lan6) + "/64"},
       {Node::kHostB, "eth0", std::string(a.host_b4) + "/24", std::string(a.host_b6) + "/64"},
   };
+  if (bulk_sender_) {
+    addrs.push_back({Node::kGatewayB, "bulk0", std::string(a.gw_b_bulk4) + "/30",
+                     std::string(a.gw_b_bulk6) + "/64"});
+    addrs.push_back({Node::kBulk, "eth0", std::string(a.bulk4) + "/30", std::string(a.bulk6) + "/64"});
+  }
   for (const auto& ia : addrs) {
     const std::string& ns = netns(ia.n);
     run_checked({"ip", "-n", ns, "addr", "add", ia.v4, "dev", ia.ifname});
@@ -134,7 +152,7 @@ void Topology::build() {
     Node n;
     std::string dst, via;
   };
-  const Route routes[] = {
+  std::vector<Route> routes = {
       {Node::kHostA, "default", a.gw_a_lan4},
       {Node::kHostA, "default", a.gw_a_lan6},
       {Node::kGatewayA, "203.0.113.0/24", a.wan_a4},
@@ -152,6 +170,17 @@ void Topology::build() {
       {Node::kHostB, "default", a.gw_b_lan4},
       {Node::kHostB, "default", a.gw_b_lan6},
   };
+  if (bulk_sender_) {
+    routes.push_back({Node::kBulk, "default", a.gw_b_bulk4});
+    routes.push_back({Node::kBulk, "default", a.gw_b_bulk6});
+    // veth hands TCP to the next hop as 64 KB GSO/GRO aggregates; a queue
+    // limited in packets would then hold megabytes. Segments of wire size
+    // make gateway B's queues count what a switch port counts.
+    run_checked({"ip", "netns", "exec", netns(Node::kBulk), "ethtool", "-K", "eth0", "tso", "off",
+                 "gso", "off", "gro", "off"});
+    run_checked({"ip", "netns", "exec", netns(Node::kGatewayB), "ethtool", "-K", "bulk0", "tso", "off",
+                 "gso", "off", "gro", "off"});
+  }
   for (const auto& r : routes) {
     bool v6 = r.via.find(':') != std::string::npos;
     run_checked({"ip", v6 ? "-6" : "-4", "-n", netns(r.n), "route", "add", r.dst, "via", r.via});

@@ -1,6 +1,7 @@
 // `roceguard lab` end to end: the report it promises exists and says what
-// the lab is for (DSCP 46 at host B with roceguard, none without), and it
-// leaves nothing behind, also when interrupted.
+// the lab is for (DSCP 46 at host B with roceguard, none without; in the
+// congestion scenario, RoCE in gateway B's priority class only with
+// roceguard), and it leaves nothing behind, also when interrupted.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -60,6 +61,21 @@ class Lab : public ::testing::Test {
             "--prefix",    prefix(),     "--metrics-listen", "127.0.0.1:0", "--pcap-seconds", "2"};
   }
 
+  // Processes whose command line mentions needle (iperf3 names its log,
+  // which lies in the report directory).
+  static std::vector<std::string> processes_mentioning(const std::string& needle) {
+    std::vector<std::string> found;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string pid = e.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmd = read(e.path().string() + "/cmdline");
+      for (auto& c : cmd)
+        if (c == '\0') c = ' ';
+      if (cmd.find(needle) != std::string::npos) found.push_back(pid + ": " + cmd);
+    }
+    return found;
+  }
+
   // What a run may leave: namespaces, pins, processes mentioning its files.
   void expect_nothing_left(const std::string& report) const {
     auto ns = rg::lab::run({"ip", "netns", "list"});
@@ -80,7 +96,9 @@ class Lab : public ::testing::Test {
 TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
-  auto r = rg::lab::run(base_argv(report, 3), 300s);
+  auto argv = base_argv(report, 3);
+  argv.insert(argv.end(), {"--scenario", "bleach"});
+  auto r = rg::lab::run(argv, 300s);
   std::cout << r.out << r.err;
   ASSERT_EQ(r.status, 0) << r.err;
 
@@ -156,6 +174,73 @@ TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
       }
     }
   EXPECT_GT(queried, 20u);
+  expect_nothing_left(report);
+}
+
+TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  const std::string log = tmp.path() + "/lab.log";
+  int status = -1;
+  {
+    // The default scenario.
+    rg::lab::Child lab(base_argv(report, 3), log);
+    // While the first phase runs: the bulk namespace and iperf3 exist.
+    // Bounded: 180 s.
+    bool bulk_started = false;
+    for (int i = 0; i < 1800 && !bulk_started && lab.running(); ++i) {
+      bulk_started = read(log).find("bulk TCP: iperf3") != std::string::npos;
+      std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_TRUE(bulk_started) << read(log);
+    auto ns = rg::lab::run({"ip", "netns", "list"});
+    EXPECT_NE(ns.out.find(prefix() + "-" + std::to_string(lab.pid()) + "-bulk"), std::string::npos) << ns.out;
+    auto iperf = processes_mentioning(report + "/bulk/");
+    EXPECT_GE(iperf.size(), 2u) << "an iperf3 server at host B and a client in the bulk namespace";
+    for (const auto& p : iperf) EXPECT_NE(p.find("iperf3"), std::string::npos) << p;
+    status = lab.wait(300s);
+  }
+  ASSERT_EQ(status, 0) << read(log);
+
+  for (const char* png : {"goodput", "retransmits-vs-wan-drops", "dscp-at-host-b", "drops-per-class"}) {
+    const std::string path = report + "/charts/" + png + ".png";
+    ASSERT_TRUE(fs::exists(path)) << path;
+    EXPECT_EQ(read(path).substr(1, 3), "PNG") << png;
+  }
+  json j = json::parse(read(report + "/counters.json"));
+  EXPECT_EQ(j["settings"]["scenario"], "congestion");
+  const json& congestion = j["settings"]["congestion"];
+  EXPECT_GT(congestion["priority_mbit"].get<unsigned>(), 0u);
+  EXPECT_LT(congestion["priority_mbit"].get<unsigned>(), congestion["link_mbit"].get<unsigned>());
+  for (const char* phase : {"without", "with"}) {
+    const json& p = j["phases"][phase];
+    const json& sched = p["totals"]["scheduler_gw_b"];
+    for (const char* cls : {"priority", "best_effort"})
+      for (const char* field : {"packets", "bytes", "dropped"})
+        EXPECT_TRUE(sched[cls].contains(field)) << phase << " " << cls << " " << field;
+    EXPECT_FALSE(p["seconds"].empty()) << phase;
+    EXPECT_TRUE(p["seconds"][0].contains("scheduler_gw_b")) << phase;
+    // The bulk TCP ran in every phase through the best-effort class.
+    EXPECT_GT(sched["best_effort"]["packets"].get<uint64_t>(), 0u) << phase;
+    EXPECT_TRUE(fs::exists(report + "/" + p["bulk"]["log"].get<std::string>())) << p["bulk"];
+    ASSERT_GT(p["receiver"]["packets"].get<uint64_t>(), 0u) << phase;
+  }
+  // Bleached RoCE never reaches the priority class; with roceguard every
+  // RoCE packet arrives as 46 and nothing else is 46, so the class carries
+  // exactly what host B received.
+  EXPECT_EQ(j["phases"]["without"]["totals"]["scheduler_gw_b"]["priority"]["packets"].get<uint64_t>(), 0u);
+  const json& with = j["phases"]["with"];
+  EXPECT_EQ(with["receiver"]["dscp"].value("46", uint64_t{0}), with["receiver"]["packets"].get<uint64_t>());
+  EXPECT_GE(with["totals"]["scheduler_gw_b"]["priority"]["packets"].get<uint64_t>(),
+            with["receiver"]["packets"].get<uint64_t>());
+
+  const std::string summary = read(report + "/summary.txt");
+  for (const char* row : {"gw B priority class (46): dropped", "gw B best-effort class: dropped",
+                          "bulk TCP goodput at host B, Mbit/s"})
+    EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
+  const std::string csv = read(report + "/counters.csv");
+  EXPECT_NE(csv.find("sched_priority_dropped_gw_b,sched_best_effort_sent_gw_b,sched_best_effort_dropped_gw_b"),
+            std::string::npos);
   expect_nothing_left(report);
 }
 
