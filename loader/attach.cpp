@@ -1,10 +1,15 @@
 #include "attach.h"
 
+#include <bpf/bpf.h>
 #include <net/if.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include "error.h"
@@ -45,34 +50,67 @@ int ifindex_of(const std::string& name) {
   return ifindex;
 }
 
+
+// The four tunnel maps, opened from their pins.
+class TunnelMaps {
+ public:
+  explicit TunnelMaps(const std::string& pin_path) {
+    for (size_t i = 0; i < kNames.size(); ++i) {
+      fds_[i] = bpf_obj_get((pin_path + "/" + kNames[i]).c_str());
+      if (fds_[i] < 0) {
+        int err = errno;
+        close_all();
+        throw Error("cannot open " + pin_path + "/" + kNames[i] + ": " + errno_text(err));
+      }
+    }
+  }
+  ~TunnelMaps() { close_all(); }
+  TunnelMaps(const TunnelMaps&) = delete;
+  TunnelMaps& operator=(const TunnelMaps&) = delete;
+
+  MapWriter writer() const { return MapWriter(fds_[0], fds_[1], fds_[2], fds_[3]); }
+
+ private:
+  static constexpr std::array<const char*, 4> kNames{kMapPeers, kMapRoute4, kMapRoute6, kMapDecap};
+  void close_all() {
+    for (int& fd : fds_)
+      if (fd >= 0) close(fd), fd = -1;
+  }
+  std::array<int, 4> fds_{-1, -1, -1, -1};
+};
+
 }  // namespace
 
 Dataplane::Dataplane(const Config& cfg, const std::string& pin_path, bool reset_state)
-    : cfg_(cfg), pin_path_(pin_path), obj_(cfg_, pin_path_, reset_state) {}
+    : cfg_(cfg), pin_path_(pin_path), owner_(pin_path_), obj_(cfg_, pin_path_, reset_state) {}
 
 IfaceState Dataplane::attach_interface(const std::string& name, bool force) {
-  IfaceState st;
-  st.name = name;
-  st.ifindex = ifindex_of(name);
   Rollback undo;
   try {
-    XdpAttachment xdp = attach_xdp(obj_, st.ifindex, name, cfg_.xdp_mode, force, undo);
-    st.xdp_mode = xdp.mode;
-    st.xdp_prog_id = xdp.prog_id;
-    if (xdp.no_dispatcher && !warned_no_dispatcher_)
-      spdlog::warn(
-          "libxdp dispatcher unavailable on this kernel: attached {} directly to {}; other XDP "
-          "programs cannot coexist on it",
-          kProgXdp, name);
-    warned_no_dispatcher_ |= xdp.no_dispatcher;
-    obj_.ensure_loaded();
-    st.tc_prog_id = attach_tc(obj_, st.ifindex, name, cfg_.tc_handle, cfg_.tc_priority, force, undo);
-    st.tc_handle = cfg_.tc_handle;
-    st.tc_priority = cfg_.tc_priority;
+    return attach_interface(name, force, undo);
   } catch (...) {
     undo.run();
     throw;
   }
+}
+
+IfaceState Dataplane::attach_interface(const std::string& name, bool force, Rollback& undo) {
+  IfaceState st;
+  st.name = name;
+  st.ifindex = ifindex_of(name);
+  XdpAttachment xdp = attach_xdp(obj_, owner_, st.ifindex, name, cfg_.xdp_mode, force, undo);
+  st.xdp_mode = xdp.mode;
+  st.xdp_prog_id = xdp.prog_id;
+  if (xdp.no_dispatcher && !warned_no_dispatcher_)
+    spdlog::warn(
+        "libxdp dispatcher unavailable on this kernel: attached {} directly to {}; other XDP "
+        "programs cannot coexist on it",
+        kProgXdp, name);
+  warned_no_dispatcher_ |= xdp.no_dispatcher;
+  obj_.ensure_loaded();
+  st.tc_prog_id = attach_tc(obj_, owner_, st.ifindex, name, cfg_.tc_handle, cfg_.tc_priority, force, undo);
+  st.tc_handle = cfg_.tc_handle;
+  st.tc_priority = cfg_.tc_priority;
   return st;
 }
 
@@ -83,7 +121,7 @@ State Dataplane::attach_all(bool force) {
   // Refuse conflicts before changing anything.
   for (const auto& name : cfg_.interfaces) {
     int ifindex = ifindex_of(name);
-    if (!force) refuse_foreign_hooks(ifindex, name, cfg_.tc_handle, cfg_.tc_priority);
+    if (!force) refuse_foreign_hooks(owner_, ifindex, name, cfg_.tc_handle, cfg_.tc_priority);
   }
 
   State st;
@@ -92,23 +130,35 @@ State Dataplane::attach_all(bool force) {
   st.config_hash = cfg_.hash();
   Rollback undo;
   try {
+    // The maps first: a program attached from here on finds its peers and
+    // routes from its first packet.
+    obj_.pin_maps();
+    owner_.add_pinned(pin_path_);
+    {
+      TunnelMaps maps(pin_path_);
+      MapWriter writer = maps.writer();
+      auto before = std::make_shared<MapWriter::Snapshot>(writer.snapshot());
+      // Reopened on rollback: this scope's fds are closed by then.
+      undo.add("the tunnel maps' previous entries", [pin = pin_path_, before] {
+        TunnelMaps again(pin);
+        again.writer().restore(*before);
+      });
+      writer.write_tunnels(cfg_.peers);
+    }
     for (const auto& name : cfg_.interfaces) {
-      IfaceState is = attach_interface(name, force);
-      undo.add([is] { detach_interface(is.ifindex, is.name, is.tc_handle, is.tc_priority); });
+      IfaceState is = attach_interface(name, force, undo);
       spdlog::info("attached to {} (ifindex {}): xdp {} id {}, tc egress handle {:#x} prio {} id {}", name,
                    is.ifindex, is.xdp_mode, is.xdp_prog_id, is.tc_handle, is.tc_priority, is.tc_prog_id);
       st.interfaces.push_back(is);
     }
-    MapWriter(obj_.map_fd(kMapPeers), obj_.map_fd(kMapRoute4), obj_.map_fd(kMapRoute6), obj_.map_fd(kMapDecap))
-        .write_tunnels(cfg_.peers);
     restrict_pins(pin_path_);
     write_state(pin_path_, st);
     prune_stale_counters(st);
     warn_if_not_forwarding(cfg_);
-  } catch (...) {
+  } catch (const std::exception& e) {
+    spdlog::error("attach failed: {}; putting every interface back as it was", e.what());
     undo.run();
     if (fresh_pins) remove_pins(pin_path_);
-    spdlog::error("attach failed: everything attached in this run was removed again");
     throw;
   }
   if (prev) detach_unconfigured(*prev);
@@ -133,10 +183,11 @@ void Dataplane::detach_unconfigured(const State& prev) const {
     char buf[IF_NAMESIZE] = {};
     if (!old.ifindex || !if_indextoname(static_cast<unsigned>(old.ifindex), buf) || old.name != buf) continue;
     if (!kept) {
-      for (const auto& line : detach_interface(old.ifindex, old.name, old.tc_handle, old.tc_priority))
-        spdlog::info("{} (no longer configured)", line);
+      auto lines = detach_interface(owner_, old.ifindex, old.name, old.tc_handle, old.tc_priority);
+      for (const auto& line : lines.removed) spdlog::info("{} (no longer configured)", line);
+      for (const auto& line : lines.left) spdlog::warn("{}", line);
     } else if ((old.tc_handle != cfg_.tc_handle || old.tc_priority != cfg_.tc_priority) &&
-               detach_tc(old.ifindex, old.tc_handle, old.tc_priority)) {
+               detach_tc(owner_, old.ifindex, old.tc_handle, old.tc_priority)) {
       spdlog::info("{}: removed the TC filter at the previous handle {:#x} priority {}", old.name, old.tc_handle,
                    old.tc_priority);
     }

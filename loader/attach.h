@@ -20,14 +20,18 @@ class Dataplane {
   Dataplane(const Config& cfg, const std::string& pin_path, bool reset_state);
 
   // Attaches to every configured interface, all or nothing: on any failure
-  // everything this call changed is undone and rg::Error is thrown. Foreign
-  // XDP programs (direct attach) or TC filters at our handle/priority are
-  // refused with kExitConflict unless force. Writes the tunnel maps, pins
-  // and the attach record, and detaches interfaces the previous record had
-  // but cfg no longer lists.
+  // every interface, the tunnel maps and the attach record end as they were
+  // before (the previous programs put back, ours or the ones force
+  // replaced), the log says what was restored, and rg::Error is thrown.
+  // Programs not ours on our hooks (foreign ones, or another roceguard
+  // instance's) are refused with kExitConflict unless force. The tunnel
+  // maps are written before any program is attached, so the first packets
+  // already see them. Detaches interfaces the previous record had but cfg
+  // no longer lists.
   State attach_all(bool force);
 
-  // (Re-)attaches one configured interface, e.g. after it came back.
+  // (Re-)attaches one configured interface, e.g. after it came back; on
+  // failure it is left as it was.
   IfaceState attach_interface(const std::string& name, bool force);
 
   // Drops the counter entries of interfaces that are gone for good (none
@@ -36,8 +40,13 @@ class Dataplane {
 
   const Config& config() const { return cfg_; }
   const std::string& pin_path() const { return pin_path_; }
+  // Which programs on the hooks are this pin path's.
+  const HookOwner& owner() const { return owner_; }
 
  private:
+  // Attaches one interface; undo learns how to put back what was there.
+  IfaceState attach_interface(const std::string& name, bool force, Rollback& undo);
+
   // Removes what the previous record attached and this configuration does
   // not: an interface it dropped, or our filter at a handle/priority it
   // moved.
@@ -45,6 +54,9 @@ class Dataplane {
 
   Config cfg_;
   std::string pin_path_;
+  // Before obj_: the maps pinned when this command started own the hooks,
+  // even after --reset-state replaced them.
+  HookOwner owner_;
   BpfObject obj_;
   bool warned_no_dispatcher_ = false;
 };

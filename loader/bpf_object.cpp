@@ -39,6 +39,21 @@ int libxdp_log(enum libxdp_print_level level, const char* fmt, va_list ap) {
   return 0;
 }
 
+// Applies cfg to an opened (not loaded) object: rodata, rg_qp's size, and
+// the pin path of each persistent map, which makes libbpf reuse a
+// compatible pinned map (counters carry over) or create and pin a new one.
+void configure(struct roceguard* skel, const Config& cfg, const std::string& pin_path) {
+  skel->rodata->rg_cfg = cfg.rodata();
+  int err = bpf_map__set_max_entries(skel->maps.rg_qp, cfg.qp_entries);
+  if (err) throw Error("cannot size rg_qp to " + std::to_string(cfg.qp_entries) + ": " + errno_text(err));
+  for (const char* name : kPinnedMaps) {
+    bpf_map* m = bpf_object__find_map_by_name(skel->obj, name);
+    if (!m) throw Error(std::string("BPF object has no map ") + name);
+    err = bpf_map__set_pin_path(m, (pin_path + "/" + name).c_str());
+    if (err) throw Error(std::string("cannot set pin path of ") + name + ": " + errno_text(err));
+  }
+}
+
 }  // namespace
 
 std::string xdp_error_text(long err) {
@@ -93,13 +108,12 @@ std::vector<MapMismatch> check_pinned_maps(struct roceguard* skel, const std::st
   return out;
 }
 
-BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_state) {
+BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_state)
+    : cfg_(cfg), pin_path_(pin_path) {
   skel_ = roceguard__open();
   if (!skel_) throw Error("cannot open the embedded BPF object: " + errno_text(errno));
   try {
-    skel_->rodata->rg_cfg = cfg.rodata();
-    int err = bpf_map__set_max_entries(skel_->maps.rg_qp, cfg.qp_entries);
-    if (err) throw Error("cannot size rg_qp to " + std::to_string(cfg.qp_entries) + ": " + errno_text(err));
+    configure(skel_, cfg, pin_path);
 
     // A build with new events only lengthens the counter value: carried
     // over rather than refused, so an upgrade keeps the counters.
@@ -125,15 +139,6 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
                    kMapState, pin_path);
     }
 
-    // Set before load: libbpf then reuses a compatible pinned map (counters
-    // carry over) or creates and pins a new one.
-    for (const char* name : kPinnedMaps) {
-      bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);
-      if (!m) throw Error(std::string("BPF object has no map ") + name);
-      err = bpf_map__set_pin_path(m, (pin_path + "/" + name).c_str());
-      if (err) throw Error(std::string("cannot set pin path of ") + name + ": " + errno_text(err));
-    }
-
     // libxdp loads the object itself so that, with a dispatcher, the XDP
     // program is loaded as an extension of it.
     DECLARE_LIBXDP_OPTS(xdp_program_opts, opts, .obj = skel_->obj, .prog_name = kProgXdp);
@@ -151,6 +156,30 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
 BpfObject::~BpfObject() {
   if (xdp_) xdp_program__close(xdp_);
   if (skel_) roceguard__destroy(skel_);
+}
+
+void BpfObject::pin_maps() const {
+  struct stat st {};
+  bool all = true;
+  for (const char* name : kPinnedMaps) all &= stat((pin_path_ + "/" + name).c_str(), &st) == 0;
+  if (all) return;
+  // A second copy of the object, loaded without its programs: libbpf
+  // creates the maps (with their BTF) and pins them; the copy goes, the
+  // pins stay.
+  struct roceguard* scratch = roceguard__open();
+  if (!scratch) throw Error("cannot open the embedded BPF object: " + errno_text(errno));
+  int err = 0;
+  try {
+    configure(scratch, cfg_, pin_path_);
+    bpf_program* prog;
+    bpf_object__for_each_program(prog, scratch->obj) bpf_program__set_autoload(prog, false);
+    err = bpf_object__load(scratch->obj);
+  } catch (...) {
+    roceguard__destroy(scratch);
+    throw;
+  }
+  roceguard__destroy(scratch);
+  if (err) throw Error("cannot create the maps under " + pin_path_ + ": " + errno_text(err));
 }
 
 int BpfObject::xdp_prog_fd() const { return bpf_program__fd(skel_->progs.rg_xdp_ingress); }

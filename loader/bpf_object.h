@@ -40,6 +40,12 @@ class BpfObject {
   BpfObject(const BpfObject&) = delete;
   BpfObject& operator=(const BpfObject&) = delete;
 
+  // Creates and pins the maps that are not pinned yet, without loading any
+  // program, so that they can be filled before a program runs: libxdp
+  // loads the object only while attaching it (as a dispatcher extension
+  // when it can). The object's own load then reuses the pins.
+  void pin_maps() const;
+
   // libxdp's handle of the XDP program, for attaching it.
   struct xdp_program* xdp() const { return xdp_; }
   // Loads the object without libxdp (XDP type, for a direct attach);
@@ -53,6 +59,8 @@ class BpfObject {
   int map_fd(const char* name) const;
 
  private:
+  Config cfg_;
+  std::string pin_path_;
   struct roceguard* skel_ = nullptr;
   struct xdp_program* xdp_ = nullptr;
 };

@@ -56,6 +56,7 @@ void set_verbosity(bool verbose) {
 }
 
 void cmd_attach(const LoadFlags& f) {
+  StopSignals signals;
   set_verbosity(f.verbose);
   Config cfg = load_config(f.sources());
   State st = attach(cfg, f.pin_path, f.reset_state, f.force);
@@ -70,6 +71,7 @@ void cmd_run(const LoadFlags& f) {
 }
 
 void cmd_detach(const std::string& pin_path, const std::vector<std::string>& only, bool verbose) {
+  StopSignals signals;
   set_verbosity(verbose);
   DetachResult r = detach(pin_path, only, [](const std::string& line) { std::cout << line << "\n"; });
   if (r.pins_removed) std::cout << "removed the pinned maps under " << pin_path << "\n";
@@ -89,15 +91,16 @@ void cmd_status(const std::string& pin_path, bool json) {
   out["version"] = st->version;
   out["config_hash"] = st->config_hash;
   out["config"] = st->config;
+  HookOwner owner(pin_path);
   nlohmann::json ifs = nlohmann::json::array();
   for (const auto& is : st->interfaces) {
     bool exists = ifname_of(is.ifindex) == is.name;
     ifs.push_back({{"name", is.name},
                    {"ifindex", is.ifindex},
                    {"present", exists},
-                   {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}, {"attached", exists && xdp_present(is)}}},
+                   {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}, {"attached", exists && xdp_present(owner, is)}}},
                    {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id},
-                           {"attached", exists && tc_present(is)}}}});
+                           {"attached", exists && tc_present(owner, is)}}}});
   }
   out["interfaces"] = ifs;
   nlohmann::json maps = nlohmann::json::array();

@@ -16,6 +16,7 @@
 #include "attach.h"
 #include "error.h"
 #include "exporter.h"
+#include "hooks.h"
 
 namespace rg {
 namespace {
@@ -43,7 +44,7 @@ class Runner {
       }
       check_mtu(is.name);
       try {
-        if (static_cast<int>(idx) == is.ifindex && xdp_present(is) && tc_present(is)) {
+        if (static_cast<int>(idx) == is.ifindex && xdp_present(dp_.owner(), is) && tc_present(dp_.owner(), is)) {
           if (!up_[is.name]) set_state(is.name, true);
           continue;
         }
@@ -185,6 +186,9 @@ DetachResult detach(const std::string& pin_path, const std::vector<std::string>&
   std::unique_ptr<PinLock> lock;
   if (pin_dir_exists(pin_path)) lock = std::make_unique<PinLock>(pin_path, false);
   State st = read_state(pin_path).value_or(State{});
+  // Ours are the programs using the maps pinned here: never another
+  // instance's (another pin path) on the same interface.
+  HookOwner owner(pin_path);
 
   std::vector<IfaceState> targets, remaining;
   for (const auto& is : st.interfaces) {
@@ -218,10 +222,12 @@ DetachResult detach(const std::string& pin_path, const std::vector<std::string>&
       say(is.name + ": gone (nothing to remove)");
       continue;
     }
-    for (const auto& line : detach_interface(is.ifindex, is.name, is.tc_handle, is.tc_priority)) {
+    DetachLines lines = detach_interface(owner, is.ifindex, is.name, is.tc_handle, is.tc_priority);
+    for (const auto& line : lines.removed) {
       say(line);
       ++result.programs_removed;
     }
+    for (const auto& line : lines.left) say(line);
   }
   if (remaining.empty()) {
     remove_pins(pin_path);

@@ -23,6 +23,8 @@ namespace rg {
 // SIGTERM, SIGINT and SIGHUP, blocked from construction on and taken
 // synchronously by the main loop: a SIGTERM during the attach waits for it
 // to complete (all) or roll back (nothing) instead of cutting it in half.
+// `attach` and `detach` hold them blocked to the end: a signal then ends
+// the process once the command is done.
 class StopSignals {
  public:
   StopSignals();

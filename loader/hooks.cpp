@@ -7,11 +7,14 @@
 #include <unistd.h>
 #include <xdp/libxdp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <memory>
 #include <optional>
 
 #include "error.h"
+#include "maps.h"
 
 namespace rg {
 namespace {
@@ -25,6 +28,50 @@ std::string prog_name_by_id(uint32_t id) {
   if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) name = info.name;
   close(fd);
   return name;
+}
+
+std::vector<uint32_t> prog_map_ids(uint32_t id) {
+  int fd = bpf_prog_get_fd_by_id(id);
+  if (fd < 0) return {};
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  std::vector<uint32_t> ids;
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && info.nr_map_ids) {
+    ids.resize(info.nr_map_ids);
+    bpf_prog_info again{};
+    again.nr_map_ids = info.nr_map_ids;
+    again.map_ids = reinterpret_cast<uintptr_t>(ids.data());
+    len = sizeof(again);
+    if (bpf_obj_get_info_by_fd(fd, &again, &len) != 0) ids.clear();
+    ids.resize(std::min<size_t>(ids.size(), again.nr_map_ids));
+  }
+  close(fd);
+  return ids;
+}
+
+uint32_t prog_id_of_fd(int fd) {
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
+}
+
+// A reference on a program: the kernel frees a program once no hook and no
+// fd holds it, so one replaced on a hook can only be put back while held.
+using ProgRef = std::shared_ptr<const int>;
+ProgRef hold_prog(uint32_t id) {
+  int fd = bpf_prog_get_fd_by_id(id);
+  if (fd < 0) return nullptr;
+  return ProgRef(new int(fd), [](const int* p) {
+    close(*p);
+    delete p;
+  });
+}
+
+using XdpProgRef = std::shared_ptr<xdp_program>;
+XdpProgRef hold_xdp_prog(uint32_t id) {
+  xdp_program* p = xdp_program__from_id(id);
+  if (libxdp_get_error(p)) return nullptr;
+  return XdpProgRef(p, xdp_program__close);
 }
 
 enum xdp_attach_mode libxdp_mode(XdpMode mode) { return mode == XdpMode::kSkb ? XDP_MODE_SKB : XDP_MODE_NATIVE; }
@@ -53,12 +100,14 @@ struct Multiprog {
   Multiprog& operator=(const Multiprog&) = delete;
 
   bool legacy() const { return mp && xdp_multiprog__is_legacy(mp); }
-  // Our programs in a dispatcher chain.
-  std::vector<xdp_program*> ours() const {
+  // owner's programs in a dispatcher chain (or the others named like ours).
+  std::vector<xdp_program*> ours(const HookOwner& owner, bool owned = true) const {
     std::vector<xdp_program*> out;
     if (!mp || legacy()) return out;
-    for (xdp_program* p = xdp_multiprog__next_prog(nullptr, mp); p; p = xdp_multiprog__next_prog(p, mp))
-      if (std::string(xdp_program__name(p)) == kProgXdp) out.push_back(p);
+    for (xdp_program* p = xdp_multiprog__next_prog(nullptr, mp); p; p = xdp_multiprog__next_prog(p, mp)) {
+      std::string name = xdp_program__name(p);
+      if (name == kProgXdp && owner.owns(xdp_program__id(p), name) == owned) out.push_back(p);
+    }
     return out;
   }
   std::string main_name() const {
@@ -76,12 +125,14 @@ struct Multiprog {
     if (err) throw Error("cannot detach XDP program " + main_name() + " from " + ifname + ": " + xdp_error_text(err));
   }
 
-  // Takes every rg_xdp_ingress out of the dispatcher chain, telling
-  // removed() the id of each as soon as it is out.
-  void remove_ours(int ifindex, const std::string& ifname, const std::function<void(uint32_t)>& removed) const {
+  // Takes owner's rg_xdp_ingress out of the dispatcher chain (all but
+  // keep_id), telling removed() the id of each as soon as it is out.
+  void remove_ours(const HookOwner& owner, int ifindex, const std::string& ifname,
+                   const std::function<void(uint32_t)>& removed, uint32_t keep_id = 0) const {
     const enum xdp_attach_mode mode = xdp_multiprog__attach_mode(mp);
-    for (xdp_program* p : ours()) {
+    for (xdp_program* p : ours(owner)) {
       uint32_t id = xdp_program__id(p);
+      if (id == keep_id) continue;
       int err = xdp_program__detach(p, ifindex, mode, 0);
       if (err)
         throw Error("cannot remove " + std::string(kProgXdp) + " from the dispatcher on " + ifname + ": " +
@@ -93,7 +144,17 @@ struct Multiprog {
   xdp_multiprog* mp = nullptr;
 };
 
+// Two instances on one hook would replace each other's programs (and the
+// maps behind them) on every attach: say which one is in the way.
+const char* kOtherInstance =
+    "another roceguard instance (another --pin-path) owns it; one interface takes one roceguard: detach that "
+    "one with its --pin-path";
+
 Error xdp_conflict(const std::string& ifname, const std::string& owner, uint32_t id) {
+  if (owner == kProgXdp)
+    return Error("interface " + ifname + " already runs XDP program " + owner + " (id " + std::to_string(id) +
+                     "): " + kOtherInstance + ", or give --force to replace it",
+                 kExitConflict);
   return Error("interface " + ifname + " already runs XDP program " + owner + " (id " + std::to_string(id) +
                    ") attached directly, without the libxdp dispatcher; roceguard will not replace it. "
                    "Remove it, or give --force to replace it",
@@ -101,6 +162,11 @@ Error xdp_conflict(const std::string& ifname, const std::string& owner, uint32_t
 }
 
 Error tc_conflict(const std::string& ifname, uint32_t handle, uint32_t priority, const std::string& owner) {
+  if (owner == kProgTc)
+    return Error("interface " + ifname + " already has TC egress filter " + owner + " at handle " +
+                     std::to_string(handle) + " priority " + std::to_string(priority) + ": " + kOtherInstance +
+                     ", or choose another --tc-handle/--tc-priority, or --force",
+                 kExitConflict);
   return Error("interface " + ifname + " already has a TC egress filter at handle " + std::to_string(handle) +
                    " priority " + std::to_string(priority) + " (program " + owner +
                    "); choose another --tc-handle/--tc-priority, or --force",
@@ -130,75 +196,88 @@ void tc_remove(int ifindex, uint32_t handle, uint32_t priority) {
 void Rollback::run() noexcept {
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
     try {
-      (*it)();
+      it->fn();
+      spdlog::info("restored: {}", it->what);
     } catch (const std::exception& e) {
-      spdlog::error("rollback: {}", e.what());
+      spdlog::error("could not restore: {}: {}", it->what, e.what());
     }
   }
   steps_.clear();
 }
 
-void refuse_foreign_hooks(int ifindex, const std::string& name, uint32_t tc_handle, uint32_t tc_priority) {
-  Multiprog cur(ifindex);
-  if (cur.legacy() && cur.main_name() != kProgXdp) throw xdp_conflict(name, cur.main_name(), cur.main_id());
-  auto tc = tc_query(ifindex, tc_handle, tc_priority);
-  if (tc && tc->name != kProgTc) throw tc_conflict(name, tc_handle, tc_priority, tc->name);
+void HookOwner::add_pinned(const std::string& pin_path) {
+  for (const char* map : kPinnedMaps) {
+    int fd = bpf_obj_get((pin_path + "/" + map).c_str());
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && info.id) map_ids_.push_back(info.id);
+    close(fd);
+  }
 }
 
-XdpAttachment attach_xdp(BpfObject& obj, int ifindex, const std::string& name, XdpMode xdp_mode, bool force,
-                         Rollback& undo) {
+bool HookOwner::owns(uint32_t prog_id, const std::string& name) const {
+  if (name != kProgXdp && name != kProgTc) return false;
+  for (uint32_t id : prog_map_ids(prog_id))
+    if (std::find(map_ids_.begin(), map_ids_.end(), id) != map_ids_.end()) return true;
+  return false;
+}
+
+void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
+                          uint32_t tc_priority) {
+  Multiprog cur(ifindex);
+  if (cur.legacy() && !owner.owns(cur.main_id(), cur.main_name()))
+    throw xdp_conflict(name, cur.main_name(), cur.main_id());
+  // In a dispatcher another instance's program would run beside ours, each
+  // with its own maps: a packet would be re-marked and encapsulated twice.
+  auto others = cur.ours(owner, false);
+  if (!others.empty()) throw xdp_conflict(name, kProgXdp, xdp_program__id(others.front()));
+  auto tc = tc_query(ifindex, tc_handle, tc_priority);
+  if (tc && !owner.owns(tc->prog_id, tc->name)) throw tc_conflict(name, tc_handle, tc_priority, tc->name);
+}
+
+XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
+                         XdpMode xdp_mode, bool force, Rollback& undo) {
   const enum xdp_attach_mode mode = libxdp_mode(xdp_mode);
+  bool dispatcher_before = false;
   {
     Multiprog cur(ifindex);
     if (cur.legacy()) {
-      std::string owner = cur.main_name();
+      std::string owner_name = cur.main_name();
       uint32_t old_id = cur.main_id();
       enum xdp_attach_mode old_mode = xdp_multiprog__attach_mode(cur.mp);
-      if (owner != kProgXdp) {
-        if (!force) throw xdp_conflict(name, owner, old_id);
-        spdlog::warn("--force: replacing XDP program {} (id {}) on {}", owner, old_id, name);
+      if (!owner.owns(old_id, owner_name)) {
+        if (!force) throw xdp_conflict(name, owner_name, old_id);
+        spdlog::warn("--force: replacing XDP program {} (id {}) on {}", owner_name, old_id, name);
       }
+      ProgRef old = hold_prog(old_id);
+      if (!old) throw Error("cannot open XDP program " + owner_name + " on " + name + ": " + errno_text(errno));
+      const std::string what = name + ": XDP program " + owner_name + " (id " + std::to_string(old_id) + ")";
       // Same mode and a program that can be attached directly: swap it in
       // one netlink request, so ingress never runs without a program.
       if (old_mode == mode && obj.load_direct()) {
-        int old_fd = bpf_prog_get_fd_by_id(old_id);
         int new_fd = obj.xdp_prog_fd();
-        LIBBPF_OPTS(bpf_xdp_attach_opts, o, .old_prog_fd = old_fd);
-        int err = old_fd < 0 ? -errno : bpf_xdp_attach(ifindex, new_fd, legacy_flags(mode) | XDP_FLAGS_REPLACE, &o);
-        if (old_fd >= 0) close(old_fd);
-        if (err) throw Error("cannot replace XDP program " + owner + " on " + name + ": " + errno_text(err));
-        undo.add([ifindex, old_id, new_fd, mode] {
-          int fd = bpf_prog_get_fd_by_id(old_id);
-          if (fd < 0) return;
+        LIBBPF_OPTS(bpf_xdp_attach_opts, o, .old_prog_fd = *old);
+        int err = bpf_xdp_attach(ifindex, new_fd, legacy_flags(mode) | XDP_FLAGS_REPLACE, &o);
+        if (err) throw Error("cannot replace XDP program " + owner_name + " on " + name + ": " + errno_text(err));
+        undo.add(what, [ifindex, old, new_fd, mode] {
           LIBBPF_OPTS(bpf_xdp_attach_opts, back, .old_prog_fd = new_fd);
-          bpf_xdp_attach(ifindex, fd, legacy_flags(mode) | XDP_FLAGS_REPLACE, &back);
-          close(fd);
+          int e = bpf_xdp_attach(ifindex, *old, legacy_flags(mode) | XDP_FLAGS_REPLACE, &back);
+          if (e) throw Error(errno_text(e));
         });
-        bpf_prog_info info{};
-        uint32_t len = sizeof(info);
-        bpf_obj_get_info_by_fd(new_fd, &info, &len);
+        uint32_t new_id = prog_id_of_fd(new_fd);
         spdlog::debug("replaced XDP program id {} on {} atomically", old_id, name);
-        return {"direct", info.id, false};
+        return {"direct", new_id, false};
       }
       // Otherwise it cannot share the hook: take it off first (libxdp
       // refuses to replace it), put it back on rollback.
       cur.detach_direct(name);
-      undo.add([ifindex, old_id, old_mode] {
-        int fd = bpf_prog_get_fd_by_id(old_id);
-        if (fd < 0) return;
-        bpf_xdp_attach(ifindex, fd, legacy_flags(old_mode), nullptr);
-        close(fd);
+      undo.add(what, [ifindex, old, old_mode] {
+        int e = bpf_xdp_attach(ifindex, *old, legacy_flags(old_mode), nullptr);
+        if (e) throw Error(errno_text(e));
       });
     } else if (cur.mp) {
-      enum xdp_attach_mode old_mode = xdp_multiprog__attach_mode(cur.mp);
-      cur.remove_ours(ifindex, name, [&undo, ifindex, old_mode](uint32_t old_id) {
-        undo.add([ifindex, old_id, old_mode] {
-          xdp_program* prev = xdp_program__from_id(old_id);
-          if (libxdp_get_error(prev)) return;
-          xdp_program__attach(prev, ifindex, old_mode, 0);
-          xdp_program__close(prev);
-        });
-      });
+      dispatcher_before = true;
     }
   }
 
@@ -207,100 +286,152 @@ XdpAttachment attach_xdp(BpfObject& obj, int ifindex, const std::string& name, X
     throw Error("cannot attach " + std::string(kProgXdp) + " to " + name + ": " + xdp_error_text(err) +
                 (mode == XDP_MODE_NATIVE ? " (driver without native XDP? try --xdp-mode skb)" : "") +
                 " (rerun with --verbose for the libxdp log)");
+  const int new_fd = xdp_program__fd(obj.xdp());
+  const uint32_t new_id = prog_id_of_fd(new_fd);
   // Directly attached: remove it only if it is still this very program
-  // (needs no CAP_SYS_ADMIN, so it works when reading the chain did not).
-  undo.add([ifindex, name, mode, fd = xdp_program__fd(obj.xdp())] {
-    LIBBPF_OPTS(bpf_xdp_attach_opts, opts, .old_prog_fd = fd);
+  // (needs no CAP_SYS_ADMIN, so it works when reading the chain did not);
+  // in a dispatcher: take out this program's slot and no other.
+  undo.add(name + ": XDP hook without this attach's " + kProgXdp, [ifindex, name, mode, new_fd, new_id] {
+    LIBBPF_OPTS(bpf_xdp_attach_opts, opts, .old_prog_fd = new_fd);
     if (bpf_xdp_detach(ifindex, legacy_flags(mode) | XDP_FLAGS_REPLACE, &opts) == 0) return;
-    detach_interface(ifindex, name, 0, 0);
+    Multiprog now(ifindex);
+    if (!now.mp || now.legacy()) return;
+    for (xdp_program* p = xdp_multiprog__next_prog(nullptr, now.mp); p; p = xdp_multiprog__next_prog(p, now.mp))
+      if (xdp_program__id(p) == new_id) {
+        int e = xdp_program__detach(p, ifindex, xdp_multiprog__attach_mode(now.mp), 0);
+        if (e) throw Error("cannot remove it from the dispatcher: " + xdp_error_text(e));
+      }
   });
 
   Multiprog now(ifindex);
   if (now.legacy()) return {"direct", now.main_id(), true};
-  auto ours = now.ours();
-  if (ours.empty())
+  bool found = false;
+  for (xdp_program* p : now.ours(owner)) found |= xdp_program__id(p) == new_id;
+  if (!found)
     throw Error("attached " + std::string(kProgXdp) + " to " + name + " but cannot find it there afterwards");
-  return {"dispatcher", xdp_program__id(ours.front()), false};
+  if (dispatcher_before) {
+    // The new program runs; only now do the previous ones leave the chain.
+    const enum xdp_attach_mode cur_mode = xdp_multiprog__attach_mode(now.mp);
+    std::vector<std::pair<uint32_t, XdpProgRef>> held;
+    for (xdp_program* p : now.ours(owner))
+      if (xdp_program__id(p) != new_id) held.emplace_back(xdp_program__id(p), hold_xdp_prog(xdp_program__id(p)));
+    now.remove_ours(owner, ifindex, name, [&](uint32_t old_id) {
+      XdpProgRef prev;
+      for (const auto& [id, ref] : held)
+        if (id == old_id) prev = ref;
+      if (!prev) return;
+      undo.add(name + ": " + kProgXdp + " (id " + std::to_string(old_id) + ") in the libxdp dispatcher",
+               [ifindex, prev, cur_mode] {
+                 int e = xdp_program__attach(prev.get(), ifindex, cur_mode, 0);
+                 if (e) throw Error(xdp_error_text(e));
+               });
+    }, new_id);
+  }
+  return {"dispatcher", new_id, false};
 }
 
-uint32_t attach_tc(const BpfObject& obj, int ifindex, const std::string& name, uint32_t handle,
-                   uint32_t priority, bool force, Rollback& undo) {
+uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
+                   uint32_t handle, uint32_t priority, bool force, Rollback& undo) {
   LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
   // EEXIST: clsact is already there (ours from before, or another tool's);
-  // it is shared and never destroyed by roceguard.
+  // it is shared and never destroyed by roceguard. One created here goes
+  // again if the attach fails.
   int err = bpf_tc_hook_create(&hook);
   if (err && err != -EEXIST)
     throw Error("cannot create the clsact qdisc on " + name + ": " + errno_text(err));
+  if (!err)
+    undo.add(name + ": no clsact qdisc", [ifindex] {
+      LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex,
+                  .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
+      int e = bpf_tc_hook_destroy(&h);
+      if (e && e != -ENOENT) throw Error(errno_text(e));
+    });
 
+  ProgRef old;
+  std::string old_name;
   uint32_t old_id = 0;
   if (auto cur = tc_query(ifindex, handle, priority)) {
     old_id = cur->prog_id;
-    if (cur->name != kProgTc) {
+    old_name = cur->name;
+    if (!owner.owns(cur->prog_id, cur->name)) {
       if (!force) throw tc_conflict(name, handle, priority, cur->name);
       spdlog::warn("--force: replacing TC filter {} on {}", cur->name, name);
     }
+    old = hold_prog(old_id);
+    if (!old) throw Error("cannot open TC program " + cur->name + " on " + name + ": " + errno_text(errno));
   }
   LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = obj.tc_prog_fd(), .flags = BPF_TC_F_REPLACE, .handle = handle,
               .priority = priority);
   err = bpf_tc_attach(&hook, &o);
   if (err) throw Error("cannot attach " + std::string(kProgTc) + " to " + name + " egress: " + errno_text(err));
-  undo.add([ifindex, handle, priority, old_id] {
-    if (!old_id) {
+  std::string what = old ? name + ": TC egress filter " + old_name + " (id " + std::to_string(old_id) + ")"
+                         : name + ": TC egress without this attach's " + kProgTc;
+  undo.add(what, [ifindex, handle, priority, old] {
+    if (!old) {
       tc_remove(ifindex, handle, priority);
       return;
     }
-    int fd = bpf_prog_get_fd_by_id(old_id);
-    if (fd < 0) return;
     LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, back, .prog_fd = fd, .flags = BPF_TC_F_REPLACE, .handle = handle,
+    LIBBPF_OPTS(bpf_tc_opts, back, .prog_fd = *old, .flags = BPF_TC_F_REPLACE, .handle = handle,
                 .priority = priority);
-    bpf_tc_attach(&h, &back);
-    close(fd);
+    int e = bpf_tc_attach(&h, &back);
+    if (e) throw Error(errno_text(e));
   });
   return o.prog_id;
 }
 
-bool xdp_present(const IfaceState& st) {
+bool xdp_present(const HookOwner& owner, const IfaceState& st) {
   if (!st.ifindex) return false;
   Multiprog cur(st.ifindex);
-  if (cur.legacy()) return cur.main_name() == kProgXdp;
-  return !cur.ours().empty();
+  if (cur.legacy()) return owner.owns(cur.main_id(), cur.main_name());
+  return !cur.ours(owner).empty();
 }
 
-bool tc_present(const IfaceState& st) {
+bool tc_present(const HookOwner& owner, const IfaceState& st) {
   if (!st.ifindex) return false;
   auto tc = tc_query(st.ifindex, st.tc_handle, st.tc_priority);
-  return tc && tc->name == kProgTc;
+  return tc && owner.owns(tc->prog_id, tc->name);
 }
 
-uint32_t detach_tc(int ifindex, uint32_t handle, uint32_t priority) {
+uint32_t detach_tc(const HookOwner& owner, int ifindex, uint32_t handle, uint32_t priority) {
   auto tc = tc_query(ifindex, handle, priority);
-  if (!tc || tc->name != kProgTc) return 0;
+  if (!tc || !owner.owns(tc->prog_id, tc->name)) return 0;
   tc_remove(ifindex, handle, priority);
   return tc->prog_id;
 }
 
-std::vector<std::string> detach_interface(int ifindex, const std::string& name, uint32_t tc_handle,
-                                          uint32_t tc_priority) {
-  std::vector<std::string> done;
+DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
+                             uint32_t tc_priority) {
+  DetachLines done;
+  auto left = [&](const std::string& what, uint32_t id) {
+    done.left.push_back(name + ": left " + what + " (id " + std::to_string(id) +
+                        ") alone: another roceguard instance (another --pin-path) owns it");
+  };
   {
     Multiprog cur(ifindex);
-    if (cur.legacy() && cur.main_name() == kProgXdp) {
+    if (cur.legacy() && owner.owns(cur.main_id(), cur.main_name())) {
       uint32_t id = cur.main_id();
       cur.detach_direct(name);
-      done.push_back(name + ": removed XDP program " + kProgXdp + " (id " + std::to_string(id) + ")");
+      done.removed.push_back(name + ": removed XDP program " + kProgXdp + " (id " + std::to_string(id) + ")");
+    } else if (cur.legacy() && cur.main_name() == kProgXdp) {
+      left(std::string("XDP program ") + kProgXdp, cur.main_id());
     } else if (cur.mp) {
-      cur.remove_ours(ifindex, name, [&done, &name](uint32_t id) {
-        done.push_back(name + ": removed " + kProgXdp + " (id " + std::to_string(id) + ") from the libxdp dispatcher");
+      for (xdp_program* p : cur.ours(owner, false)) left(kProgXdp, xdp_program__id(p));
+      cur.remove_ours(owner, ifindex, name, [&done, &name](uint32_t id) {
+        done.removed.push_back(name + ": removed " + kProgXdp + " (id " + std::to_string(id) +
+                               ") from the libxdp dispatcher");
       });
     }
   }
   if (tc_handle && tc_priority) {
-    if (uint32_t id = detach_tc(ifindex, tc_handle, tc_priority)) {
-      char handle[16];
-      std::snprintf(handle, sizeof(handle), "%#x", tc_handle);
-      done.push_back(name + ": removed TC egress filter " + kProgTc + " (handle " + handle + ", priority " +
-                     std::to_string(tc_priority) + ", id " + std::to_string(id) + ")");
+    char handle[16];
+    std::snprintf(handle, sizeof(handle), "%#x", tc_handle);
+    const std::string at = std::string("(handle ") + handle + ", priority " + std::to_string(tc_priority);
+    if (uint32_t id = detach_tc(owner, ifindex, tc_handle, tc_priority)) {
+      done.removed.push_back(name + ": removed TC egress filter " + kProgTc + " " + at + ", id " +
+                             std::to_string(id) + ")");
+    } else if (auto tc = tc_query(ifindex, tc_handle, tc_priority); tc && tc->name == kProgTc) {
+      left(std::string("TC egress filter ") + kProgTc + " " + at + ")", tc->prog_id);
     }
   }
   return done;

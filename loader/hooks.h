@@ -18,20 +18,42 @@ namespace rg {
 
 // Steps that undo an attach, run newest first. Every step runs even when
 // one fails: a step that throws must not leave the others' attachments
-// behind.
+// behind. Each step says what it puts back; run() logs it.
 class Rollback {
  public:
-  void add(std::function<void()> step) { steps_.push_back(std::move(step)); }
+  void add(std::string what, std::function<void()> step) { steps_.push_back({std::move(what), std::move(step)}); }
   void run() noexcept;
 
  private:
-  std::vector<std::function<void()>> steps_;
+  struct Step {
+    std::string what;
+    std::function<void()> fn;
+  };
+  std::vector<Step> steps_;
 };
 
-// Throws kExitConflict when the interface's XDP hook holds a foreign program
-// attached directly (libxdp cannot chain ours beside it), or a foreign TC
-// egress filter sits at tc_handle/tc_priority.
-void refuse_foreign_hooks(int ifindex, const std::string& name, uint32_t tc_handle, uint32_t tc_priority);
+// Which roceguard programs are this pin path's: those using a map pinned
+// under it. A program name cannot tell two roceguard instances (two pin
+// paths) apart; their maps can, as each instance has its own.
+class HookOwner {
+ public:
+  // Records the ids of the maps pinned under pin_path now.
+  explicit HookOwner(const std::string& pin_path) { add_pinned(pin_path); }
+  // Adds the ids of the maps pinned there now (after they were replaced).
+  void add_pinned(const std::string& pin_path);
+  // Is program id named name one of ours?
+  bool owns(uint32_t prog_id, const std::string& name) const;
+
+ private:
+  std::vector<uint32_t> map_ids_;
+};
+
+// Throws kExitConflict when the interface's XDP hook holds a program not
+// ours attached directly (libxdp cannot chain ours beside it), or a TC
+// egress filter not ours sits at tc_handle/tc_priority; another roceguard
+// instance's programs are named as such.
+void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
+                          uint32_t tc_priority);
 
 struct XdpAttachment {
   std::string mode;  // "dispatcher" or "direct"
@@ -41,29 +63,37 @@ struct XdpAttachment {
   bool no_dispatcher = false;
 };
 
-// Attaches obj's XDP program in mode, replacing our previous one; a foreign
-// program attached directly is replaced only with force.
-XdpAttachment attach_xdp(BpfObject& obj, int ifindex, const std::string& name, XdpMode mode, bool force,
-                         Rollback& undo);
+// Attaches obj's XDP program in mode, replacing our previous one; a program
+// not ours attached directly is replaced only with force. In a dispatcher
+// the new program joins before the previous one leaves, so ingress is never
+// without one. undo puts the previous programs back: it holds them, so the
+// kernel does not free them once they are off the hook.
+XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
+                         XdpMode mode, bool force, Rollback& undo);
 
 // Attaches obj's TC program at handle/priority on egress, replacing our
-// previous filter there; a foreign one only with force. Returns its id.
-uint32_t attach_tc(const BpfObject& obj, int ifindex, const std::string& name, uint32_t handle,
-                   uint32_t priority, bool force, Rollback& undo);
+// previous filter there; one not ours only with force. Creates the clsact
+// qdisc if missing (and undo removes it again). Returns the program's id.
+uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
+                   uint32_t handle, uint32_t priority, bool force, Rollback& undo);
 
 // Are our programs still where st says they are?
-bool xdp_present(const IfaceState& st);
-bool tc_present(const IfaceState& st);
+bool xdp_present(const HookOwner& owner, const IfaceState& st);
+bool tc_present(const HookOwner& owner, const IfaceState& st);
 
-// Removes our TC filter at handle/priority if it runs rg_tc_egress; the
-// removed program's id, 0 when there was none.
-uint32_t detach_tc(int ifindex, uint32_t handle, uint32_t priority);
+// Removes our TC filter at handle/priority; the removed program's id, 0
+// when there was none of ours.
+uint32_t detach_tc(const HookOwner& owner, int ifindex, uint32_t handle, uint32_t priority);
 
-// Removes roceguard's programs from one interface: the XDP program named
-// rg_xdp_ingress (direct, or its dispatcher slot) and the TC filter at
-// handle/priority if it runs rg_tc_egress. Never touches anything else.
-// Returns one line per thing removed.
-std::vector<std::string> detach_interface(int ifindex, const std::string& name, uint32_t tc_handle,
-                                          uint32_t tc_priority);
+// Removes owner's programs from one interface: its rg_xdp_ingress (direct,
+// or its dispatcher slot) and its TC filter at handle/priority. Never
+// touches anything else; another roceguard instance's programs are reported
+// and left alone. Returns one line per thing removed or left.
+struct DetachLines {
+  std::vector<std::string> removed;
+  std::vector<std::string> left;  // another instance's programs
+};
+DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
+                             uint32_t tc_priority);
 
 }  // namespace rg

@@ -132,7 +132,8 @@ class LoaderNetns : public ::testing::Test {
       waitpid(p, nullptr, 0);
     }
     sh(in_a(std::string(RG_BIN) + " detach --pin-path " + pin_));
-    sh("rm -rf " + pin_ + " " + tmp_);
+    sh(in_a(std::string(RG_BIN) + " detach --pin-path " + other_pin()));
+    sh("rm -rf " + pin_ + " " + other_pin() + " " + tmp_);
     sh("ip netns del " + ns_a_);
     sh("ip netns del " + ns_b_);
   }
@@ -149,6 +150,19 @@ class LoaderNetns : public ::testing::Test {
     must("ip -n " + ns_b_ + " link set veth1 up");
     must("ip -n " + ns_a_ + " neigh replace 198.51.100.2 lladdr 02:00:00:00:00:02 dev veth0 nud permanent");
   }
+
+  // A second veth pair whose peer's MTU is too large for an XDP program
+  // without multi-buffer support: the kernel refuses native XDP on vbig0
+  // (veth_xdp_set, "Peer MTU is too large to set XDP"), a late failure after
+  // the interfaces before it in the list are already attached.
+  void create_xdp_refusing_veth() {
+    must("ip -n " + ns_a_ + " link add vbig0 type veth peer name vbig1 netns " + ns_b_);
+    must("ip -n " + ns_b_ + " link set vbig1 mtu 9000 up");
+    must("ip -n " + ns_a_ + " link set vbig0 up");
+  }
+
+  // The pin path of a second roceguard instance in the same namespaces.
+  std::string other_pin() const { return pin_ + "-other"; }
 
   void must(const std::string& cmd) {
     Result r = sh(cmd);
@@ -178,9 +192,9 @@ class LoaderNetns : public ::testing::Test {
     std::vector<std::string> xdp;
     std::vector<std::string> tc;
   };
-  Hooks hooks() {
+  Hooks hooks(const std::string& dev = "veth0") {
     Hooks h;
-    Result r = sh(in_a("bpftool -j net show dev veth0"));
+    Result r = sh(in_a("bpftool -j net show dev " + dev));
     auto j = json::parse(r.out, nullptr, false);
     if (!j.is_array() || j.empty()) return h;
     for (const auto& x : j[0].value("xdp", json::array())) {
@@ -194,6 +208,26 @@ class LoaderNetns : public ::testing::Test {
         h.tc.push_back(n.substr(0, n.find(':')));
       }
     return h;
+  }
+
+  // Program ids on dev's XDP hook and TC egress, as the kernel reports them.
+  std::vector<int> hook_ids(const std::string& dev = "veth0") {
+    std::vector<int> ids;
+    auto j = json::parse(sh(in_a("bpftool -j net show dev " + dev)).out, nullptr, false);
+    if (!j.is_array() || j.empty()) return ids;
+    for (const auto& x : j[0].value("xdp", json::array())) ids.push_back(x.value("id", 0));
+    for (const auto& t : j[0].value("tc", json::array()))
+      if (t.value("kind", "") == "clsact/egress") ids.push_back(t.value("id", 0));
+    return ids;
+  }
+
+  bool has_clsact(const std::string& dev = "veth0") {
+    return sh(in_a("tc qdisc show dev " + dev)).out.find("clsact") != std::string::npos;
+  }
+
+  size_t map_entries(const char* map) {
+    auto j = json::parse(sh("bpftool -j map dump pinned " + pin_ + "/" + map).out, nullptr, false);
+    return j.is_array() ? j.size() : size_t{9999};
   }
 
   bool pins_exist() {
@@ -686,13 +720,9 @@ routes = ["2001:db8:2::/48"]
   Result check = sh(in_a(std::string(RG_BIN) + " config check " + two));
   EXPECT_EQ(check.rc, 0) << check.out;
   ASSERT_EQ(rg("attach --config " + two).rc, 0);
-  auto entries = [&](const char* map) {
-    auto j = json::parse(sh("bpftool -j map dump pinned " + pin_ + "/" + map).out, nullptr, false);
-    return j.is_array() ? j.size() : size_t{9999};
-  };
-  EXPECT_EQ(entries("rg_route4"), 2u);
-  EXPECT_EQ(entries("rg_route6"), 1u);
-  EXPECT_EQ(entries("rg_decap"), 2u);
+  EXPECT_EQ(map_entries("rg_route4"), 2u);
+  EXPECT_EQ(map_entries("rg_route6"), 1u);
+  EXPECT_EQ(map_entries("rg_decap"), 2u);
   Result peers = sh("bpftool -j map dump pinned " + pin_ + "/rg_peers");
   EXPECT_NE(peers.out.find("\"vni\":4791"), std::string::npos) << peers.out.substr(0, 400);
 
@@ -706,14 +736,164 @@ vni = 4792
 routes = ["203.0.113.0/24"]
 )");
   ASSERT_EQ(rg("attach --config " + one).rc, 0);
-  EXPECT_EQ(entries("rg_route4"), 1u) << "stale routes are removed";
-  EXPECT_EQ(entries("rg_route6"), 0u);
-  EXPECT_EQ(entries("rg_decap"), 1u);
+  EXPECT_EQ(map_entries("rg_route4"), 1u) << "stale routes are removed";
+  EXPECT_EQ(map_entries("rg_route6"), 0u);
+  EXPECT_EQ(map_entries("rg_decap"), 1u);
   peers = sh("bpftool -j map dump pinned " + pin_ + "/rg_peers");
   EXPECT_EQ(peers.out.find("\"vni\":4791"), std::string::npos) << "stale peer slot is cleared";
   EXPECT_NE(peers.out.find("\"vni\":4792"), std::string::npos);
   json st = status();
   EXPECT_EQ(st["config"]["tunnel"]["peer"][0]["vni"], 4792);
+}
+
+// A re-attach that fails late (after veth0 is already re-attached) leaves
+// every interface as it was: the previous programs (same ids), the previous
+// tunnel maps and attach record, and the counters.
+TEST_F(LoaderNetns, FailedReattachRestoresThePreviousAttachment) {
+  create_xdp_refusing_veth();
+  std::string one = write_file("one.toml", R"(
+interfaces = ["veth0"]
+[[tunnel.peer]]
+name = "west"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+vni = 4791
+routes = ["203.0.113.0/24"]
+)");
+  std::string two = write_file("two.toml", R"(
+interfaces = ["veth0", "vbig0"]
+[[tunnel.peer]]
+name = "west"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+vni = 4792
+routes = ["203.0.113.0/24", "192.0.2.0/25"]
+[[tunnel.peer]]
+name = "east"
+local = "198.51.100.1"
+remote = "198.51.100.3"
+vni = 4793
+routes = ["192.0.2.128/25"]
+)");
+  ASSERT_EQ(rg("attach --config " + one).rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  std::vector<int> before = hook_ids();
+  ASSERT_EQ(before.size(), 2u);
+  json st_before = status();
+
+  Result r = rg("attach --config " + two);
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("vbig0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("restored"), std::string::npos) << "the log says what was put back:\n" << r.out;
+  EXPECT_EQ(hook_ids(), before) << "veth0 runs the programs it ran before:\n" << r.out;
+  EXPECT_EQ(hooks().xdp, std::vector<std::string>{"rg_xdp_ingress"});
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"});
+  EXPECT_TRUE(hook_ids("vbig0").empty());
+  EXPECT_FALSE(has_clsact("vbig0"));
+  json st = status();
+  EXPECT_EQ(st["config"], st_before["config"]);
+  EXPECT_EQ(st["interfaces"], st_before["interfaces"]);
+  EXPECT_EQ(map_entries("rg_route4"), 1u);
+  EXPECT_EQ(map_entries("rg_decap"), 1u);
+  Result peers = sh("bpftool -j map dump pinned " + pin_ + "/rg_peers");
+  EXPECT_NE(peers.out.find("\"vni\":4791"), std::string::npos) << peers.out.substr(0, 400);
+  EXPECT_EQ(peers.out.find("\"vni\":4793"), std::string::npos) << peers.out.substr(0, 400);
+  EXPECT_EQ(counter("roce_packets"), 3u);
+  ASSERT_EQ(send_roce(4, 2), 0);
+  EXPECT_EQ(counter("roce_packets"), 5u) << "the restored programs still count";
+}
+
+// With --force a failed attach puts back the foreign programs it replaced.
+TEST_F(LoaderNetns, FailedForcedAttachPutsTheForeignProgramsBack) {
+  create_xdp_refusing_veth();
+  ASSERT_EQ(attach_foreign(true, 0x52, 0x52), 0);
+  std::vector<int> before = hook_ids();
+  ASSERT_EQ(before.size(), 2u);
+  Result r = rg("attach --interface veth0 --interface vbig0 --force");
+  EXPECT_NE(r.rc, 0) << r.out;
+  Hooks h = hooks();
+  EXPECT_EQ(h.xdp, std::vector<std::string>{"foreign_xdp"}) << r.out;
+  EXPECT_EQ(h.tc, std::vector<std::string>{"foreign_tc"}) << r.out;
+  EXPECT_EQ(hook_ids(), before);
+  EXPECT_TRUE(has_clsact()) << "the foreign filter's qdisc stays";
+  EXPECT_FALSE(pins_exist());
+}
+
+// A failed first attach removes the clsact qdisc it created, and nothing
+// else is left behind.
+TEST_F(LoaderNetns, FailedFirstAttachLeavesNoQdisc) {
+  create_xdp_refusing_veth();
+  ASSERT_FALSE(has_clsact());
+  Result r = rg("attach --interface veth0 --interface vbig0");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("vbig0"), std::string::npos) << r.out;
+  EXPECT_TRUE(hook_ids().empty()) << r.out;
+  EXPECT_FALSE(has_clsact()) << r.out;
+  EXPECT_FALSE(has_clsact("vbig0"));
+  EXPECT_FALSE(pins_exist());
+}
+
+// A tunnel map left full (by an earlier failed write, or stale keys) does
+// not block the next attach: stale keys go before new ones are written.
+TEST_F(LoaderNetns, TunnelMapsAreRewrittenAtCapacity) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  int fd = bpf_obj_get((pin_ + "/rg_decap").c_str());
+  ASSERT_GE(fd, 0);
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(fd, &info, &len), 0);
+  // Keys nothing configures: family 0, VNI 1..max_entries.
+  std::vector<uint8_t> key(info.key_size, 0), value(info.value_size, 0);
+  for (uint32_t i = 1; i <= info.max_entries; ++i) {
+    std::memcpy(key.data() + info.key_size - 4, &i, 4);
+    ASSERT_EQ(bpf_map_update_elem(fd, key.data(), value.data(), BPF_ANY), 0) << i;
+  }
+  close(fd);
+  ASSERT_EQ(map_entries("rg_decap"), info.max_entries);
+
+  std::string one = write_file("one.toml", R"(
+interfaces = ["veth0"]
+[[tunnel.peer]]
+name = "west"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+vni = 4791
+routes = ["203.0.113.0/24"]
+)");
+  Result r = rg("attach --config " + one);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(map_entries("rg_decap"), 1u);
+  EXPECT_EQ(map_entries("rg_route4"), 1u);
+}
+
+// Two instances (two pin paths) on one interface: the second refuses to
+// take the first one's hooks, and detach with the second pin path leaves
+// the first one's programs alone.
+TEST_F(LoaderNetns, TwoPinPathsRefuseEachOther) {
+  Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  std::vector<int> before = hook_ids();
+  ASSERT_EQ(before.size(), 2u);
+  const std::string other = " --pin-path " + other_pin();
+  // The timeout only ends a second run that wrongly started.
+  Result r = sh(in_a("timeout 60 " + std::string(RG_BIN) + " run --interface veth0 --metrics-listen 127.0.0.1:9742" +
+                     other));
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("another roceguard"), std::string::npos) << r.out;
+  r = sh(in_a(std::string(RG_BIN) + " attach --interface veth0" + other));
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("another roceguard"), std::string::npos) << r.out;
+  EXPECT_EQ(hook_ids(), before);
+  struct stat sb {};
+  EXPECT_NE(stat(other_pin().c_str(), &sb), 0) << "the refused instance pinned nothing";
+
+  r = sh(in_a(std::string(RG_BIN) + " detach --interface veth0" + other));
+  EXPECT_EQ(hook_ids(), before) << r.out;
+  EXPECT_NE(r.out.find("another roceguard"), std::string::npos) << r.out;
+  ASSERT_EQ(send_roce(1, 2), 0);
+  EXPECT_EQ(counter("roce_packets"), 2u);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }
 
 TEST_F(LoaderNetns, MissingInterfaceIsNamedAndNothingAttached) {
