@@ -131,6 +131,9 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& problems);
 Config load_config(const ConfigSources& sources, bool offline = false);
 
 std::optional<Address> parse_address(const std::string& text);
+// Why a tunnel endpoint address cannot be one ("is a multicast address"),
+// "" when it can: a Geneve tunnel runs between two unicast hosts.
+std::string unusable_tunnel_endpoint(const Address& a);
 std::optional<Prefix> parse_prefix(const std::string& text, std::string& why);
 bool valid_ifname(const std::string& name, std::string& why);
 // host:port or [v6]:port with numeric addresses.
