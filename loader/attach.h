@@ -24,8 +24,10 @@ class Dataplane {
   // XDP programs (direct attach) or TC filters at our handle/priority are
   // refused with kExitConflict unless force. Writes the tunnel maps, pins
   // and the attach record, and detaches interfaces the previous record had
-  // but cfg no longer lists.
-  State attach_all(bool force);
+  // but cfg no longer lists. With skip_absent (`run`), an interface that
+  // does not exist yet is no failure: it is recorded unattached (ifindex 0)
+  // for the caller to attach when it appears.
+  State attach_all(bool force, bool skip_absent = false);
 
   // (Re-)attaches one configured interface, e.g. after it came back.
   IfaceState attach_interface(const std::string& name, bool force);
