@@ -114,12 +114,14 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   return st;
 }
 
-State Dataplane::attach_all(bool force) {
+State Dataplane::attach_all(bool force, bool skip_absent) {
+  auto absent = [&](const std::string& name) { return skip_absent && !if_nametoindex(name.c_str()); };
   auto prev = read_state(pin_path_);
   bool fresh_pins = !any_map_pinned(pin_path_);
 
   // Refuse conflicts before changing anything.
   for (const auto& name : cfg_.interfaces) {
+    if (absent(name)) continue;
     int ifindex = ifindex_of(name);
     if (!force) refuse_foreign_hooks(owner_, ifindex, name, cfg_.tc_handle, cfg_.tc_priority);
   }
@@ -146,6 +148,10 @@ State Dataplane::attach_all(bool force) {
       writer.write_tunnels(cfg_.peers);
     }
     for (const auto& name : cfg_.interfaces) {
+      if (absent(name)) {
+        st.interfaces.emplace_back().name = name;
+        continue;
+      }
       IfaceState is = attach_interface(name, force, undo);
       spdlog::info("attached to {} (ifindex {}): xdp {} id {}, tc egress handle {:#x} prio {} id {}", name,
                    is.ifindex, is.xdp_mode, is.xdp_prog_id, is.tc_handle, is.tc_priority, is.tc_prog_id);

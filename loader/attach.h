@@ -28,7 +28,10 @@ class Dataplane {
   // maps are written before any program is attached, so the first packets
   // already see them. Detaches interfaces the previous record had but cfg
   // no longer lists.
-  State attach_all(bool force);
+  // With skip_absent (`run`), an interface that does not exist yet is no
+  // failure: it is recorded unattached (ifindex 0) for the caller to attach
+  // when it appears.
+  State attach_all(bool force, bool skip_absent = false);
 
   // (Re-)attaches one configured interface, e.g. after it came back; on
   // failure it is left as it was.

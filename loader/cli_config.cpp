@@ -21,8 +21,9 @@ void cmd_config_check(const std::string& file, const FlagValues& flags, bool off
   for (const auto& w : p.warnings) std::cerr << file << ": warning: " << w << "\n";
   if (!p.ok()) {
     for (const auto& e : p.errors) std::cerr << file << ": " << e << "\n";
+    for (const auto& e : p.absent_interfaces) std::cerr << file << ": " << e << " (`run` waits for it)\n";
     for (const auto& e : p.missing) std::cerr << file << ": " << e << "\n";
-    std::cerr << file << ": " << p.errors.size() + p.missing.size() << " error(s)\n";
+    std::cerr << file << ": " << p.errors.size() + p.absent_interfaces.size() + p.missing.size() << " error(s)\n";
     exit_code() = kExitUsage;
     return;
   }

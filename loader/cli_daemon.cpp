@@ -14,6 +14,7 @@
 #include "error.h"
 #include "hooks.h"
 #include "maps.h"
+#include "pin_scope.h"
 #include "state.h"
 
 namespace rg {
@@ -66,7 +67,7 @@ void cmd_attach(const LoadFlags& f) {
 void cmd_run(const LoadFlags& f) {
   StopSignals signals;
   set_verbosity(f.verbose);
-  Config cfg = load_config(f.sources());
+  Config cfg = load_config(f.sources(), false, true);
   run_daemon(cfg, f.pin_path, f.reset_state, f.force, signals);
 }
 
@@ -88,6 +89,8 @@ void cmd_status(const std::string& pin_path, bool json) {
   if (!st) throw Error("roceguard is not attached with pin path " + pin_path + " (no attach record)", kExitNotFound);
   nlohmann::json out;
   out["pin_path"] = pin_path;
+  const PinScope scope = pin_scope(pin_path);
+  out["pins_outlive_process"] = scope.outlives_process;
   out["version"] = st->version;
   out["config_hash"] = st->config_hash;
   out["config"] = st->config;
@@ -113,7 +116,9 @@ void cmd_status(const std::string& pin_path, bool json) {
     std::cout << out.dump(2) << "\n";
     return;
   }
-  std::cout << "roceguard " << st->version << ", pin path " << pin_path << ", config " << st->config_hash << "\n\n";
+  std::cout << "roceguard " << st->version << ", pin path " << pin_path << ", config " << st->config_hash << "\n";
+  if (!scope.outlives_process) std::cout << "WARNING: pins do not survive roceguard: " << scope.why << "\n";
+  std::cout << "\n";
   std::printf("%-16s %-8s %-8s %-11s %-8s %-8s %-13s %-8s\n", "INTERFACE", "IFINDEX", "XDP", "MODE", "XDP_ID",
               "TC", "HANDLE/PRIO", "TC_ID");
   for (const auto& i : ifs) {

@@ -1,4 +1,5 @@
-// roceguard nic show | apply | env: the NIC half, for RDMA hosts themselves.
+// roceguard nic show | apply | revert | env: the NIC half, for RDMA hosts
+// themselves.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -8,13 +9,10 @@
 #include "cli.h"
 #include "config.h"
 #include "error.h"
-#include "nic/configfs.h"
-#include "nic/dcb.h"
+#include "nic/apply.h"
 #include "nic/devices.h"
 #include "nic/env.h"
 #include "nic/profile.h"
-#include "nic/selftest.h"
-#include "nic/vendor.h"
 
 namespace rg {
 
@@ -27,6 +25,7 @@ struct NicOptions {
   bool json = false;
   bool dry_run = false;
   std::string output;
+  std::string state_dir = nic::kDefaultNicStateDir;
 };
 
 void add_profile_flags(CLI::App* cmd, NicOptions& o) {
@@ -77,10 +76,11 @@ const char* status_tag(nic::StepReport::Status s) {
   return "?";
 }
 
-bool report(const char* what, const nic::StepReport& r) {
-  std::cout << "  " << what << ": " << status_tag(r.status) << "\n";
-  for (const auto& l : r.lines) std::cout << "    " << l << "\n";
-  return r.status != nic::StepReport::Status::kFailed;
+void report(const nic::NicOutcome& outcome) {
+  for (const auto& step : outcome.steps) {
+    std::cout << "  " << step.what << ": " << status_tag(step.report.status) << "\n";
+    for (const auto& l : step.report.lines) std::cout << "    " << l << "\n";
+  }
 }
 
 void cmd_apply(const NicOptions& o) {
@@ -88,55 +88,33 @@ void cmd_apply(const NicOptions& o) {
   auto devices = nic::select(nic::discover(), p.interfaces);
   if (devices.empty())
     throw Error(nic::no_device_message(p.interfaces) + "; nothing to apply", kExitNotFound);
-  const bool dry = o.dry_run;
-  std::cout << (dry ? "dry run: nothing is changed\n" : "") << "profile:\n";
+  std::cout << (o.dry_run ? "dry run: nothing is changed\n" : "") << "profile:\n";
   for (const auto& line : nic::describe(p)) std::cout << "  " << line << "\n";
-  bool ok = true;
+  nic::NicSystem sys;
+  sys.state_dir = o.state_dir;
   for (const auto& dev : devices) {
     std::cout << dev.name << " (" << (dev.driver.empty() ? "?" : dev.driver) << "):\n";
-    for (const auto& port : dev.ports) {
-      nic::StepReport st;
-      auto gid = nic::roce_v2_gid_index(port);
-      if (port.link_layer != "Ethernet") {
-        st.status = nic::StepReport::Status::kSkipped;
-        st.lines.push_back("port " + std::to_string(port.num) + " is InfiniBand, not RoCE");
-      } else if (!gid) {
-        st.status = nic::StepReport::Status::kFailed;
-        st.lines.push_back("port " + std::to_string(port.num) + " (" + port.netdev +
-                           ") has no RoCE v2 GID with an IPv4 address: is the netdev up and addressed?");
-      } else if (dry) {
-        st.status = nic::StepReport::Status::kPlanned;
-        st.lines.push_back("RC QP on port " + std::to_string(port.num) + ", GID index " +
-                           std::to_string(*gid) + ": RESET -> INIT -> RTR (traffic_class " +
-                           std::to_string(p.tos()) + ", min_rnr_timer " +
-                           std::to_string(p.min_rnr_timer) + ") -> RTS (timeout " +
-                           std::to_string(p.ack_timeout.exponent) + ", retry_cnt " +
-                           std::to_string(p.retry_cnt) + ", rnr_retry " +
-                           std::to_string(p.rnr_retry) + ")");
-      } else {
-        auto res = nic::self_test(dev, port, *gid, p);
-        st.status = res.ok ? nic::StepReport::Status::kDone : nic::StepReport::Status::kFailed;
-        if (res.ok)
-          st.lines.push_back("port " + std::to_string(port.num) + ", GID index " +
-                             std::to_string(*gid) + ": RESET -> INIT -> RTR -> RTS accepted");
-        else
-          st.lines.push_back("port " + std::to_string(port.num) + ": refused at " + res.step +
-                             (res.refused.empty() ? "" : ", attribute " + res.refused) + ": " +
-                             res.detail);
-      }
-      ok &= report("verbs self-test", st);
+    nic::NicOutcome outcome = nic::apply_device(dev, p, o.dry_run, sys);
+    report(outcome);
+    if (outcome.exit_code) {
+      exit_code() = outcome.exit_code;
+      return;  // the next device waits until this one is sorted out
     }
-    ok &= report("rdma_cm defaults (configfs)", nic::set_rdma_cm_defaults(dev, p.tos(), dry));
-    std::vector<std::string> seen;
-    for (const auto& port : dev.ports) {
-      if (port.netdev.empty() || std::find(seen.begin(), seen.end(), port.netdev) != seen.end())
-        continue;
-      seen.push_back(port.netdev);
-      ok &= report("PFC off (DCB netlink)", nic::set_pfc_off(port.netdev, dry));
-    }
-    ok &= report("vendor lossy-RoCE features", nic::apply_vendor(dev, p, dry));
   }
-  if (!ok) exit_code() = kExitFailure;
+  if (!o.dry_run) std::cout << "the values replaced are saved in " << o.state_dir << "; `roceguard nic revert` restores them\n";
+}
+
+void cmd_revert(const NicOptions& o, const std::vector<std::string>& only) {
+  nic::NicSystem sys;
+  sys.state_dir = o.state_dir;
+  std::vector<std::string> names = only.empty() ? nic::saved_devices(sys) : only;
+  if (names.empty()) throw Error("nothing to revert: no saved NIC values in " + o.state_dir, kExitNotFound);
+  for (const auto& name : names) {
+    std::cout << name << ":\n";
+    nic::NicOutcome outcome = nic::revert_device(name, sys);
+    report(outcome);
+    if (outcome.exit_code) exit_code() = outcome.exit_code;
+  }
 }
 
 void cmd_env(const NicOptions& o) {
@@ -167,10 +145,19 @@ void add_nic_commands(CLI::App& app) {
   show->callback([opts] { cmd_show(*opts); });
 
   CLI::App* apply = nic->add_subcommand(
-      "apply", "verbs self-test, rdma_cm defaults, PFC off, vendor lossy-RoCE features");
+      "apply", "verbs self-test, then rdma_cm defaults, vendor lossy-RoCE features, PFC off, each gated on the last");
   add_profile_flags(apply, *opts);
   apply->add_flag("--dry-run", opts->dry_run, "print every change, touch nothing");
+  apply->add_option("--state-dir", opts->state_dir, "where the values apply replaces are saved for `nic revert`")
+      ->capture_default_str();
   apply->callback([opts] { cmd_apply(*opts); });
+
+  static std::vector<std::string> revert_devices;
+  CLI::App* revert = nic->add_subcommand("revert", "put back what `nic apply` changed: PFC, vendor features, rdma_cm defaults");
+  revert->add_option("device", revert_devices, "RDMA devices (default: every device apply changed)");
+  revert->add_option("--state-dir", opts->state_dir, "where `nic apply` saved the values it replaced")
+      ->capture_default_str();
+  revert->callback([opts] { cmd_revert(*opts, revert_devices); });
 
   CLI::App* env = nic->add_subcommand("env", "environment for NCCL, UCX and libroceguard_qp.so");
   add_profile_flags(env, *opts);

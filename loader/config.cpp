@@ -85,6 +85,26 @@ std::optional<Address> parse_address(const std::string& text) {
   return std::nullopt;
 }
 
+std::string unusable_tunnel_endpoint(const Address& a) {
+  const uint8_t* b = a.bytes.data();
+  if (a.family == AF_INET) {
+    const uint32_t v = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+    if (v == 0) return "is the unspecified address";
+    if (v == 0xffffffff) return "is the broadcast address";
+    if ((b[0] & 0xf0) == 0xe0) return "is a multicast address";
+    return "";
+  }
+  static const std::array<uint8_t, 12> v4_mapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::all_of(a.bytes.begin(), a.bytes.end(), [](uint8_t x) { return x == 0; }))
+    return "is the unspecified address";
+  if (b[0] == 0xff) return "is a multicast address";
+  // The data plane builds an IPv6 outer header for it, which no IPv4-only
+  // far gateway would receive (RFC 4291 section 2.5.5.2: not for the wire).
+  if (std::equal(v4_mapped.begin(), v4_mapped.end(), b))
+    return "is an IPv4-mapped IPv6 address (write the IPv4 address itself)";
+  return "";
+}
+
 std::optional<Prefix> parse_prefix(const std::string& text, std::string& why) {
   auto slash = text.find('/');
   if (slash == std::string::npos) {

@@ -100,8 +100,11 @@ struct ConfigProblems {
   // Named things this machine does not have (an interface): the same
   // refusal, but `run` exits with "not found" rather than "usage".
   std::vector<std::string> missing;
+  // Configured interfaces that do not exist (yet): refused like `missing`,
+  // except by `run`, which waits for them.
+  std::vector<std::string> absent_interfaces;
   std::vector<std::string> warnings;
-  bool ok() const { return errors.empty() && missing.empty(); }
+  bool ok() const { return errors.empty() && missing.empty() && absent_interfaces.empty(); }
 };
 
 // Parses and validates a document; never throws for content problems.
@@ -130,9 +133,14 @@ Config resolve_config(const ConfigSources& sources, ConfigProblems& problems);
 void check_config(const Config& cfg, bool offline, ConfigProblems& problems);
 // resolve_config + check_config; throws rg::Error listing every problem
 // (kExitUsage, or kExitNotFound when only the machine lacks something).
-Config load_config(const ConfigSources& sources, bool offline = false);
+// wait_for_interfaces (`run`): interfaces that do not exist yet are no
+// problem.
+Config load_config(const ConfigSources& sources, bool offline = false, bool wait_for_interfaces = false);
 
 std::optional<Address> parse_address(const std::string& text);
+// Why a tunnel endpoint address cannot be one ("is a multicast address"),
+// "" when it can: a Geneve tunnel runs between two unicast hosts.
+std::string unusable_tunnel_endpoint(const Address& a);
 std::optional<Prefix> parse_prefix(const std::string& text, std::string& why);
 bool valid_ifname(const std::string& name, std::string& why);
 // host:port or [v6]:port with numeric addresses.

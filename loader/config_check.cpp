@@ -112,7 +112,7 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
 
   for (size_t i = 0; i < cfg.interfaces.size(); ++i)
     if (if_nametoindex(cfg.interfaces[i].c_str()) == 0)
-      p.missing.push_back("interfaces[" + std::to_string(i) + "]: interface " + cfg.interfaces[i] +
+      p.absent_interfaces.push_back("interfaces[" + std::to_string(i) + "]: interface " + cfg.interfaces[i] +
                           " does not exist (check `ip link`; in a container, use the host network)");
 
   const std::vector<Address> local = host_addresses();
@@ -129,10 +129,11 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
                         " is not an address of this host (use one from `ip addr`, 127.0.0.1 or 0.0.0.0)");
 }
 
-Config load_config(const ConfigSources& sources, bool offline) {
+Config load_config(const ConfigSources& sources, bool offline, bool wait_for_interfaces) {
   ConfigProblems p;
   Config cfg = resolve_config(sources, p);
   check_config(cfg, offline, p);
+  if (!wait_for_interfaces) p.missing.insert(p.missing.begin(), p.absent_interfaces.begin(), p.absent_interfaces.end());
   if (!p.errors.empty()) {
     std::string msg = sources.file.empty() ? "invalid options:" : "invalid configuration " + sources.file + ":";
     for (const auto& e : p.errors) msg += "\n  " + e;

@@ -1,12 +1,17 @@
 #include "daemon.h"
 
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -17,20 +22,105 @@
 #include "error.h"
 #include "exporter.h"
 #include "hooks.h"
+#include "pin_scope.h"
 
 namespace rg {
 namespace {
 
-class Runner {
+// Hooks someone else removed raise no link event (an XDP detach sends none
+// on every kernel), so the interfaces are also re-checked this often.
+constexpr int kRecheckMs = 5000;
+
+// Link and TC notifications from rtnetlink (RTNLGRP_LINK, RTNLGRP_TC): a
+// link added, deleted, renamed or changed (MTU), or a TC filter changed.
+// They only wake the watch; what changed is read back from the system,
+// so a lost message (ENOBUFS when the socket overflows) costs nothing but
+// one pass done anyway.
+class LinkEvents {
  public:
-  Runner(Dataplane& dp, Exporter& ex, State st) : dp_(dp), ex_(ex), st_(std::move(st)) {
-    for (const auto& i : st_.interfaces) up_[i.name] = true;
+  LinkEvents() {
+    fd_ = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+    if (fd_ < 0) {
+      spdlog::warn("no rtnetlink socket ({}): interfaces are re-checked every {} s only", errno_text(errno),
+                   kRecheckMs / 1000);
+      return;
+    }
+    sockaddr_nl addr{};
+    addr.nl_family = AF_NETLINK;
+    addr.nl_groups = RTMGRP_LINK | RTMGRP_TC;
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      spdlog::warn("cannot join rtnetlink link events ({}): interfaces are re-checked every {} s only",
+                   errno_text(errno), kRecheckMs / 1000);
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~LinkEvents() {
+    if (fd_ >= 0) close(fd_);
+  }
+  LinkEvents(const LinkEvents&) = delete;
+  LinkEvents& operator=(const LinkEvents&) = delete;
+
+  int fd() const { return fd_; }
+
+  // Reads every queued message; names by ifindex of the links announced
+  // (new or changed), for telling a rename apart from a deletion.
+  std::map<int, std::string> drain() {
+    std::map<int, std::string> links;
+    alignas(nlmsghdr) char buf[16384];
+    for (;;) {
+      ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) break;  // EAGAIN: drained; ENOBUFS: messages lost, the pass re-reads anyway
+      for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, static_cast<unsigned>(n));
+           h = NLMSG_NEXT(h, n)) {
+        if (h->nlmsg_type != RTM_NEWLINK) continue;
+        auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(h));
+        int len = static_cast<int>(IFLA_PAYLOAD(h));
+        for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len))
+          if (a->rta_type == IFLA_IFNAME)
+            links[ifi->ifi_index] = std::string(static_cast<const char*>(RTA_DATA(a)),
+                                                strnlen(static_cast<const char*>(RTA_DATA(a)), RTA_PAYLOAD(a)));
+      }
+    }
+    return links;
   }
 
-  // Keeps every configured interface attached: an interface that vanished
-  // is reported once and re-attached when it (or a namesake) comes back; a
-  // hook someone removed is put back.
+ private:
+  int fd_ = -1;
+};
+
+class Runner {
+ public:
+  // st lists every configured interface, those not there yet with ifindex
+  // 0; attached is false when none existed, so nothing is loaded yet.
+  Runner(Dataplane& dp, Exporter& ex, State st, bool attached, bool force)
+      : dp_(dp), ex_(ex), st_(std::move(st)), loaded_(attached), force_(force) {
+    for (const auto& i : st_.interfaces) {
+      set_state(i.name, i.ifindex != 0);
+      if (!i.ifindex)
+        spdlog::warn("interface {} does not exist yet: roceguard attaches it when it appears", i.name);
+    }
+  }
+
+  // Says which configured interface was renamed: the watch pass then sees
+  // the old name gone (and the new one, if configured, appear).
+  void note_links(const std::map<int, std::string>& links) {
+    for (const auto& is : st_.interfaces) {
+      if (!is.ifindex || !up_[is.name]) continue;
+      auto it = links.find(is.ifindex);
+      if (it != links.end() && it->second != is.name)
+        spdlog::info("interface {} (ifindex {}) was renamed to {}", is.name, is.ifindex, it->second);
+    }
+  }
+
+  // Keeps every configured interface attached: one that appears is
+  // attached, one that vanished is reported once and re-attached when it
+  // (or a namesake) comes back; a hook someone removed is put back.
   void watch() {
+    if (!loaded_) {
+      first_attach();
+      return;
+    }
     bool changed = false;
     for (auto& is : st_.interfaces) {
       unsigned idx = if_nametoindex(is.name.c_str());
@@ -45,12 +135,17 @@ class Runner {
       check_mtu(is.name);
       try {
         if (static_cast<int>(idx) == is.ifindex && xdp_present(dp_.owner(), is) && tc_present(dp_.owner(), is)) {
-          if (!up_[is.name]) set_state(is.name, true);
+          // Renamed away and back: the hooks stayed on the device.
+          if (!up_[is.name]) {
+            spdlog::info("interface {} is back (ifindex {}), its hooks still attached", is.name, is.ifindex);
+            set_state(is.name, true);
+          }
           continue;
         }
+        const bool first_time = is.ifindex == 0 && is.xdp_prog_id == 0;
         IfaceState fresh = dp_.attach_interface(is.name, false);
-        spdlog::info("re-attached to {} (ifindex {}): xdp {} id {}, tc id {}", is.name, fresh.ifindex,
-                     fresh.xdp_mode, fresh.xdp_prog_id, fresh.tc_prog_id);
+        spdlog::info("{} {} (ifindex {}): xdp {} id {}, tc id {}", first_time ? "interface appeared: attached to"
+                     : "re-attached to", is.name, fresh.ifindex, fresh.xdp_mode, fresh.xdp_prog_id, fresh.tc_prog_id);
         is = fresh;
         changed = true;
         last_error_[is.name].clear();
@@ -73,6 +168,27 @@ class Runner {
   }
 
  private:
+  // No configured interface existed at start, so the object was never
+  // loaded nor the tunnel maps written: the first to appear gets the whole
+  // attach, all or nothing as at start.
+  void first_attach() {
+    bool any = false;
+    for (const auto& is : st_.interfaces) any |= if_nametoindex(is.name.c_str()) != 0;
+    if (!any) return;
+    try {
+      st_ = dp_.attach_all(force_, true);
+      loaded_ = true;
+      last_error_.clear();
+      for (const auto& is : st_.interfaces) {
+        if (is.ifindex) check_mtu(is.name);
+        set_state(is.name, is.ifindex != 0);
+      }
+    } catch (const std::exception& e) {
+      if (last_error_[""] != e.what()) spdlog::error("cannot attach: {}", e.what());
+      last_error_[""] = e.what();
+    }
+  }
+
   // A device MTU below the tunnel's means full-size packets can no longer be
   // encapsulated: the data plane applies the oversize policy to them (pass
   // unencapsulated, or drop). Said once per change of the device's MTU.
@@ -81,7 +197,6 @@ class Runner {
     std::string peer;
     for (const auto& p : dp_.config().peers)
       if (p.mtu > tunnel_mtu) tunnel_mtu = p.mtu, peer = p.name;
-    if (!tunnel_mtu) return;
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return;
     ifreq ifr{};
@@ -92,11 +207,12 @@ class Runner {
     const auto mtu = static_cast<uint32_t>(ifr.ifr_mtu);
     auto& seen = mtu_seen_[name];
     if (seen == mtu) return;
-    if (mtu < tunnel_mtu)
+    if (seen) spdlog::info("interface {} MTU changed from {} to {}", name, seen, mtu);
+    if (tunnel_mtu && mtu < tunnel_mtu)
       spdlog::warn("interface {} has MTU {}, below the tunnel MTU {} of peer {}: larger encapsulated packets "
                    "follow the oversize policy ({}); raise the interface MTU or lower tunnel.mtu",
                    name, mtu, tunnel_mtu, peer, dp_.config().mtu_policy == RG_MTU_DROP ? "drop" : "pass");
-    else if (seen && seen < tunnel_mtu)
+    else if (tunnel_mtu && seen && seen < tunnel_mtu)
       spdlog::info("interface {} has MTU {} again: the tunnel MTU {} fits", name, mtu, tunnel_mtu);
     seen = mtu;
   }
@@ -110,6 +226,8 @@ class Runner {
   Dataplane& dp_;
   Exporter& ex_;
   State st_;
+  bool loaded_;
+  bool force_;
   std::map<std::string, bool> up_;
   std::map<std::string, std::string> last_error_;
   std::map<std::string, uint32_t> mtu_seen_;
@@ -123,12 +241,28 @@ StopSignals::StopSignals() {
   sigaddset(&set_, SIGINT);
   sigaddset(&set_, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  fd_ = signalfd(-1, &set_, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
-int StopSignals::wait_one_second() const {
-  timespec tick{1, 0};
-  int sig = sigtimedwait(&set_, nullptr, &tick);
-  return sig > 0 ? sig : 0;
+StopSignals::~StopSignals() {
+  if (fd_ >= 0) close(fd_);
+}
+
+int StopSignals::wait(int other_fd, int timeout_ms, bool& other_ready) const {
+  other_ready = false;
+  if (fd_ < 0) {  // no signalfd: signals alone, as sigtimedwait allows
+    timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+    int sig = sigtimedwait(&set_, nullptr, &t);
+    return sig > 0 ? sig : 0;
+  }
+  pollfd fds[2] = {{fd_, POLLIN, 0}, {other_fd, POLLIN, 0}};
+  if (poll(fds, other_fd >= 0 ? 2 : 1, timeout_ms) <= 0) return 0;
+  if (fds[0].revents & POLLIN) {
+    signalfd_siginfo info{};
+    if (read(fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) return static_cast<int>(info.ssi_signo);
+  }
+  other_ready = other_fd >= 0 && (fds[1].revents & POLLIN);
+  return 0;
 }
 
 State attach(const Config& cfg, const std::string& pin_path, bool reset_state, bool force) {
@@ -142,6 +276,8 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
                 const StopSignals& signals) {
   ensure_bpffs(pin_path);
   PinLock lock(pin_path, true);
+  const PinScope scope = pin_scope(pin_path);
+  if (!scope.outlives_process) spdlog::warn("PINS DO NOT SURVIVE THIS PROCESS: {}", scope.why);
 
   // Bind the exporter before touching the interfaces: a busy port fails
   // the start without side effects.
@@ -151,23 +287,31 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   eo.interfaces = cfg.interfaces;
   eo.per_qp = cfg.per_qp;
   eo.top_qps = cfg.top_qps;
+  eo.pins_outlive_process = scope.outlives_process;
   Exporter exporter(eo);
 
   Dataplane dp(cfg, pin_path, reset_state);
-  State st = dp.attach_all(force);
-  for (const auto& i : st.interfaces) {
-    exporter.set_attach_state(i.name, "xdp_ingress", true);
-    exporter.set_attach_state(i.name, "tc_egress", true);
+  // Link events from before the first attach are not lost: the socket
+  // queues them until the loop reads it.
+  LinkEvents links;
+  size_t present = 0;
+  for (const auto& name : cfg.interfaces) present += if_nametoindex(name.c_str()) != 0;
+  State st;
+  if (present) {
+    st = dp.attach_all(force, true);
+  } else {
+    for (const auto& name : cfg.interfaces) st.interfaces.emplace_back().name = name;
   }
+  Runner runner(dp, exporter, st, present != 0, force);
   spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
-  sd_notifyf(0, "READY=1\nSTATUS=attached to %zu interface(s), metrics on %s", st.interfaces.size(),
-             exporter.listen_address().c_str());
+  sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
+             cfg.interfaces.size(), exporter.listen_address().c_str());
 
-  Runner runner(dp, exporter, st);
   // Bounded by signals only: this is the daemon's main loop, one watch
-  // pass per second.
+  // pass per link event and at least every kRecheckMs.
   for (;;) {
-    int sig = signals.wait_one_second();
+    bool link_event = false;
+    int sig = signals.wait(links.fd(), kRecheckMs, link_event);
     if (sig == SIGTERM || sig == SIGINT) {
       sd_notify(0, "STOPPING=1");
       spdlog::info("{}: exiting; programs stay attached and maps pinned (`roceguard detach` removes them)",
@@ -175,6 +319,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
       return;
     }
     if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
+    if (link_event) runner.note_links(links.drain());
     runner.watch();
   }
 }

@@ -28,20 +28,29 @@ namespace rg {
 class StopSignals {
  public:
   StopSignals();
-  // The next of them within one second, 0 when none came.
-  int wait_one_second() const;
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // The next of them within timeout_ms, 0 when none came. Returns early,
+  // with 0 and other_ready set, when other_fd (if >= 0) becomes readable.
+  int wait(int other_fd, int timeout_ms, bool& other_ready) const;
 
  private:
   sigset_t set_{};
+  int fd_ = -1;  // signalfd: the signals and other_fd in one poll()
 };
 
 // Attaches cfg under pin_path (mounting bpffs and locking the pin directory)
 // and returns the attach record.
 State attach(const Config& cfg, const std::string& pin_path, bool reset_state, bool force);
 
-// `run`: binds the exporter, attaches, tells systemd it is ready, then
-// re-attaches interfaces that come back or lose a hook, once a second,
-// until SIGTERM or SIGINT.
+// `run`: binds the exporter, attaches the interfaces that exist, tells
+// systemd it is ready, then attaches interfaces as they appear and
+// re-attaches those that come back or lose a hook, woken by rtnetlink link
+// and TC events (with a slow re-check for what raises none), until SIGTERM
+// or SIGINT. An interface that does not exist yet is waited for, not an
+// error: at boot the NIC driver or the CNI may create it after us.
 void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state, bool force,
                 const StopSignals& signals);
 

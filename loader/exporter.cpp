@@ -106,6 +106,9 @@ class MetricsCollector : public prometheus::Collectable {
                 "1 when roceguard's program is attached to the interface at the hook",
                 MetricType::Gauge, {{"interface", key.first}, {"hook", key.second}}, on ? 1 : 0);
     }
+    out.add("roceguard_pins_persistent",
+            "1 when the pinned maps outlive the loader; 0 when their bpffs is private to its mount namespace",
+            MetricType::Gauge, {}, opts_.pins_outlive_process ? 1 : 0);
 
     bool maps_up = collect_maps(out);
     out.add("roceguard_maps_up",

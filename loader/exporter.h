@@ -23,6 +23,8 @@ struct ExporterOptions {
   // network namespace (the lab's gateways): there if_indextoname() in the
   // exporter's namespace would name an unrelated interface.
   std::map<uint32_t, std::string> interface_names;
+  // false when the pins live in a private mount namespace (pin_scope.h).
+  bool pins_outlive_process = true;
 };
 
 class Exporter {

@@ -168,8 +168,14 @@ Option nic_option(std::string_view path, std::string_view flag, OptionType type,
 
 void set_address(Address& out, const OptionValue& v, const std::string& key, ConfigProblems& p) {
   const auto& text = std::get<std::string>(v);
-  if (auto a = parse_address(text)) out = *a;
-  else p.errors.push_back(key + ": " + in_quotes(text) + " is not an IPv4 or IPv6 address");
+  auto a = parse_address(text);
+  if (!a) {
+    p.errors.push_back(key + ": " + in_quotes(text) + " is not an IPv4 or IPv6 address");
+    return;
+  }
+  const std::string why = unusable_tunnel_endpoint(*a);
+  if (why.empty()) out = *a;
+  else p.errors.push_back(key + ": " + a->text + " " + why + ": a tunnel endpoint must be a unicast address");
 }
 
 std::vector<PeerField> make_peer_fields() {

@@ -39,10 +39,13 @@ bool write_attr(const fs::path& p, const std::string& value, std::string* why) {
   return true;
 }
 
+// What set_rdma_cm_defaults writes, per port.
+constexpr const char* kRdmaCmAttrs[] = {"default_roce_mode", "default_roce_tos"};
+
 }  // namespace
 
-StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run,
-                                const std::string& configfs) {
+StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run, const std::string& configfs,
+                                bool prepare) {
   StepReport r;
   fs::path cm = fs::path(configfs) / "rdma_cm";
   fs::path dir = cm / dev.name;
@@ -55,12 +58,12 @@ StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run
   std::error_code ec;
   // rdma_cm registers its configfs subsystem (and pulls in configfs, which
   // creates the mount point) only once it is loaded.
-  if (!fs::is_directory(cm, ec) && !fs::exists(fs::path("/sys/module/rdma_cm"), ec)) {
+  if (prepare && !fs::is_directory(cm, ec) && !fs::exists(fs::path("/sys/module/rdma_cm"), ec)) {
     r.lines.push_back("modprobe rdma_cm");
     if (!dry_run && run({"modprobe", "rdma_cm"}).status != 0)
       return fail("modprobe rdma_cm failed: the rdma_cm module is not available");
   }
-  if (!is_configfs(configfs)) {
+  if (prepare && !is_configfs(configfs)) {
     r.lines.push_back("mount -t configfs configfs " + configfs);
     if (!dry_run && mount("configfs", configfs.c_str(), "configfs", 0, nullptr))
       return fail("cannot mount configfs on " + configfs + ": " + errno_text(errno));
@@ -88,6 +91,37 @@ StepReport set_rdma_cm_defaults(const DeviceInfo& dev, uint8_t tos, bool dry_run
     }
   }
   r.status = dry_run ? StepReport::Status::kPlanned : StepReport::Status::kDone;
+  return r;
+}
+
+RdmaCmDefaults read_rdma_cm_defaults(const DeviceInfo& dev, const std::string& configfs) {
+  RdmaCmDefaults out;
+  for (const auto& port : dev.ports) {
+    fs::path pd = fs::path(configfs) / "rdma_cm" / dev.name / "ports" / std::to_string(port.num);
+    for (const char* name : kRdmaCmAttrs)
+      if (auto v = read_attr(pd / name)) out[port.num][name] = *v;
+  }
+  return out;
+}
+
+StepReport restore_rdma_cm_defaults(const std::string& dev_name, const RdmaCmDefaults& saved,
+                                    const std::string& configfs) {
+  StepReport r;
+  for (const auto& [num, attrs] : saved)
+    for (const auto& [name, value] : attrs) {
+      fs::path p = fs::path(configfs) / "rdma_cm" / dev_name / "ports" / std::to_string(num) / name;
+      r.lines.push_back("echo '" + value + "' > " + p.string());
+      std::string why;
+      if (!write_attr(p, value, &why)) {
+        r.status = StepReport::Status::kFailed;
+        r.lines.push_back(why);
+        return r;
+      }
+    }
+  if (saved.empty()) {
+    r.status = StepReport::Status::kSkipped;
+    r.lines.push_back(dev_name + ": rdma_cm had no per-port defaults before; nothing to write back");
+  }
   return r;
 }
 

@@ -124,48 +124,69 @@ Reply transact(Request& req) {
   return r;
 }
 
-std::string priorities(uint8_t mask) {
-  std::string s;
-  for (int i = 0; i < 8; i++)
-    if (mask & (1u << i)) s += (s.empty() ? "" : ",") + std::to_string(i);
-  return s.empty() ? "none" : s;
-}
-
-}  // namespace
-
-StepReport set_pfc_off(const std::string& ifname, bool dry_run) {
-  StepReport r;
-  const std::string not_supported =
-      ifname + ": PFC not changed: DCB is not supported by this driver";
+PfcState kernel_get(const std::string& ifname) {
   Request get(RTM_GETDCB, DCB_CMD_IEEE_GET);
   get.put(DCB_ATTR_IFNAME, ifname.c_str(), ifname.size() + 1);
   Reply cur = transact(get);
-  if (cur.error == -EOPNOTSUPP || (cur.error == 0 && !cur.pfc)) {
-    r.status = StepReport::Status::kNotSupported;
-    r.lines.push_back(not_supported);
-    return r;
-  }
-  if (cur.error) {
-    r.status = StepReport::Status::kFailed;
-    r.lines.push_back(ifname + ": DCB IEEE get: " + errno_text(cur.error));
-    return r;
-  }
+  PfcState st;
+  if (cur.error == -EOPNOTSUPP || (cur.error == 0 && !cur.pfc)) return st;
+  st.error = cur.error;
+  st.supported = cur.error == 0;
+  if (cur.pfc) st.pfc_en = cur.pfc->pfc_en;
+  return st;
+}
+
+int kernel_set(const std::string& ifname, uint8_t pfc_en) {
+  Request get(RTM_GETDCB, DCB_CMD_IEEE_GET);
+  get.put(DCB_ATTR_IFNAME, ifname.c_str(), ifname.size() + 1);
+  Reply cur = transact(get);
+  if (cur.error) return cur.error;
+  if (!cur.pfc) return -EOPNOTSUPP;
   ieee_pfc pfc = *cur.pfc;
-  r.lines.push_back(ifname + ": PFC enabled on priorities " + priorities(pfc.pfc_en) +
-                    " -> none (DCB_CMD_IEEE_SET, DCB_ATTR_IEEE_PFC pfc_en = 0)");
-  if (dry_run) {
-    r.status = StepReport::Status::kPlanned;
-    return r;
-  }
-  // Only pfc_en changes; capability, MBC and delay are the driver's.
-  pfc.pfc_en = 0;
+  pfc.pfc_en = pfc_en;
   Request set(RTM_SETDCB, DCB_CMD_IEEE_SET);
   set.put(DCB_ATTR_IFNAME, ifname.c_str(), ifname.size() + 1);
   nlattr* ieee = set.put(DCB_ATTR_IEEE | NLA_F_NESTED, nullptr, 0);
   set.put(DCB_ATTR_IEEE_PFC, &pfc, sizeof(pfc));
   set.end_nest(ieee);
   Reply res = transact(set);
-  int err = res.error ? res.error : res.set_status.value_or(0);
+  return res.error ? res.error : res.set_status.value_or(0);
+}
+
+}  // namespace
+
+Dcb Dcb::kernel() { return {kernel_get, kernel_set}; }
+
+std::string pfc_priorities(uint8_t mask) {
+  std::string s;
+  for (int i = 0; i < 8; i++)
+    if (mask & (1u << i)) s += (s.empty() ? "" : ",") + std::to_string(i);
+  return s.empty() ? "none" : s;
+}
+
+StepReport set_pfc(const std::string& ifname, uint8_t pfc_en, bool dry_run, const Dcb& dcb) {
+  StepReport r;
+  const std::string not_supported =
+      ifname + ": PFC not changed: DCB is not supported by this driver";
+  PfcState cur = dcb.get(ifname);
+  if (cur.error) {
+    r.status = StepReport::Status::kFailed;
+    r.lines.push_back(ifname + ": DCB IEEE get: " + errno_text(cur.error));
+    return r;
+  }
+  if (!cur.supported) {
+    r.status = StepReport::Status::kNotSupported;
+    r.lines.push_back(not_supported);
+    return r;
+  }
+  r.lines.push_back(ifname + ": PFC enabled on priorities " + pfc_priorities(cur.pfc_en) + " -> " +
+                    pfc_priorities(pfc_en) + " (DCB_CMD_IEEE_SET, DCB_ATTR_IEEE_PFC pfc_en = " +
+                    std::to_string(pfc_en) + ")");
+  if (dry_run) {
+    r.status = StepReport::Status::kPlanned;
+    return r;
+  }
+  int err = dcb.set(ifname, pfc_en);
   if (err == -EOPNOTSUPP) {
     r.status = StepReport::Status::kNotSupported;
     r.lines = {not_supported + " (no IEEE PFC operation)"};

@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -97,22 +96,6 @@ std::string timestamp() {
 std::string pin_path(const std::string& prefix, Node n) {
   return std::string(kBpffs) + "/" + prefix + "-" + std::to_string(getpid()) + "-" +
          std::string(node_suffix(n));
-}
-
-// Pin directories of runs that died without cleaning up (SIGKILL): their
-// namespaces, and so their interfaces and programs, are gone with
-// Topology::cleanup_stale; only the pins remain.
-void remove_stale_pins(const std::string& prefix) {
-  const std::regex re("^" + prefix + "-([0-9]+)-[A-Za-z]+$");
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(kBpffs, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (!std::regex_match(name, m, re)) continue;
-    pid_t pid = static_cast<pid_t>(std::stol(m[1]));
-    if (kill(pid, 0) == 0 || errno == EPERM) continue;
-    remove_pins(e.path().string());
-  }
 }
 
 // A bounded dumpcap at one hop; its log says when the capture runs.
@@ -412,6 +395,16 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
 }
 
 }  // namespace
+
+void remove_stale_pins(const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(kBpffs, ec)) {
+    const pid_t pid = Topology::run_pid_of(e.path().filename().string(), prefix);
+    if (!pid) continue;
+    if (kill(pid, 0) == 0 || errno == EPERM) continue;
+    remove_pins(e.path().string());
+  }
+}
 
 int run_lab(const LabOptions& opts) {
   if (geteuid() != 0) throw Error("lab: run as root (network namespaces and BPF programs)", kExitUsage);

@@ -36,6 +36,11 @@ struct LabOptions {
   unsigned bulk_streams = 4;
 };
 
+// Pin directories <prefix>-<pid>-<node> of runs that died without cleaning
+// up (SIGKILL): their namespaces, and so their interfaces and programs, are
+// gone with Topology::cleanup_stale; only the pins remain.
+void remove_stale_pins(const std::string& prefix);
+
 // Returns the process exit code; throws rg::Error on failure (after
 // cleaning up).
 int run_lab(const LabOptions& opts);

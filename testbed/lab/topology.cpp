@@ -14,7 +14,7 @@
 
 #include <cerrno>
 #include <nlohmann/json.hpp>
-#include <regex>
+#include <algorithm>
 
 #include "error.h"
 #include "lab/proc.h"
@@ -303,8 +303,21 @@ void Topology::check_path() const {
   }
 }
 
+pid_t Topology::run_pid_of(const std::string& name, const std::string& prefix) {
+  if (name.size() <= prefix.size() + 1 || name.compare(0, prefix.size(), prefix) != 0 || name[prefix.size()] != '-')
+    return 0;
+  const std::string rest = name.substr(prefix.size() + 1);  // <pid>-<node>
+  const auto dash = rest.find('-');
+  if (dash == 0 || dash == std::string::npos || dash > 9 || dash + 1 == rest.size()) return 0;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  if (!std::all_of(rest.begin(), rest.begin() + static_cast<long>(dash), digit) ||
+      !std::all_of(rest.begin() + static_cast<long>(dash) + 1, rest.end(), letter))
+    return 0;
+  return static_cast<pid_t>(std::stol(rest.substr(0, dash)));
+}
+
 int Topology::cleanup_stale(const std::string& prefix) {
-  const std::regex re("^" + prefix + "-([0-9]+)-[A-Za-z]+$");
   int removed = 0;
   auto out = run_checked({"ip", "netns", "list"});
   size_t pos = 0;
@@ -313,9 +326,8 @@ int Topology::cleanup_stale(const std::string& prefix) {
     std::string line = out.substr(pos, eol == std::string::npos ? std::string::npos : eol - pos);
     pos = eol == std::string::npos ? out.size() : eol + 1;
     std::string name = line.substr(0, line.find(' '));
-    std::smatch m;
-    if (!std::regex_match(name, m, re)) continue;
-    pid_t pid = static_cast<pid_t>(std::stol(m[1]));
+    const pid_t pid = run_pid_of(name, prefix);
+    if (!pid) continue;
     if (kill(pid, 0) == 0 || errno == EPERM) continue;  // its owner still runs
     if (run({"ip", "netns", "del", name}).status == 0) ++removed;
   }

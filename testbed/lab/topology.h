@@ -100,6 +100,12 @@ class Topology {
   // crashed run left behind. Returns how many it removed.
   static int cleanup_stale(const std::string& prefix);
 
+  // The pid in name when name is <prefix>-<pid>-<node> (node: letters),
+  // else 0. The prefix is compared as text: a pattern built from it would
+  // read the user's "+" or "*" as regex syntax and take, then delete,
+  // another prefix's namespaces and pins.
+  static pid_t run_pid_of(const std::string& name, const std::string& prefix);
+
  private:
   void build();
   void destroy() noexcept;

@@ -314,7 +314,9 @@ class LoaderNetns : public ::testing::Test {
     int notify = -1;
     std::string log;
   };
-  Daemon start_run(const std::string& args) {
+  // private_mounts: through `ip netns exec`, which gives the loader a mount
+  // namespace of its own without the host's bpffs.
+  Daemon start_run(const std::string& args, bool private_mounts = false) {
     Daemon d;
     static int n = 0;
     std::string sock = tmp_ + "/notify" + std::to_string(n);
@@ -332,12 +334,13 @@ class LoaderNetns : public ::testing::Test {
       setenv("NOTIFY_SOCKET", sock.c_str(), 1);
       std::string net = "--net=/run/netns/" + ns_a_;
       std::vector<std::string> argv{"nsenter", net, RG_BIN, "run", "--pin-path", pin_};
+      if (private_mounts) argv = {"ip", "netns", "exec", ns_a_, RG_BIN, "run", "--pin-path", pin_};
       std::istringstream extra(args);
       for (std::string a; extra >> a;) argv.push_back(a);
       std::vector<char*> cargv;
       for (auto& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);
-      execvp("nsenter", cargv.data());
+      execvp(cargv[0], cargv.data());
       _exit(127);
     }
     children_.push_back(d.pid);
@@ -386,12 +389,17 @@ TEST_F(LoaderNetns, BadConfigsAttachNothing) {
 
 // config check and run give the same verdict on every corpus file, in the
 // same namespace: both refuse, naming the same key, and run leaves nothing.
+// An interface that does not exist is the exception: run waits for it
+// (RunWaitsForAnInterfaceThatDoesNotExistYet), so there the one-shot
+// attach must refuse as check does.
 // The timeout only ends a run that wrongly started (and so fails the case).
 TEST_F(LoaderNetns, BadConfigsRefusedByCheckAndRunAlike) {
   for (const auto& f : bad_configs()) {
     const std::string expect = expected_of(f);
+    const bool run_waits = expect.rfind("interfaces[", 0) == 0 && expect.find("does not exist") != std::string::npos;
     Result check = sh(in_a(std::string(RG_BIN) + " config check " + f));
-    Result run = sh(in_a("timeout 60 " + std::string(RG_BIN) + " run --config " + f + " --pin-path " + pin_));
+    Result run = sh(in_a("timeout 60 " + std::string(RG_BIN) + (run_waits ? " attach" : " run") + " --config " +
+                         f + " --pin-path " + pin_));
     EXPECT_EQ(check.rc, 2) << f << ":\n" << check.out;
     EXPECT_TRUE(run.rc == 2 || run.rc == 3) << f << ": run exited " << run.rc << ":\n" << run.out;
     EXPECT_NE(check.out.find(expect), std::string::npos) << f << ":\n" << check.out;
@@ -894,6 +902,125 @@ TEST_F(LoaderNetns, TwoPinPathsRefuseEachOther) {
   EXPECT_EQ(counter("roce_packets"), 2u);
   kill(d.pid, SIGTERM);
   EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
+// `run` at boot, before the interface exists: it starts, says it waits,
+// reports the interface unattached, and attaches it when it appears; link
+// events (rename, MTU change, deletion, a namesake) are followed as they
+// come. `attach` still refuses a missing interface
+// (MissingInterfaceIsNamedAndNothingAttached).
+TEST_F(LoaderNetns, RunWaitsForAnInterfaceThatDoesNotExistYet) {
+  auto log_has = [&](const Daemon& d, const std::string& text) {
+    bool found = false;
+    for (int i = 0; i < 50 && !found; ++i) {
+      found = read_log(d).find(text) != std::string::npos;
+      if (!found) usleep(200 * 1000);
+    }
+    return found;
+  };
+  auto attached = [&](bool want) {
+    bool ok = false;
+    for (int i = 0; i < 50 && !ok; ++i) {
+      Hooks h = hooks("rgwait0");
+      ok = want ? h.xdp == std::vector<std::string>{"rg_xdp_ingress"} && h.tc == std::vector<std::string>{"rg_tc_egress"}
+                : sh(in_a("ip link show dev rgwait0")).rc != 0;
+      if (!ok) usleep(200 * 1000);
+    }
+    return ok;
+  };
+  auto metric = [&](const std::string& series) {
+    Result m = sh(in_a("curl -sf http://127.0.0.1:9741/metrics"));
+    return m.out.find(series) != std::string::npos;
+  };
+  const std::string unattached = "roceguard_attached{interface=\"rgwait0\",hook=\"xdp_ingress\"} 0";
+  const std::string attached_series = "roceguard_attached{interface=\"rgwait0\",hook=\"xdp_ingress\"} 1";
+
+  Daemon d = start_run("--interface rgwait0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  EXPECT_EQ(kill(d.pid, 0), 0) << "run waits instead of exiting:\n" << read_log(d);
+  EXPECT_NE(read_log(d).find("interface rgwait0 does not exist yet"), std::string::npos) << read_log(d);
+  EXPECT_TRUE(metric(unattached));
+
+  must("ip -n " + ns_a_ + " link add rgwait0 type veth peer name rgwait1");
+  must("ip -n " + ns_a_ + " link set rgwait0 up");
+  ASSERT_TRUE(attached(true)) << read_log(d);
+  EXPECT_TRUE(log_has(d, "attached to rgwait0")) << read_log(d);
+  EXPECT_TRUE(metric(attached_series));
+  json st = status();
+  ASSERT_EQ(st["interfaces"].size(), 1u) << st.dump();
+  EXPECT_EQ(st["interfaces"][0]["name"], "rgwait0");
+  EXPECT_EQ(st["interfaces"][0]["ifindex"], ifindex_a("rgwait0"));
+  EXPECT_EQ(st["interfaces"][0]["xdp"]["attached"], true);
+
+  must("ip -n " + ns_a_ + " link set rgwait0 mtu 1400");
+  EXPECT_TRUE(log_has(d, "interface rgwait0 MTU changed from 1500 to 1400")) << read_log(d);
+
+  must("ip -n " + ns_a_ + " link set rgwait0 down");
+  must("ip -n " + ns_a_ + " link set rgwait0 name rgwaitx");
+  EXPECT_TRUE(log_has(d, "interface rgwait0 (ifindex " + std::to_string(ifindex_a("rgwaitx")) +
+                             ") was renamed to rgwaitx")) << read_log(d);
+  EXPECT_TRUE(log_has(d, "interface rgwait0 disappeared")) << read_log(d);
+  must("ip -n " + ns_a_ + " link set rgwaitx name rgwait0");
+  must("ip -n " + ns_a_ + " link set rgwait0 up");
+  EXPECT_TRUE(log_has(d, "interface rgwait0 is back")) << read_log(d);
+  EXPECT_TRUE(attached(true)) << read_log(d);
+  EXPECT_TRUE(metric(attached_series)) << read_log(d);
+
+  must("ip -n " + ns_a_ + " link del rgwait0");
+  ASSERT_TRUE(attached(false));
+  for (int i = 0; i < 50 && !metric(unattached); ++i) usleep(200 * 1000);
+  EXPECT_TRUE(metric(unattached)) << read_log(d);
+  must("ip -n " + ns_a_ + " link add rgwait0 type veth peer name rgwait1");
+  must("ip -n " + ns_a_ + " link set rgwait0 up");
+  EXPECT_TRUE(attached(true)) << read_log(d);
+  EXPECT_TRUE(log_has(d, "re-attached to rgwait0")) << read_log(d);
+  EXPECT_EQ(kill(d.pid, 0), 0);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
+// With one interface there and one not, run attaches the one, records the
+// other as not present (status) and unattached (metrics).
+TEST_F(LoaderNetns, RunRecordsTheInterfaceItWaitsFor) {
+  Daemon d = start_run("--interface veth0 --interface rgwait0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"});
+  json st = status();
+  ASSERT_EQ(st["interfaces"].size(), 2u) << st.dump();
+  EXPECT_EQ(st["interfaces"][1]["name"], "rgwait0");
+  EXPECT_EQ(st["interfaces"][1]["present"], false);
+  EXPECT_EQ(st["interfaces"][1]["xdp"]["attached"], false);
+  Result m = sh(in_a("curl -sf http://127.0.0.1:9741/metrics"));
+  EXPECT_NE(m.out.find("roceguard_attached{interface=\"rgwait0\",hook=\"tc_egress\"} 0"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("roceguard_attached{interface=\"veth0\",hook=\"tc_egress\"} 1"), std::string::npos) << m.out;
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
+// Started through `ip netns exec`, run has a mount namespace of its own
+// with no bpffs; the one it mounts there dies with it, and so do the pins:
+// it says so in the log and in /metrics. Through nsenter (the host's
+// mounts) it does not.
+TEST_F(LoaderNetns, RunWarnsWhenItsPinsDieWithIt) {
+  Daemon priv = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741", true);
+  ASSERT_NE(wait_notify(priv, "READY=1"), "") << read_log(priv);
+  EXPECT_NE(read_log(priv).find("PINS DO NOT SURVIVE THIS PROCESS"), std::string::npos) << read_log(priv);
+  Result m = sh(in_a("curl -sf http://127.0.0.1:9741/metrics"));
+  EXPECT_NE(m.out.find("roceguard_pins_persistent 0"), std::string::npos) << m.out;
+  EXPECT_FALSE(pins_exist()) << "the pins are not on the host's bpffs";
+  kill(priv.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(priv), 0) << read_log(priv);
+  // Its programs stay on veth0 with no record anywhere: removed by name.
+  rg("detach --interface veth0");
+
+  Daemon host = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(host, "READY=1"), "") << read_log(host);
+  EXPECT_EQ(read_log(host).find("PINS DO NOT SURVIVE"), std::string::npos) << read_log(host);
+  m = sh(in_a("curl -sf http://127.0.0.1:9741/metrics"));
+  EXPECT_NE(m.out.find("roceguard_pins_persistent 1"), std::string::npos) << m.out;
+  EXPECT_EQ(status()["pins_outlive_process"], true);
+  kill(host.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(host), 0) << read_log(host);
 }
 
 TEST_F(LoaderNetns, MissingInterfaceIsNamedAndNothingAttached) {
