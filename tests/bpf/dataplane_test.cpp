@@ -4,10 +4,17 @@
 // counters as the loader's map reader sees them.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <barrier>
+#include <functional>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -21,6 +28,9 @@ enum class Hook { kTc, kXdp };
 std::string hook_name(Hook h) { return h == Hook::kTc ? "Tc" : "Xdp"; }
 
 Verdict run(Dataplane& dp, Hook h, const Bytes& in) { return h == Hook::kTc ? dp.tc(in) : dp.xdp(in); }
+Verdict run_repeated(Dataplane& dp, Hook h, const Bytes& in, uint32_t repeat) {
+  return h == Hook::kTc ? dp.tc(in, repeat) : dp.xdp(in, repeat);
+}
 uint32_t pass_verdict(Hook h) { return h == Hook::kTc ? kTcPass : kXdpPass; }
 rg_direction dir_of(Hook h) { return h == Hook::kTc ? RG_DIR_EGRESS : RG_DIR_INGRESS; }
 
@@ -1424,6 +1434,114 @@ TEST(QpTable, IngressCountsDecapsulatedPackets) {
   rg_qp_dir d = dp.qp(RG_DIR_INGRESS, 9);
   EXPECT_EQ(d.gaps, 1u);
   EXPECT_EQ(d.lost, 2u);
+}
+
+// ---------------------------------------------------------------------------
+// One QP's packets arrive on several CPUs at once (RSS spreads flows, and on a
+// gateway the egress and ingress hooks share the QP's entry): the per-QP
+// counts must stay exact. Each thread is pinned to its own CPU and runs the
+// program many times per BPF_PROG_TEST_RUN, so the runs overlap in time.
+
+unsigned online_cpus() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 1 ? static_cast<unsigned>(n) : 1;
+}
+
+void pin_to_cpu(unsigned cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu % online_cpus(), &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+// Runs body(thread index) on `threads` threads pinned to different CPUs.
+void on_every_cpu(unsigned threads, const std::function<void(unsigned)>& body) {
+  std::vector<std::thread> pool;
+  std::vector<std::string> errors(threads);
+  for (unsigned i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      pin_to_cpu(i);
+      try {
+        body(i);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+}
+
+inline constexpr unsigned kConcurrentThreads = 4;  // more than CPUs is fine: they interleave
+inline constexpr uint32_t kRepeat = 20000;
+
+class ConcurrentQp : public ::testing::TestWithParam<Hook> {};
+
+// Every thread sends the same PSN of one QP per round; rounds advance by 10.
+// Whichever packet of a round comes first is the one jump (a gap of 9), every
+// other packet of the round is at the highest PSN seen: a retransmission.
+TEST_P(ConcurrentQp, CountsAreExact) {
+  const uint32_t rounds = 5;
+  Dataplane dp;
+  std::barrier round_start(kConcurrentThreads);
+  const size_t len = roce4().build().size();
+  on_every_cpu(kConcurrentThreads, [&](unsigned) {
+    for (uint32_t r = 0; r < rounds; ++r) {
+      round_start.arrive_and_wait();
+      Verdict v = run_repeated(dp, GetParam(), roce4(kOpSendOnly, 0x11, 100 + 10 * r).build(), kRepeat);
+      if (v.ret != pass_verdict(GetParam())) throw std::runtime_error("verdict " + std::to_string(v.ret));
+    }
+  });
+  const uint64_t per_round = uint64_t{kConcurrentThreads} * kRepeat;
+  rg_qp_dir d = dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.packets, rounds * per_round);
+  EXPECT_EQ(d.bytes, rounds * per_round * len);
+  EXPECT_EQ(d.retransmits, rounds * (per_round - 1));
+  EXPECT_EQ(d.gaps, rounds - 1);
+  EXPECT_EQ(d.lost, 9 * (rounds - 1));
+  EXPECT_EQ(d.max_psn, 100 + 10 * (rounds - 1));
+  Events e = dp.events(dir_of(GetParam()));
+  EXPECT_EQ(e["roce_packets"], rounds * per_round);
+  EXPECT_EQ(e["retransmits"], rounds * (per_round - 1));
+  EXPECT_EQ(e["psn_gaps"], rounds - 1);
+  EXPECT_EQ(e["lost_estimate"], 9 * (rounds - 1));
+  EXPECT_EQ(e["qp_new"], 1u);
+}
+
+// All threads meet each new QP at the same moment: it is new once.
+TEST_P(ConcurrentQp, NewQpCountedOnce) {
+  const uint32_t qps = 400;
+  Dataplane dp;
+  std::barrier qp_start(kConcurrentThreads);
+  on_every_cpu(kConcurrentThreads, [&](unsigned) {
+    for (uint32_t qp = 1; qp <= qps; ++qp) {
+      qp_start.arrive_and_wait();
+      run(dp, GetParam(), roce4(kOpSendOnly, qp, 1).build());
+    }
+  });
+  EXPECT_EQ(dp.events(dir_of(GetParam()))["qp_new"], qps);
+  for (uint32_t qp : {1u, qps / 2, qps}) {
+    rg_qp_dir d = dp.qp(dir_of(GetParam()), qp);
+    EXPECT_EQ(d.packets, kConcurrentThreads);
+    EXPECT_EQ(d.retransmits, kConcurrentThreads - 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Hooks, ConcurrentQp, ::testing::Values(Hook::kTc, Hook::kXdp),
+                         [](const auto& info) { return hook_name(info.param); });
+
+// A gateway's two hooks share the entry: each direction's counts are exact
+// and the entry is created once.
+TEST(ConcurrentQpHooks, EgressAndIngressShareOneEntry) {
+  Dataplane dp;
+  on_every_cpu(2, [&](unsigned i) {
+    run_repeated(dp, i == 0 ? Hook::kTc : Hook::kXdp, roce4(kOpSendOnly, 0x11, 100).build(), kRepeat);
+  });
+  for (rg_direction dir : {RG_DIR_EGRESS, RG_DIR_INGRESS}) {
+    rg_qp_dir d = dp.qp(dir, 0x11);
+    EXPECT_EQ(d.packets, kRepeat);
+    EXPECT_EQ(d.retransmits, kRepeat - 1);
+  }
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["qp_new"] + dp.events(RG_DIR_INGRESS)["qp_new"], 1u);
 }
 
 // ---------------------------------------------------------------------------
