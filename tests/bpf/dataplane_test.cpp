@@ -653,6 +653,132 @@ TEST(EncapNextHop, UnresolvedNeighbourUsesRedirectNeigh) {
   EXPECT_EQ(dp.events(RG_DIR_EGRESS).count("fib_miss"), 0u);
 }
 
+// Kernel routes, rules, addresses and sysctls one test changes in the test namespace;
+// undone when the test ends, failed or not, so the next test sees the plain
+// topology.
+class KernelRoutes {
+ public:
+  KernelRoutes() = default;
+  KernelRoutes(const KernelRoutes&) = delete;
+  KernelRoutes& operator=(const KernelRoutes&) = delete;
+  ~KernelRoutes() {
+    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
+      try {
+        run_command(*it);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
+    }
+  }
+  // object is what follows `ip` ("-6 route", "-4 rule", "-4 addr"); spec what follows `add`.
+  void add(const std::string& object, const std::string& spec) {
+    run_command("ip " + object + " add " + spec);
+    undo_.push_back("ip " + object + " del " + spec);
+  }
+  void sysctl(const std::string& path, const std::string& value) {
+    std::string old = run_command("cat " + path);
+    while (!old.empty() && old.back() == '\n') old.pop_back();
+    run_command("echo " + value + " > " + path);
+    undo_.push_back("echo " + old + " > " + path);
+  }
+
+ private:
+  std::vector<std::string> undo_;
+};
+
+// Outer peers off-link for both devices, reached by a host route through the
+// second device while the default route points at the first.
+inline constexpr const char* kRoutedPeer4 = "198.51.100.66";
+inline constexpr const char* kRoutedPeer6 = "2001:db8:7::66";
+
+struct OuterRouteCase {
+  const char* name;
+  bool outer6;
+};
+void PrintTo(const OuterRouteCase& c, std::ostream* os) { *os << c.name; }
+
+class EncapOuterRoute : public ::testing::TestWithParam<OuterRouteCase> {
+ protected:
+  const char* peer() const { return GetParam().outer6 ? kRoutedPeer6 : kRoutedPeer4; }
+  const char* fam() const { return GetParam().outer6 ? "-6 " : "-4 "; }
+  // The tunnel to the routed peer, sourced from kDev's address unless told.
+  void tunnel(Dataplane& dp, const char* local = nullptr) const {
+    if (!local) local = GetParam().outer6 ? kLocal6 : kLocal4;
+    dp.peer(0, local, peer(), kVni4);
+    dp.route(kRemoteNet4, 24, 0);
+  }
+  std::string via(bool other) const {
+    if (GetParam().outer6)
+      return std::string("via ") + (other ? kOtherPeer6 : kPeer6) + " dev " + (other ? kOtherDev : kDev);
+    return std::string("via ") + (other ? kOtherPeer4 : kPeer4) + " dev " + (other ? kOtherDev : kDev);
+  }
+  std::string host_prefix() const { return std::string(peer()) + (GetParam().outer6 ? "/128" : "/32"); }
+};
+
+// The kernel's own choice (`ip route get peer`) is the host route through the
+// other device; the attached device's default route must not win.
+TEST_P(EncapOuterRoute, MoreSpecificRouteThroughOtherDeviceWins) {
+  KernelRoutes routes;
+  routes.add(fam() + std::string("route"), "default " + via(false));
+  routes.add(fam() + std::string("route"), host_prefix() + " " + via(true));
+  ASSERT_NE(run_command("ip " + std::string(fam()) + "route get " + peer()).find(kOtherDev), std::string::npos);
+  Dataplane dp;
+  tunnel(dp);
+  Verdict r = dp.tc(tunneled4().build());
+  EXPECT_EQ(r.ret, kTcRedirect);
+  View v = parse(r.out);
+  ASSERT_TRUE(v.geneve);
+  EXPECT_EQ(v.dst, kOtherPeerMac);
+  EXPECT_EQ(v.src, kOtherDevMac);
+}
+
+// A policy rule on packets arriving from the attached device is about
+// forwarded traffic; the gateway's own outer packets are output, as the
+// kernel's own tunnels route them.
+TEST_P(EncapOuterRoute, InputInterfaceRulesDoNotApply) {
+  KernelRoutes routes;
+  routes.add(fam() + std::string("route"), host_prefix() + " " + via(true));
+  routes.add(fam() + std::string("route"), host_prefix() + " " + via(false) + " table 100");
+  routes.add(fam() + std::string("rule"), std::string("iif ") + kDev + " lookup 100 priority 100");
+  Dataplane dp;
+  tunnel(dp);
+  Verdict r = dp.tc(tunneled4().build());
+  EXPECT_EQ(r.ret, kTcRedirect);
+  View v = parse(r.out);
+  ASSERT_TRUE(v.geneve);
+  EXPECT_EQ(v.dst, kOtherPeerMac);
+}
+
+// Equal-cost paths to the peer: the outer UDP source port (and IPv6 flow
+// label) is each QP's entropy, and the lookup sees it, so with the L4 hash
+// policy different QPs take different paths, as the kernel's Geneve does.
+// The tunnel source sits on the loopback device, as on a gateway with two
+// uplinks: IPv4 multipath prefers the next hop whose device owns the source
+// address (fib_select_multipath), which would pin every QP to one path.
+TEST_P(EncapOuterRoute, EcmpSpreadsQpsOverPaths) {
+  const std::string sysctl = GetParam().outer6 ? "/proc/sys/net/ipv6/fib_multipath_hash_policy"
+                                               : "/proc/sys/net/ipv4/fib_multipath_hash_policy";
+  const char* local = GetParam().outer6 ? "2001:db8:7::1" : "203.0.113.250";
+  KernelRoutes routes;
+  routes.sysctl(sysctl, "1");
+  routes.add(fam() + std::string("addr"), std::string(local) + (GetParam().outer6 ? "/128" : "/32") + " dev lo");
+  routes.add(fam() + std::string("route"), host_prefix() + " nexthop " + via(false) + " nexthop " + via(true));
+  Dataplane dp;
+  tunnel(dp, local);
+  std::set<Mac> next_hops;
+  for (uint32_t qp = 1; qp <= 64; ++qp) {
+    View v = parse(dp.tc(tunneled4(qp, 1).build()).out);
+    ASSERT_TRUE(v.geneve);
+    next_hops.insert(v.dst);
+  }
+  EXPECT_EQ(next_hops, (std::set<Mac>{kPeerMac, kOtherPeerMac}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EncapOuterRoute,
+                         ::testing::Values(OuterRouteCase{"Ipv4Outer", false},
+                                           OuterRouteCase{"Ipv6Outer", true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 // The tunnel MTU guard: the outer IP packet is inner frame + 36 (IPv4) or
 // + 56 (IPv6) bytes.
 TEST(MtuGuard, ExactFitIsEncapsulated) {
