@@ -70,6 +70,9 @@ static __always_inline __u32 rg_flow_hash(const struct rg_qp_key *k)
 	return h;
 }
 
+/* The outer IPv6 flow label carries the flow hash too (RFC 6438). */
+#define RG_FLOW_LABEL_MASK 0xfffffu
+
 /* Outer UDP source port for ECMP entropy (RFC 8926 §3.3). */
 static __always_inline __be16 rg_entropy_port(__u32 hash)
 {

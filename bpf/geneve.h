@@ -171,7 +171,8 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	if (ip_len > peer->mtu)
 		return RG_ENCAP_OVERSIZE;
 
-	fr = rg_fib_peer(skb, peer, &fib, ip_len);
+	fr = rg_fib_peer(skb, peer, &fib, ip_len, rg_entropy_port(hash),
+			 bpf_htonl(hash & RG_FLOW_LABEL_MASK));
 	if (fr == RG_FIB_TOO_BIG)
 		return RG_ENCAP_OVERSIZE;
 	if (fr == RG_FIB_FAIL) {

@@ -51,12 +51,61 @@ static __always_inline __u32 rg_read_span(__u32 dma_len)
 	return span < RG_PSN_HALF ? span : RG_PSN_HALF - 1;
 }
 
+/*
+ * One QP's packets are handled on several CPUs at once (RSS spreads a QP's
+ * flows, and on a gateway both hooks share its entry), so every count is an
+ * atomic add and the PSN tracking state of a direction, max_psn and flags,
+ * is one 64-bit word replaced by compare-and-swap. A failed swap means
+ * another CPU moved the state in between; the packet is judged again against
+ * the new state. Each retry follows progress on another CPU, so a handful is
+ * enough; past them the packet is counted but its PSN is not tracked.
+ */
+#define RG_PSN_CAS_TRIES 8
+
+union rg_psn_state {
+	struct {
+		__u32 max_psn;
+		__u32 flags;
+	};
+	__u64 word;
+};
+
+_Static_assert(__builtin_offsetof(struct rg_qp_dir, flags) ==
+		       __builtin_offsetof(struct rg_qp_dir, max_psn) + sizeof(__u32) &&
+	       __builtin_offsetof(struct rg_qp_dir, max_psn) % sizeof(__u64) == 0,
+	       "max_psn and flags form one aligned 64-bit word");
+
+static __always_inline __u64 *rg_psn_word(struct rg_qp_dir *d)
+{
+	return (__u64 *)&d->max_psn;
+}
+
+#define rg_add(field, n) __sync_fetch_and_add(&(field), (n))
+
 /* A QP silent for longer than the idle time may be a new QP on the same number. */
 static __always_inline void rg_qp_dir_idle(struct rg_qp_dir *d)
 {
-	if (d->flags & RG_QP_F_SEEN)
-		d->flags = RG_QP_F_RESYNC;
+	union rg_psn_state old, idle = {};
+	int i;
+
+	idle.flags = RG_QP_F_RESYNC;
+	for (i = 0; i < RG_PSN_CAS_TRIES; i++) {
+		old.word = *(volatile __u64 *)rg_psn_word(d);
+		if (!(old.flags & RG_QP_F_SEEN))
+			return;
+		idle.max_psn = old.max_psn;
+		if (__sync_val_compare_and_swap(rg_psn_word(d), old.word, idle.word) == old.word)
+			return;
+	}
 }
+
+enum rg_psn_verdict {
+	RG_PSN_NEXT,		/* in order, a READ's expected jump, or the first PSN */
+	RG_PSN_RETRANSMIT,
+	RG_PSN_GAP,
+	RG_PSN_RESYNC,
+	RG_PSN_UNTRACKED,	/* lost every compare-and-swap */
+};
 
 /*
  * The PSN rule, the same in both directions: at or behind the highest PSN
@@ -65,47 +114,67 @@ static __always_inline void rg_qp_dir_idle(struct rg_qp_dir *d)
  * hook, or k-span after a READ whose responses take span PSNs. A distance
  * beyond psn_jump_max either way is no retransmission or loss any window
  * allows but a new QP on the same number: tracking restarts there.
+ * A retransmission leaves the state as it is, so the snapshot that judged it
+ * is all it needs; every other verdict holds only if its swap succeeds.
  */
 static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt *p,
 					 struct rg_counters *c, __u32 len)
 {
 	__u32 jump_max = rg_cfg.psn_jump_max;
-	__u32 span = 1, next = RG_QP_F_SEEN;
-	__u32 ahead, behind;
+	enum rg_psn_verdict verdict = RG_PSN_UNTRACKED;
+	union rg_psn_state old, next;
+	__u32 ahead, behind, span, lost = 0;
+	int i;
 
-	if (d->flags & RG_QP_F_READ_PENDING)
-		span = d->flags >> RG_QP_READ_SPAN_SHIFT;
+	next.max_psn = p->psn;
+	next.flags = RG_QP_F_SEEN;
 	if (rg_bth_is_read_request(p->opcode))
-		next |= RG_QP_F_READ_PENDING | (rg_read_span(p->read_len) << RG_QP_READ_SPAN_SHIFT);
+		next.flags |= RG_QP_F_READ_PENDING |
+			      (rg_read_span(p->read_len) << RG_QP_READ_SPAN_SHIFT);
 
-	if (!(d->flags & RG_QP_F_SEEN)) {
-		if (d->flags & RG_QP_F_RESYNC)
-			rg_count(c, RG_EV_PSN_RESYNC, 0);
-		goto restart;
+	for (i = 0; i < RG_PSN_CAS_TRIES; i++) {
+		old.word = *(volatile __u64 *)rg_psn_word(d);
+		span = old.flags & RG_QP_F_READ_PENDING ? old.flags >> RG_QP_READ_SPAN_SHIFT : 1;
+		verdict = RG_PSN_NEXT;
+		if (!(old.flags & RG_QP_F_SEEN)) {
+			if (old.flags & RG_QP_F_RESYNC)
+				verdict = RG_PSN_RESYNC;
+		} else {
+			ahead = (p->psn - old.max_psn) & RG_PSN_MASK;
+			if (ahead == 0 || ahead >= RG_PSN_HALF) {
+				behind = (old.max_psn - p->psn) & RG_PSN_MASK;
+				if (!jump_max || behind <= jump_max) {
+					verdict = RG_PSN_RETRANSMIT;
+					break;
+				}
+				verdict = RG_PSN_RESYNC;
+			} else if (ahead > span) {
+				lost = ahead - span;
+				verdict = jump_max && lost > jump_max ? RG_PSN_RESYNC : RG_PSN_GAP;
+			}
+		}
+		if (__sync_val_compare_and_swap(rg_psn_word(d), old.word, next.word) == old.word)
+			break;
+		verdict = RG_PSN_UNTRACKED;
 	}
-	ahead = (p->psn - d->max_psn) & RG_PSN_MASK;
-	if (ahead == 0 || ahead >= RG_PSN_HALF) {
-		behind = (d->max_psn - p->psn) & RG_PSN_MASK;
-		if (jump_max && behind > jump_max)
-			goto resync;
-		d->retransmits++;
+
+	switch (verdict) {
+	case RG_PSN_RETRANSMIT:
+		rg_add(d->retransmits, 1);
 		rg_count(c, RG_EV_RETRANSMITS, len);
-		return;
-	}
-	if (ahead > span) {
-		if (jump_max && ahead - span > jump_max)
-			goto resync;
-		d->gaps++;
-		d->lost += ahead - span;
+		break;
+	case RG_PSN_GAP:
+		rg_add(d->gaps, 1);
+		rg_add(d->lost, lost);
 		rg_count(c, RG_EV_PSN_GAPS, 0);
-		rg_count_n(c, RG_EV_LOST_ESTIMATE, ahead - span, 0);
+		rg_count_n(c, RG_EV_LOST_ESTIMATE, lost, 0);
+		break;
+	case RG_PSN_RESYNC:
+		rg_count(c, RG_EV_PSN_RESYNC, 0);
+		break;
+	default:
+		break;
 	}
-	goto restart;
-resync:
-	rg_count(c, RG_EV_PSN_RESYNC, 0);
-restart:
-	d->max_psn = p->psn;
-	d->flags = next;
 }
 
 /* Counts one RoCE packet (p parsed from it, key its QP) in direction dir. */
@@ -141,33 +210,35 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 	if (!st) {
 		struct rg_qp_state init = {};
 
-		bpf_map_update_elem(&rg_qp, key, &init, BPF_NOEXIST);
+		/* Two CPUs may both miss; only the one whose insert wins has a new QP. */
+		if (bpf_map_update_elem(&rg_qp, key, &init, BPF_NOEXIST) == 0)
+			rg_count(c, RG_EV_QP_NEW, 0);
 		st = bpf_map_lookup_elem(&rg_qp, key);
 		if (!st)
 			return;
-		rg_count(c, RG_EV_QP_NEW, 0);
 	} else if (rg_cfg.qp_idle_ms &&
-		   now - st->last_seen_ns > (__u64)rg_cfg.qp_idle_ms * 1000000) {
+		   /* signed: another CPU may have stored a later time than our now */
+		   (__s64)(now - st->last_seen_ns) > (__s64)rg_cfg.qp_idle_ms * 1000000) {
 		rg_qp_dir_idle(&st->dir[RG_DIR_EGRESS]);
 		rg_qp_dir_idle(&st->dir[RG_DIR_INGRESS]);
 	}
 	st->last_seen_ns = now;
 	d = &st->dir[dir & 1];
-	d->packets++;
-	d->bytes += len;
+	rg_add(d->packets, 1);
+	rg_add(d->bytes, len);
 	if (ce)
-		d->ecn_ce++;
+		rg_add(d->ecn_ce, 1);
 	if (p->opcode == RG_BTH_OPCODE_CNP) {
-		d->cnp++;
+		rg_add(d->cnp, 1);
 		return;
 	}
 	if (is_ack) {
 		if (kind == RG_AETH_KIND_RNR_NAK)
-			d->rnr_nak++;
+			rg_add(d->rnr_nak, 1);
 		else if (p->syndrome == RG_AETH_NAK_PSN_SEQ_ERR)
-			d->nak_seq_err++;
+			rg_add(d->nak_seq_err, 1);
 		else if (kind == RG_AETH_KIND_NAK)
-			d->nak_other++;
+			rg_add(d->nak_other, 1);
 		return;
 	}
 	if (rg_opcode_tracks_psn(p->opcode))

@@ -52,44 +52,54 @@ enum rg_fib_result {
 	RG_FIB_FAIL,
 };
 
-static __always_inline void rg_fib_init(struct bpf_fib_lookup *fib, const struct __sk_buff *skb,
-					const struct rg_peer *peer, __u16 tot_len)
+/*
+ * The kernel hands a locally generated packet to the FIB with the loopback
+ * device as input and no output device (ip_route_output_key), which is how
+ * its own Geneve routes the outer packet. bpf_fib_lookup gives the same
+ * request as a forwarding lookup from the loopback device: with
+ * BPF_FIB_LOOKUP_OUTPUT instead, IPv4 takes ifindex as the output device and
+ * skips every next hop not on it (fib_table_lookup), so the attached
+ * device's default route would beat a host route to the peer through
+ * another device; a forwarding lookup from the attached device would apply
+ * `iif` policy rules meant for transit traffic. The outer UDP ports and the
+ * IPv6 flow label go in too, so multipath routes spread tunnels by the same
+ * hash as the kernel's.
+ */
+#define RG_LOOPBACK_IFINDEX 1
+
+static __always_inline void rg_fib_init(struct bpf_fib_lookup *fib, const struct rg_peer *peer,
+					__u16 tot_len, __be16 sport, __be32 flow_label)
 {
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->family = peer->family;
 	fib->l4_protocol = IPPROTO_UDP;
+	fib->sport = sport;
 	fib->dport = bpf_htons(RG_GENEVE_UDP_PORT);
 	fib->tot_len = tot_len;
-	fib->ifindex = skb->ifindex;
+	fib->ifindex = RG_LOOPBACK_IFINDEX;
 	if (peer->family == AF_INET) {
 		__builtin_memcpy(&fib->ipv4_src, peer->local, 4);
 		__builtin_memcpy(&fib->ipv4_dst, peer->remote, 4);
 	} else {
+		fib->flowinfo = flow_label;
 		__builtin_memcpy(fib->ipv6_src, peer->local, 16);
 		__builtin_memcpy(fib->ipv6_dst, peer->remote, 16);
 	}
 }
 
 /*
- * Route to the tunnel peer. The outer packet is our own, so try an output
- * lookup on this device first; fall back to a forwarding lookup for peers
- * reached through another device. tot_len makes the kernel check the egress
- * device's MTU; a failed lookup may have overwritten it (it shares a union
- * with mtu_result), so the fallback starts from a fresh request.
+ * Route to the tunnel peer. tot_len makes the kernel check the egress
+ * device's MTU.
  */
-static __always_inline enum rg_fib_result rg_fib_peer(struct __sk_buff *skb,
+static __always_inline enum rg_fib_result rg_fib_peer(const struct __sk_buff *skb,
 						      const struct rg_peer *peer,
-						      struct bpf_fib_lookup *fib, __u16 tot_len)
+						      struct bpf_fib_lookup *fib, __u16 tot_len,
+						      __be16 sport, __be32 flow_label)
 {
 	long rc;
 
-	rg_fib_init(fib, skb, peer, tot_len);
-	rc = bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH &&
-	    rc != BPF_FIB_LKUP_RET_FRAG_NEEDED) {
-		rg_fib_init(fib, skb, peer, tot_len);
-		rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
-	}
+	rg_fib_init(fib, peer, tot_len, sport, flow_label);
+	rc = bpf_fib_lookup((void *)skb, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return RG_FIB_OK;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)

@@ -4,10 +4,17 @@
 // counters as the loader's map reader sees them.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <barrier>
+#include <functional>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -21,6 +28,9 @@ enum class Hook { kTc, kXdp };
 std::string hook_name(Hook h) { return h == Hook::kTc ? "Tc" : "Xdp"; }
 
 Verdict run(Dataplane& dp, Hook h, const Bytes& in) { return h == Hook::kTc ? dp.tc(in) : dp.xdp(in); }
+Verdict run_repeated(Dataplane& dp, Hook h, const Bytes& in, uint32_t repeat) {
+  return h == Hook::kTc ? dp.tc(in, repeat) : dp.xdp(in, repeat);
+}
 uint32_t pass_verdict(Hook h) { return h == Hook::kTc ? kTcPass : kXdpPass; }
 rg_direction dir_of(Hook h) { return h == Hook::kTc ? RG_DIR_EGRESS : RG_DIR_INGRESS; }
 
@@ -642,6 +652,132 @@ TEST(EncapNextHop, UnresolvedNeighbourUsesRedirectNeigh) {
   }
   EXPECT_EQ(dp.events(RG_DIR_EGRESS).count("fib_miss"), 0u);
 }
+
+// Kernel routes, rules, addresses and sysctls one test changes in the test namespace;
+// undone when the test ends, failed or not, so the next test sees the plain
+// topology.
+class KernelRoutes {
+ public:
+  KernelRoutes() = default;
+  KernelRoutes(const KernelRoutes&) = delete;
+  KernelRoutes& operator=(const KernelRoutes&) = delete;
+  ~KernelRoutes() {
+    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
+      try {
+        run_command(*it);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
+    }
+  }
+  // object is what follows `ip` ("-6 route", "-4 rule", "-4 addr"); spec what follows `add`.
+  void add(const std::string& object, const std::string& spec) {
+    run_command("ip " + object + " add " + spec);
+    undo_.push_back("ip " + object + " del " + spec);
+  }
+  void sysctl(const std::string& path, const std::string& value) {
+    std::string old = run_command("cat " + path);
+    while (!old.empty() && old.back() == '\n') old.pop_back();
+    run_command("echo " + value + " > " + path);
+    undo_.push_back("echo " + old + " > " + path);
+  }
+
+ private:
+  std::vector<std::string> undo_;
+};
+
+// Outer peers off-link for both devices, reached by a host route through the
+// second device while the default route points at the first.
+inline constexpr const char* kRoutedPeer4 = "198.51.100.66";
+inline constexpr const char* kRoutedPeer6 = "2001:db8:7::66";
+
+struct OuterRouteCase {
+  const char* name;
+  bool outer6;
+};
+void PrintTo(const OuterRouteCase& c, std::ostream* os) { *os << c.name; }
+
+class EncapOuterRoute : public ::testing::TestWithParam<OuterRouteCase> {
+ protected:
+  const char* peer() const { return GetParam().outer6 ? kRoutedPeer6 : kRoutedPeer4; }
+  const char* fam() const { return GetParam().outer6 ? "-6 " : "-4 "; }
+  // The tunnel to the routed peer, sourced from kDev's address unless told.
+  void tunnel(Dataplane& dp, const char* local = nullptr) const {
+    if (!local) local = GetParam().outer6 ? kLocal6 : kLocal4;
+    dp.peer(0, local, peer(), kVni4);
+    dp.route(kRemoteNet4, 24, 0);
+  }
+  std::string via(bool other) const {
+    if (GetParam().outer6)
+      return std::string("via ") + (other ? kOtherPeer6 : kPeer6) + " dev " + (other ? kOtherDev : kDev);
+    return std::string("via ") + (other ? kOtherPeer4 : kPeer4) + " dev " + (other ? kOtherDev : kDev);
+  }
+  std::string host_prefix() const { return std::string(peer()) + (GetParam().outer6 ? "/128" : "/32"); }
+};
+
+// The kernel's own choice (`ip route get peer`) is the host route through the
+// other device; the attached device's default route must not win.
+TEST_P(EncapOuterRoute, MoreSpecificRouteThroughOtherDeviceWins) {
+  KernelRoutes routes;
+  routes.add(fam() + std::string("route"), "default " + via(false));
+  routes.add(fam() + std::string("route"), host_prefix() + " " + via(true));
+  ASSERT_NE(run_command("ip " + std::string(fam()) + "route get " + peer()).find(kOtherDev), std::string::npos);
+  Dataplane dp;
+  tunnel(dp);
+  Verdict r = dp.tc(tunneled4().build());
+  EXPECT_EQ(r.ret, kTcRedirect);
+  View v = parse(r.out);
+  ASSERT_TRUE(v.geneve);
+  EXPECT_EQ(v.dst, kOtherPeerMac);
+  EXPECT_EQ(v.src, kOtherDevMac);
+}
+
+// A policy rule on packets arriving from the attached device is about
+// forwarded traffic; the gateway's own outer packets are output, as the
+// kernel's own tunnels route them.
+TEST_P(EncapOuterRoute, InputInterfaceRulesDoNotApply) {
+  KernelRoutes routes;
+  routes.add(fam() + std::string("route"), host_prefix() + " " + via(true));
+  routes.add(fam() + std::string("route"), host_prefix() + " " + via(false) + " table 100");
+  routes.add(fam() + std::string("rule"), std::string("iif ") + kDev + " lookup 100 priority 100");
+  Dataplane dp;
+  tunnel(dp);
+  Verdict r = dp.tc(tunneled4().build());
+  EXPECT_EQ(r.ret, kTcRedirect);
+  View v = parse(r.out);
+  ASSERT_TRUE(v.geneve);
+  EXPECT_EQ(v.dst, kOtherPeerMac);
+}
+
+// Equal-cost paths to the peer: the outer UDP source port (and IPv6 flow
+// label) is each QP's entropy, and the lookup sees it, so with the L4 hash
+// policy different QPs take different paths, as the kernel's Geneve does.
+// The tunnel source sits on the loopback device, as on a gateway with two
+// uplinks: IPv4 multipath prefers the next hop whose device owns the source
+// address (fib_select_multipath), which would pin every QP to one path.
+TEST_P(EncapOuterRoute, EcmpSpreadsQpsOverPaths) {
+  const std::string sysctl = GetParam().outer6 ? "/proc/sys/net/ipv6/fib_multipath_hash_policy"
+                                               : "/proc/sys/net/ipv4/fib_multipath_hash_policy";
+  const char* local = GetParam().outer6 ? "2001:db8:7::1" : "203.0.113.250";
+  KernelRoutes routes;
+  routes.sysctl(sysctl, "1");
+  routes.add(fam() + std::string("addr"), std::string(local) + (GetParam().outer6 ? "/128" : "/32") + " dev lo");
+  routes.add(fam() + std::string("route"), host_prefix() + " nexthop " + via(false) + " nexthop " + via(true));
+  Dataplane dp;
+  tunnel(dp, local);
+  std::set<Mac> next_hops;
+  for (uint32_t qp = 1; qp <= 64; ++qp) {
+    View v = parse(dp.tc(tunneled4(qp, 1).build()).out);
+    ASSERT_TRUE(v.geneve);
+    next_hops.insert(v.dst);
+  }
+  EXPECT_EQ(next_hops, (std::set<Mac>{kPeerMac, kOtherPeerMac}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EncapOuterRoute,
+                         ::testing::Values(OuterRouteCase{"Ipv4Outer", false},
+                                           OuterRouteCase{"Ipv6Outer", true}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // The tunnel MTU guard: the outer IP packet is inner frame + 36 (IPv4) or
 // + 56 (IPv6) bytes.
@@ -1424,6 +1560,114 @@ TEST(QpTable, IngressCountsDecapsulatedPackets) {
   rg_qp_dir d = dp.qp(RG_DIR_INGRESS, 9);
   EXPECT_EQ(d.gaps, 1u);
   EXPECT_EQ(d.lost, 2u);
+}
+
+// ---------------------------------------------------------------------------
+// One QP's packets arrive on several CPUs at once (RSS spreads flows, and on a
+// gateway the egress and ingress hooks share the QP's entry): the per-QP
+// counts must stay exact. Each thread is pinned to its own CPU and runs the
+// program many times per BPF_PROG_TEST_RUN, so the runs overlap in time.
+
+unsigned online_cpus() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 1 ? static_cast<unsigned>(n) : 1;
+}
+
+void pin_to_cpu(unsigned cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu % online_cpus(), &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+// Runs body(thread index) on `threads` threads pinned to different CPUs.
+void on_every_cpu(unsigned threads, const std::function<void(unsigned)>& body) {
+  std::vector<std::thread> pool;
+  std::vector<std::string> errors(threads);
+  for (unsigned i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      pin_to_cpu(i);
+      try {
+        body(i);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+}
+
+inline constexpr unsigned kConcurrentThreads = 4;  // more than CPUs is fine: they interleave
+inline constexpr uint32_t kRepeat = 20000;
+
+class ConcurrentQp : public ::testing::TestWithParam<Hook> {};
+
+// Every thread sends the same PSN of one QP per round; rounds advance by 10.
+// Whichever packet of a round comes first is the one jump (a gap of 9), every
+// other packet of the round is at the highest PSN seen: a retransmission.
+TEST_P(ConcurrentQp, CountsAreExact) {
+  const uint32_t rounds = 5;
+  Dataplane dp;
+  std::barrier round_start(kConcurrentThreads);
+  const size_t len = roce4().build().size();
+  on_every_cpu(kConcurrentThreads, [&](unsigned) {
+    for (uint32_t r = 0; r < rounds; ++r) {
+      round_start.arrive_and_wait();
+      Verdict v = run_repeated(dp, GetParam(), roce4(kOpSendOnly, 0x11, 100 + 10 * r).build(), kRepeat);
+      if (v.ret != pass_verdict(GetParam())) throw std::runtime_error("verdict " + std::to_string(v.ret));
+    }
+  });
+  const uint64_t per_round = uint64_t{kConcurrentThreads} * kRepeat;
+  rg_qp_dir d = dp.qp(dir_of(GetParam()), 0x11);
+  EXPECT_EQ(d.packets, rounds * per_round);
+  EXPECT_EQ(d.bytes, rounds * per_round * len);
+  EXPECT_EQ(d.retransmits, rounds * (per_round - 1));
+  EXPECT_EQ(d.gaps, rounds - 1);
+  EXPECT_EQ(d.lost, 9 * (rounds - 1));
+  EXPECT_EQ(d.max_psn, 100 + 10 * (rounds - 1));
+  Events e = dp.events(dir_of(GetParam()));
+  EXPECT_EQ(e["roce_packets"], rounds * per_round);
+  EXPECT_EQ(e["retransmits"], rounds * (per_round - 1));
+  EXPECT_EQ(e["psn_gaps"], rounds - 1);
+  EXPECT_EQ(e["lost_estimate"], 9 * (rounds - 1));
+  EXPECT_EQ(e["qp_new"], 1u);
+}
+
+// All threads meet each new QP at the same moment: it is new once.
+TEST_P(ConcurrentQp, NewQpCountedOnce) {
+  const uint32_t qps = 400;
+  Dataplane dp;
+  std::barrier qp_start(kConcurrentThreads);
+  on_every_cpu(kConcurrentThreads, [&](unsigned) {
+    for (uint32_t qp = 1; qp <= qps; ++qp) {
+      qp_start.arrive_and_wait();
+      run(dp, GetParam(), roce4(kOpSendOnly, qp, 1).build());
+    }
+  });
+  EXPECT_EQ(dp.events(dir_of(GetParam()))["qp_new"], qps);
+  for (uint32_t qp : {1u, qps / 2, qps}) {
+    rg_qp_dir d = dp.qp(dir_of(GetParam()), qp);
+    EXPECT_EQ(d.packets, kConcurrentThreads);
+    EXPECT_EQ(d.retransmits, kConcurrentThreads - 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Hooks, ConcurrentQp, ::testing::Values(Hook::kTc, Hook::kXdp),
+                         [](const auto& info) { return hook_name(info.param); });
+
+// A gateway's two hooks share the entry: each direction's counts are exact
+// and the entry is created once.
+TEST(ConcurrentQpHooks, EgressAndIngressShareOneEntry) {
+  Dataplane dp;
+  on_every_cpu(2, [&](unsigned i) {
+    run_repeated(dp, i == 0 ? Hook::kTc : Hook::kXdp, roce4(kOpSendOnly, 0x11, 100).build(), kRepeat);
+  });
+  for (rg_direction dir : {RG_DIR_EGRESS, RG_DIR_INGRESS}) {
+    rg_qp_dir d = dp.qp(dir, 0x11);
+    EXPECT_EQ(d.packets, kRepeat);
+    EXPECT_EQ(d.retransmits, kRepeat - 1);
+  }
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["qp_new"] + dp.events(RG_DIR_INGRESS)["qp_new"], 1u);
 }
 
 // ---------------------------------------------------------------------------

@@ -173,18 +173,20 @@ Dataplane::~Dataplane() {
   roceguard__destroy(skel_);
 }
 
-Verdict Dataplane::tc(const Bytes& in) {
+Verdict Dataplane::tc(const Bytes& in, uint32_t repeat) {
   Bytes buf(in.size() + 512);
-  TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_tc_egress), false, dev_ifindex(), in, buf);
+  TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_tc_egress), false, dev_ifindex(), in, buf,
+                             repeat);
   if (r.err) throw std::runtime_error("test_run tc: " + std::string(std::strerror(-r.err)));
   buf.resize(r.size_out);
   Capture::current().record(buf);
   return {r.retval, buf};
 }
 
-Verdict Dataplane::xdp(const Bytes& in) {
+Verdict Dataplane::xdp(const Bytes& in, uint32_t repeat) {
   Bytes buf(in.size() + 512);
-  TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_xdp_ingress), true, dev_ifindex(), in, buf);
+  TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_xdp_ingress), true, dev_ifindex(), in, buf,
+                             repeat);
   if (r.err) throw std::runtime_error("test_run xdp: " + std::string(std::strerror(-r.err)));
   buf.resize(r.size_out);
   if (r.retval != kXdpDrop) Capture::current().record(buf);
@@ -358,6 +360,7 @@ void Capture::begin(const std::string& test_name) {
 }
 
 void Capture::record(const Bytes& frame) {
+  std::lock_guard<std::mutex> lock(writer_mutex_);
   if (writer_) writer_->write(frame);
 }
 

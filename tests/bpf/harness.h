@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,10 @@ class Dataplane {
   Dataplane(const Dataplane&) = delete;
   Dataplane& operator=(const Dataplane&) = delete;
 
-  Verdict tc(const Bytes& in);   // rg_tc_egress on kDev
-  Verdict xdp(const Bytes& in);  // rg_xdp_ingress on kDev
+  // rg_tc_egress / rg_xdp_ingress on kDev; repeat > 1 runs the program that
+  // many times on the frame in one syscall (the output is the last run's).
+  Verdict tc(const Bytes& in, uint32_t repeat = 1);
+  Verdict xdp(const Bytes& in, uint32_t repeat = 1);
 
   // Tunnel configuration, written as the loader would.
   void peer(uint32_t idx, const std::string& local, const std::string& remote, uint32_t vni,
@@ -117,6 +120,7 @@ class Capture {
 
  private:
   std::string dir_, path_;
+  std::mutex writer_mutex_;  // tests may run the programs from several threads
   std::unique_ptr<PcapWriter> writer_;
 };
 
