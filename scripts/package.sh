@@ -31,5 +31,5 @@ cp "$deb" "$dist/"
 deb="$dist/$(basename "$deb")"
 # Overrides ship inside the package (packaging/deb/lintian-overrides) and
 # each says why; anything else is a failure.
-lintian --fail-on error,warning --no-tag-display-limit "$deb"
+lintian --fail-on error,warning --tag-display-limit 0 "$deb"
 echo "$deb"
