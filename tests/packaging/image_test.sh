@@ -10,6 +10,8 @@
 # machine with a warm ccache (package ~2 min, image ~30 s).
 # Usage: image_test.sh SOURCE_DIR WORK_PARENT
 set -euo pipefail
+# No `| grep -q` below: grep -q exits at the first match, the writer gets
+# SIGPIPE, and pipefail turns a match into a failure.
 src=$1
 work=$(mktemp -d "$2/image-test.XXXXXX")
 tag=$$
@@ -59,7 +61,7 @@ in_ns() { ip netns exec "$ns" "$@"; }
 wait_healthy() {
   for _ in $(seq 60); do
     in_ns curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && return 0
-    "${podman[@]}" container inspect -f '{{.State.Running}}' "$ctr" | grep -q true || break
+    "${podman[@]}" container inspect -f '{{.State.Running}}' "$ctr" | grep true >/dev/null || break
     sleep 1
   done
   echo "roceguard in the container did not become healthy:" >&2
@@ -74,9 +76,20 @@ start_container() {
 map_id() { bpftool -j map show pinned "$pin/rg_counters" | jq -r .id; }
 check_serving() {
   in_ns curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics"
-  grep -q '^roceguard_maps_up 1' "$work/metrics"
-  grep -q '^roceguard_attached{.*interface="rg0".*} 1' "$work/metrics"
-  ip -n "$ns" link show rg0 | grep -q 'xdp'
+  if ! grep -q '^roceguard_maps_up 1' "$work/metrics" ||
+     ! grep -q '^roceguard_attached{.*interface="rg0".*} 1' "$work/metrics"; then
+    echo "/metrics does not show the maps read and rg0 attached:" >&2
+    grep -v '^#' "$work/metrics" | grep -E 'maps_up|attached' >&2 || true
+    return 1
+  fi
+  xdp_attached
+}
+xdp_attached() {
+  if ! ip -n "$ns" link show rg0 | grep 'xdp' >/dev/null; then
+    echo "no XDP program on rg0:" >&2
+    ip -n "$ns" link show rg0 >&2
+    return 1
+  fi
 }
 
 echo "== first container"
@@ -88,7 +101,7 @@ echo "rg_counters pinned as map $id"
 echo "== stopped: the data plane and the pins stay"
 "${podman[@]}" stop --time 10 "$ctr" >/dev/null
 test "$(map_id)" = "$id"
-ip -n "$ns" link show rg0 | grep -q 'xdp'
+xdp_attached
 
 echo "== started again: the same pins are reused"
 "${podman[@]}" start "$ctr" >/dev/null
@@ -106,7 +119,7 @@ test "$(map_id)" = "$id"
 echo "== detach from the image removes the programs and the pins"
 "${podman[@]}" run --rm "${as_daemonset[@]}" "$image" detach --pin-path "$pin"
 test ! -e "$pin"
-if ip -n "$ns" link show rg0 | grep -q 'xdp'; then
+if ip -n "$ns" link show rg0 | grep 'xdp' >/dev/null; then
   echo "XDP program still attached after detach" >&2
   exit 1
 fi
