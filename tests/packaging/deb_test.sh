@@ -32,11 +32,13 @@ mount --bind /dev "$root/dev"
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
 
 # Files of a Debian system; dpkg's and apt's own bookkeeping changes with
-# every install and is left out, and so is runtime state (/run).
+# every install and is left out, and so is runtime state (/run). So are the
+# backups (/etc/passwd- ...) that adding a system user leaves: a system
+# user is kept on purge, as Debian does.
 file_list() {
   (cd "$root" && find . -xdev \( -path ./proc -o -path ./sys -o -path ./dev -o -path ./tmp -o -path ./run \
      -o -path ./var/lib/dpkg -o -path ./var/lib/apt -o -path ./var/cache -o -path ./var/log \) -prune \
-     -o -print | sort)
+     -o -print | grep -v -x -E '\./etc/(passwd|group|shadow|gshadow)-' | sort)
 }
 
 # The dependencies first, so that the comparison below is about what
