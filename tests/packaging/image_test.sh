@@ -74,15 +74,21 @@ start_container() {
   wait_healthy
 }
 map_id() { bpftool -j map show pinned "$pin/rg_counters" | jq -r .id; }
+# /healthz answers as soon as the exporter serves; the attach state in
+# /metrics follows within the loader's one-second check, so poll for it.
 check_serving() {
-  in_ns curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics"
-  if ! grep -q '^roceguard_maps_up 1' "$work/metrics" ||
-     ! grep -q '^roceguard_attached{.*interface="rg0".*} 1' "$work/metrics"; then
-    echo "/metrics does not show the maps read and rg0 attached:" >&2
-    grep -v '^#' "$work/metrics" | grep -E 'maps_up|attached' >&2 || true
-    return 1
-  fi
-  xdp_attached
+  for _ in $(seq 30); do
+    in_ns curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics"
+    if grep -q '^roceguard_maps_up 1' "$work/metrics" &&
+       [ "$(grep -c '^roceguard_attached{.*interface="rg0".*} 1' "$work/metrics")" -eq 2 ]; then
+      xdp_attached
+      return
+    fi
+    sleep 1
+  done
+  echo "/metrics does not show the maps read and both hooks of rg0 attached:" >&2
+  grep -v '^#' "$work/metrics" | grep -E 'maps_up|attached' >&2 || true
+  return 1
 }
 xdp_attached() {
   if ! ip -n "$ns" link show rg0 | grep 'xdp' >/dev/null; then
