@@ -1,5 +1,6 @@
-// Prometheus exporter (prometheus-cpp). Serves /metrics only; every value is
-// read from the pinned maps (and sysfs for NIC counters) at scrape time.
+// Prometheus exporter (prometheus-cpp). Serves /metrics, and /healthz for
+// liveness probes; every /metrics value is read from the pinned maps (and
+// sysfs for NIC counters) at scrape time.
 #pragma once
 
 #include <cstddef>

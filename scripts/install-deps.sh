@@ -18,6 +18,8 @@ packages=(
   systemd curl jq procps kmod
   # VM tier
   qemu-system-x86 linux-image-amd64 busybox-static cpio
+  # packaging: the Debian package, the container image and their tests
+  dpkg-dev fakeroot help2man lintian mmdebstrap podman runc
 )
 
 export DEBIAN_FRONTEND=noninteractive

@@ -458,6 +458,26 @@ TEST(Exporter, ServesOnlyTheMetricsPath) {
     EXPECT_EQ(scrape(ex, path).status, 404) << path;
 }
 
+// Kubernetes probes hit /healthz every few seconds: it must answer without
+// walking the maps, which is what a /metrics scrape with missing pins
+// counts as an error (MissingPinsGiveNoBpfSeriesAndCountErrors).
+TEST(Exporter, HealthzAnswersWithoutCollecting) {
+  Exporter ex(options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent"));
+  const std::string addr = ex.listen_address();
+  const auto colon = addr.rfind(':');
+  const auto port = static_cast<uint16_t>(std::stoi(addr.substr(colon + 1)));
+  for (int i = 0; i < 3; ++i) {
+    HttpReply r = http_get(addr.substr(0, colon), port, "/healthz");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, "ok\n");
+  }
+  for (const char* path : {"/healthz/", "/healthzx", "/health"})
+    EXPECT_EQ(scrape(ex, path).status, 404) << path;
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 1);
+}
+
 TEST(Exporter, BusyPortIsAnErrorNamingTheAddress) {
   Exporter first(options_for("/nonexistent"));
   ExporterOptions o = options_for("/nonexistent");

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The Debian package, for real: build it (scripts/package.sh, lintian
+# included), install it with its dependencies into a clean Debian 12 root
+# (mmdebstrap), run it there, purge it and check that no file is left.
+# Needs root and Debian's archive. Takes about 5 minutes on a loaded 2-core
+# machine once the package's build tree exists (the root: ~2 min, apt and
+# lintian the rest); the first build of that tree adds ~15 minutes.
+# Usage: deb_test.sh SOURCE_DIR WORK_PARENT
+set -euo pipefail
+src=$1
+work=$(mktemp -d "$2/deb-test.XXXXXX")
+root=$work/root
+
+cleanup() {
+  for m in proc sys dev; do umount -l "$root/$m" 2>/dev/null || true; done
+  rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+
+# The package build tree is kept between runs (incremental builds); the
+# tests using it run serially.
+PKG_BUILD_DIR=$2/pkg-build DIST_DIR=$work/dist "$src/scripts/package.sh"
+deb=$(ls "$work"/dist/roceguard_*.deb)
+echo "== package contents"
+dpkg-deb --info "$deb" | sed -n '/Depends:/p'
+dpkg-deb --contents "$deb"
+
+mmdebstrap --variant=apt bookworm "$root"
+mount -t proc proc "$root/proc"
+mount --bind /sys "$root/sys"   # the kernel and libraries `--version` reports
+mount --bind /dev "$root/dev"
+in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+
+# Files of a Debian system; dpkg's and apt's own bookkeeping changes with
+# every install and is left out, and so is runtime state (/run). So are the
+# backups (/etc/passwd- ...) that adding a system user leaves: a system
+# user is kept on purge, as Debian does.
+file_list() {
+  (cd "$root" && find . -xdev \( -path ./proc -o -path ./sys -o -path ./dev -o -path ./tmp -o -path ./run \
+     -o -path ./var/lib/dpkg -o -path ./var/lib/apt -o -path ./var/cache -o -path ./var/log \) -prune \
+     -o -print | grep -v -x -E '\./etc/(passwd|group|shadow|gshadow)-' | sort)
+}
+
+# The dependencies first, so that the comparison below is about what
+# roceguard itself leaves (adduser, for one, keeps backups of /etc/gshadow).
+cp "$deb" "$root/tmp/"
+in_root apt-get update -qq
+DEBIAN_FRONTEND=noninteractive in_root apt-get satisfy -y -qq --no-install-recommends \
+  "$(dpkg-deb --field "$deb" Depends)"
+file_list >"$work/before"
+DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends "/tmp/$(basename "$deb")"
+
+echo "== installed"
+in_root roceguard --version
+in_root roceguard --version --json | tee "$work/version.json"
+grep -q '"version": "' "$work/version.json"
+if in_root roceguard config check --help | grep -- --offline >/dev/null; then
+  check=(roceguard config check --offline /etc/roceguard/roceguard.toml)
+else
+  check=(roceguard config check /etc/roceguard/roceguard.toml)
+fi
+in_root "${check[@]}"
+# The shipped default lists no interface on purpose (nothing is attached
+# until the administrator says where); an administrator's first edit adds one.
+sed 's/^interfaces = \[\]/interfaces = ["eth1"]/' "$root/etc/roceguard/roceguard.toml" >"$root/tmp/first-edit.toml"
+check[-1]=/tmp/first-edit.toml
+in_root "${check[@]}"
+test -f "$root/usr/share/man/man8/roceguard.8.gz"
+test -f "$root/usr/share/bash-completion/completions/roceguard"
+in_root bash -c '. /usr/share/bash-completion/completions/roceguard && complete -p roceguard'
+test -f "$root/usr/share/roceguard/grafana/roceguard.json"
+test -f "$root/usr/share/roceguard/prometheus/roceguard-rules.yml"
+unit=$(in_root dpkg -L roceguard | grep '/systemd/system/roceguard.service$')
+test -f "$root$unit"
+# Never enabled or started on install: the administrator writes the config first.
+if find "$root/etc/systemd/system" -name 'roceguard*' 2>/dev/null | grep . >/dev/null; then
+  echo "roceguard.service was enabled on install" >&2
+  exit 1
+fi
+
+DEBIAN_FRONTEND=noninteractive in_root apt-get purge -y -qq roceguard
+file_list >"$work/after"
+if ! diff -u "$work/before" "$work/after"; then
+  echo "files left after purge (above)" >&2
+  exit 1
+fi
+echo "purge left nothing behind"
