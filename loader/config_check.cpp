@@ -124,7 +124,13 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
   }
   auto host = parse_address(listen_host(cfg.metrics_listen));
   const bool wildcard = host && std::all_of(host->bytes.begin(), host->bytes.end(), [](uint8_t b) { return b == 0; });
-  if (host && !wildcard && !is_local(*host, local))
+  // Loopback is this host's on every host, listed or not: a fresh network
+  // namespace or a minimal guest has lo down and no address on it yet.
+  const bool loopback = host && ((host->family == AF_INET && host->bytes[0] == 127) ||
+                                 (host->family == AF_INET6 && host->bytes[15] == 1 &&
+                                  std::all_of(host->bytes.begin(), host->bytes.begin() + 15,
+                                              [](uint8_t b) { return b == 0; })));
+  if (host && !wildcard && !loopback && !is_local(*host, local))
     p.missing.push_back("metrics.listen: " + host->text +
                         " is not an address of this host (use one from `ip addr`, 127.0.0.1 or 0.0.0.0)");
 }

@@ -151,6 +151,16 @@ class Runner {
         last_error_[is.name].clear();
         set_state(is.name, true);
       } catch (const std::exception& e) {
+        // A link event can wake this pass while the device is being
+        // deleted: it was there for the check above and is gone for the
+        // attach. That is a disappearance, not an attach failure.
+        if (!if_nametoindex(is.name.c_str())) {
+          if (up_[is.name])
+            spdlog::warn("interface {} disappeared; roceguard keeps running and re-attaches when it returns",
+                         is.name);
+          set_state(is.name, false);
+          continue;
+        }
         if (last_error_[is.name] != e.what()) spdlog::error("cannot re-attach to {}: {}", is.name, e.what());
         last_error_[is.name] = e.what();
         set_state(is.name, false);

@@ -1010,10 +1010,12 @@ TEST_F(LoaderNetns, RunWarnsWhenItsPinsDieWithIt) {
   EXPECT_FALSE(pins_exist()) << "the pins are not on the host's bpffs";
   kill(priv.pid, SIGTERM);
   EXPECT_EQ(wait_exit(priv), 0) << read_log(priv);
-  // Its programs stay on veth0 with no record anywhere: removed by name.
+  // Its programs stay on veth0 with their maps pinned nowhere: no pin path
+  // owns them, so detach leaves them alone and the next run takes them over
+  // only with --force.
   rg("detach --interface veth0");
 
-  Daemon host = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  Daemon host = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741 --force");
   ASSERT_NE(wait_notify(host, "READY=1"), "") << read_log(host);
   EXPECT_EQ(read_log(host).find("PINS DO NOT SURVIVE"), std::string::npos) << read_log(host);
   m = sh(in_a("curl -sf http://127.0.0.1:9741/metrics"));
