@@ -38,7 +38,7 @@ cat dry.txt
 echo "dry_run_mounted_configfs=$(grep -c ' configfs ' /proc/mounts || true)" >>result
 
 set +e
-"$RG" nic apply -i eth0 --dscp 26 --ack-timeout 500us >apply.txt 2>&1
+"$RG" nic apply -i eth0 --dscp 26 --ack-timeout 500us --state-dir /tmp/rgnic-state >apply.txt 2>&1
 echo "apply_status=$?" >>result
 set -e
 cat apply.txt

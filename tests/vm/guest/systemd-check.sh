@@ -65,7 +65,7 @@ if [ "$(systemctl is-active "$unit")" != active ]; then
 	exit 1
 fi
 check "READY=1 with its status line" \
-	grep -q 'attached to 1 interface' <(systemctl show -P StatusText "$unit")
+	grep -q 'attached to 1 of 1 interface' <(systemctl show -P StatusText "$unit")
 pid=$(main_pid)
 echo "main pid $pid"
 grep -E '^(Uid|Gid|Cap|NoNewPrivs|Seccomp)' "/proc/$pid/status" | tee "$share/proc-status.txt"
