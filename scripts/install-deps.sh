@@ -20,6 +20,8 @@ packages=(
   qemu-system-x86 linux-image-amd64 busybox-static cpio
   # packaging: the Debian package, the container image and their tests
   dpkg-dev fakeroot help2man lintian mmdebstrap podman runc
+  # the offline Kubernetes manifest check (npm installs its two validator packages)
+  nodejs
 )
 
 export DEBIAN_FRONTEND=noninteractive
