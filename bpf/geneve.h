@@ -224,7 +224,6 @@ enum rg_decap_result {
 
 /* Outer header facts needed after the outer headers are gone. */
 struct rg_outer {
-	__u8 dmac[ETH_ALEN];
 	__u8 smac[ETH_ALEN];
 	__u8 ecn;
 	__u32 len; /* bytes stripped */
@@ -327,7 +326,6 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;
 	}
-	__builtin_memcpy(o->dmac, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(o->smac, eth->h_source, ETH_ALEN);
 	o->ecn = rg_tos_ecn(p->tos);
 	return RG_DECAP_DONE;
@@ -338,6 +336,8 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
  * our tunnels sent to us (rg_geneve_match), then applies the outer ECN to the inner IP packet, RoCE
  * or not (RFC 6040 §4.2). On RG_DECAP_DONE, p and *cls describe the inner
  * frame, which is addressed to this interface so the stack takes it.
+ * Geneve on an interface the loader did not register (rg_ifaces) is left
+ * as it came: there is no address to give the inner frame.
  */
 static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 							    struct rg_pkt *p,
@@ -345,6 +345,8 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 							    enum rg_parse_class *cls)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	__u32 ifindex = ctx->ingress_ifindex;
+	const struct rg_iface *iface;
 	enum rg_decap_result verdict;
 	struct rg_outer outer;
 	struct ethhdr *eth;
@@ -353,6 +355,11 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	verdict = rg_geneve_match(p, data, data_end, c, &outer);
 	if (verdict != RG_DECAP_DONE)
 		return verdict;
+	iface = bpf_map_lookup_elem(&rg_ifaces, &ifindex);
+	if (!iface) {
+		rg_count(c, RG_EV_UNKNOWN_TUNNEL, data_end - data);
+		return RG_DECAP_LEFT;
+	}
 	if (bpf_xdp_adjust_head(ctx, outer.len)) {
 		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
 		return RG_DECAP_LEFT;
@@ -362,8 +369,13 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return RG_DECAP_DROP; /* cannot happen: checked before stripping */
-	/* The inner frame is still addressed as it was at the far gateway. */
-	__builtin_memcpy(eth->h_dest, outer.dmac, ETH_ALEN);
+	/*
+	 * The inner frame is still addressed as it was at the far gateway. The
+	 * outer destination is no better: it may be broadcast, multicast or
+	 * another host's (a flooded or promiscuously received frame), and the
+	 * stack forwards only what is addressed to the receiving device.
+	 */
+	__builtin_memcpy(eth->h_dest, iface->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, outer.smac, ETH_ALEN);
 	rg_count(c, RG_EV_DECAPSULATED, data_end - data);
 
