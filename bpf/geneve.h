@@ -154,7 +154,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	struct bpf_fib_lookup fib;
 	__u32 inner_len = skb->len;
 	__u32 hash = rg_flow_hash(flow);
-	__u32 room, udp_len, ip_len;
+	__u32 room, udp_len, ip_len, seg_ip_len;
 	__u64 flags;
 	int v6 = peer->family == AF_INET6;
 	enum rg_fib_result fr;
@@ -168,10 +168,16 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	room = v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM;
 	udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + inner_len;
 	ip_len = udp_len + (v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
-	if (ip_len > peer->mtu)
+	/*
+	 * A GSO skb leaves as segments of p->seg_len bytes at most, each in its
+	 * own outer headers (the kernel's UDP tunnel segmentation): the MTU is
+	 * about one of those, not the whole skb.
+	 */
+	seg_ip_len = ip_len - inner_len + p->seg_len;
+	if (seg_ip_len > peer->mtu)
 		return RG_ENCAP_OVERSIZE;
 
-	fr = rg_fib_peer(skb, peer, &fib, ip_len, rg_entropy_port(hash),
+	fr = rg_fib_peer(skb, peer, &fib, seg_ip_len, rg_entropy_port(hash),
 			 bpf_htonl(hash & RG_FLOW_LABEL_MASK));
 	if (fr == RG_FIB_TOO_BIG)
 		return RG_ENCAP_OVERSIZE;
@@ -211,7 +217,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		*verdict = TC_ACT_SHOT;
 		return RG_ENCAP_DONE;
 	}
-	rg_count(c, RG_EV_ENCAPSULATED, inner_len);
+	rg_count_n(c, RG_EV_ENCAPSULATED, p->segs, p->wire_len);
 	*verdict = rg_fib_verdict(skb, &fib, fr);
 	return RG_ENCAP_DONE;
 }
