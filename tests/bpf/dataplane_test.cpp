@@ -1172,6 +1172,8 @@ std::vector<OuterDestination> outer_destinations() {
           {"OtherHost", {0x02, 0x00, 0x00, 0x00, 0x0d, 0x01}}};
 }
 
+void PrintTo(const OuterDestination& d, std::ostream* os) { *os << d.name; }
+
 class DecapDestinationMac
     : public ::testing::TestWithParam<std::tuple<OuterDestination, bool>> {};
 
