@@ -154,7 +154,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	struct bpf_fib_lookup fib;
 	__u32 inner_len = skb->len;
 	__u32 hash = rg_flow_hash(flow);
-	__u32 room, udp_len, ip_len;
+	__u32 room, udp_len, ip_len, seg_ip_len;
 	__u64 flags;
 	int v6 = peer->family == AF_INET6;
 	enum rg_fib_result fr;
@@ -168,10 +168,16 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	room = v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM;
 	udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + inner_len;
 	ip_len = udp_len + (v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
-	if (ip_len > peer->mtu)
+	/*
+	 * A GSO skb leaves as segments of p->seg_len bytes at most, each in its
+	 * own outer headers (the kernel's UDP tunnel segmentation): the MTU is
+	 * about one of those, not the whole skb.
+	 */
+	seg_ip_len = ip_len - inner_len + p->seg_len;
+	if (seg_ip_len > peer->mtu)
 		return RG_ENCAP_OVERSIZE;
 
-	fr = rg_fib_peer(skb, peer, &fib, ip_len, rg_entropy_port(hash),
+	fr = rg_fib_peer(skb, peer, &fib, seg_ip_len, rg_entropy_port(hash),
 			 bpf_htonl(hash & RG_FLOW_LABEL_MASK));
 	if (fr == RG_FIB_TOO_BIG)
 		return RG_ENCAP_OVERSIZE;
@@ -211,7 +217,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		*verdict = TC_ACT_SHOT;
 		return RG_ENCAP_DONE;
 	}
-	rg_count(c, RG_EV_ENCAPSULATED, inner_len);
+	rg_count_n(c, RG_EV_ENCAPSULATED, p->segs, p->wire_len);
 	*verdict = rg_fib_verdict(skb, &fib, fr);
 	return RG_ENCAP_DONE;
 }
@@ -224,7 +230,6 @@ enum rg_decap_result {
 
 /* Outer header facts needed after the outer headers are gone. */
 struct rg_outer {
-	__u8 dmac[ETH_ALEN];
 	__u8 smac[ETH_ALEN];
 	__u8 ecn;
 	__u32 len; /* bytes stripped */
@@ -327,7 +332,6 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;
 	}
-	__builtin_memcpy(o->dmac, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(o->smac, eth->h_source, ETH_ALEN);
 	o->ecn = rg_tos_ecn(p->tos);
 	return RG_DECAP_DONE;
@@ -338,6 +342,8 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
  * our tunnels sent to us (rg_geneve_match), then applies the outer ECN to the inner IP packet, RoCE
  * or not (RFC 6040 §4.2). On RG_DECAP_DONE, p and *cls describe the inner
  * frame, which is addressed to this interface so the stack takes it.
+ * Geneve on an interface the loader did not register (rg_ifaces) is left
+ * as it came: there is no address to give the inner frame.
  */
 static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 							    struct rg_pkt *p,
@@ -345,6 +351,8 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 							    enum rg_parse_class *cls)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	__u32 ifindex = ctx->ingress_ifindex;
+	const struct rg_iface *iface;
 	enum rg_decap_result verdict;
 	struct rg_outer outer;
 	struct ethhdr *eth;
@@ -353,6 +361,11 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	verdict = rg_geneve_match(p, data, data_end, c, &outer);
 	if (verdict != RG_DECAP_DONE)
 		return verdict;
+	iface = bpf_map_lookup_elem(&rg_ifaces, &ifindex);
+	if (!iface) {
+		rg_count(c, RG_EV_UNKNOWN_TUNNEL, data_end - data);
+		return RG_DECAP_LEFT;
+	}
 	if (bpf_xdp_adjust_head(ctx, outer.len)) {
 		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
 		return RG_DECAP_LEFT;
@@ -362,8 +375,13 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return RG_DECAP_DROP; /* cannot happen: checked before stripping */
-	/* The inner frame is still addressed as it was at the far gateway. */
-	__builtin_memcpy(eth->h_dest, outer.dmac, ETH_ALEN);
+	/*
+	 * The inner frame is still addressed as it was at the far gateway. The
+	 * outer destination is no better: it may be broadcast, multicast or
+	 * another host's (a flooded or promiscuously received frame), and the
+	 * stack forwards only what is addressed to the receiving device.
+	 */
+	__builtin_memcpy(eth->h_dest, iface->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, outer.smac, ETH_ALEN);
 	rg_count(c, RG_EV_DECAPSULATED, data_end - data);
 

@@ -66,6 +66,14 @@ struct {
 	__type(value, __u32); /* index into rg_peers */
 } rg_decap SEC(".maps");
 
+/* The attached interfaces' own addresses; the loader writes one before attaching to it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RG_MAX_IFACES);
+	__type(key, __u32); /* ifindex */
+	__type(value, struct rg_iface);
+} rg_ifaces SEC(".maps");
+
 /* Defaults compiled in; the loader overrides them before load. */
 const volatile struct rg_config rg_cfg = {
 	.dscp = RG_DEFAULT_DSCP,

@@ -31,11 +31,10 @@
 #define RG_AETH_LEN 4
 #define RG_XRCETH_LEN 4 /* XRC requests: between the BTH and the RETH */
 #define RG_RETH_LEN 16
-/*
- * Deepest header parsed: Ethernet + 2 VLAN + IPv4 with options + UDP + BTH
- * + XRCETH + RETH (an XRC READ request; an ACK's AETH is shorter).
- */
-#define RG_PARSE_DEPTH (14 + 2 * 4 + 60 + 8 + RG_BTH_LEN + RG_XRCETH_LEN + RG_RETH_LEN)
+/* The RoCE headers after UDP at their deepest: an XRC READ request (an ACK's AETH is shorter). */
+#define RG_ROCE_HDR_MAX (RG_BTH_LEN + RG_XRCETH_LEN + RG_RETH_LEN)
+/* The deepest UDP header end: Ethernet + 2 VLAN + IPv4 with options + UDP. */
+#define RG_L4_DEPTH (14 + 2 * 4 + 60 + 8)
 
 struct rg_vlanhdr {
 	__be16 tci;
@@ -61,6 +60,20 @@ struct rg_pkt {
 	__u32 dest_qp;
 	__u32 psn;
 	__u32 read_len;      /* RETH DMA length (READ request only) */
+	/*
+	 * When a header ran past data_end: how far from data the parser must see
+	 * to go on, up to the deepest header it may still meet (the frame may be
+	 * shorter). 0 when it did not stop there.
+	 */
+	__u32 need;
+	/*
+	 * The RoCE packets the frame stands for: a GSO skb is several, with
+	 * PSNs psn..last_psn (rg_skb_segments); otherwise 1 and psn.
+	 */
+	__u32 segs;
+	__u32 last_psn;
+	__u32 seg_len;       /* bytes of the largest of them (TC only) */
+	__u32 wire_len;      /* bytes of all of them on the wire (TC only) */
 };
 
 static __always_inline int rg_ip_is_fragment(const struct iphdr *ip)
@@ -129,7 +142,12 @@ static __always_inline int rg_bth_is_read_request(__u8 op)
 	       rg_bth_operation(op) == RG_BTH_OPCODE_READ_REQUEST;
 }
 
-/* Classifies the frame at [data, data_end); fills p for RoCE and Geneve. */
+/*
+ * Classifies the frame at [data, data_end); fills p for RoCE and Geneve.
+ * A header running past data_end is a truncated frame, or one whose
+ * headers sit partly in paged data: p->need tells the caller how much to
+ * make linear to find out.
+ */
 static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 						    struct rg_pkt *p)
 {
@@ -140,10 +158,13 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 	__u8 l4proto;
 
 	p->err = 0;
+	p->need = 0;
 	p->family = 0;
 	p->vlan_depth = 0;
+	p->segs = 1;
 	if (pos > data_end) {
 		p->err = RG_EV_PARSE_TRUNC_L2;
+		p->need = RG_L4_DEPTH;
 		return RG_PKT_OTHER;
 	}
 	proto = eth->h_proto;
@@ -160,6 +181,7 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 		}
 		if ((void *)(vh + 1) > data_end) {
 			p->err = RG_EV_PARSE_TRUNC_L2;
+			p->need = RG_L4_DEPTH;
 			return RG_PKT_OTHER;
 		}
 		proto = vh->proto;
@@ -174,6 +196,7 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 
 		if ((void *)(ip + 1) > data_end) {
 			p->err = RG_EV_PARSE_TRUNC_L3;
+			p->need = pos - data + 60 + sizeof(struct udphdr);
 			return RG_PKT_OTHER;
 		}
 		ihl = ip->ihl;
@@ -183,6 +206,7 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 		}
 		if (pos + ihl * 4 > data_end) {
 			p->err = RG_EV_PARSE_TRUNC_L3;
+			p->need = pos - data + 60 + sizeof(struct udphdr);
 			return RG_PKT_OTHER;
 		}
 		p->family = AF_INET;
@@ -198,6 +222,7 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 
 		if ((void *)(ip6 + 1) > data_end) {
 			p->err = RG_EV_PARSE_TRUNC_L3;
+			p->need = pos - data + sizeof(*ip6) + sizeof(struct udphdr);
 			return RG_PKT_OTHER;
 		}
 		if (ip6->version != 6) {
@@ -224,6 +249,7 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 
 	if ((void *)(udp + 1) > data_end) {
 		p->err = RG_EV_PARSE_TRUNC_L4;
+		p->need = pos - data + sizeof(*udp);
 		return RG_PKT_OTHER;
 	}
 	p->l4 = udp;
@@ -239,8 +265,13 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 		__u8 *bth = pos;
 		__u32 hdr_len = RG_BTH_LEN;
 
-		if (pos + RG_BTH_LEN > data_end || ulen < sizeof(*udp) + RG_BTH_LEN) {
+		if (ulen < sizeof(*udp) + RG_BTH_LEN) {
 			p->err = RG_EV_PARSE_TRUNC_BTH;
+			return RG_PKT_OTHER;
+		}
+		if (pos + RG_BTH_LEN > data_end) {
+			p->err = RG_EV_PARSE_TRUNC_BTH;
+			p->need = pos - data + RG_ROCE_HDR_MAX;
 			return RG_PKT_OTHER;
 		}
 		p->opcode = bth[0];
@@ -250,12 +281,18 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 		}
 		p->dest_qp = ((__u32)bth[5] << 16) | ((__u32)bth[6] << 8) | bth[7];
 		p->psn = ((__u32)bth[9] << 16) | ((__u32)bth[10] << 8) | bth[11];
+		p->last_psn = p->psn;
 		p->syndrome = 0;
 		p->read_len = 0;
 		if (rg_bth_is_ack(p->opcode)) {
 			hdr_len += RG_AETH_LEN;
-			if (pos + RG_BTH_LEN + RG_AETH_LEN > data_end || ulen < sizeof(*udp) + hdr_len) {
+			if (ulen < sizeof(*udp) + hdr_len) {
 				p->err = RG_EV_PARSE_TRUNC_BTH;
+				return RG_PKT_OTHER;
+			}
+			if (pos + RG_BTH_LEN + RG_AETH_LEN > data_end) {
+				p->err = RG_EV_PARSE_TRUNC_BTH;
+				p->need = pos - data + RG_ROCE_HDR_MAX;
 				return RG_PKT_OTHER;
 			}
 			p->syndrome = bth[RG_BTH_LEN];
@@ -265,8 +302,13 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 			if (rg_bth_transport(p->opcode) == RG_BTH_TRANSPORT_XRC)
 				reth += RG_XRCETH_LEN;
 			hdr_len = reth + RG_RETH_LEN - bth;
-			if ((void *)(reth + RG_RETH_LEN) > data_end || ulen < sizeof(*udp) + hdr_len) {
+			if (ulen < sizeof(*udp) + hdr_len) {
 				p->err = RG_EV_PARSE_TRUNC_BTH;
+				return RG_PKT_OTHER;
+			}
+			if ((void *)(reth + RG_RETH_LEN) > data_end) {
+				p->err = RG_EV_PARSE_TRUNC_BTH;
+				p->need = pos - data + RG_ROCE_HDR_MAX;
 				return RG_PKT_OTHER;
 			}
 			p->read_len = ((__u32)reth[12] << 24) | ((__u32)reth[13] << 16) |
@@ -280,14 +322,90 @@ static __always_inline enum rg_parse_class rg_parse(void *data, void *data_end,
 		return RG_PKT_ROCE;
 	}
 	if (udp->dest == bpf_htons(RG_GENEVE_UDP_PORT)) {
-		if (pos + sizeof(struct rg_genevehdr) > data_end ||
-		    ulen < sizeof(*udp) + sizeof(struct rg_genevehdr)) {
+		if (ulen < sizeof(*udp) + sizeof(struct rg_genevehdr)) {
 			p->err = RG_EV_PARSE_GENEVE;
+			return RG_PKT_OTHER;
+		}
+		if (pos + sizeof(struct rg_genevehdr) > data_end) {
+			p->err = RG_EV_PARSE_GENEVE;
+			p->need = pos - data + sizeof(struct rg_genevehdr);
 			return RG_PKT_OTHER;
 		}
 		return RG_PKT_GENEVE;
 	}
 	return RG_PKT_OTHER;
+}
+
+/*
+ * A GSO skb at TC egress (a UDP_SEGMENT send, or the datagrams of one flow
+ * that the receiving device's GRO merged for forwarding, udp_gro_receive)
+ * stands for datagrams of gso_size UDP payload bytes, each behind a copy of
+ * these headers and each starting with its own BTH. Only the first BTH is
+ * parsed; the last one is read where it must be, and when it is a BTH of
+ * the same QP, p covers them all: their count, the last PSN (GRO merges
+ * whatever PSNs a flow's datagrams carry, so the last one is read, not
+ * guessed), the largest one's length and all of them on the wire. Anything
+ * else there (a legacy UFO skb is one datagram in IP fragments) is one packet.
+ */
+static __always_inline void rg_skb_segments(struct __sk_buff *skb, struct rg_pkt *p, void *data)
+{
+	__u32 gso_size = skb->gso_size, hdr_len = p->l5 - data, segs;
+	__u8 bth[RG_BTH_LEN];
+
+	p->segs = 1;
+	p->last_psn = p->psn;
+	p->seg_len = skb->len;
+	p->wire_len = skb->len;
+	if (!gso_size || skb->len <= hdr_len + gso_size)
+		return;
+	segs = (skb->len - hdr_len + gso_size - 1) / gso_size;
+	if (bpf_skb_load_bytes(skb, hdr_len + (segs - 1) * gso_size, bth, sizeof(bth)))
+		return;
+	if ((bth[1] & RG_BTH_TVER_MASK) || !rg_bth_opcode_defined(bth[0]) ||
+	    (((__u32)bth[5] << 16) | ((__u32)bth[6] << 8) | bth[7]) != p->dest_qp)
+		return;
+	p->segs = segs;
+	p->last_psn = ((__u32)bth[9] << 16) | ((__u32)bth[10] << 8) | bth[11];
+	p->seg_len = hdr_len + gso_size;
+	p->wire_len = skb->len + (segs - 1) * hdr_len;
+}
+
+/*
+ * rg_parse at TC egress. Headers can sit in paged data (GRO and TSO skbs
+ * keep little in the linear part), and bpf_skb_pull_data reallocates and
+ * copies the head of a cloned skb, which every TCP skb is. So the linear
+ * part is parsed as it is and pulled only as far as the parser asks: up to
+ * the UDP header when the headers before it are paged (the stack never
+ * builds such an skb itself), past the BTH only once the frame is UDP/4791.
+ * On return p->need is 0, or says the frame was left unparsed beyond its
+ * linear part: its p->err is then no parse error.
+ */
+#define RG_PULL_ROUNDS 3
+
+static __always_inline enum rg_parse_class rg_skb_parse(struct __sk_buff *skb, struct rg_pkt *p)
+{
+	enum rg_parse_class cls = RG_PKT_OTHER;
+	void *data, *data_end;
+
+	for (int round = 0; round < RG_PULL_ROUNDS; round++) {
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		cls = rg_parse(data, data_end, p);
+		if (!p->need)
+			break;
+		if (skb->len <= (__u32)(data_end - data)) {
+			p->need = 0; /* nothing paged: the frame is cut short */
+			break;
+		}
+		/* Geneve at egress is not ours to look into (decap is at XDP). */
+		if (p->err == RG_EV_PARSE_GENEVE)
+			break;
+		if (bpf_skb_pull_data(skb, p->need < skb->len ? p->need : skb->len))
+			break;
+	}
+	if (cls == RG_PKT_ROCE)
+		rg_skb_segments(skb, p, data);
+	return cls;
 }
 
 #endif

@@ -116,6 +116,12 @@ enum rg_psn_verdict {
  * allows but a new QP on the same number: tracking restarts there.
  * A retransmission leaves the state as it is, so the snapshot that judged it
  * is all it needs; every other verdict holds only if its swap succeeds.
+ *
+ * A GSO skb is p->segs packets from p->psn to p->last_psn: the first is
+ * judged as above, the highest PSN becomes the last one, and the PSNs the
+ * batch skips between them are lost too. Of a batch that starts at or behind
+ * the highest PSN, those up to it are retransmissions; if it reaches past
+ * it, the state moves on as for a packet in order.
  */
 static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt *p,
 					 struct rg_counters *c, __u32 len)
@@ -123,10 +129,15 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 	__u32 jump_max = rg_cfg.psn_jump_max;
 	enum rg_psn_verdict verdict = RG_PSN_UNTRACKED;
 	union rg_psn_state old, next;
-	__u32 ahead, behind, span, lost = 0;
+	__u32 ahead, behind, span, lost = 0, resent = 0, inner_lost = 0;
+	__u32 segs = p->segs ? p->segs : 1, batch;
 	int i;
 
-	next.max_psn = p->psn;
+	/* PSNs the batch skips: its span beyond one per packet, when forward. */
+	batch = (p->last_psn - p->psn) & RG_PSN_MASK;
+	if (batch < RG_PSN_HALF && batch > segs - 1)
+		inner_lost = batch - (segs - 1);
+	next.max_psn = batch < RG_PSN_HALF ? p->last_psn : p->psn;
 	next.flags = RG_QP_F_SEEN;
 	if (rg_bth_is_read_request(p->opcode))
 		next.flags |= RG_QP_F_READ_PENDING |
@@ -136,6 +147,7 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 		old.word = *(volatile __u64 *)rg_psn_word(d);
 		span = old.flags & RG_QP_F_READ_PENDING ? old.flags >> RG_QP_READ_SPAN_SHIFT : 1;
 		verdict = RG_PSN_NEXT;
+		resent = 0;
 		if (!(old.flags & RG_QP_F_SEEN)) {
 			if (old.flags & RG_QP_F_RESYNC)
 				verdict = RG_PSN_RESYNC;
@@ -145,9 +157,16 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 				behind = (old.max_psn - p->psn) & RG_PSN_MASK;
 				if (!jump_max || behind <= jump_max) {
 					verdict = RG_PSN_RETRANSMIT;
-					break;
+					resent = behind < segs ? behind + 1 : segs;
+					if (resent == segs ||
+					    ((next.max_psn - old.max_psn) & RG_PSN_MASK) >= RG_PSN_HALF) {
+						inner_lost = 0; /* nothing new: the state stays */
+						break;
+					}
+					/* Reaches past the highest PSN: the state moves on. */
+				} else {
+					verdict = RG_PSN_RESYNC;
 				}
-				verdict = RG_PSN_RESYNC;
 			} else if (ahead > span) {
 				lost = ahead - span;
 				verdict = jump_max && lost > jump_max ? RG_PSN_RESYNC : RG_PSN_GAP;
@@ -160,8 +179,8 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 
 	switch (verdict) {
 	case RG_PSN_RETRANSMIT:
-		rg_add(d->retransmits, 1);
-		rg_count(c, RG_EV_RETRANSMITS, len);
+		rg_add(d->retransmits, resent);
+		rg_count_n(c, RG_EV_RETRANSMITS, resent, resent == segs ? len : len / segs * resent);
 		break;
 	case RG_PSN_GAP:
 		rg_add(d->gaps, 1);
@@ -171,13 +190,24 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 		break;
 	case RG_PSN_RESYNC:
 		rg_count(c, RG_EV_PSN_RESYNC, 0);
-		break;
+		return;
+	case RG_PSN_UNTRACKED:
+		return;
 	default:
 		break;
 	}
+	if (inner_lost) {
+		rg_add(d->gaps, 1);
+		rg_add(d->lost, inner_lost);
+		rg_count(c, RG_EV_PSN_GAPS, 0);
+		rg_count_n(c, RG_EV_LOST_ESTIMATE, inner_lost, 0);
+	}
 }
 
-/* Counts one RoCE packet (p parsed from it, key its QP) in direction dir. */
+/*
+ * Counts one RoCE packet (p parsed from it, key its QP) in direction dir,
+ * or the p->segs packets of a GSO skb, len bytes on the wire in all.
+ */
 static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
 				       struct rg_counters *c, __u32 dir, __u32 len)
 {
@@ -186,20 +216,21 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 	__u8 kind = p->syndrome & RG_AETH_SYNDROME_KIND_MASK;
 	int is_ack = rg_bth_is_ack(p->opcode);
 	int ce = rg_tos_ecn(p->tos) == RG_ECN_CE;
+	__u32 n = p->segs ? p->segs : 1;
 	__u64 now;
 
-	rg_count(c, RG_EV_ROCE_PACKETS, len);
+	rg_count_n(c, RG_EV_ROCE_PACKETS, n, len);
 	if (ce)
-		rg_count(c, RG_EV_ECN_CE, len);
+		rg_count_n(c, RG_EV_ECN_CE, n, len);
 	if (p->opcode == RG_BTH_OPCODE_CNP)
-		rg_count(c, RG_EV_CNP, len);
+		rg_count_n(c, RG_EV_CNP, n, len);
 	if (is_ack) {
 		if (kind == RG_AETH_KIND_RNR_NAK)
-			rg_count(c, RG_EV_RNR_NAK, len);
+			rg_count_n(c, RG_EV_RNR_NAK, n, len);
 		else if (p->syndrome == RG_AETH_NAK_PSN_SEQ_ERR)
-			rg_count(c, RG_EV_NAK_SEQ_ERR, len);
+			rg_count_n(c, RG_EV_NAK_SEQ_ERR, n, len);
 		else if (kind == RG_AETH_KIND_NAK)
-			rg_count(c, RG_EV_NAK_OTHER, len);
+			rg_count_n(c, RG_EV_NAK_OTHER, n, len);
 	}
 
 	if (!(rg_cfg.flags & RG_CFG_F_ACCOUNT))
@@ -224,21 +255,21 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 	}
 	st->last_seen_ns = now;
 	d = &st->dir[dir & 1];
-	rg_add(d->packets, 1);
+	rg_add(d->packets, n);
 	rg_add(d->bytes, len);
 	if (ce)
-		rg_add(d->ecn_ce, 1);
+		rg_add(d->ecn_ce, n);
 	if (p->opcode == RG_BTH_OPCODE_CNP) {
-		rg_add(d->cnp, 1);
+		rg_add(d->cnp, n);
 		return;
 	}
 	if (is_ack) {
 		if (kind == RG_AETH_KIND_RNR_NAK)
-			rg_add(d->rnr_nak, 1);
+			rg_add(d->rnr_nak, n);
 		else if (p->syndrome == RG_AETH_NAK_PSN_SEQ_ERR)
-			rg_add(d->nak_seq_err, 1);
+			rg_add(d->nak_seq_err, n);
 		else if (kind == RG_AETH_KIND_NAK)
-			rg_add(d->nak_other, 1);
+			rg_add(d->nak_other, n);
 		return;
 	}
 	if (rg_opcode_tracks_psn(p->opcode))

@@ -33,34 +33,29 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 SEC("tc")
 int rg_tc_egress(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+	void *data_end;
 	struct rg_counters *c;
 	const struct rg_peer *peer;
 	struct rg_qp_key qp;
 	struct rg_pkt p;
 	int verdict = RG_TC_PASS;
 
-	/* Headers can sit in paged data; pull what the parser reads. */
-	if (data + RG_PARSE_DEPTH > data_end && skb->len > (__u32)(data_end - data)) {
-		bpf_skb_pull_data(skb, skb->len < RG_PARSE_DEPTH ? skb->len : RG_PARSE_DEPTH);
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-	}
-
-	if (rg_parse(data, data_end, &p) != RG_PKT_ROCE) {
-		if (p.err) {
+	if (rg_skb_parse(skb, &p) != RG_PKT_ROCE) {
+		if (p.err && !p.need) {
 			c = rg_counters_get(skb->ifindex, RG_DIR_EGRESS);
 			rg_count(c, p.err, skb->len);
 		}
 		return RG_TC_PASS;
 	}
+	/* p points into what the parse left linear. */
+	data_end = (void *)(long)skb->data_end;
 
 	c = rg_counters_get(skb->ifindex, RG_DIR_EGRESS);
 	if ((rg_cfg.flags & RG_CFG_F_REMARK) &&
 	    rg_remark(&p, data_end, rg_target_dscp(&p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
-		rg_count(c, RG_EV_DSCP_REWRITTEN, skb->len);
+		rg_count_n(c, RG_EV_DSCP_REWRITTEN, p.segs, p.wire_len);
 	rg_qp_key_fill(&qp, &p, data_end);
-	rg_account(&p, &qp, c, RG_DIR_EGRESS, skb->len);
+	rg_account(&p, &qp, c, RG_DIR_EGRESS, p.wire_len);
 
 	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth)
 		return RG_TC_PASS;
@@ -73,10 +68,10 @@ int rg_tc_egress(struct __sk_buff *skb)
 		return verdict;
 	case RG_ENCAP_OVERSIZE:
 		if (rg_cfg.mtu_policy == RG_MTU_DROP) {
-			rg_count(c, RG_EV_OVERSIZE_DROPPED, skb->len);
+			rg_count_n(c, RG_EV_OVERSIZE_DROPPED, p.segs, p.wire_len);
 			return TC_ACT_SHOT;
 		}
-		rg_count(c, RG_EV_OVERSIZE_PASSED, skb->len);
+		rg_count_n(c, RG_EV_OVERSIZE_PASSED, p.segs, p.wire_len);
 		return RG_TC_PASS;
 	default:
 		return RG_TC_PASS;

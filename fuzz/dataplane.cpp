@@ -156,6 +156,10 @@ Dataplane::Dataplane() : tunnels_(fuzz_tunnels()) {
     k.vni = d.vni;
     update(skel_->maps.rg_decap, k, &d.peer, sizeof(d.peer));
   }
+  // The device's address, as the loader registers it at attach.
+  rg_iface iface{};
+  std::memcpy(iface.mac, tunnels_.dev_mac.data(), sizeof(iface.mac));
+  update(skel_->maps.rg_ifaces, static_cast<uint32_t>(ifindex_), &iface, sizeof(iface));
   reader_ = std::make_unique<MapReader>(bpf_map__fd(skel_->maps.rg_counters),
                                         bpf_map__fd(skel_->maps.rg_qp));
 }

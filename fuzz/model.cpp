@@ -287,7 +287,9 @@ Expect expect_xdp(const Tunnels& t, const Bytes& in) {
       return pass_untouched(kXdpPass, in);
 
     Bytes f(in.begin() + olen, in.end());
-    std::copy(in.begin(), in.begin() + 12, f.begin());  // addressed as the outer frame was
+    // To this device (whatever the outer frame was sent to), from the outer sender.
+    std::copy(t.dev_mac.begin(), t.dev_mac.end(), f.begin());
+    std::copy(in.begin() + 6, in.begin() + 12, f.begin() + 6);
     Expect e = pass_untouched(kXdpPass, f);
     e.decap = true;
     Headers ih = classify(f);

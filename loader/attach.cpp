@@ -2,12 +2,16 @@
 
 #include <bpf/bpf.h>
 #include <net/if.h>
+#include <net/if_arp.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <cstring>
+#include <optional>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -50,6 +54,58 @@ int ifindex_of(const std::string& name) {
   return ifindex;
 }
 
+// The device's own MAC address (SIOCGIFHWADDR); nullopt for a device
+// without an Ethernet address.
+std::optional<rg_iface> iface_address(const std::string& name) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error("socket: " + errno_text(errno));
+  ifreq req{};
+  name.copy(req.ifr_name, IFNAMSIZ - 1);
+  int rc = ioctl(fd, SIOCGIFHWADDR, &req);
+  int err = errno;
+  close(fd);
+  if (rc != 0) throw Error("cannot read the address of " + name + ": " + errno_text(err));
+  if (req.ifr_hwaddr.sa_family != ARPHRD_ETHER) return std::nullopt;
+  rg_iface value{};
+  std::memcpy(value.mac, req.ifr_hwaddr.sa_data, sizeof(value.mac));
+  return value;
+}
+
+// Writes ifindex's entry of rg_ifaces, the address the XDP program gives
+// the frames it decapsulates there.
+struct IfaceAddressWrite {
+  std::optional<rg_iface> before, now;
+};
+
+IfaceAddressWrite write_iface_address(const std::string& pin_path, int ifindex, const std::string& name) {
+  const std::string path = pin_path + "/" + kMapIfaces;
+  IfaceAddressWrite w{rg_iface{}, iface_address(name)};
+  int fd = bpf_obj_get(path.c_str());
+  if (fd < 0) throw Error("cannot open " + path + ": " + errno_text(errno));
+  const uint32_t key = static_cast<uint32_t>(ifindex);
+  if (bpf_map_lookup_elem(fd, &key, &*w.before) != 0) w.before.reset();
+  int rc = 0;
+  if (w.now)
+    rc = bpf_map_update_elem(fd, &key, &*w.now, BPF_ANY);
+  else if (w.before)
+    rc = bpf_map_delete_elem(fd, &key);
+  int err = errno;
+  close(fd);
+  if (rc != 0) throw Error("cannot write the address of " + name + " to " + path + ": " + errno_text(err));
+  return w;
+}
+
+void restore_iface_address(const std::string& pin_path, int ifindex, const std::optional<rg_iface>& before) {
+  const std::string path = pin_path + "/" + kMapIfaces;
+  int fd = bpf_obj_get(path.c_str());
+  if (fd < 0) throw Error("cannot open " + path + ": " + errno_text(errno));
+  const uint32_t key = static_cast<uint32_t>(ifindex);
+  if (before)
+    bpf_map_update_elem(fd, &key, &*before, BPF_ANY);
+  else
+    bpf_map_delete_elem(fd, &key);
+  close(fd);
+}
 
 // The four tunnel maps, opened from their pins.
 class TunnelMaps {
@@ -98,6 +154,11 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   IfaceState st;
   st.name = name;
   st.ifindex = ifindex_of(name);
+  // Before the programs, like the tunnel maps: the first Geneve frame
+  // decapsulated here already gets this device's address.
+  auto before = write_iface_address(pin_path_, st.ifindex, name).before;
+  undo.add(name + "'s previous entry in " + std::string(kMapIfaces),
+           [pin = pin_path_, ifindex = st.ifindex, before] { restore_iface_address(pin, ifindex, before); });
   XdpAttachment xdp = attach_xdp(obj_, owner_, st.ifindex, name, cfg_.xdp_mode, force, undo);
   st.xdp_mode = xdp.mode;
   st.xdp_prog_id = xdp.prog_id;
@@ -169,6 +230,16 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
   }
   if (prev) detach_unconfigured(*prev);
   return st;
+}
+
+void Dataplane::refresh_address(const IfaceState& is) const {
+  try {
+    auto w = write_iface_address(pin_path_, is.ifindex, is.name);
+    if (w.before && w.now && std::memcmp(w.before->mac, w.now->mac, sizeof(w.now->mac)) != 0)
+      spdlog::info("{}: address changed; decapsulated frames now go to the new one", is.name);
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: {}", is.name, e.what());
+  }
 }
 
 void Dataplane::prune_stale_counters(const State& st) const {

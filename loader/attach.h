@@ -37,6 +37,10 @@ class Dataplane {
   // failure it is left as it was.
   IfaceState attach_interface(const std::string& name, bool force);
 
+  // Rewrites an attached interface's address in rg_ifaces, so that frames
+  // decapsulated there follow a MAC address change; never throws.
+  void refresh_address(const IfaceState& is) const;
+
   // Drops the counter entries of interfaces that are gone for good (none
   // of st's), so rg_counters never fills up over restarts; never throws.
   void prune_stale_counters(const State& st) const;

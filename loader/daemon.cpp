@@ -135,6 +135,9 @@ class Runner {
       check_mtu(is.name);
       try {
         if (static_cast<int>(idx) == is.ifindex && xdp_present(dp_.owner(), is) && tc_present(dp_.owner(), is)) {
+          // A MAC address change leaves the hooks in place; the address
+          // decapsulated frames are given must follow it.
+          dp_.refresh_address(is);
           // Renamed away and back: the hooks stayed on the device.
           if (!up_[is.name]) {
             spdlog::info("interface {} is back (ifindex {}), its hooks still attached", is.name, is.ifindex);

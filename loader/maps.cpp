@@ -110,12 +110,14 @@ const MapLayout* pinned_map_layout(const std::string& name) {
   static const MapLayout route6{BPF_MAP_TYPE_LPM_TRIE, sizeof(rg_route6_key), sizeof(uint32_t),
                                 sizeof(uint32_t), 1};
   static const MapLayout decap{BPF_MAP_TYPE_HASH, sizeof(rg_decap_key), sizeof(uint32_t), sizeof(uint32_t), 1};
+  static const MapLayout ifaces{BPF_MAP_TYPE_HASH, sizeof(uint32_t), sizeof(rg_iface), sizeof(rg_iface), 1};
   if (name == kMapCounters) return &counters;
   if (name == kMapQp) return &qp;
   if (name == kMapPeers) return &peers;
   if (name == kMapRoute4) return &route4;
   if (name == kMapRoute6) return &route6;
   if (name == kMapDecap) return &decap;
+  if (name == kMapIfaces) return &ifaces;
   return nullptr;
 }
 

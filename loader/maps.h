@@ -29,8 +29,9 @@ inline constexpr const char* kMapPeers = "rg_peers";
 inline constexpr const char* kMapRoute4 = "rg_route4";
 inline constexpr const char* kMapRoute6 = "rg_route6";
 inline constexpr const char* kMapDecap = "rg_decap";
-inline constexpr std::array<const char*, 6> kPinnedMaps{kMapCounters, kMapQp,    kMapPeers,
-                                                        kMapRoute4,   kMapRoute6, kMapDecap};
+inline constexpr const char* kMapIfaces = "rg_ifaces";
+inline constexpr std::array<const char*, 7> kPinnedMaps{kMapCounters, kMapQp,    kMapPeers, kMapRoute4,
+                                                        kMapRoute6,   kMapDecap, kMapIfaces};
 
 struct CounterRow {
   uint32_t ifindex = 0;

@@ -245,6 +245,18 @@ struct rg_genevehdr {
 #define RG_GENEVE_F_OAM 0x80
 #define RG_GENEVE_F_CRITICAL 0x40
 
+/*
+ * An interface roceguard is attached to, by ifindex. XDP cannot read its
+ * device's MAC address, and a decapsulated frame must carry it as its
+ * destination or the stack treats the inner packet as another host's.
+ */
+#define RG_MAX_IFACES 256
+
+struct rg_iface {
+	__u8 mac[6];
+	__u16 reserved;
+};
+
 #ifndef __BPF__
 #ifdef __cplusplus
 #define RG_STATIC_ASSERT static_assert
@@ -263,6 +275,7 @@ RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");
 RG_STATIC_ASSERT(sizeof(struct rg_decap_key) == 24, "rg_decap_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_config) == 16, "rg_config layout");
 RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
+RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
 #endif
 
 #endif /* ROCEGUARD_ROCEGUARD_H */

@@ -93,7 +93,7 @@ PacketBuilder tunneled6(uint32_t qp = 0x11, uint32_t psn = 100) {
   return p;
 }
 
-Bytes delivered(Bytes inner, const Bytes& outer);
+Bytes delivered(Bytes inner, const Bytes& outer, const Mac& dev_mac = kDevMac);
 
 // ---------------------------------------------------------------------------
 // DSCP re-mark (TC) and repair (XDP): same rule, both hooks.
@@ -892,9 +892,11 @@ PacketBuilder geneve_from(const std::string& src, const std::string& dst, uint32
   return p;
 }
 
-// The inner frame as the stack must receive it: addressed to this device.
-Bytes delivered(Bytes inner, const Bytes& outer) {
-  std::copy(outer.begin(), outer.begin() + 12, inner.begin());
+// The inner frame as the stack must receive it: addressed to this device,
+// from the outer frame's sender.
+Bytes delivered(Bytes inner, const Bytes& outer, const Mac& dev_mac) {
+  std::copy(dev_mac.begin(), dev_mac.end(), inner.begin());
+  std::copy(outer.begin() + 6, outer.begin() + 12, inner.begin() + 6);
   return inner;
 }
 
@@ -1153,6 +1155,78 @@ TEST(Rfc6040Ipv4Inner, CeAndDscpRepairTogether) {
   EXPECT_EQ(dp.events(RG_DIR_INGRESS),
             (Events{{"decapsulated", 1}, {"roce_packets", 1}, {"dscp_repaired", 1},
                     {"ecn_ce", 1}, {"qp_new", 1}}));
+}
+
+// Whatever the outer frame was sent to (broadcast, multicast, another
+// host's address on a flooded or shared segment), the inner frame reaches
+// the stack addressed to this interface: the stack forwards nothing else.
+struct OuterDestination {
+  std::string name;
+  Mac dst;
+};
+
+std::vector<OuterDestination> outer_destinations() {
+  return {{"Broadcast", {0xff, 0xff, 0xff, 0xff, 0xff, 0xff}},
+          {"Ipv4Multicast", {0x01, 0x00, 0x5e, 0x00, 0x00, 0x01}},
+          {"Ipv6Multicast", {0x33, 0x33, 0x00, 0x00, 0x00, 0x01}},
+          {"OtherHost", {0x02, 0x00, 0x00, 0x00, 0x0d, 0x01}}};
+}
+
+void PrintTo(const OuterDestination& d, std::ostream* os) { *os << d.name; }
+
+class DecapDestinationMac
+    : public ::testing::TestWithParam<std::tuple<OuterDestination, bool>> {};
+
+TEST_P(DecapDestinationMac, InnerFrameIsAddressedToTheInterface) {
+  const auto& [dest, v6] = GetParam();
+  Dataplane dp;
+  dp.tunnels();
+  Bytes inner = (v6 ? roce6() : roce4()).dscp(46).build();
+  PacketBuilder p = v6 ? geneve_from(kPeer6, kLocal6, kVni6, inner) : geneve_from(kPeer4, kLocal4, kVni4, inner);
+  Bytes in = p.eth(dest.dst, kPeerMac).build();
+  Verdict r = dp.xdp(in);
+  EXPECT_EQ(r.ret, kXdpPass);
+  ASSERT_GE(r.out.size(), 14u);
+  Mac dst, src;
+  std::copy(r.out.begin(), r.out.begin() + 6, dst.begin());
+  std::copy(r.out.begin() + 6, r.out.begin() + 12, src.begin());
+  EXPECT_EQ(dst, kDevMac);
+  EXPECT_EQ(src, kPeerMac);
+  EXPECT_EQ(hex(r.out), hex(delivered(inner, in)));
+  EXPECT_EQ(dp.events(RG_DIR_INGRESS), (Events{{"decapsulated", 1}, {"roce_packets", 1}, {"qp_new", 1}}));
+}
+
+INSTANTIATE_TEST_SUITE_P(, DecapDestinationMac,
+                         ::testing::Combine(::testing::ValuesIn(outer_destinations()), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name +
+                                  (std::get<1>(info.param) ? "Ipv6Outer" : "Ipv4Outer");
+                         });
+
+// The loader rewrites the entry when the interface's address changes.
+TEST(Decap, FollowsTheInterfaceAddress) {
+  Dataplane dp;
+  dp.tunnels();
+  const Mac changed = {0x02, 0x00, 0x00, 0x00, 0x0a, 0x99};
+  Bytes inner = roce4().dscp(46).build();
+  Bytes in = geneve_from(kPeer4, kLocal4, kVni4, inner).build();
+  EXPECT_EQ(hex(dp.xdp(in).out), hex(delivered(inner, in)));
+  dp.iface(dev_ifindex(), changed);
+  EXPECT_EQ(hex(dp.xdp(in).out), hex(delivered(inner, in, changed)));
+}
+
+// Without the interface's address there is nothing to address the inner
+// frame to: Geneve on an interface the loader did not register is left alone.
+TEST(Decap, UnregisteredInterfaceLeavesGeneve) {
+  Dataplane dp;
+  dp.tunnels();
+  const uint32_t ifindex = static_cast<uint32_t>(dev_ifindex());
+  ASSERT_EQ(bpf_map__delete_elem(dp.skel()->maps.rg_ifaces, &ifindex, sizeof(ifindex), 0), 0);
+  Bytes in = geneve_from(kPeer4, kLocal4, kVni4, roce4().build()).build();
+  Verdict r = dp.xdp(in);
+  EXPECT_EQ(r.ret, kXdpPass);
+  EXPECT_EQ(hex(r.out), hex(in));
+  EXPECT_EQ(dp.events(RG_DIR_INGRESS), (Events{{"unknown_tunnel", 1}}));
 }
 
 TEST(Decap, OuterVlanTagIsStrippedToo) {

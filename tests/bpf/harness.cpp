@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdarg>
 #include <cerrno>
@@ -166,6 +167,16 @@ Dataplane::Dataplane(const rg_config& cfg) {
   }
   reader_ = std::make_unique<MapReader>(bpf_map__fd(skel_->maps.rg_counters),
                                         bpf_map__fd(skel_->maps.rg_qp));
+  // As the loader registers every interface before attaching to it.
+  iface(dev_ifindex(), kDevMac);
+}
+
+void Dataplane::iface(int ifindex, const Mac& mac) {
+  const uint32_t key = static_cast<uint32_t>(ifindex);
+  rg_iface value{};
+  std::copy(mac.begin(), mac.end(), value.mac);
+  if (bpf_map__update_elem(skel_->maps.rg_ifaces, &key, sizeof(key), &value, sizeof(value), 0))
+    throw std::runtime_error("rg_ifaces update: " + std::string(std::strerror(errno)));
 }
 
 Dataplane::~Dataplane() {

@@ -94,6 +94,9 @@ class Dataplane {
   void tunnels(uint16_t mtu = 1500);
   // Makes every QP entry look silent since boot, longer than any idle time.
   void age_qps();
+  // The interface address decapsulated frames are given (rg_ifaces). The
+  // constructor registers kDev with kDevMac, as the loader does at attach.
+  void iface(int ifindex, const Mac& mac);
 
   Events events(rg_direction dir) const;  // packet counts
   uint64_t bytes(rg_direction dir, rg_event ev) const;

@@ -5,7 +5,9 @@
 #include <bpf/libbpf.h>
 #include <linux/if_link.h>
 #include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -34,8 +36,10 @@ void check(int rc, const std::string& what) {
 }  // namespace
 
 DirectAttach::DirectAttach(const std::string& netns, const std::string& ifname, Hook hook,
-                           const std::optional<TunnelPeer>& peer)
-    : netns_(netns), hook_(hook) {
+                           const std::optional<TunnelPeer>& peer, XdpMode xdp_mode)
+    : netns_(netns),
+      hook_(hook),
+      xdp_flags_(xdp_mode == XdpMode::kGeneric ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE) {
   skel_ = roceguard__open();
   if (!skel_) throw std::runtime_error("roceguard__open failed");
   try {
@@ -70,8 +74,20 @@ DirectAttach::DirectAttach(const std::string& netns, const std::string& ifname, 
     ifindex_ = static_cast<int>(if_nametoindex(ifname.c_str()));
     if (ifindex_ == 0) throw std::runtime_error("no interface " + ifname + " in " + netns_);
     if (hook == Hook::kXdp) {
-      check(bpf_xdp_attach(ifindex_, bpf_program__fd(skel_->progs.rg_xdp_ingress),
-                           XDP_FLAGS_DRV_MODE, nullptr),
+      // The device's own address, which decapsulated frames are given; the
+      // loader writes it the same way before attaching.
+      const uint32_t key = static_cast<uint32_t>(ifindex_);
+      rg_iface iface{};
+      int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      ifreq req{};
+      ifname.copy(req.ifr_name, IFNAMSIZ - 1);
+      int rc = fd < 0 ? -errno : (ioctl(fd, SIOCGIFHWADDR, &req) == 0 ? 0 : -errno);
+      if (fd >= 0) close(fd);
+      check(rc, "SIOCGIFHWADDR " + ifname);
+      std::memcpy(iface.mac, req.ifr_hwaddr.sa_data, sizeof(iface.mac));
+      check(bpf_map__update_elem(skel_->maps.rg_ifaces, &key, sizeof(key), &iface, sizeof(iface), BPF_ANY),
+            "rg_ifaces");
+      check(bpf_xdp_attach(ifindex_, bpf_program__fd(skel_->progs.rg_xdp_ingress), xdp_flags_, nullptr),
             "bpf_xdp_attach " + ifname);
     } else {
       LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
@@ -94,7 +110,7 @@ DirectAttach::~DirectAttach() {
     try {
       rg::lab::NetnsGuard in(netns_);
       if (hook_ == Hook::kXdp) {
-        bpf_xdp_detach(ifindex_, XDP_FLAGS_DRV_MODE, nullptr);
+        bpf_xdp_detach(ifindex_, xdp_flags_, nullptr);
       } else {
         LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
         LIBBPF_OPTS(bpf_tc_opts, o, .handle = kTcHandle, .priority = kTcPriority);

@@ -21,11 +21,14 @@ struct TunnelPeer {
 class DirectAttach {
  public:
   enum class Hook { kTcEgress, kXdp };
+  // Native XDP, or the kernel's generic XDP (on veth, only the generic path
+  // recomputes skb->pkt_type when the program changes the destination MAC).
+  enum class XdpMode { kNative, kGeneric };
   // Loads a private copy of the object (unpinned maps) and attaches one
   // program to ifname in netns. A peer fills rg_peers/rg_route4 for the TC
   // program and rg_decap for XDP.
   DirectAttach(const std::string& netns, const std::string& ifname, Hook hook,
-               const std::optional<TunnelPeer>& peer);
+               const std::optional<TunnelPeer>& peer, XdpMode xdp_mode = XdpMode::kNative);
   ~DirectAttach();
   DirectAttach(const DirectAttach&) = delete;
   DirectAttach& operator=(const DirectAttach&) = delete;
@@ -37,6 +40,7 @@ class DirectAttach {
   std::string netns_;
   int ifindex_ = 0;
   Hook hook_;
+  uint32_t xdp_flags_ = 0;
   bool created_qdisc_ = false;
   bool attached_ = false;
   ::roceguard* skel_ = nullptr;
