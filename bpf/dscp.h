@@ -7,6 +7,8 @@
 #ifndef RG_BPF_DSCP_H
 #define RG_BPF_DSCP_H
 
+#include <linux/bpf.h>
+
 #include "csum.h"
 #include "parse.h"
 
@@ -63,6 +65,20 @@ static __always_inline int rg_remark(struct rg_pkt *p, void *data_end, __u8 dscp
 		return 0;
 	rg_set_tos(p, data_end, tos);
 	return 1;
+}
+
+/*
+ * DSCP is for the next hops; skb->priority for this host's own qdisc, which
+ * sees the packet only after TC egress (as, on Linux 6.0 and later, does the
+ * choice of TX queue). HTB takes a priority equal to one of its class ids,
+ * (major << 16) | minor, as that class; prio takes (handle << 16) |
+ * (band + 1) as that band; mqprio maps 0..15 to a traffic class and a VLAN
+ * device's egress-qos-map the value to a PCP. 0 leaves what the stack set.
+ */
+static __always_inline void rg_set_skb_priority(struct __sk_buff *skb, __u32 priority)
+{
+	if (priority)
+		skb->priority = priority;
 }
 
 enum rg_ecn_decap {

@@ -2,9 +2,10 @@
 /*
  * roceguard data plane.
  *
- * rg_tc_egress   (TC egress): RoCE v2 DSCP re-mark keeping ECN, per-QP
- *                retransmit accounting, Geneve encapsulation towards
- *                configured peers with a tunnel-MTU guard.
+ * rg_tc_egress   (TC egress): RoCE v2 DSCP re-mark keeping ECN, skb->priority
+ *                for this host's qdisc, per-QP retransmit accounting,
+ *                Geneve encapsulation towards configured peers with a
+ *                tunnel-MTU guard.
  * rg_xdp_ingress (XDP):       Geneve decapsulation of what configured peers
  *                send to this gateway, with RFC 6040 ECN handling, DSCP
  *                repair, per-QP gap/duplicate, NAK, CNP and CE accounting.
@@ -54,6 +55,11 @@ int rg_tc_egress(struct __sk_buff *skb)
 	if ((rg_cfg.flags & RG_CFG_F_REMARK) &&
 	    rg_remark(&p, data_end, rg_target_dscp(&p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
 		rg_count_n(c, RG_EV_DSCP_REWRITTEN, p.segs, p.wire_len);
+	/*
+	 * Every RoCE packet, re-marked or already in its class. Encapsulation
+	 * keeps the skb, so the outer packet is queued by this priority too.
+	 */
+	rg_set_skb_priority(skb, rg_cfg.skb_priority);
 	rg_qp_key_fill(&qp, &p, data_end);
 	rg_account(&p, &qp, c, RG_DIR_EGRESS, p.wire_len);
 

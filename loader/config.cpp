@@ -364,6 +364,7 @@ rg_config Config::rodata() const {
   c.outer_ttl = static_cast<__u8>(outer_ttl);
   c.psn_jump_max = psn_jump_max;
   c.qp_idle_ms = qp_idle_ms;
+  c.skb_priority = skb_priority;
   c.flags = RG_CFG_F_ENCAP | RG_CFG_F_DECAP;
   if (remark) c.flags |= RG_CFG_F_REMARK;
   if (repair) c.flags |= RG_CFG_F_REPAIR;

@@ -63,6 +63,7 @@ struct Config {
   // [dataplane]
   uint32_t dscp = RG_DEFAULT_DSCP;
   uint32_t cnp_dscp = RG_DEFAULT_CNP_DSCP;
+  uint32_t skb_priority = 0;  // 0: the stack's own
   uint32_t outer_ttl = RG_DEFAULT_OUTER_TTL;
   bool accounting = true;
   bool remark = true;

@@ -281,6 +281,11 @@ std::vector<Option> make_options() {
   o.push_back(u32("dataplane.dscp", "--dscp", 0, 63, &Config::dscp, "DSCP for RoCE data, ACKs and NAKs"));
   o.push_back(u32("dataplane.cnp_dscp", "--cnp-dscp", 0, 63, &Config::cnp_dscp,
                   "DSCP for congestion notification packets"));
+  o.push_back(u32("dataplane.skb_priority", "--skb-priority", 0, 0xffffffffLL, &Config::skb_priority,
+                  "skb->priority TC egress gives RoCE and CNPs for this host's qdisc; 0 = leave it. HTB class "
+                  "major:minor is major * 0x10000 + minor (1:10 = 0x10010); band n of a prio qdisc M: is "
+                  "M * 0x10000 + n + 1; mqprio and a VLAN egress-qos-map map the value itself",
+                  true));
   o.push_back(u32("dataplane.outer_ttl", "", 1, 255, &Config::outer_ttl, "Geneve outer TTL / hop limit"));
   o.push_back(boolean("dataplane.accounting", &Config::accounting, "per-QP retransmit/loss accounting"));
   o.push_back(boolean("dataplane.remark", &Config::remark, "egress: re-mark DSCP (ECN bits are kept)"));

@@ -17,7 +17,8 @@ void add_lab_options(CLI::App* lab) {
   static bool no_tunnel = false;
   lab->add_option("--scenario", o.scenario,
                   "congestion: gateway B's port to host B is a rate-limited, DSCP-scheduled link shared with "
-                  "bulk TCP; bleach: the lossy, DSCP-bleaching WAN only")
+                  "bulk TCP, and so is gateway A's uplink, scheduled by skb->priority; bleach: the lossy, "
+                  "DSCP-bleaching WAN only")
       ->check(CLI::IsMember({"congestion", "bleach"}))
       ->capture_default_str();
   lab->add_option("--mode", o.mode, "without, with or both (without first)")
@@ -62,8 +63,16 @@ void add_lab_options(CLI::App* lab) {
   lab->add_option("--queue", o.queue_packets, "congestion: buffer of each scheduler class, packets")
       ->check(CLI::Range(1u, 10000u))
       ->capture_default_str();
-  lab->add_option("--bulk-streams", o.bulk_streams, "congestion: TCP streams of the bulk sender (iperf3)")
+  lab->add_option("--bulk-streams", o.bulk_streams, "congestion: TCP streams of each bulk sender (iperf3)")
       ->check(CLI::Range(1u, 128u))
+      ->capture_default_str();
+  lab->add_option("--uplink-rate", o.uplink_mbit, "congestion: Mbit/s of gateway A's uplink (its wan0)")
+      ->check(CLI::Range(2u, 10000u))
+      ->capture_default_str();
+  lab->add_option("--uplink-priority-rate", o.uplink_priority_mbit,
+                  "congestion: Mbit/s guaranteed there to the class roceguard's skb->priority picks; best effort "
+                  "is guaranteed the rest")
+      ->check(CLI::Range(1u, 9999u))
       ->capture_default_str();
   lab->add_flag("-v,--verbose", o.verbose, "debug log, including libbpf and libxdp messages");
   lab->callback([] {
@@ -77,8 +86,8 @@ void add_lab_options(CLI::App* lab) {
 
 int main(int argc, char** argv) {
   // Named as users type it; `roceguard lab --help` prints this usage.
-  CLI::App app{"RoCE v2 across a lossy, DSCP-bleaching WAN into a congested, DSCP-scheduled network, in network "
-               "namespaces, without and with roceguard",
+  CLI::App app{"RoCE v2 from a congested gateway uplink across a lossy, DSCP-bleaching WAN into a congested, "
+               "DSCP-scheduled network, in network namespaces, without and with roceguard",
                "roceguard lab"};
   rg::add_lab_options(&app);
   try {

@@ -231,6 +231,11 @@ struct rg_config {
 	__u32 flags;      /* RG_CFG_F_* */
 	__u32 psn_jump_max; /* PSN distance that restarts tracking; 0 = none */
 	__u32 qp_idle_ms;   /* silence that restarts a QP's tracking; 0 = none */
+	/*
+	 * skb->priority the TC egress program gives RoCE v2 (CNPs included)
+	 * for the qdisc of the interface it runs on; 0 = left as it is.
+	 */
+	__u32 skb_priority;
 };
 
 /* Geneve base header (RFC 8926 §3.4), network byte order on the wire. */
@@ -273,7 +278,7 @@ RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");
 RG_STATIC_ASSERT(sizeof(struct rg_decap_key) == 24, "rg_decap_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_config) == 16, "rg_config layout");
+RG_STATIC_ASSERT(sizeof(struct rg_config) == 20, "rg_config layout");
 RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
 RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
 #endif

@@ -1,4 +1,6 @@
-// DSCP-aware scheduling at gateway B and the bulk TCP traffic competing with RoCE there.
+// The congestion scenario's schedulers (DSCP-aware at gateway B, by
+// skb->priority on gateway A's uplink) and the bulk TCP competing with RoCE
+// in front of each.
 #include "lab/congestion.h"
 
 #include <algorithm>
@@ -54,8 +56,9 @@ json to_json(const SchedulerStats& s) {
   return {{"priority", class_json(s.priority)}, {"best_effort", class_json(s.best_effort)}};
 }
 
-DscpScheduler::DscpScheduler(const Topology& topo, const SchedulerConfig& cfg)
-    : netns_(topo.netns(Node::kGatewayB)), cfg_(cfg) {
+HtbScheduler::HtbScheduler(const Topology& topo, Node node, const std::string& ifname, const SchedulerConfig& cfg,
+                           PriorityMatch match)
+    : netns_(topo.netns(node)), ifname_(ifname), cfg_(cfg) {
   if (cfg.link_mbit == 0 || cfg.priority_mbit == 0 || cfg.priority_mbit >= cfg.link_mbit)
     throw Error("the priority class's rate must be above 0 and below the link rate", kExitUsage);
   if (cfg.queue_packets == 0) throw Error("each class needs a buffer of at least one packet", kExitUsage);
@@ -65,6 +68,7 @@ DscpScheduler::DscpScheduler(const Topology& topo, const SchedulerConfig& cfg)
   // The burst lets HTB catch up after a late timer on a busy 2-core host
   // without exceeding the rate on average.
   const std::vector<std::string> common{"quantum", "1514", "burst", "15k", "cburst", "15k"};
+  const char* dev = ifname_.c_str();
   auto tc = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {"tc", "-n", netns_});
     run_checked(args);
@@ -74,39 +78,45 @@ DscpScheduler::DscpScheduler(const Topology& topo, const SchedulerConfig& cfg)
     return args;
   };
   try {
-    tc({"qdisc", "add", "dev", kInterface, "root", "handle", "1:", "htb", "default", "20"});
-    tc(with_common({"class", "add", "dev", kInterface, "parent", "1:", "classid", "1:1", "htb", "rate", link,
+    tc({"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "20"});
+    tc(with_common({"class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", link,
                     "ceil", link}));
     // prio 0: spare capacity goes to the priority class first.
-    tc(with_common({"class", "add", "dev", kInterface, "parent", "1:1", "classid", "1:10", "htb", "rate",
+    tc(with_common({"class", "add", "dev", dev, "parent", "1:1", "classid", "1:10", "htb", "rate",
                     mbit_text(cfg.priority_mbit), "ceil", link, "prio", "0"}));
-    tc(with_common({"class", "add", "dev", kInterface, "parent", "1:1", "classid", "1:20", "htb", "rate",
+    tc(with_common({"class", "add", "dev", dev, "parent", "1:1", "classid", "1:20", "htb", "rate",
                     mbit_text(cfg.link_mbit - cfg.priority_mbit), "ceil", link, "prio", "1"}));
     for (auto [cls, leaf] : {std::pair{"1:10", kPriorityLeaf}, {"1:20", kBestEffortLeaf}})
-      tc({"qdisc", "add", "dev", kInterface, "parent", cls, "handle", leaf, "pfifo", "limit",
+      tc({"qdisc", "add", "dev", dev, "parent", cls, "handle", leaf, "pfifo", "limit",
           std::to_string(cfg.queue_packets)});
-    // DSCP 46 is the top six bits of the IPv4 TOS / IPv6 traffic class:
-    // 46 << 2 = 0xb8, ECN bits masked out.
-    tc({"filter", "add", "dev", kInterface, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match",
-        "ip", "dsfield", "0xb8", "0xfc", "flowid", "1:10"});
-    tc({"filter", "add", "dev", kInterface, "parent", "1:", "protocol", "ipv6", "prio", "2", "u32", "match",
-        "ip6", "priority", "0xb8", "0xfc", "flowid", "1:10"});
+    if (match == PriorityMatch::kDscp46) {
+      // DSCP 46 is the top six bits of the IPv4 TOS / IPv6 traffic class:
+      // 46 << 2 = 0xb8, ECN bits masked out.
+      tc({"filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip",
+          "dsfield", "0xb8", "0xfc", "flowid", "1:10"});
+      tc({"filter", "add", "dev", dev, "parent", "1:", "protocol", "ipv6", "prio", "2", "u32", "match", "ip6",
+          "priority", "0xb8", "0xfc", "flowid", "1:10"});
+    }
+    // kSkbPriority needs no filter: htb_classify() takes a packet whose
+    // skb->priority is the id of one of its leaf classes straight to that
+    // class. The stack's own priorities (0..15, from the TOS when
+    // forwarding) are no class id here, so everything else takes the default.
   } catch (...) {
-    run({"tc", "-n", netns_, "qdisc", "del", "dev", kInterface, "root"});
+    run({"tc", "-n", netns_, "qdisc", "del", "dev", dev, "root"});
     throw;
   }
 }
 
-DscpScheduler::~DscpScheduler() {
+HtbScheduler::~HtbScheduler() {
   try {
-    run({"tc", "-n", netns_, "qdisc", "del", "dev", kInterface, "root"}, 10s);
+    run({"tc", "-n", netns_, "qdisc", "del", "dev", ifname_, "root"}, 10s);
   } catch (...) {
     // The namespace is already gone, and the qdisc with it.
   }
 }
 
-SchedulerStats DscpScheduler::stats() const {
-  auto qdiscs = json::parse(run_checked({"tc", "-n", netns_, "-s", "-j", "qdisc", "show", "dev", kInterface}));
+SchedulerStats HtbScheduler::stats() const {
+  auto qdiscs = json::parse(run_checked({"tc", "-n", netns_, "-s", "-j", "qdisc", "show", "dev", ifname_}));
   return {leaf_stats(qdiscs, kPriorityLeaf), leaf_stats(qdiscs, kBestEffortLeaf)};
 }
 
@@ -126,26 +136,31 @@ SenderLineRate::~SenderLineRate() {
   }
 }
 
-BulkTraffic::BulkTraffic(const Topology& topo, const std::string& log_dir, const std::string& name,
-                         unsigned streams, unsigned seconds) {
+BulkPath far_side_bulk(const Topology& topo) { return {Node::kBulk, Node::kHostB, topo.addr().host_b4}; }
+
+BulkPath uplink_bulk(const Topology& topo) { return {Node::kBulkA, Node::kWan, topo.addr().wan_a4}; }
+
+BulkTraffic::BulkTraffic(const Topology& topo, const BulkPath& path, const std::string& log_dir,
+                         const std::string& name, unsigned streams, unsigned seconds) {
   const std::string server_log = log_dir + "/." + name + "-server.log";
+  const std::string where = topo.netns(path.server);
   client_log_name_ = name + ".json";
   client_log_path_ = log_dir + "/" + client_log_name_;
   // The log files are named on the command lines on purpose: a process
   // left running is then attributable to its report directory.
-  server_ = std::make_unique<Child>(topo.exec_argv(Node::kHostB, {"iperf3", "--server", "--one-off",
-                                                                  "--bind", topo.addr().host_b4,
-                                                                  "--forceflush", "--logfile", server_log}));
+  server_ = std::make_unique<Child>(topo.exec_argv(path.server, {"iperf3", "--server", "--one-off", "--bind",
+                                                                 path.server_address, "--forceflush",
+                                                                 "--logfile", server_log}));
   // Bounded: 10 s for the server to listen.
   for (int i = 0;; ++i) {
     if (read_file(server_log).find("Server listening") != std::string::npos) break;
-    if (!server_->running()) throw Error("iperf3 server at host B exited: " + read_file(server_log));
-    if (i >= 200) throw Error("iperf3 server at host B did not start listening");
+    if (!server_->running()) throw Error("iperf3 server in " + where + " exited: " + read_file(server_log));
+    if (i >= 200) throw Error("iperf3 server in " + where + " did not start listening");
     std::this_thread::sleep_for(50ms);
   }
   std::remove(client_log_path_.c_str());
   client_ = std::make_unique<Child>(topo.exec_argv(
-      Node::kBulk, {"iperf3", "--client", topo.addr().host_b4, "--time", std::to_string(seconds), "--parallel",
+      path.client, {"iperf3", "--client", path.server_address, "--time", std::to_string(seconds), "--parallel",
                     std::to_string(streams), "--json", "--logfile", client_log_path_}));
   std::remove(server_log.c_str());  // the server keeps it open; the name is no longer needed
 }

@@ -1,11 +1,16 @@
-// The congestion scenario: gateway B's lan0, the port towards host B,
-// rate-limited and scheduled by DSCP the way a datacenter switch port is (a
-// priority class for DSCP 46 with a guaranteed rate, a best-effort class for
-// everything else, shallow buffers), bulk TCP (iperf3) from the bulk
-// namespace to host B that keeps the best-effort class busy, and host A's
-// line rate, which bounds what the RoCE traffic offers. RoCE whose DSCP was
-// bleached on the way lands in the best-effort class with the bulk traffic;
-// RoCE that arrives as 46 does not.
+// The congestion scenario has two bottlenecks, each shared with bulk TCP
+// (iperf3) that keeps its best-effort class busy:
+// * gateway B's lan0, the port towards host B, rate-limited and scheduled by
+//   DSCP the way a datacenter switch port is (a priority class for DSCP 46
+//   with a guaranteed rate, a best-effort class for everything else,
+//   shallow buffers), with bulk TCP from the bulk namespace to host B. RoCE
+//   whose DSCP was bleached on the way lands in the best-effort class;
+//   RoCE that arrives as 46 does not.
+// * gateway A's wan0, its uplink, with the same two classes chosen by
+//   skb->priority, as a gateway's own qdisc sees packets, with bulk TCP from
+//   bulk sender A to the WAN router. RoCE reaches the priority class only
+//   when roceguard's TC egress program sets skb->priority to its class id.
+// Host A's line rate bounds what the RoCE traffic offers.
 #pragma once
 
 #include <sys/types.h>
@@ -43,26 +48,39 @@ struct SchedulerStats {
 SchedulerStats operator-(const SchedulerStats& a, const SchedulerStats& b);
 nlohmann::json to_json(const SchedulerStats& s);
 
-// HTB on gateway B's lan0: classes 1:10 (DSCP 46, prio 0) and 1:20 (the
-// rest, the default), both allowed to borrow up to the link rate, each with
-// a pfifo leaf. Removed by the destructor (or with the namespace).
-class DscpScheduler {
+// What puts a packet into the priority class.
+enum class PriorityMatch {
+  kDscp46,       // u32 filters on DSCP 46, IPv4 and IPv6: a switch port
+  kSkbPriority,  // no filter: HTB takes an skb->priority equal to a class id as that class
+};
+
+// HTB on one interface: classes 1:10 (the priority class, prio 0) and 1:20
+// (the rest, the default), both allowed to borrow up to the link rate, each
+// with a pfifo leaf. Removed by the destructor (or with the namespace).
+class HtbScheduler {
  public:
-  DscpScheduler(const Topology& topo, const SchedulerConfig& cfg);
-  ~DscpScheduler();
-  DscpScheduler(const DscpScheduler&) = delete;
-  DscpScheduler& operator=(const DscpScheduler&) = delete;
+  HtbScheduler(const Topology& topo, Node node, const std::string& ifname, const SchedulerConfig& cfg,
+               PriorityMatch match);
+  ~HtbScheduler();
+  HtbScheduler(const HtbScheduler&) = delete;
+  HtbScheduler& operator=(const HtbScheduler&) = delete;
 
   const SchedulerConfig& config() const { return cfg_; }
+  const std::string& interface() const { return ifname_; }
   // Cumulative since the scheduler was installed.
   SchedulerStats stats() const;
 
-  static constexpr const char* kInterface = "lan0";
+  // The priority class 1:10 as an skb->priority: (major << 16) | minor.
+  static constexpr uint32_t kPriorityClassId = (1u << 16) | 0x10;
 
  private:
-  std::string netns_;
+  std::string netns_, ifname_;
   SchedulerConfig cfg_;
 };
+
+// Where the schedulers are: gateway B's port to host B, gateway A's uplink.
+inline constexpr const char* kFarSidePort = "lan0";
+inline constexpr const char* kUplink = "wan0";
 
 // Host A's eth0 sends at most mbit, like a NIC at its line rate: a token
 // bucket whose queue holds every packet the QPs may have outstanding
@@ -84,13 +102,24 @@ struct BulkResult {
   uint64_t retransmits = 0;  // TCP segments the bulk sender resent
 };
 
-// iperf3: a one-off server at host B and a client in the bulk namespace
-// with `streams` TCP connections for `seconds`. Their JSON logs go to
-// log_dir. Both processes stop with the object.
+// Who sends bulk TCP to whom.
+struct BulkPath {
+  Node client;
+  Node server;
+  std::string server_address;  // one of server's addresses
+};
+// The bulk sender to host B, through gateway B's port to host B.
+BulkPath far_side_bulk(const Topology& topo);
+// Bulk sender A to the WAN router, through gateway A's uplink only.
+BulkPath uplink_bulk(const Topology& topo);
+
+// iperf3: a one-off server and a client with `streams` TCP connections for
+// `seconds`, along path. Their JSON logs go to log_dir, the client's as
+// <name>.json. Both processes stop with the object.
 class BulkTraffic {
  public:
-  BulkTraffic(const Topology& topo, const std::string& log_dir, const std::string& name, unsigned streams,
-              unsigned seconds);
+  BulkTraffic(const Topology& topo, const BulkPath& path, const std::string& log_dir, const std::string& name,
+              unsigned streams, unsigned seconds);
   ~BulkTraffic();
   BulkTraffic(const BulkTraffic&) = delete;
   BulkTraffic& operator=(const BulkTraffic&) = delete;

@@ -61,7 +61,10 @@ json snapshot_json(const Snapshot& s, bool scheduler) {
             {"decapsulated_gw_b", s.rg_decapsulated_b},
             {"dscp_repaired_gw_b", s.rg_repaired_b},
             {"lost_estimate_gw_b", s.rg_lost_b}}}};
-  if (scheduler) j["scheduler_gw_b"] = to_json(s.scheduler);
+  if (scheduler) {
+    j["scheduler_gw_b"] = to_json(s.scheduler);
+    j["scheduler_gw_a"] = to_json(s.uplink_scheduler);
+  }
   return j;
 }
 
@@ -155,22 +158,33 @@ std::vector<std::string> draw_charts(const std::string& dir, const std::vector<P
   std::vector<std::string> pngs{"charts/goodput.png", "charts/retransmits-vs-wan-drops.png",
                                  "charts/dscp-at-host-b.png"};
   if (scheduler) {
-    // Drops per scheduler class at gateway B: one cluster per class, one bar per phase.
+    // Drops per scheduler class, gateway A's uplink and gateway B's port to
+    // host B: one cluster per class, one bar per phase.
     std::ostringstream drops;
     drops << "# class";
     for (const auto& p : phases) drops << " " << p.name;
     drops << "\n";
-    for (auto [label, of] : {std::pair<const char*, ClassStats SchedulerStats::*>{"priority (DSCP 46)",
-                                                                                 &SchedulerStats::priority},
-                             {"best effort", &SchedulerStats::best_effort}}) {
-      drops << "\"" << label << "\"";
-      for (const auto& p : phases) drops << " " << (p.final.scheduler.*of).dropped;
+    using Of = ClassStats SchedulerStats::*;
+    struct DropClass {
+      const char* label;
+      SchedulerStats Snapshot::*scheduler;
+      Of of;
+    };
+    for (const DropClass& c : {DropClass{"gw A uplink: priority (1:10)", &Snapshot::uplink_scheduler,
+                                         &SchedulerStats::priority},
+                               DropClass{"gw A uplink: best effort", &Snapshot::uplink_scheduler,
+                                         &SchedulerStats::best_effort},
+                               DropClass{"gw B: priority (DSCP 46)", &Snapshot::scheduler, &SchedulerStats::priority},
+                               DropClass{"gw B: best effort", &Snapshot::scheduler, &SchedulerStats::best_effort}}) {
+      drops << "\"" << c.label << "\"";
+      for (const auto& p : phases) drops << " " << (p.final.*c.scheduler.*c.of).dropped;
       drops << "\n";
     }
     const std::string drops_data = cdir + "/drops-per-class.dat";
     write_file(drops_data, drops.str());
     gp << "set output " << quote_gp(cdir + "/drops-per-class.png") << "\n"
-       << "set title 'Packets dropped at gateway B towards host B, per scheduler class (RoCE and bulk TCP)'\n"
+       << "set title 'Packets dropped per scheduler class, gateway A uplink and gateway B towards host B "
+          "(RoCE and bulk TCP)'\n"
        << "set xlabel ''\nset ylabel 'packets dropped'\nset yrange [0:*]\n"
        << "set style data histograms\nset style histogram clustered gap 1\n"
        << "set style fill solid 0.8 border -1\nset boxwidth 0.9\nplot ";
@@ -220,7 +234,7 @@ std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned
 std::string view_header(bool scheduler) {
   return fmt("%-14s %9s %-14s %8s %8s %8s %6s %6s", "progress", "Mbit/s", "DSCP@B", "retx@A", "lost@B",
              "WANdrop", "CNP", "CE") +
-         (scheduler ? fmt(" %8s %8s", "drop46", "dropBE") : "") + "\n";
+         (scheduler ? fmt(" %8s %8s %8s %8s", "drop46", "dropBE", "upPrio", "upBE") : "") + "\n";
 }
 
 std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s, bool scheduler) {
@@ -229,8 +243,11 @@ std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duratio
   std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
   std::string progress = bar + fmt("%3us", cur.second);
   const std::string drops =
-      scheduler ? fmt(" %8" PRIu64 " %8" PRIu64, cur.scheduler.priority.dropped - prev.scheduler.priority.dropped,
-                      cur.scheduler.best_effort.dropped - prev.scheduler.best_effort.dropped)
+      scheduler ? fmt(" %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64,
+                      cur.scheduler.priority.dropped - prev.scheduler.priority.dropped,
+                      cur.scheduler.best_effort.dropped - prev.scheduler.best_effort.dropped,
+                      cur.uplink_scheduler.priority.dropped - prev.uplink_scheduler.priority.dropped,
+                      cur.uplink_scheduler.best_effort.dropped - prev.uplink_scheduler.best_effort.dropped)
                 : "";
   return fmt("%-14s %9.1f %-14s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %6" PRIu64 " %6" PRIu64, progress.c_str(),
              mbps(cur.goodput_bytes_b - prev.goodput_bytes_b, 1.0),
@@ -249,6 +266,12 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
         << s.scheduler->priority_mbit << ", best effort " << s.scheduler->link_mbit - s.scheduler->priority_mbit
         << ", " << s.scheduler->queue_packets << "-packet buffers; " << s.bulk_streams
         << " bulk TCP streams\n";
+  if (s.uplink_scheduler)
+    out << "   and at gateway A's uplink: " << s.uplink_scheduler->link_mbit
+        << " Mbit/s, class 1:10 (skb->priority 0x10010) guaranteed " << s.uplink_scheduler->priority_mbit
+        << ", best effort " << s.uplink_scheduler->link_mbit - s.uplink_scheduler->priority_mbit << ", "
+        << s.uplink_scheduler->queue_packets << "-packet buffers; " << s.bulk_streams
+        << " bulk TCP streams from bulk sender A to the WAN router\n";
   out << fmt("%-40s", "");
   for (const auto& p : phases) out << fmt("%22s", phase_title(p).c_str());
   out << "\n";
@@ -294,6 +317,21 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
       return p.bulk ? num(p.bulk->retransmits) : std::string("?");
     });
   }
+  if (s.uplink_scheduler) {
+    const ClassStats SchedulerStats::*classes[] = {&SchedulerStats::priority, &SchedulerStats::best_effort};
+    const char* sent_labels[] = {"gw A uplink priority (1:10): sent", "gw A uplink best effort: sent"};
+    const char* drop_labels[] = {"gw A uplink priority (1:10): dropped", "gw A uplink best effort: dropped"};
+    for (size_t i = 0; i < 2; ++i) {
+      row(sent_labels[i], [&](const PhaseResult& p) { return num((p.final.uplink_scheduler.*classes[i]).packets); });
+      row(drop_labels[i], [&](const PhaseResult& p) { return num((p.final.uplink_scheduler.*classes[i]).dropped); });
+    }
+    row("uplink bulk TCP goodput, Mbit/s", [&](const PhaseResult& p) {
+      return p.uplink_bulk ? fmt("%.1f", p.uplink_bulk->received_mbps) : std::string("?");
+    });
+    row("uplink bulk TCP retransmits", [&](const PhaseResult& p) {
+      return p.uplink_bulk ? num(p.uplink_bulk->retransmits) : std::string("?");
+    });
+  }
   row("roceguard gw A: DSCP re-marked", [&](const PhaseResult& p) { return rg(p.final.rg_remarked_a, p); });
   row("roceguard gw A: Geneve encapsulated", [&](const PhaseResult& p) { return rg(p.final.rg_encapsulated_a, p); });
   row("roceguard gw A: retransmits counted", [&](const PhaseResult& p) { return rg(p.final.rg_retransmits_a, p); });
@@ -324,6 +362,13 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                                    {"queue_packets", s.scheduler->queue_packets},
                                    {"bulk_streams", s.bulk_streams},
                                    {"sender_mbit", s.sender_mbit}};
+  if (s.uplink_scheduler)
+    j["settings"]["congestion"]["uplink"] = {
+        {"link_mbit", s.uplink_scheduler->link_mbit},
+        {"priority_mbit", s.uplink_scheduler->priority_mbit},
+        {"best_effort_mbit", s.uplink_scheduler->link_mbit - s.uplink_scheduler->priority_mbit},
+        {"queue_packets", s.uplink_scheduler->queue_packets},
+        {"skb_priority", HtbScheduler::kPriorityClassId}};
   const bool scheduler = s.scheduler.has_value();
   j["phases"] = json::object();
   for (const auto& p : phases) {
@@ -337,12 +382,16 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                            {"gateway_counters", p.counters},
                            {"pcaps", p.pcaps}};
     if (scheduler) {
-      json bulk = {{"log", p.bulk_log}};
-      if (p.bulk) {
-        bulk["received_mbps"] = p.bulk->received_mbps;
-        bulk["retransmits"] = p.bulk->retransmits;
-      }
-      j["phases"][p.name]["bulk"] = bulk;
+      auto bulk_json = [](const std::string& log, const std::optional<BulkResult>& r) {
+        json bulk = {{"log", log}};
+        if (r) {
+          bulk["received_mbps"] = r->received_mbps;
+          bulk["retransmits"] = r->retransmits;
+        }
+        return bulk;
+      };
+      j["phases"][p.name]["bulk"] = bulk_json(p.bulk_log, p.bulk);
+      j["phases"][p.name]["bulk_uplink"] = bulk_json(p.uplink_bulk_log, p.uplink_bulk);
     }
   }
   write_file(dir + "/counters.json", j.dump(2) + "\n");
@@ -354,7 +403,8 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
          "lost_estimate_b,wan_dropped,wan_bleached,wan_ce_marked,cnps_b,ecn_ce_b,"
          "rg_dscp_rewritten_gw_a,rg_encapsulated_gw_a,rg_retransmits_gw_a,rg_decapsulated_gw_b,"
          "rg_dscp_repaired_gw_b,rg_lost_estimate_gw_b,sched_priority_sent_gw_b,sched_priority_dropped_gw_b,"
-         "sched_best_effort_sent_gw_b,sched_best_effort_dropped_gw_b\n";
+         "sched_best_effort_sent_gw_b,sched_best_effort_dropped_gw_b,sched_priority_sent_gw_a,"
+         "sched_priority_dropped_gw_a,sched_best_effort_sent_gw_a,sched_best_effort_dropped_gw_a\n";
   for (const auto& p : phases) {
     Snapshot prev;
     for (const auto& x : p.seconds) {
@@ -375,9 +425,13 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
         csv << "," << x.scheduler.priority.packets - prev.scheduler.priority.packets << ","
             << x.scheduler.priority.dropped - prev.scheduler.priority.dropped << ","
             << x.scheduler.best_effort.packets - prev.scheduler.best_effort.packets << ","
-            << x.scheduler.best_effort.dropped - prev.scheduler.best_effort.dropped << "\n";
+            << x.scheduler.best_effort.dropped - prev.scheduler.best_effort.dropped << ","
+            << x.uplink_scheduler.priority.packets - prev.uplink_scheduler.priority.packets << ","
+            << x.uplink_scheduler.priority.dropped - prev.uplink_scheduler.priority.dropped << ","
+            << x.uplink_scheduler.best_effort.packets - prev.uplink_scheduler.best_effort.packets << ","
+            << x.uplink_scheduler.best_effort.dropped - prev.uplink_scheduler.best_effort.dropped << "\n";
       else
-        csv << ",,,,\n";
+        csv << ",,,,,,,,\n";
       prev = x;
     }
   }

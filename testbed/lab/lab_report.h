@@ -43,6 +43,8 @@ struct Snapshot {
   uint64_t rg_lost_b = 0;
   // Gateway B's port to host B, congestion scenario only.
   SchedulerStats scheduler;
+  // Gateway A's uplink, congestion scenario only.
+  SchedulerStats uplink_scheduler;
 };
 
 struct PhaseResult {
@@ -57,11 +59,14 @@ struct PhaseResult {
   std::vector<std::string> pcaps;
   std::optional<BulkResult> bulk;  // congestion scenario, when iperf3 finished its run
   std::string bulk_log;            // iperf3's JSON report, relative to the report directory
+  std::optional<BulkResult> uplink_bulk;  // the same for bulk sender A, through gateway A's uplink
+  std::string uplink_bulk_log;
 };
 
 struct LabSettings {
   std::string scenario;
   std::optional<SchedulerConfig> scheduler;  // congestion scenario only
+  std::optional<SchedulerConfig> uplink_scheduler;  // gateway A's uplink, congestion scenario only
   unsigned bulk_streams = 0;
   unsigned sender_mbit = 0;  // host A's line rate, congestion scenario only
   std::string mode;
@@ -76,7 +81,8 @@ struct LabSettings {
 };
 
 // Live view: a phase banner, a column header, one row per second; with
-// scheduler, the drops of each of gateway B's classes too.
+// scheduler, the drops of each class of gateway B's port and gateway A's
+// uplink too.
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count);
 std::string view_header(bool scheduler);
 std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s, bool scheduler);

@@ -190,8 +190,10 @@ struct Lab {
   Wan& wan;
   std::array<Exporter*, 2> exporters;  // gateway A, gateway B
   std::vector<std::string> files;
-  DscpScheduler* scheduler = nullptr;  // congestion scenario only
-  SchedulerStats scheduler_base{};     // the scheduler's counters when the phase's RoCE traffic started
+  HtbScheduler* scheduler = nullptr;  // congestion scenario only: gateway B's port to host B
+  SchedulerStats scheduler_base{};    // the scheduler's counters when the phase's RoCE traffic started
+  HtbScheduler* uplink_scheduler = nullptr;  // congestion scenario only: gateway A's uplink
+  SchedulerStats uplink_scheduler_base{};
 };
 
 Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const ReceiverStats& rx,
@@ -217,6 +219,7 @@ Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const R
   s.wan_bleached -= wan_base.wan_bleached;
   s.wan_ce_marked -= wan_base.wan_ce_marked;
   if (lab.scheduler) s.scheduler = lab.scheduler->stats() - lab.scheduler_base;
+  if (lab.uplink_scheduler) s.uplink_scheduler = lab.uplink_scheduler->stats() - lab.uplink_scheduler_base;
   if (gw_a) {
     auto rows = MapReader(gw_a->pin()).counters();
     s.rg_remarked_a = sum_packets(rows, RG_DIR_EGRESS, RG_EV_DSCP_REWRITTEN);
@@ -242,10 +245,13 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   const Addresses& a = lab.topo.addr();
   std::optional<Gateway> gw_a, gw_b;
   if (with) {
-    gw_a.emplace(lab.topo, Node::kGatewayA, pin_path(lab.opts.prefix, Node::kGatewayA),
-                 gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel));
-    gw_b.emplace(lab.topo, Node::kGatewayB, pin_path(lab.opts.prefix, Node::kGatewayB),
-                 gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel));
+    Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel);
+    Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel);
+    // RoCE into the uplink's priority class; gateway B's egress on wan0
+    // (ACKs, NAKs, CNPs) gets the same, as a symmetric deployment would.
+    if (lab.uplink_scheduler) cfg_a.skb_priority = cfg_b.skb_priority = HtbScheduler::kPriorityClassId;
+    gw_a.emplace(lab.topo, Node::kGatewayA, pin_path(lab.opts.prefix, Node::kGatewayA), cfg_a);
+    gw_b.emplace(lab.topo, Node::kGatewayB, pin_path(lab.opts.prefix, Node::kGatewayB), cfg_b);
     for (Exporter* e : lab.exporters)
       for (const char* hook : {"tc_egress", "xdp_ingress"}) e->set_attach_state("wan0", hook, true);
     for (const auto* g : {&*gw_a, &*gw_b})
@@ -256,20 +262,25 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   }
   check_stop();
 
-  std::unique_ptr<BulkTraffic> bulk;
+  std::unique_ptr<BulkTraffic> bulk, uplink_bulk_traffic;
   if (lab.scheduler) {
     std::filesystem::create_directories(lab.dir + "/bulk");
     const auto warmup_s = std::chrono::duration_cast<std::chrono::seconds>(kBulkWarmup).count();
-    bulk = std::make_unique<BulkTraffic>(lab.topo, lab.dir + "/bulk", p.name, lab.opts.bulk_streams,
-                                         lab.opts.duration_s + static_cast<unsigned>(warmup_s));
-    std::cout << "   bulk TCP: iperf3, " << lab.opts.bulk_streams << " streams from the bulk namespace to host B, "
-              << warmup_s << " s ahead of the RoCE traffic\n"
+    const unsigned bulk_s = lab.opts.duration_s + static_cast<unsigned>(warmup_s);
+    bulk = std::make_unique<BulkTraffic>(lab.topo, far_side_bulk(lab.topo), lab.dir + "/bulk", p.name,
+                                         lab.opts.bulk_streams, bulk_s);
+    uplink_bulk_traffic = std::make_unique<BulkTraffic>(lab.topo, uplink_bulk(lab.topo), lab.dir + "/bulk",
+                                                        p.name + "-uplink", lab.opts.bulk_streams, bulk_s);
+    std::cout << "   bulk TCP: iperf3, " << lab.opts.bulk_streams << " streams from the bulk namespace to host B and "
+              << lab.opts.bulk_streams << " from bulk sender A to the WAN router, " << warmup_s
+              << " s ahead of the RoCE traffic\n"
               << std::flush;
     for (auto waited = 0ms; waited < kBulkWarmup; waited += 100ms) {
       check_stop();
       std::this_thread::sleep_for(100ms);
     }
     lab.scheduler_base = lab.scheduler->stats();
+    lab.uplink_scheduler_base = lab.uplink_scheduler->stats();
   }
   Snapshot wan_base = take_snapshot(lab, 0, {}, {}, {}, nullptr, nullptr);
   auto captures = start_captures(lab.topo, lab.dir, p.name, lab.opts.pcap_seconds);
@@ -378,16 +389,19 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     }
   }
   p.pcaps = finish_captures(captures, lab.dir);
-  if (bulk) {
-    // The client ends on its own about when the RoCE traffic did. Bounded:
-    // the phase's duration and 15 s more.
-    for (auto waited = 0ms; waited < lab.opts.duration_s * 1000ms + 15s && !bulk->wait(100ms); waited += 100ms)
-      check_stop();
-    p.bulk = bulk->result();
-    p.bulk_log = "bulk/" + bulk->client_log();
-    if (!std::filesystem::exists(lab.dir + "/" + p.bulk_log)) p.bulk_log.clear();
-    bulk.reset();
-  }
+  // The clients end on their own about when the RoCE traffic did.
+  // Bounded: the phase's duration and 15 s more, for both.
+  auto bulk_deadline = std::chrono::steady_clock::now() + lab.opts.duration_s * 1000ms + 15s;
+  auto finish_bulk = [&](std::unique_ptr<BulkTraffic>& b, std::optional<BulkResult>& result, std::string& log) {
+    if (!b) return;
+    while (std::chrono::steady_clock::now() < bulk_deadline && !b->wait(100ms)) check_stop();
+    result = b->result();
+    log = "bulk/" + b->client_log();
+    if (!std::filesystem::exists(lab.dir + "/" + log)) log.clear();
+    b.reset();
+  };
+  finish_bulk(bulk, p.bulk, p.bulk_log);
+  finish_bulk(uplink_bulk_traffic, p.uplink_bulk, p.uplink_bulk_log);
   if (with)
     for (Exporter* e : lab.exporters)
       for (const char* hook : {"tc_egress", "xdp_ingress"}) e->set_attach_state("wan0", hook, false);
@@ -416,8 +430,11 @@ int run_lab(const LabOptions& opts) {
     throw Error("lab: --scenario is congestion or bleach", kExitUsage);
   const bool congestion = opts.scenario == "congestion";
   const SchedulerConfig scheduler_cfg{opts.link_mbit, opts.priority_mbit, opts.queue_packets};
+  const SchedulerConfig uplink_cfg{opts.uplink_mbit, opts.uplink_priority_mbit, opts.queue_packets};
   if (congestion && (opts.priority_mbit == 0 || opts.priority_mbit >= opts.link_mbit))
     throw Error("lab: --priority-rate is above 0 and below --link-rate", kExitUsage);
+  if (congestion && (opts.uplink_priority_mbit == 0 || opts.uplink_priority_mbit >= opts.uplink_mbit))
+    throw Error("lab: --uplink-priority-rate is above 0 and below --uplink-rate", kExitUsage);
   if (congestion && (opts.queue_packets == 0 || opts.bulk_streams == 0 || opts.sender_mbit == 0))
     throw Error("lab: --queue, --bulk-streams and --host-rate are at least 1", kExitUsage);
   spdlog::set_level(opts.verbose ? spdlog::level::debug : spdlog::level::warn);
@@ -429,6 +446,7 @@ int run_lab(const LabOptions& opts) {
   settings.scenario = opts.scenario;
   if (congestion) {
     settings.scheduler = scheduler_cfg;
+    settings.uplink_scheduler = uplink_cfg;
     settings.bulk_streams = opts.bulk_streams;
     settings.sender_mbit = opts.sender_mbit;
   }
@@ -449,22 +467,27 @@ int run_lab(const LabOptions& opts) {
   remove_stale_pins(opts.prefix);
 
   std::cout << "roceguard lab: host A -- gateway A == lossy WAN == gateway B -- host B"
-            << (congestion ? " <- bulk TCP" : "") << " (network namespaces " << opts.prefix << "-" << getpid()
+            << (congestion ? ", bulk TCP at both gateways" : "") << " (network namespaces " << opts.prefix << "-" << getpid()
             << "-*)\n"
             << std::flush;
   Topology topo(opts.prefix, congestion);
   topo.check_path();
   check_stop();
-  std::optional<DscpScheduler> scheduler;
+  std::optional<HtbScheduler> scheduler, uplink_scheduler;
   std::optional<SenderLineRate> line_rate;
   if (congestion) {
-    scheduler.emplace(topo, scheduler_cfg);
+    scheduler.emplace(topo, Node::kGatewayB, kFarSidePort, scheduler_cfg, PriorityMatch::kDscp46);
+    uplink_scheduler.emplace(topo, Node::kGatewayA, kUplink, uplink_cfg, PriorityMatch::kSkbPriority);
     line_rate.emplace(topo, opts.sender_mbit, opts.qps * SenderConfig{}.window);
-    std::cout << "host A sends at up to " << opts.sender_mbit << " Mbit/s (its line rate); congestion at gateway B's " << DscpScheduler::kInterface << " (towards host B): "
+    std::cout << "host A sends at up to " << opts.sender_mbit << " Mbit/s (its line rate); congestion at gateway B's " << scheduler->interface() << " (towards host B): "
               << scheduler_cfg.link_mbit << " Mbit/s, DSCP 46 guaranteed " << scheduler_cfg.priority_mbit
               << " Mbit/s, best effort " << scheduler_cfg.link_mbit - scheduler_cfg.priority_mbit
               << " Mbit/s, each may borrow up to the link rate; " << scheduler_cfg.queue_packets
               << "-packet buffer per class\n"
+              << "and at gateway A's " << uplink_scheduler->interface() << " (its uplink): " << uplink_cfg.link_mbit
+              << " Mbit/s, class 1:10 (skb->priority 0x10010, what roceguard sets for RoCE) guaranteed "
+              << uplink_cfg.priority_mbit << " Mbit/s, best effort " << uplink_cfg.link_mbit - uplink_cfg.priority_mbit
+              << " Mbit/s, same buffers\n"
               << std::flush;
   }
 
@@ -505,7 +528,8 @@ int run_lab(const LabOptions& opts) {
   Wan wan(topo.netns(Node::kWan), {"to-a", "to-b"},
           rg_wan_config{loss_ppm, ce_ppm, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});
 
-  Lab lab{opts, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}, scheduler ? &*scheduler : nullptr, {}};
+  Lab lab{opts, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}, scheduler ? &*scheduler : nullptr, {},
+          uplink_scheduler ? &*uplink_scheduler : nullptr, {}};
   std::vector<bool> phases;
   if (opts.mode != "with") phases.push_back(false);
   if (opts.mode != "without") phases.push_back(true);
@@ -525,6 +549,7 @@ int run_lab(const LabOptions& opts) {
   for (const auto& f : write_report(dir, settings, results)) lab.files.push_back(f);
   for (const auto& p : results) {
     if (!p.bulk_log.empty()) lab.files.push_back(p.bulk_log);
+    if (!p.uplink_bulk_log.empty()) lab.files.push_back(p.uplink_bulk_log);
     for (const auto& f : p.pcaps) lab.files.push_back(f);
   }
   std::cout << "\nreport in " << std::filesystem::absolute(dir).string() << ":\n";

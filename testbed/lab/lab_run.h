@@ -2,7 +2,8 @@
 // RoCE v2 generator across it without and with roceguard on the gateways,
 // shows each second as it happens and writes a report directory. In the
 // congestion scenario gateway B's port to host B is a rate-limited,
-// DSCP-scheduled link shared with bulk TCP (lab/congestion.h). Everything
+// DSCP-scheduled link shared with bulk TCP, and so is gateway A's uplink,
+// scheduled by skb->priority (lab/congestion.h). Everything
 // it creates (namespaces, attachments, pins, captures, iperf3) is removed on
 // return, on error and on SIGINT/SIGTERM/SIGHUP.
 #pragma once
@@ -33,7 +34,10 @@ struct LabOptions {
   unsigned link_mbit = 200;
   unsigned priority_mbit = 125;
   unsigned queue_packets = 32;
-  unsigned bulk_streams = 4;
+  unsigned bulk_streams = 4;  // each bulk sender's
+  // Congestion scenario: gateway A's uplink, HTB class 1:10 chosen by skb->priority.
+  unsigned uplink_mbit = 200;
+  unsigned uplink_priority_mbit = 125;
 };
 
 // Pin directories <prefix>-<pid>-<node> of runs that died without cleaning

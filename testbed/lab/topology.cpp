@@ -36,7 +36,10 @@ constexpr Link kLinks[] = {
     {Node::kWan, "to-b", Node::kGatewayB, "wan0"},
     {Node::kGatewayB, "lan0", Node::kHostB, "eth0"},
 };
-constexpr Link kBulkLink{Node::kBulk, "eth0", Node::kGatewayB, "bulk0"};
+constexpr Link kBulkLinks[] = {
+    {Node::kBulk, "eth0", Node::kGatewayB, "bulk0"},
+    {Node::kBulkA, "eth0", Node::kGatewayA, "bulk0"},
+};
 
 }  // namespace
 
@@ -48,6 +51,7 @@ std::string_view node_suffix(Node n) {
     case Node::kGatewayB: return "gwB";
     case Node::kHostB: return "hB";
     case Node::kBulk: return "bulk";
+    case Node::kBulkA: return "bulkA";
   }
   return "?";
 }
@@ -77,13 +81,14 @@ NetnsGuard::~NetnsGuard() {
   close(saved_fd_);
 }
 
-Topology::Topology(const std::string& prefix, bool bulk_sender) : bulk_sender_(bulk_sender) {
+Topology::Topology(const std::string& prefix, bool bulk_senders) : bulk_senders_(bulk_senders) {
   for (Node n : kNodes)
     names_[static_cast<size_t>(n)] =
         prefix + "-" + std::to_string(getpid()) + "-" + std::string(node_suffix(n));
-  if (bulk_sender_)
-    names_[static_cast<size_t>(Node::kBulk)] =
-        prefix + "-" + std::to_string(getpid()) + "-" + std::string(node_suffix(Node::kBulk));
+  if (bulk_senders_)
+    for (Node n : {Node::kBulk, Node::kBulkA})
+      names_[static_cast<size_t>(n)] =
+          prefix + "-" + std::to_string(getpid()) + "-" + std::string(node_suffix(n));
   try {
     build();
   } catch (...) {
@@ -95,13 +100,14 @@ Topology::Topology(const std::string& prefix, bool bulk_sender) : bulk_sender_(b
 Topology::~Topology() { destroy(); }
 
 const std::string& Topology::netns(Node n) const {
-  if (n == Node::kBulk && !bulk_sender_) throw Error("this lab topology has no bulk sender");
+  if ((n == Node::kBulk || n == Node::kBulkA) && !bulk_senders_)
+    throw Error("this lab topology has no bulk senders");
   return names_[static_cast<size_t>(n)];
 }
 
 void Topology::build() {
   std::vector<Link> links(std::begin(kLinks), std::end(kLinks));
-  if (bulk_sender_) links.push_back(kBulkLink);
+  if (bulk_senders_) links.insert(links.end(), std::begin(kBulkLinks), std::end(kBulkLinks));
   for (const auto& ns : names_) {
     if (ns.empty()) continue;
     run_checked({"ip", "netns", "add", ns});
@@ -130,10 +136,13 @@ void Topology::build() {
       {Node::kGatewayB, "lan0", std::string(a.gw_b_lan4) + "/24", std::string(a.gw_b_lan6) + "/64"},
       {Node::kHostB, "eth0", std::string(a.host_b4) + "/24", std::string(a.host_b6) + "/64"},
   };
-  if (bulk_sender_) {
+  if (bulk_senders_) {
     addrs.push_back({Node::kGatewayB, "bulk0", std::string(a.gw_b_bulk4) + "/30",
                      std::string(a.gw_b_bulk6) + "/64"});
     addrs.push_back({Node::kBulk, "eth0", std::string(a.bulk4) + "/30", std::string(a.bulk6) + "/64"});
+    addrs.push_back({Node::kGatewayA, "bulk0", std::string(a.gw_a_bulk4) + "/30",
+                     std::string(a.gw_a_bulk6) + "/64"});
+    addrs.push_back({Node::kBulkA, "eth0", std::string(a.bulk_a4) + "/30", std::string(a.bulk_a6) + "/64"});
   }
   for (const auto& ia : addrs) {
     const std::string& ns = netns(ia.n);
@@ -170,16 +179,22 @@ void Topology::build() {
       {Node::kHostB, "default", a.gw_b_lan4},
       {Node::kHostB, "default", a.gw_b_lan6},
   };
-  if (bulk_sender_) {
+  if (bulk_senders_) {
     routes.push_back({Node::kBulk, "default", a.gw_b_bulk4});
     routes.push_back({Node::kBulk, "default", a.gw_b_bulk6});
+    routes.push_back({Node::kBulkA, "default", a.gw_a_bulk4});
+    routes.push_back({Node::kBulkA, "default", a.gw_a_bulk6});
+    routes.push_back({Node::kWan, "198.51.100.12/30", a.gw_a_wan4});
+    routes.push_back({Node::kWan, "2001:db8:d::/64", a.gw_a_wan6});
     // veth hands TCP to the next hop as 64 KB GSO/GRO aggregates; a queue
     // limited in packets would then hold megabytes. Segments of wire size
-    // make gateway B's queues count what a switch port counts.
-    run_checked({"ip", "netns", "exec", netns(Node::kBulk), "ethtool", "-K", "eth0", "tso", "off",
-                 "gso", "off", "gro", "off"});
-    run_checked({"ip", "netns", "exec", netns(Node::kGatewayB), "ethtool", "-K", "bulk0", "tso", "off",
-                 "gso", "off", "gro", "off"});
+    // make the gateways' queues count what a switch port counts.
+    for (const auto& l : kBulkLinks) {
+      run_checked({"ip", "netns", "exec", netns(l.a), "ethtool", "-K", l.a_if, "tso", "off", "gso", "off",
+                   "gro", "off"});
+      run_checked({"ip", "netns", "exec", netns(l.b), "ethtool", "-K", l.b_if, "tso", "off", "gso", "off",
+                   "gro", "off"});
+    }
   }
   for (const auto& r : routes) {
     bool v6 = r.via.find(':') != std::string::npos;

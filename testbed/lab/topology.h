@@ -1,22 +1,27 @@
-// The lab network: five network namespaces joined by veth pairs,
+// The lab network: five network namespaces (seven with the bulk senders)
+// joined by veth pairs,
 //
 //   host A ── gateway A ══ WAN router ══ gateway B ── host B
 //   eth0     lan0   wan0   to-a  to-b    wan0   lan0   eth0
-//                                        bulk0
-//                                          │
-//                                     bulk sender (optional)
-//                                         eth0
+//            bulk0                       bulk0
+//              │                           │
+//        bulk sender A                bulk sender     (both optional)
+//            eth0                        eth0
 //
 // with static routes so host A reaches host B through both gateways. The WAN
 // router is where testbed/wan/wan.bpf.c runs; roceguard runs on the gateways.
 // The bulk sender is a cloud-side neighbour of host B: its traffic shares
-// gateway B's lan0 with the RoCE traffic and never crosses the WAN.
+// gateway B's lan0 with the RoCE traffic and never crosses the WAN. Bulk
+// sender A is a fabric-side neighbour of gateway A whose traffic goes to the
+// WAN router itself: it shares gateway A's wan0 (the uplink) with the RoCE
+// traffic and reaches neither gateway B nor host B.
 // Only documentation prefixes are used:
 //
 //   host A side  192.0.2.0/24       2001:db8:1::/64
 //   A-WAN link   198.51.100.0/30    2001:db8:a::/64
 //   WAN-B link   198.51.100.4/30    2001:db8:b::/64
 //   bulk-B link  198.51.100.8/30    2001:db8:c::/64
+//   bulk-A link  198.51.100.12/30   2001:db8:d::/64
 //   host B side  203.0.113.0/24     2001:db8:2::/64
 #pragma once
 
@@ -27,11 +32,11 @@
 
 namespace rg::lab {
 
-enum class Node { kHostA = 0, kGatewayA, kWan, kGatewayB, kHostB, kBulk };
+enum class Node { kHostA = 0, kGatewayA, kWan, kGatewayB, kHostB, kBulk, kBulkA };
 // The path from host A to host B, present in every topology.
 inline constexpr std::array<Node, 5> kNodes{Node::kHostA, Node::kGatewayA, Node::kWan,
                                             Node::kGatewayB, Node::kHostB};
-std::string_view node_suffix(Node n);  // "hA", "gwA", "wan", "gwB", "hB", "bulk"
+std::string_view node_suffix(Node n);  // "hA", "gwA", "wan", "gwB", "hB", "bulk", "bulkA"
 
 // The thread that constructs it enters the network namespace; the destructor
 // returns it to where it was. Sockets opened meanwhile stay in the namespace
@@ -68,21 +73,25 @@ struct Addresses {
   const char* bulk4 = "198.51.100.10";
   const char* gw_b_bulk6 = "2001:db8:c::1";
   const char* bulk6 = "2001:db8:c::2";
+  const char* gw_a_bulk4 = "198.51.100.13";
+  const char* bulk_a4 = "198.51.100.14";
+  const char* gw_a_bulk6 = "2001:db8:d::1";
+  const char* bulk_a6 = "2001:db8:d::2";
 };
 
 class Topology {
  public:
   // Namespaces are named <prefix>-<pid>-<node>. Builds everything (with
-  // bulk_sender, the sixth namespace too) or, on any failure, removes what
-  // it built and throws rg::Error.
-  explicit Topology(const std::string& prefix, bool bulk_sender = false);
+  // bulk_senders, the two bulk senders' namespaces too) or, on any failure,
+  // removes what it built and throws rg::Error.
+  explicit Topology(const std::string& prefix, bool bulk_senders = false);
   ~Topology();
   Topology(const Topology&) = delete;
   Topology& operator=(const Topology&) = delete;
 
-  // Throws rg::Error for the bulk sender of a topology built without it.
+  // Throws rg::Error for a bulk sender of a topology built without them.
   const std::string& netns(Node n) const;
-  bool has_bulk_sender() const { return bulk_sender_; }
+  bool has_bulk_senders() const { return bulk_senders_; }
   const Addresses& addr() const { return addr_; }
   int ifindex(Node n, const std::string& ifname) const;
   std::string mac(Node n, const std::string& ifname) const;
@@ -110,8 +119,8 @@ class Topology {
   void build();
   void destroy() noexcept;
 
-  std::array<std::string, 6> names_;
-  bool bulk_sender_ = false;
+  std::array<std::string, 7> names_;
+  bool bulk_senders_ = false;
   Addresses addr_;
   std::vector<std::string> created_;
 };

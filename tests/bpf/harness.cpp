@@ -184,14 +184,18 @@ Dataplane::~Dataplane() {
   roceguard__destroy(skel_);
 }
 
-Verdict Dataplane::tc(const Bytes& in, uint32_t repeat) {
+Verdict Dataplane::tc(const Bytes& in, uint32_t repeat) { return run_tc(in, repeat, 0); }
+
+Verdict Dataplane::tc_with_priority(const Bytes& in, uint32_t skb_priority) { return run_tc(in, 1, skb_priority); }
+
+Verdict Dataplane::run_tc(const Bytes& in, uint32_t repeat, uint32_t skb_priority) {
   Bytes buf(in.size() + 512);
   TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_tc_egress), false, dev_ifindex(), in, buf,
-                             repeat);
+                             repeat, skb_priority);
   if (r.err) throw std::runtime_error("test_run tc: " + std::string(std::strerror(-r.err)));
   buf.resize(r.size_out);
   Capture::current().record(buf);
-  return {r.retval, buf};
+  return {r.retval, buf, r.skb_priority};
 }
 
 Verdict Dataplane::xdp(const Bytes& in, uint32_t repeat) {

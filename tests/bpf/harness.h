@@ -65,6 +65,7 @@ rg_config test_config();
 struct Verdict {
   uint32_t ret = 0;
   Bytes out;
+  uint32_t skb_priority = 0;  // tc: skb->priority as the program left it
 };
 
 // Counter values that are not zero, by event name (readable when a test fails).
@@ -81,6 +82,8 @@ class Dataplane {
   // many times on the frame in one syscall (the output is the last run's).
   Verdict tc(const Bytes& in, uint32_t repeat = 1);
   Verdict xdp(const Bytes& in, uint32_t repeat = 1);
+  // rg_tc_egress on a packet the stack gave skb_priority.
+  Verdict tc_with_priority(const Bytes& in, uint32_t skb_priority);
 
   // Tunnel configuration, written as the loader would.
   void peer(uint32_t idx, const std::string& local, const std::string& remote, uint32_t vni,
@@ -107,6 +110,8 @@ class Dataplane {
   roceguard* skel() const { return skel_; }
 
  private:
+  Verdict run_tc(const Bytes& in, uint32_t repeat, uint32_t skb_priority);
+
   roceguard* skel_ = nullptr;
   std::unique_ptr<MapReader> reader_;
 };

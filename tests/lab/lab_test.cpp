@@ -1,7 +1,8 @@
 // `roceguard lab` end to end: the report it promises exists and says what
 // the lab is for (DSCP 46 at host B with roceguard, none without; in the
-// congestion scenario, RoCE in gateway B's priority class only with
-// roceguard), and it leaves nothing behind, also when interrupted.
+// congestion scenario, RoCE in gateway B's priority class and in gateway A's
+// uplink priority class only with roceguard), and it leaves nothing behind,
+// also when interrupted.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -193,11 +195,25 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
       std::this_thread::sleep_for(100ms);
     }
     ASSERT_TRUE(bulk_started) << read(log);
+    const std::string run_prefix = prefix() + "-" + std::to_string(lab.pid()) + "-";
     auto ns = rg::lab::run({"ip", "netns", "list"});
-    EXPECT_NE(ns.out.find(prefix() + "-" + std::to_string(lab.pid()) + "-bulk"), std::string::npos) << ns.out;
+    EXPECT_NE(ns.out.find(run_prefix + "bulk"), std::string::npos) << ns.out;
+    EXPECT_NE(ns.out.find(run_prefix + "bulkA"), std::string::npos) << ns.out;
     auto iperf = processes_mentioning(report + "/bulk/");
-    EXPECT_GE(iperf.size(), 2u) << "an iperf3 server at host B and a client in the bulk namespace";
+    EXPECT_GE(iperf.size(), 4u) << "a server and a client for each bulk sender";
     for (const auto& p : iperf) EXPECT_NE(p.find("iperf3"), std::string::npos) << p;
+    // Gateway A's uplink: HTB whose class 1:10 is picked by skb->priority
+    // alone, so it has no filters.
+    // (tc prints classes as text only: "class htb 1:10 parent 1:1 ...".)
+    auto classes = rg::lab::run({"tc", "-n", run_prefix + "gwA", "class", "show", "dev", "wan0"});
+    ASSERT_EQ(classes.status, 0) << classes.err;
+    std::set<std::string> htb_classes;
+    std::istringstream class_lines(classes.out);
+    for (std::string kind, type, handle, rest; class_lines >> kind >> type >> handle && std::getline(class_lines, rest);)
+      if (kind == "class" && type == "htb") htb_classes.insert(handle);
+    EXPECT_EQ(htb_classes, (std::set<std::string>{"1:1", "1:10", "1:20"})) << classes.out;
+    auto filters = rg::lab::run({"tc", "-n", run_prefix + "gwA", "filter", "show", "dev", "wan0"});
+    EXPECT_EQ(filters.out, "") << "the uplink classifies by skb->priority, not by filters";
     status = lab.wait(300s);
   }
   ASSERT_EQ(status, 0) << read(log);
@@ -212,17 +228,24 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   const json& congestion = j["settings"]["congestion"];
   EXPECT_GT(congestion["priority_mbit"].get<unsigned>(), 0u);
   EXPECT_LT(congestion["priority_mbit"].get<unsigned>(), congestion["link_mbit"].get<unsigned>());
+  EXPECT_EQ(congestion["uplink"]["skb_priority"].get<uint32_t>(), 0x10010u) << congestion;
   for (const char* phase : {"without", "with"}) {
     const json& p = j["phases"][phase];
     const json& sched = p["totals"]["scheduler_gw_b"];
+    const json& uplink = p["totals"]["scheduler_gw_a"];
     for (const char* cls : {"priority", "best_effort"})
-      for (const char* field : {"packets", "bytes", "dropped"})
+      for (const char* field : {"packets", "bytes", "dropped"}) {
         EXPECT_TRUE(sched[cls].contains(field)) << phase << " " << cls << " " << field;
+        EXPECT_TRUE(uplink[cls].contains(field)) << phase << " uplink " << cls << " " << field;
+      }
     EXPECT_FALSE(p["seconds"].empty()) << phase;
     EXPECT_TRUE(p["seconds"][0].contains("scheduler_gw_b")) << phase;
-    // The bulk TCP ran in every phase through the best-effort class.
+    EXPECT_TRUE(p["seconds"][0].contains("scheduler_gw_a")) << phase;
+    // The bulk TCP ran in every phase through both best-effort classes.
     EXPECT_GT(sched["best_effort"]["packets"].get<uint64_t>(), 0u) << phase;
+    EXPECT_GT(uplink["best_effort"]["packets"].get<uint64_t>(), 0u) << phase;
     EXPECT_TRUE(fs::exists(report + "/" + p["bulk"]["log"].get<std::string>())) << p["bulk"];
+    EXPECT_TRUE(fs::exists(report + "/" + p["bulk_uplink"]["log"].get<std::string>())) << p["bulk_uplink"];
     ASSERT_GT(p["receiver"]["packets"].get<uint64_t>(), 0u) << phase;
   }
   // Bleached RoCE never reaches the priority class; with roceguard every
@@ -233,14 +256,30 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   EXPECT_EQ(with["receiver"]["dscp"].value("46", uint64_t{0}), with["receiver"]["packets"].get<uint64_t>());
   EXPECT_GE(with["totals"]["scheduler_gw_b"]["priority"]["packets"].get<uint64_t>(),
             with["receiver"]["packets"].get<uint64_t>());
+  // At gateway A nothing but roceguard's skb->priority selects the priority
+  // class: empty without it; with it, every RoCE packet host B received
+  // left gateway A through it, and nothing but host A's RoCE did (the bulk
+  // TCP stays in best effort).
+  EXPECT_EQ(j["phases"]["without"]["totals"]["scheduler_gw_a"]["priority"]["packets"].get<uint64_t>(), 0u);
+  const uint64_t uplink_priority = with["totals"]["scheduler_gw_a"]["priority"]["packets"].get<uint64_t>();
+  EXPECT_GE(uplink_priority, with["receiver"]["packets"].get<uint64_t>());
+  EXPECT_LE(uplink_priority, with["sender"]["packets"].get<uint64_t>());
 
   const std::string summary = read(report + "/summary.txt");
   for (const char* row : {"gw B priority class (46): dropped", "gw B best-effort class: dropped",
-                          "bulk TCP goodput at host B, Mbit/s"})
+                          "bulk TCP goodput at host B, Mbit/s", "gw A uplink priority (1:10): dropped",
+                          "gw A uplink best effort: dropped", "uplink bulk TCP goodput, Mbit/s"})
     EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
   const std::string csv = read(report + "/counters.csv");
   EXPECT_NE(csv.find("sched_priority_dropped_gw_b,sched_best_effort_sent_gw_b,sched_best_effort_dropped_gw_b"),
             std::string::npos);
+  EXPECT_NE(csv.find("sched_priority_sent_gw_a,sched_priority_dropped_gw_a,sched_best_effort_sent_gw_a,"
+                     "sched_best_effort_dropped_gw_a"),
+            std::string::npos);
+  const std::string drops = read(report + "/charts/drops-per-class.dat");
+  for (const char* cls : {"gw A uplink: priority (1:10)", "gw A uplink: best effort", "gw B: priority (DSCP 46)",
+                          "gw B: best effort"})
+    EXPECT_NE(drops.find(cls), std::string::npos) << cls << "\n" << drops;
   expect_nothing_left(report);
 }
 

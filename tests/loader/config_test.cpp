@@ -494,5 +494,17 @@ vni = 2
   EXPECT_TRUE(offline.ok());
 }
 
+// dataplane.skb_priority: 0 (the default) leaves skb->priority alone; any
+// u32 reaches the programs, an HTB class id written in hex as TOML allows.
+TEST(SkbPriority, DefaultZeroAnyU32ReachesRodata) {
+  EXPECT_EQ(Config{}.rodata().skb_priority, 0u);
+  EXPECT_EQ(parse_ok("[dataplane]\nskb_priority = 0x10010\n").rodata().skb_priority, 0x10010u);
+  EXPECT_EQ(parse_ok("[dataplane]\nskb_priority = 0xffffffff\n").rodata().skb_priority, 0xffffffffu);
+  auto errs = errors_of("[dataplane]\nskb_priority = 0x100000000\n");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0], "dataplane.skb_priority: 4294967296 is out of range 0..4294967295");
+  EXPECT_EQ(errors_of("[dataplane]\nskb_priority = -1\n").size(), 1u);
+}
+
 }  // namespace
 }  // namespace rg
