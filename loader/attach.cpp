@@ -19,6 +19,7 @@
 #include "error.h"
 #include "map_writer.h"
 #include "maps.h"
+#include "pause_point.h"
 
 namespace rg {
 namespace {
@@ -213,6 +214,7 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
         st.interfaces.emplace_back().name = name;
         continue;
       }
+      if (!st.interfaces.empty()) pause_point("attach-between-interfaces");
       IfaceState is = attach_interface(name, force, undo);
       spdlog::info("attached to {} (ifindex {}): xdp {} id {}, tc egress handle {:#x} prio {} id {}", name,
                    is.ifindex, is.xdp_mode, is.xdp_prog_id, is.tc_handle, is.tc_priority, is.tc_prog_id);

@@ -34,6 +34,8 @@ void add_stats_commands(CLI::App& app);
 void add_config_commands(CLI::App& app);
 // nic show | apply | env (cli_nic.cpp)
 void add_nic_commands(CLI::App& app);
+// doctor: host checks (cli_doctor.cpp)
+void add_doctor_command(CLI::App& app);
 // lab: execs the test bed's roceguard-lab (cli_lab_exec.cpp)
 void add_lab_command(CLI::App& app);
 

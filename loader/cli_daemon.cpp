@@ -13,6 +13,7 @@
 #include "daemon.h"
 #include "error.h"
 #include "hooks.h"
+#include "log.h"
 #include "maps.h"
 #include "pin_scope.h"
 #include "state.h"
@@ -26,6 +27,7 @@ struct LoadFlags {
   bool reset_state = false;
   bool force = false;
   bool verbose = false;
+  bool json = false;  // attach only
   OptionFlags options;
 
   ConfigSources sources() const { return {config, options.given(), true}; }
@@ -52,7 +54,7 @@ void add_load_flags(CLI::App* sub, LoadFlags& f) {
 }
 
 void set_verbosity(bool verbose) {
-  spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::info);
+  raise_log_level_for_verbose(verbose);
   setup_bpf_logging();
 }
 
@@ -60,7 +62,19 @@ void cmd_attach(const LoadFlags& f) {
   StopSignals signals;
   set_verbosity(f.verbose);
   Config cfg = load_config(f.sources());
+  if (!cfg.attach_dataplane)
+    throw Error("dataplane.attach is false (exporter only): attach has nothing to do; `run` exports the NIC half",
+                kExitUsage);
   State st = attach(cfg, f.pin_path, f.reset_state, f.force);
+  if (f.json) {
+    nlohmann::json ifs = nlohmann::json::array();
+    for (const auto& is : st.interfaces)
+      ifs.push_back({{"name", is.name}, {"ifindex", is.ifindex}, {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}}},
+                     {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id}}}});
+    std::cout << nlohmann::json({{"pin_path", f.pin_path}, {"config_hash", st.config_hash}, {"interfaces", ifs}}).dump(2)
+              << "\n";
+    return;
+  }
   std::cout << "attached to " << st.interfaces.size() << " interface(s); maps pinned under " << f.pin_path << "\n";
 }
 
@@ -71,10 +85,20 @@ void cmd_run(const LoadFlags& f) {
   run_daemon(cfg, f.pin_path, f.reset_state, f.force, signals);
 }
 
-void cmd_detach(const std::string& pin_path, const std::vector<std::string>& only, bool verbose) {
+void cmd_detach(const std::string& pin_path, const std::vector<std::string>& only, bool verbose, bool json) {
   StopSignals signals;
   set_verbosity(verbose);
-  DetachResult r = detach(pin_path, only, [](const std::string& line) { std::cout << line << "\n"; });
+  nlohmann::json lines = nlohmann::json::array();
+  DetachResult r = detach(pin_path, only, [&](const std::string& line) {
+    if (json) lines.push_back(line);
+    else std::cout << line << "\n";
+  });
+  if (json) {
+    std::cout << nlohmann::json({{"pin_path", pin_path}, {"removed", lines}, {"programs_removed", r.programs_removed},
+                                 {"pins_removed", r.pins_removed}}).dump(2)
+              << "\n";
+    return;
+  }
   if (r.pins_removed) std::cout << "removed the pinned maps under " << pin_path << "\n";
   if (!r.programs_removed) std::cout << "no roceguard program was attached\n";
 }
@@ -84,6 +108,19 @@ std::string ifname_of(int ifindex) {
   return if_indextoname(static_cast<unsigned>(ifindex), buf) ? buf : "";
 }
 
+// What keeps an interface's entry from being healthy, "" when nothing does.
+std::string interface_problem(const nlohmann::json& i) {
+  const std::string name = i["name"].get<std::string>();
+  if (!i["present"].get<bool>()) return name + ": configured but not present";
+  std::string missing;
+  if (!i["xdp"]["attached"].get<bool>()) missing = "XDP ingress";
+  if (!i["tc"]["attached"].get<bool>()) missing += (missing.empty() ? "" : " and ") + std::string("TC egress");
+  return missing.empty() ? "" : name + ": " + missing + " program not attached";
+}
+
+// Exit code: 0 when every configured interface has both programs, 5
+// (kExitUnhealthy) otherwise, 3 when nothing is recorded: a health check
+// needs no parsing.
 void cmd_status(const std::string& pin_path, bool json) {
   auto st = read_state(pin_path);
   if (!st) throw Error("roceguard is not attached with pin path " + pin_path + " (no attach record)", kExitNotFound);
@@ -96,6 +133,7 @@ void cmd_status(const std::string& pin_path, bool json) {
   out["config"] = st->config;
   HookOwner owner(pin_path);
   nlohmann::json ifs = nlohmann::json::array();
+  nlohmann::json problems = nlohmann::json::array();
   for (const auto& is : st->interfaces) {
     bool exists = ifname_of(is.ifindex) == is.name;
     ifs.push_back({{"name", is.name},
@@ -104,8 +142,12 @@ void cmd_status(const std::string& pin_path, bool json) {
                    {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}, {"attached", exists && xdp_present(owner, is)}}},
                    {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id},
                            {"attached", exists && tc_present(owner, is)}}}});
+    if (std::string why = interface_problem(ifs.back()); !why.empty()) problems.push_back(why);
   }
   out["interfaces"] = ifs;
+  out["healthy"] = problems.empty();
+  out["problems"] = problems;
+  if (!problems.empty()) exit_code() = kExitUnhealthy;
   nlohmann::json maps = nlohmann::json::array();
   MapReader reader(pin_path);
   for (const auto& u : reader.usage_all())
@@ -137,6 +179,10 @@ void cmd_status(const std::string& pin_path, bool json) {
                 m["entries"].get<unsigned>(), m["max_entries"].get<unsigned>(), fill);
   }
   std::cout << "\nconfig in force:\n" << st->config.dump(2) << "\n";
+  if (!problems.empty()) {
+    std::cout << "\nUNHEALTHY (exit code " << kExitUnhealthy << "):\n";
+    for (const auto& p : problems) std::cout << "  " << p.get<std::string>() << "\n";
+  }
 }
 
 }  // namespace
@@ -149,22 +195,26 @@ void add_daemon_commands(CLI::App& app) {
 
   auto* attach = app.add_subcommand("attach", "attach (or re-attach) and exit; programs stay attached");
   add_load_flags(attach, attach_flags);
+  attach->add_flag("--json", attach_flags.json, "print what was attached as JSON");
   attach->callback([] { cmd_attach(attach_flags); });
 
   static std::string detach_pin = kDefaultPinPath;
   static std::vector<std::string> detach_ifs;
-  static bool detach_verbose = false;
+  static bool detach_verbose = false, detach_json = false;
   auto* detach = app.add_subcommand("detach", "remove roceguard's programs and pinned maps (nothing else)");
   add_pin_path(detach, detach_pin);
   detach->add_option("-i,--interface", detach_ifs, "only these interfaces (keeps the maps)");
   add_verbose(detach, detach_verbose);
-  detach->callback([] { cmd_detach(detach_pin, detach_ifs, detach_verbose); });
+  detach->add_flag("--json", detach_json, "print what was removed as JSON");
+  detach->callback([] { cmd_detach(detach_pin, detach_ifs, detach_verbose, detach_json); });
 
   static std::string status_pin = kDefaultPinPath;
   static bool status_json = false;
   auto* status = app.add_subcommand("status", "what is attached where, program ids, map fill, config in force");
   add_pin_path(status, status_pin);
   status->add_flag("--json", status_json, "machine-readable output");
+  status->footer("exit code 0: every configured interface has both programs; 5: one is missing or not "
+                 "attached (see problems); 3: nothing attached with this pin path");
   status->callback([] { cmd_status(status_pin, status_json); });
 }
 

@@ -52,6 +52,9 @@ void add_lab_command(CLI::App& app) {
   // Every argument after `lab`, --help included, belongs to roceguard-lab.
   lab->prefix_command();
   lab->set_help_flag();
+  // Not even the global --log-* options: the app's fallthrough would hand
+  // --help and the rest to roceguard's own parser instead of the lab.
+  lab->fallthrough(false);
   lab->callback([lab] { exec_lab(lab->remaining()); });
 }
 

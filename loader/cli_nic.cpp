@@ -5,6 +5,9 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "config.h"
@@ -76,6 +79,13 @@ const char* status_tag(nic::StepReport::Status s) {
   return "?";
 }
 
+nlohmann::json outcome_json(const std::string& device, const nic::NicOutcome& outcome) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& step : outcome.steps)
+    steps.push_back({{"step", step.what}, {"status", status_tag(step.report.status)}, {"lines", step.report.lines}});
+  return {{"device", device}, {"steps", steps}, {"exit_code", outcome.exit_code}};
+}
+
 void report(const nic::NicOutcome& outcome) {
   for (const auto& step : outcome.steps) {
     std::cout << "  " << step.what << ": " << status_tag(step.report.status) << "\n";
@@ -88,10 +98,23 @@ void cmd_apply(const NicOptions& o) {
   auto devices = nic::select(nic::discover(), p.interfaces);
   if (devices.empty())
     throw Error(nic::no_device_message(p.interfaces) + "; nothing to apply", kExitNotFound);
-  std::cout << (o.dry_run ? "dry run: nothing is changed\n" : "") << "profile:\n";
-  for (const auto& line : nic::describe(p)) std::cout << "  " << line << "\n";
   nic::NicSystem sys;
   sys.state_dir = o.state_dir;
+  if (o.json) {
+    nlohmann::json out = {{"dry_run", o.dry_run}, {"profile", nic::describe(p)}, {"devices", nlohmann::json::array()}};
+    for (const auto& dev : devices) {
+      nic::NicOutcome outcome = nic::apply_device(dev, p, o.dry_run, sys);
+      out["devices"].push_back(outcome_json(dev.name, outcome));
+      if (outcome.exit_code) {
+        exit_code() = outcome.exit_code;
+        break;  // the next device waits until this one is sorted out
+      }
+    }
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  std::cout << (o.dry_run ? "dry run: nothing is changed\n" : "") << "profile:\n";
+  for (const auto& line : nic::describe(p)) std::cout << "  " << line << "\n";
   for (const auto& dev : devices) {
     std::cout << dev.name << " (" << (dev.driver.empty() ? "?" : dev.driver) << "):\n";
     nic::NicOutcome outcome = nic::apply_device(dev, p, o.dry_run, sys);
@@ -109,18 +132,32 @@ void cmd_revert(const NicOptions& o, const std::vector<std::string>& only) {
   sys.state_dir = o.state_dir;
   std::vector<std::string> names = only.empty() ? nic::saved_devices(sys) : only;
   if (names.empty()) throw Error("nothing to revert: no saved NIC values in " + o.state_dir, kExitNotFound);
+  nlohmann::json out = nlohmann::json::array();
   for (const auto& name : names) {
-    std::cout << name << ":\n";
+    if (!o.json) std::cout << name << ":\n";
     nic::NicOutcome outcome = nic::revert_device(name, sys);
-    report(outcome);
+    if (o.json) out.push_back(outcome_json(name, outcome));
+    else report(outcome);
     if (outcome.exit_code) exit_code() = outcome.exit_code;
   }
+  if (o.json) std::cout << nlohmann::json({{"devices", out}}).dump(2) << "\n";
 }
 
 void cmd_env(const NicOptions& o) {
   nic::Profile p = build_profile(o);
   auto devices = nic::select(nic::discover(), p.interfaces);
   std::string text = nic::render_env(p, devices);
+  if (o.json) {
+    // The variables render_env() writes, as an object; its comments stay out.
+    nlohmann::json vars = nlohmann::json::object();
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      const auto eq = line.find('=');
+      if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
+      vars[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    text = vars.dump(2) + "\n";
+  }
   if (o.output.empty() || o.output == "-") {
     std::cout << text;
     return;
@@ -148,6 +185,7 @@ void add_nic_commands(CLI::App& app) {
       "apply", "verbs self-test, then rdma_cm defaults, vendor lossy-RoCE features, PFC off, each gated on the last");
   add_profile_flags(apply, *opts);
   apply->add_flag("--dry-run", opts->dry_run, "print every change, touch nothing");
+  apply->add_flag("--json", opts->json, "each device's steps as JSON");
   apply->add_option("--state-dir", opts->state_dir, "where the values apply replaces are saved for `nic revert`")
       ->capture_default_str();
   apply->callback([opts] { cmd_apply(*opts); });
@@ -157,11 +195,13 @@ void add_nic_commands(CLI::App& app) {
   revert->add_option("device", revert_devices, "RDMA devices (default: every device apply changed)");
   revert->add_option("--state-dir", opts->state_dir, "where `nic apply` saved the values it replaced")
       ->capture_default_str();
+  revert->add_flag("--json", opts->json, "each device's steps as JSON");
   revert->callback([opts] { cmd_revert(*opts, revert_devices); });
 
   CLI::App* env = nic->add_subcommand("env", "environment for NCCL, UCX and libroceguard_qp.so");
   add_profile_flags(env, *opts);
   env->add_option("-o,--output", opts->output, "write to this file (systemd EnvironmentFile)");
+  env->add_flag("--json", opts->json, "the variables as one JSON object");
   env->callback([opts] { cmd_env(*opts); });
 }
 

@@ -74,6 +74,9 @@ struct Config {
   uint32_t tc_handle = kDefaultTcHandle;
   uint32_t tc_priority = kDefaultTcPriority;
   XdpMode xdp_mode = XdpMode::kNative;
+  // false: `run` attaches nothing and exports the NIC half only (hosts whose
+  // hardware RNIC sends RoCE past TC and XDP).
+  bool attach_dataplane = true;
 
   // [tunnel]
   uint32_t tunnel_mtu = RG_DEFAULT_TUNNEL_MTU;

@@ -22,6 +22,8 @@
 #include "error.h"
 #include "exporter.h"
 #include "hooks.h"
+#include "nic/apply.h"
+#include "pause_point.h"
 #include "pin_scope.h"
 
 namespace rg {
@@ -246,6 +248,31 @@ class Runner {
   std::map<std::string, uint32_t> mtu_seen_;
 };
 
+// `run` with dataplane.attach = false: nothing attached, nothing pinned, no
+// bpffs needed; the exporter serves the NIC counters and profile state.
+void run_exporter_only(const Config& cfg, const StopSignals& signals) {
+  ExporterOptions eo;
+  eo.listen = cfg.metrics_listen;
+  eo.interfaces = cfg.interfaces;
+  eo.dataplane = false;
+  eo.nic_state_dir = nic::kDefaultNicStateDir;
+  Exporter exporter(eo);
+  spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on "
+               "http://{}/metrics",
+               exporter.listen_address());
+  sd_notifyf(0, "READY=1\nSTATUS=exporter only, metrics on %s", exporter.listen_address().c_str());
+  for (;;) {
+    bool unused = false;
+    const int sig = signals.wait(-1, kRecheckMs, unused);
+    if (sig == SIGTERM || sig == SIGINT) {
+      sd_notify(0, "STOPPING=1");
+      spdlog::info("{}: exiting", strsignal(sig));
+      return;
+    }
+    if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
+  }
+}
+
 }  // namespace
 
 StopSignals::StopSignals() {
@@ -287,6 +314,7 @@ State attach(const Config& cfg, const std::string& pin_path, bool reset_state, b
 
 void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state, bool force,
                 const StopSignals& signals) {
+  if (!cfg.attach_dataplane) return run_exporter_only(cfg, signals);
   ensure_bpffs(pin_path);
   PinLock lock(pin_path, true);
   const PinScope scope = pin_scope(pin_path);
@@ -301,6 +329,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   eo.per_qp = cfg.per_qp;
   eo.top_qps = cfg.top_qps;
   eo.pins_outlive_process = scope.outlives_process;
+  eo.nic_state_dir = nic::kDefaultNicStateDir;
   Exporter exporter(eo);
 
   Dataplane dp(cfg, pin_path, reset_state);
@@ -372,6 +401,7 @@ DetachResult detach(const std::string& pin_path, const std::vector<std::string>&
 
   DetachResult result;
   for (auto& is : targets) {
+    if (&is != &targets.front()) pause_point("detach-between-interfaces");
     // The record's ifindex is only trusted while it still carries the name.
     char buf[IF_NAMESIZE] = {};
     if (!is.ifindex || !if_indextoname(static_cast<unsigned>(is.ifindex), buf) || is.name != buf)

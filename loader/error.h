@@ -14,6 +14,7 @@ enum ExitCode : int {
   kExitUsage = 2,        // bad command line or configuration
   kExitNotFound = 3,     // nothing attached / no pinned state / no device
   kExitConflict = 4,     // another owner: foreign XDP program, running instance
+  kExitUnhealthy = 5,    // `status`: something configured is not attached
 };
 
 class Error : public std::runtime_error {

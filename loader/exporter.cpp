@@ -18,6 +18,7 @@
 #include "error.h"
 #include "maps.h"
 #include "names.h"
+#include "nic/apply.h"
 #include "nic/counters.h"
 #include "presentation.h"
 
@@ -129,6 +130,7 @@ class MetricsCollector : public prometheus::Collectable {
 
  private:
   bool collect_maps(FamilySet& out) const {
+    if (!opts_.dataplane) return false;  // exporter-only: roceguard_maps_up stays 0
     std::vector<CounterRow> rows;
     std::vector<QpRow> qps;
     std::vector<MapUsage> usage;
@@ -210,6 +212,14 @@ class MetricsCollector : public prometheus::Collectable {
   }
 
   void collect_nic(FamilySet& out) const {
+    if (!opts_.nic_state_dir.empty()) {
+      nic::NicSystem sys;
+      sys.state_dir = opts_.nic_state_dir;
+      for (const auto& device : nic::saved_devices(sys))
+        out.add("roceguard_nic_profile_applied",
+                "1 for each RDMA device the NIC profile is applied to (`roceguard nic apply` saved its values)",
+                MetricType::Gauge, {{"device", device}}, 1);
+    }
     for (const auto& c : nic::read_nic_counters(opts_.interfaces, opts_.sysfs_root))
       out.add("roceguard_nic_" + c.name + "_total",
               "RDMA NIC counter " + c.file + " of the port (sysfs class/infiniband)" +

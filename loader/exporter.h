@@ -26,6 +26,12 @@ struct ExporterOptions {
   std::map<uint32_t, std::string> interface_names;
   // false when the pins live in a private mount namespace (pin_scope.h).
   bool pins_outlive_process = true;
+  // false: exporter-only mode (`run --dataplane false`), no pinned maps to
+  // read; the NIC counters and the NIC profile state only.
+  bool dataplane = true;
+  // `nic apply`'s state directory, for roceguard_nic_profile_applied; ""
+  // exports no profile state.
+  std::string nic_state_dir;
 };
 
 class Exporter {

@@ -304,6 +304,14 @@ std::vector<Option> make_options() {
                      std::array<std::pair<std::string_view, XdpMode>, 2>{{{"native", XdpMode::kNative},
                                                                           {"skb", XdpMode::kSkb}}},
                      "XDP attach mode: native (driver) or skb (generic)"));
+  {
+    Option attach = boolean("dataplane.attach", &Config::attach_dataplane,
+                            "false: exporter only, for hosts whose hardware RNIC sends RoCE past TC/XDP: `run` "
+                            "serves NIC counters and the NIC profile state and attaches no program");
+    attach.flag = "--dataplane";
+    attach.flag_of = FlagOf::kDaemon;
+    o.push_back(attach);
+  }
 
   o.push_back(u32("tunnel.mtu", "", kMinMtuV4, kMaxMtu, &Config::tunnel_mtu,
                   "largest outer IP packet; peers inherit it (1280+ for IPv6 peers)"));

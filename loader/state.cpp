@@ -17,7 +17,6 @@
 #include "maps.h"
 
 namespace rg {
-namespace {
 
 bool is_bpffs(const std::string& path) {
   struct statfs st {};
@@ -29,8 +28,6 @@ std::string parent_of(const std::string& path) {
   if (!p.has_filename()) p = p.parent_path();
   return p.parent_path().string();
 }
-
-}  // namespace
 
 nlohmann::json State::to_json() const {
   nlohmann::json ifs = nlohmann::json::array();
@@ -118,6 +115,19 @@ bool pin_dir_exists(const std::string& pin_path) {
   return stat(pin_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// Root may use a directory another uid owns when that uid can only have got
+// it from root: its parent is root's and nobody else may write there (a
+// sticky world-writable parent such as a 1777 /sys/fs/bpf does not count:
+// anyone could have made the directory). This is how the package hands
+// /sys/fs/bpf/roceguard to the service user (tmpfiles.d, under a 0710
+// /sys/fs/bpf), so `sudo roceguard detach` works on the unit's pins.
+static bool delegated_by_root(const std::string& pin_path) {
+  if (geteuid() != 0) return false;
+  struct stat parent {};
+  if (lstat(parent_of(pin_path).c_str(), &parent) != 0 || !S_ISDIR(parent.st_mode)) return false;
+  return parent.st_uid == 0 && !(parent.st_mode & (S_IWGRP | S_IWOTH));
+}
+
 // A pin directory someone else owns (or may write to) could hand us maps or
 // a lock of theirs: refuse rather than trust or "fix" it (root could chmod
 // it, which would only hide the problem).
@@ -127,10 +137,11 @@ static void check_pin_dir_owner(const std::string& pin_path) {
   if (!S_ISDIR(st.st_mode))
     throw Error("pin path " + pin_path + " exists and is not a directory; remove it or choose another --pin-path",
                 kExitConflict);
-  if (st.st_uid != geteuid())
+  if (st.st_uid != geteuid() && !delegated_by_root(pin_path))
     throw Error("pin directory " + pin_path + " is owned by uid " + std::to_string(st.st_uid) +
                     ", not by this user (uid " + std::to_string(geteuid()) +
-                    "); another user could replace its maps: remove it or choose another --pin-path",
+                    "); another user could replace its maps: remove it or choose another --pin-path (root accepts a "
+                    "directory of another user only below a directory that only root can write)",
                 kExitConflict);
   if (st.st_mode & (S_IWGRP | S_IWOTH))
     throw Error("pin directory " + pin_path + " is writable by group or others (mode " +

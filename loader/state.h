@@ -49,6 +49,10 @@ struct State {
   static State from_json(const nlohmann::json& j);
 };
 
+// Whether path is on a bpffs; the directory holding a pin path.
+bool is_bpffs(const std::string& path);
+std::string parent_of(const std::string& path);
+
 // Mounts bpffs on /sys/fs/bpf when the pin path lives there and nothing is
 // mounted (a fresh boot, or a new mount namespace); fails if the pin path's
 // parent is not bpffs otherwise.

@@ -9,8 +9,10 @@
 #   bpffs_missing  no bpffs: run mounts it; a pin path off bpffs is refused
 #   private_pins   the pin directory and pinned maps are closed to other
 #                  users; metrics listen on loopback by default
-#   foreign_owner  a pin directory owned by another user, or writable by
-#                  others, is refused (exit 4, says why) and nothing attached
+#   foreign_owner  a pin directory owned by another user below a parent
+#                  others may write, or writable by others itself, is refused
+#                  (exit 4, says why) and nothing attached; below a parent
+#                  only root writes, root accepts it
 #   sigterm_attach SIGTERM at varying points of the start: afterwards the
 #                  interface is either fully attached (both hooks, pinned
 #                  maps) or untouched, never half
@@ -179,6 +181,11 @@ private_pins)
   ;;
 
 foreign_owner)
+  # Root takes another user's directory only where only root can have
+  # handed it over (a parent nobody else may write); below a sticky,
+  # world-writable parent, where anyone could have made it, it refuses.
+  # This bpffs is the namespace's own: its mode is the test's to change.
+  chmod 1777 /sys/fs/bpf
   mkdir -m 0700 "$pin"
   chown 65534:65534 "$pin"
   start_run run
@@ -187,6 +194,10 @@ foreign_owner)
   grep -q "owned by uid 65534" "$tmp/run.log" || fail "the refusal does not name the owner"
   xdp_attached && fail "XDP attached despite the refusal"
   tc_attached && fail "TC attached despite the refusal"
+  chmod 0700 /sys/fs/bpf
+  start_run run_delegated
+  wait_ready 9741 || fail "root refused uid 65534's pin directory below a root-only /sys/fs/bpf"
+  stop_run
   chown 0:0 "$pin"
   chmod 0777 "$pin"
   start_run run2

@@ -300,11 +300,77 @@ class LoaderNetns : public ::testing::Test {
     return n;
   }
 
-  json status() {
-    Result r = rg("status --json");
+  // expected_rc: 0 healthy, 5 when something configured is not attached.
+  json status(int expected_rc = 0) {
+    Result r = rg_stdout("status --json");
     auto j = json::parse(r.out, nullptr, false);
-    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(r.rc, expected_rc) << r.out;
     return j;
+  }
+
+  // rg() with stdout alone in out (stderr to a file): what a script piping
+  // --json output into a parser reads.
+  Result rg_stdout(const std::string& args) {
+    return sh("(" + in_a(std::string(RG_BIN) + " " + args + " --pin-path " + pin_) + " 2>" + tmp_ + "/stderr)");
+  }
+
+  // Starts a roceguard binary with args in namespace A, stdout and stderr
+  // into a log, env on top of ours; returns its pid (a child of this test).
+  pid_t spawn(const std::string& bin, const std::string& args, const std::vector<std::string>& env,
+              const std::string& log) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+      std::vector<std::string> argv{"nsenter", "--net=/run/netns/" + ns_a_, bin};
+      std::istringstream extra(args);
+      for (std::string a; extra >> a;) argv.push_back(a);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      execvp(cargv[0], cargv.data());
+      _exit(127);
+    }
+    children_.push_back(pid);
+    return pid;
+  }
+
+  int wait_child(pid_t pid) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    children_.erase(std::remove(children_.begin(), children_.end(), pid), children_.end());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+
+  // A second plain veth pair, vx0 in A and vx1 in B.
+  void create_second_veth() {
+    must("ip -n " + ns_a_ + " link add vx0 type veth peer name vx1 netns " + ns_b_);
+    must("ip -n " + ns_a_ + " link set vx0 up");
+    must("ip -n " + ns_b_ + " link set vx1 up");
+  }
+
+  // Runs the pausable build with args until it reaches pause point `at`,
+  // sends it SIGTERM there, and returns its exit status and output.
+  Result signal_at_pause_point(const std::string& args, const std::string& at) {
+    const std::string mark = tmp_ + "/paused-" + at;
+    const std::string log = tmp_ + "/pausable.log";
+    pid_t pid = spawn(RG_PAUSABLE, args + " --pin-path " + pin_,
+                      {"ROCEGUARD_PAUSE_AT=" + at, "ROCEGUARD_PAUSE_MARK=" + mark}, log);
+    struct stat st {};
+    bool paused = false;
+    for (int i = 0; i < 600 && !paused; ++i) {
+      paused = stat(mark.c_str(), &st) == 0;
+      if (!paused) usleep(50 * 1000);
+    }
+    EXPECT_TRUE(paused) << "never reached " << at;
+    kill(pid, SIGTERM);
+    Result r;
+    r.rc = wait_child(pid);
+    std::ifstream in(log);
+    r.out.assign(std::istreambuf_iterator<char>(in), {});
+    return r;
   }
 
   // Starts `roceguard run` in namespace A; readiness is its sd_notify
@@ -985,8 +1051,10 @@ TEST_F(LoaderNetns, RunRecordsTheInterfaceItWaitsFor) {
   Daemon d = start_run("--interface veth0 --interface rgwait0 --metrics-listen 127.0.0.1:9741");
   ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
   EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"});
-  json st = status();
+  json st = status(5);
   ASSERT_EQ(st["interfaces"].size(), 2u) << st.dump();
+  EXPECT_EQ(st["healthy"], false);
+  EXPECT_EQ(st["problems"], json::array({"rgwait0: configured but not present"}));
   EXPECT_EQ(st["interfaces"][1]["name"], "rgwait0");
   EXPECT_EQ(st["interfaces"][1]["present"], false);
   EXPECT_EQ(st["interfaces"][1]["xdp"]["attached"], false);
@@ -1075,6 +1143,245 @@ TEST_F(LoaderNetns, UnitCapabilitiesAreEnoughAndNeeded) {
   Hooks h = hooks();
   EXPECT_TRUE(h.tc.empty() && h.xdp.empty()) << "refused without CAP_SYS_ADMIN, and nothing left behind";
   EXPECT_FALSE(pins_exist());
+}
+
+// status is a health check: 0 while both hooks are in place, 5 naming what
+// is missing once one is gone, 3 when nothing is attached; with --json the
+// last is an error object on stdout.
+TEST_F(LoaderNetns, StatusExitCodeTellsHealth) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  json st = status(0);
+  EXPECT_EQ(st["healthy"], true);
+  EXPECT_EQ(st["problems"], json::array());
+  must(in_a("tc filter del dev veth0 egress pref 82 handle 0x52 bpf"));
+  st = status(5);
+  EXPECT_EQ(st["healthy"], false);
+  EXPECT_EQ(st["problems"], json::array({"veth0: TC egress program not attached"}));
+  Result text = rg("status");
+  EXPECT_EQ(text.rc, 5);
+  EXPECT_NE(text.out.find("UNHEALTHY"), std::string::npos) << text.out;
+  ASSERT_EQ(rg("detach").rc, 0);
+  Result r = rg_stdout("status --json");
+  EXPECT_EQ(r.rc, 3);
+  json err = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(err.is_object()) << r.out;
+  EXPECT_EQ(err["error"]["exit_code"], 3);
+  EXPECT_NE(err["error"]["message"].get<std::string>().find("not attached"), std::string::npos) << r.out;
+}
+
+// Every command answers --json with JSON on stdout, failures included.
+TEST_F(LoaderNetns, JsonOnEveryCommandErrorsIncluded) {
+  Result r = rg_stdout("attach --interface veth0 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["interfaces"][0]["name"], "veth0");
+  EXPECT_GT(j["interfaces"][0]["tc"]["prog_id"].get<int>(), 0);
+
+  r = rg_stdout("attach --interface nosuch0 --json");
+  EXPECT_EQ(r.rc, 3);
+  j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["error"]["exit_code"], 3);
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("nosuch0"), std::string::npos) << r.out;
+
+  r = rg_stdout("status --json --no-such-flag");
+  EXPECT_EQ(r.rc, 2);
+  j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["error"]["exit_code"], 2);
+
+  for (const auto& f : bad_configs()) {
+    r = sh("(" + in_a(std::string(RG_BIN) + " config check --json " + f) + " 2>/dev/null)");
+    EXPECT_EQ(r.rc, 2) << f;
+    j = json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << f << ":\n" << r.out;
+    EXPECT_EQ(j["ok"], false) << f;
+    EXPECT_EQ(j["error"]["exit_code"], 2) << f;
+    std::string all;
+    for (const auto& p : j["problems"]) all += p.get<std::string>() + "\n";
+    for (const auto& w : j["warnings"]) all += w.get<std::string>() + "\n";
+    EXPECT_NE(all.find(expected_of(f)), std::string::npos) << f << ":\n" << r.out;
+  }
+
+  r = rg_stdout("detach --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["pins_removed"], true);
+  EXPECT_EQ(j["programs_removed"], 2);
+}
+
+// The log's format and level reach a real attach: JSON lines on stderr,
+// info dropped at --log-level warn.
+TEST_F(LoaderNetns, LogFormatAndLevelApplyToCommands) {
+  Result r = sh("(" + in_a(std::string(RG_BIN) + " attach --interface veth0 --pin-path " + pin_ +
+                           " --log-format json") + " 2>&1 >/dev/null)");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  bool attached_line = false;
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    json j = json::parse(l, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not a JSON line: " << l;
+    attached_line |= j["level"] == "info" && j["message"].get<std::string>().rfind("attached to veth0", 0) == 0;
+  }
+  EXPECT_TRUE(attached_line) << r.out;
+  r = sh("(" + in_a(std::string(RG_BIN) + " attach --interface veth0 --pin-path " + pin_ + " --log-level warn") +
+         " 2>&1 >/dev/null)");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("attached to veth0"), std::string::npos) << r.out;
+}
+
+// SIGTERM in the middle of attach (one interface done, the next not yet):
+// attach completes, both interfaces end up with both programs.
+TEST_F(LoaderNetns, SigtermInsideAttachLeavesItWhole) {
+  create_second_veth();
+  Result r = signal_at_pause_point("attach -i veth0 -i vx0", "attach-between-interfaces");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  for (const char* dev : {"veth0", "vx0"}) {
+    Hooks h = hooks(dev);
+    EXPECT_EQ(h.xdp, std::vector<std::string>{"rg_xdp_ingress"}) << dev << "\n" << r.out;
+    EXPECT_EQ(h.tc, std::vector<std::string>{"rg_tc_egress"}) << dev << "\n" << r.out;
+  }
+  EXPECT_EQ(status(0)["interfaces"].size(), 2u);
+}
+
+// SIGTERM in the middle of detach: both interfaces end up bare and the pins
+// gone, not one interface attached with its record lost.
+TEST_F(LoaderNetns, SigtermInsideDetachLeavesNothingHalfDone) {
+  create_second_veth();
+  ASSERT_EQ(rg("attach -i veth0 -i vx0").rc, 0);
+  Result r = signal_at_pause_point("detach", "detach-between-interfaces");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  for (const char* dev : {"veth0", "vx0"}) {
+    Hooks h = hooks(dev);
+    EXPECT_TRUE(h.xdp.empty() && h.tc.empty()) << dev << "\n" << r.out;
+  }
+  EXPECT_FALSE(pins_exist()) << r.out;
+}
+
+// The packaged unit runs as its own user, so its pin directory is not
+// root's: root's `detach` accepts it where only root can have handed it
+// over (a parent directory no one else may write), and still refuses it
+// below a directory anyone may write to.
+TEST_F(LoaderNetns, RootAcceptsAPinDirectoryDelegatedByRoot) {
+  const std::string parent = "/sys/fs/bpf/" + tag_ + "-svc";
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { sh("rm -rf " + dir); }
+  } cleanup{parent};
+  const std::string pins = parent + "/pins";
+  must("mkdir -m 0755 " + parent);
+  auto rg_at = [&](const std::string& args) {
+    return sh(in_a(std::string(RG_BIN) + " " + args + " --pin-path " + pins));
+  };
+  ASSERT_EQ(rg_at("attach --interface veth0").rc, 0);
+  must("chown -R 65534:65534 " + pins);
+  Result r = rg_at("detach");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(hooks().xdp.empty() && hooks().tc.empty()) << r.out;
+
+  ASSERT_EQ(rg_at("attach --interface veth0").rc, 0);
+  must("chown -R 65534:65534 " + pins);
+  must("chmod 1777 " + parent);
+  r = rg_at("detach");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("is owned by uid 65534"), std::string::npos) << r.out;
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"}) << "refused before touching anything";
+  must("chown -R 0:0 " + pins);
+  EXPECT_EQ(rg_at("detach").rc, 0);
+}
+
+// Exporter-only mode: run attaches nothing, pins nothing and still serves
+// /metrics; attach refuses the setting.
+TEST_F(LoaderNetns, RunWithoutDataplaneOnlyExports) {
+  Daemon d = start_run("--interface veth0 --dataplane false --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  Hooks h = hooks();
+  EXPECT_TRUE(h.xdp.empty() && h.tc.empty());
+  EXPECT_FALSE(pins_exist());
+  Result m = sh(in_a("curl -sf http://127.0.0.1:9741/metrics"));
+  EXPECT_EQ(m.rc, 0) << m.out;
+  EXPECT_NE(m.out.find("roceguard_build_info"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("roceguard_maps_up 0"), std::string::npos) << m.out;
+  EXPECT_EQ(read_log(d).find("metrics:"), std::string::npos) << "no map warnings:\n" << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+  Result r = rg("attach --interface veth0 --dataplane false");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_TRUE(hooks().tc.empty());
+}
+
+// doctor on a host (namespace A) as it is, then with forwarding on and a
+// jumbo MTU: each finding follows the change.
+TEST_F(LoaderNetns, DoctorFollowsForwardingAndMtu) {
+  must(in_a("sysctl -qw net.ipv4.conf.all.forwarding=0 net.ipv4.conf.veth0.forwarding=0"));
+  auto doctor = [&](const std::string& args) {
+    Result r = sh("(" + in_a(std::string(RG_BIN) + " doctor --json " + args) + " 2>/dev/null)");
+    json j = json::parse(r.out, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << r.out;
+    EXPECT_EQ(j.value("exit_code", -1), r.rc) << r.out;
+    return j;
+  };
+  auto find = [](const json& j, const std::string& check, const std::string& subject) {
+    for (const auto& f : j["findings"])
+      if (f["check"] == check && f["subject"] == subject) return f;
+    return json();
+  };
+  json j = doctor("-i veth0");
+  json fwd = find(j, "interface.forwarding", "veth0");
+  ASSERT_TRUE(fwd.is_object()) << j.dump(2);
+  EXPECT_NE(fwd["what"].get<std::string>().find("net.ipv4.conf.veth0.forwarding = 0"), std::string::npos) << fwd;
+  EXPECT_NE(fwd["verdict"], "ok") << fwd;
+  json xdp = find(j, "interface.xdp", "veth0");
+  EXPECT_EQ(xdp["verdict"], "ok") << j.dump(2);
+  EXPECT_NE(xdp["what"].get<std::string>().find("driver veth, MTU 1500: native XDP"), std::string::npos) << xdp;
+  EXPECT_TRUE(find(j, "interface.xdp", "vx0").is_null()) << "only the interfaces asked for";
+  json lo = find(j, "forwarding.ipv4", "lo");
+  ASSERT_TRUE(lo.is_object()) << j.dump(2);
+  EXPECT_NE(lo["what"].get<std::string>().find("net.ipv4.conf.lo.forwarding = 0"), std::string::npos) << lo;
+
+  must(in_a("sysctl -qw net.ipv4.conf.all.forwarding=1 net.ipv6.conf.all.forwarding=1"));
+  create_xdp_refusing_veth();
+  must("ip -n " + ns_a_ + " link set vbig0 mtu 9000");
+  j = doctor("");
+  fwd = find(j, "interface.forwarding", "veth0");
+  EXPECT_EQ(fwd["verdict"], "ok") << fwd;
+  lo = find(j, "forwarding.ipv4", "lo");
+  EXPECT_EQ(lo["verdict"], "ok") << lo;
+  const bool multi_buffer = find(j, "kernel.xdp_multi_buffer", "")["verdict"] == "ok";
+  json big = find(j, "interface.xdp", "vbig0");
+  ASSERT_TRUE(big.is_object()) << "every interface but lo without a list:\n" << j.dump(2);
+  EXPECT_EQ(big["verdict"], multi_buffer ? "ok" : "fail") << big;
+  EXPECT_NE(big["what"].get<std::string>().find("MTU 9000"), std::string::npos) << big;
+  EXPECT_EQ(j["exit_code"], multi_buffer ? 0 : 5) << j.dump(2);
+  // The finding agrees with the kernel: single-buffer native XDP is refused.
+  Result attach = rg("attach -i vbig0");
+  EXPECT_EQ(attach.rc == 0, multi_buffer) << attach.out;
+}
+
+// doctor in a mount namespace without bpffs, with a private one, and on
+// the host's.
+TEST_F(LoaderNetns, DoctorTellsWhereBpffsIs) {
+  auto bpffs = [&](const std::string& prepare) {
+    const std::string cmd = "unshare -m --propagation private sh -c '" + prepare + std::string(RG_BIN) +
+                            " doctor --json -i veth0 --pin-path " + pin_ + "'";
+    Result r = sh("(" + in_a(cmd) + " 2>/dev/null)");
+    json j = json::parse(r.out, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << r.out;
+    for (const auto& f : j.value("findings", json::array()))
+      if (f["check"] == "bpffs") return f;
+    return json();
+  };
+  json f = bpffs("");
+  EXPECT_EQ(f["verdict"], "ok") << f;
+  f = bpffs("umount -R -l /sys/fs/bpf && ");
+  EXPECT_EQ(f["verdict"], "warn") << f;
+  EXPECT_NE(f["what"].get<std::string>().find("no bpffs is mounted"), std::string::npos) << f;
+  EXPECT_NE(f["fix"].get<std::string>().find("mount -t bpf"), std::string::npos) << f;
+  f = bpffs("umount -R -l /sys/fs/bpf && mount -t bpf bpf /sys/fs/bpf && ");
+  EXPECT_EQ(f["verdict"], "fail") << f;
+  EXPECT_NE(f["what"].get<std::string>().find("private"), std::string::npos) << f;
 }
 
 }  // namespace

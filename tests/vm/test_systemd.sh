@@ -24,5 +24,14 @@ fail=0
 [ -s "$share/journal.json" ] || { echo "FAIL: no journal.json in the share"; fail=1; }
 jq -e -s 'any(.[]; ._SYSTEMD_UNIT == "roceguard.service")' \
 	"$share/journal.json" >/dev/null || { echo "FAIL: journal.json is not the unit's journal"; fail=1; }
+# Under systemd the loader logs to the journal itself: syslog priorities,
+# its identifier, and no timestamp of its own in the message.
+jq -e -s 'any(.[]; ._SYSTEMD_UNIT == "roceguard.service" and .SYSLOG_IDENTIFIER == "roceguard"
+		and ._TRANSPORT == "journal" and .PRIORITY == "6" and (.MESSAGE | startswith("attached to rgsd0")))' \
+	"$share/journal.json" >/dev/null ||
+	{ echo "FAIL: no info entry (PRIORITY 6) of roceguard's own in the journal"; fail=1; }
+jq -e -s '[.[] | select(.SYSLOG_IDENTIFIER == "roceguard") | select(.MESSAGE | test("^\\[[0-9]{4}-"))] | length == 0' \
+	"$share/journal.json" >/dev/null ||
+	{ echo "FAIL: roceguard's journal entries carry a second timestamp"; fail=1; }
 echo "guest's exposure score: $(tail -n 1 "$share/security.txt")"
 exit $fail

@@ -129,6 +129,14 @@ check "starts again after detach" wait_active
 check "/metrics: rgsd0 attached after detach and start" grep -qF "$attached_metric" <(metrics)
 systemctl stop "$unit"
 
+# detach as root (sudo): the pin directory is the service user's, handed
+# over by tmpfiles.d below a /sys/fs/bpf only root may write.
+check "pins owned by the service user before root's detach" owned_by_service_user
+check "detach as root" /usr/local/sbin/roceguard detach
+check "XDP detached by root" eval '! xdp_attached'
+check "TC filter detached by root" eval '! tc_attached'
+check "pins removed by root" test ! -e /sys/fs/bpf/roceguard/rg_counters
+
 save_journal
 check "journal holds the service's output" \
 	grep -q '"_SYSTEMD_UNIT":"roceguard.service"' "$share/journal.json"
