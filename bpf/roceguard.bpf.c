@@ -65,7 +65,13 @@ int rg_tc_egress(struct __sk_buff *skb)
 	rg_qp_key_fill(&qp, &p, data_end);
 	rg_account(&p, &qp, c, RG_DIR_EGRESS, skb->len);
 
-	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth)
+	/*
+	 * A VLAN sub-interface hands its frames to this device with the tag in
+	 * skb metadata, not in the data; the device inserts it only after this
+	 * hook, which would put it on the outer frame and leave the inner one
+	 * untagged. Such a frame is as tagged as one with the tag inline.
+	 */
+	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth || skb->vlan_present)
 		return RG_TC_PASS;
 	peer = rg_route_lookup(&p, data_end);
 	if (!peer)
