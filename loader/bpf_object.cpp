@@ -159,6 +159,12 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
       xdp_ = nullptr;
       throw Error("cannot prepare XDP program: " + xdp_error_text(e));
     }
+    // libbpf adds SEC("xdp.frags")'s flag only when it loads the program,
+    // but libxdp builds a dispatcher for multi-buffer frames only if every
+    // program has the flag before: without it, veth refuses native XDP at a
+    // jumbo MTU once the dispatcher is in front.
+    if (int e = xdp_program__set_xdp_frags_support(xdp_, true))
+      throw Error("cannot mark the XDP program multi-buffer capable: " + xdp_error_text(e));
   } catch (...) {
     roceguard__destroy(skel_);
     throw;
