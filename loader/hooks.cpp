@@ -403,6 +403,9 @@ XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, co
     std::vector<std::pair<uint32_t, XdpProgRef>> held;
     for (xdp_program* p : now.ours(owner))
       if (xdp_program__id(p) != new_id) held.emplace_back(xdp_program__id(p), hold_xdp_prog(xdp_program__id(p)));
+    for (const auto& [old_id, ref] : held)
+      spdlog::debug("{}: {} id {} runs in the dispatcher beside id {}; removing id {}", name, kProgXdp, new_id,
+                    old_id, old_id);
     now.remove_ours(owner, ifindex, name, [&](uint32_t old_id) {
       XdpProgRef prev;
       for (const auto& [id, ref] : held)
