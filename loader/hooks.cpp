@@ -17,7 +17,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <optional>
 
@@ -191,7 +190,7 @@ LinkFacts link_facts(const std::string& ifname) {
 }
 
 // Drivers whose limit for XDP that cannot use multi-buffer frames is known
-// from their source; others (mlx5, i40e) name it in the kernel's message.
+// from their source; mlx5 names its own in the kernel's message.
 struct SingleBufferLimit {
   const char* driver;
   int max_mtu;                 // with 4 KB pages
@@ -241,7 +240,7 @@ std::string native_xdp_refusal(const std::string& ifname, bool dispatcher) {
     out += std::string(" (") + known->driver + " has multi-buffer XDP from Linux " + known->frags_since + ")";
   out += ", so it refuses native XDP above ";
   out += known ? "MTU " + std::to_string(known->max_mtu) : "about " + std::to_string(kPageFrameMtu) + " bytes of MTU";
-  const std::string limit = known ? std::to_string(known->max_mtu) : "3500";
+  const std::string limit = std::to_string(known ? known->max_mtu : kPageFrameMtu);
   out += ". Lower the MTU (ip link set dev " + ifname + " mtu " + limit +
          "), or attach with --xdp-mode skb (generic XDP: any MTU, slower), or run a kernel and driver with "
          "multi-buffer XDP";
