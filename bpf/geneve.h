@@ -252,7 +252,7 @@ static __always_inline int rg_addr_equal(const __u8 *a, const __u8 *b)
  * decides) and counted, except critical options on one of our tunnels.
  */
 static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt *p, void *data,
-							    void *data_end,
+							    void *data_end, __u32 len,
 							    struct rg_counters *c,
 							    struct rg_outer *o)
 {
@@ -261,7 +261,6 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 	const struct rg_peer *peer;
 	struct rg_decap_key key;
 	__u8 dst[16] __attribute__((aligned(4))) = {};
-	__u32 len = data_end - data;
 	__u32 optlen, *idx;
 
 	if ((void *)(g + 1) > data_end || (void *)(eth + 1) > data_end)
@@ -353,21 +352,23 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	__u32 ifindex = ctx->ingress_ifindex;
 	const struct rg_iface *iface;
+	/* A multi-buffer frame: data_end is the end of its first buffer only. */
+	__u32 len = bpf_xdp_get_buff_len(ctx);
 	enum rg_decap_result verdict;
 	struct rg_outer outer;
 	struct ethhdr *eth;
 	__u8 ecn;
 
-	verdict = rg_geneve_match(p, data, data_end, c, &outer);
+	verdict = rg_geneve_match(p, data, data_end, len, c, &outer);
 	if (verdict != RG_DECAP_DONE)
 		return verdict;
 	iface = bpf_map_lookup_elem(&rg_ifaces, &ifindex);
 	if (!iface) {
-		rg_count(c, RG_EV_UNKNOWN_TUNNEL, data_end - data);
+		rg_count(c, RG_EV_UNKNOWN_TUNNEL, len);
 		return RG_DECAP_LEFT;
 	}
 	if (bpf_xdp_adjust_head(ctx, outer.len)) {
-		rg_count(c, RG_EV_PARSE_GENEVE, data_end - data);
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;
 	}
 	data = (void *)(long)ctx->data;
@@ -383,14 +384,15 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	 */
 	__builtin_memcpy(eth->h_dest, iface->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, outer.smac, ETH_ALEN);
-	rg_count(c, RG_EV_DECAPSULATED, data_end - data);
+	len -= outer.len;
+	rg_count(c, RG_EV_DECAPSULATED, len);
 
 	*cls = rg_parse(data, data_end, p);
 	if (!p->family)
 		return RG_DECAP_DONE;
 	switch (rg_ecn_decapsulate(outer.ecn, rg_tos_ecn(p->tos), &ecn)) {
 	case RG_ECN_DROP:
-		rg_count(c, RG_EV_ECN_DROP, data_end - data);
+		rg_count(c, RG_EV_ECN_DROP, len);
 		return RG_DECAP_DROP;
 	case RG_ECN_SET:
 		rg_set_tos(p, data_end, (p->tos & ~RG_ECN_MASK) | ecn);

@@ -9,6 +9,9 @@
  * rg_xdp_ingress (XDP):       Geneve decapsulation of what configured peers
  *                send to this gateway, with RFC 6040 ECN handling, DSCP
  *                repair, per-QP gap/duplicate, NAK, CNP and CE accounting.
+ *                Multi-buffer capable (xdp.frags), so it attaches natively
+ *                at jumbo MTUs: every header it reads or writes is in the
+ *                first buffer, and byte counts take the whole frame.
  *
  * Anything that is not RoCE v2 (or not a configured tunnel) leaves
  * byte-identical with the pass verdict.
@@ -63,7 +66,13 @@ int rg_tc_egress(struct __sk_buff *skb)
 	rg_qp_key_fill(&qp, &p, data_end);
 	rg_account(&p, &qp, c, RG_DIR_EGRESS, p.wire_len);
 
-	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth)
+	/*
+	 * A VLAN sub-interface hands its frames to this device with the tag in
+	 * skb metadata, not in the data; the device inserts it only after this
+	 * hook, which would put it on the outer frame and leave the inner one
+	 * untagged. Such a frame is as tagged as one with the tag inline.
+	 */
+	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth || skb->vlan_present)
 		return RG_TC_PASS;
 	peer = rg_route_lookup(&p, data_end);
 	if (!peer)
@@ -90,7 +99,14 @@ struct {
 	__uint(XDP_PASS, 1);
 } XDP_RUN_CONFIG(rg_xdp_ingress);
 
-SEC("xdp")
+/*
+ * Without frags support a driver refuses XDP once a frame no longer fits one
+ * page (veth, virtio-net, mlx5 above about 3.5 KB MTU): exactly where RoCE
+ * with a 4096 path MTU lives. With it, [data, data_end) is the first buffer
+ * only; a driver puts at least the headers there (RG_PARSE_DEPTH is far
+ * below any buffer), and a frame whose headers do not fit is left alone.
+ */
+SEC("xdp.frags")
 int rg_xdp_ingress(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
@@ -98,6 +114,7 @@ int rg_xdp_ingress(struct xdp_md *ctx)
 	enum rg_parse_class cls;
 	struct rg_qp_key qp;
 	struct rg_pkt p;
+	__u32 len;
 
 	cls = rg_parse(data, data_end, &p);
 	if (cls == RG_PKT_GENEVE && (rg_cfg.flags & RG_CFG_F_DECAP)) {
@@ -108,17 +125,17 @@ int rg_xdp_ingress(struct xdp_md *ctx)
 		case RG_DECAP_DROP:
 			return XDP_DROP;
 		default:
-			data = (void *)(long)ctx->data;
 			data_end = (void *)(long)ctx->data_end;
 			break;
 		}
 	}
+	len = bpf_xdp_get_buff_len(ctx);
 
 	if (cls != RG_PKT_ROCE) {
 		if (p.err) {
 			if (!c)
 				c = rg_counters_get(ctx->ingress_ifindex, RG_DIR_INGRESS);
-			rg_count(c, p.err, data_end - data);
+			rg_count(c, p.err, len);
 		}
 		return XDP_PASS;
 	}
@@ -127,8 +144,8 @@ int rg_xdp_ingress(struct xdp_md *ctx)
 		c = rg_counters_get(ctx->ingress_ifindex, RG_DIR_INGRESS);
 	if ((rg_cfg.flags & RG_CFG_F_REPAIR) &&
 	    rg_remark(&p, data_end, rg_target_dscp(&p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
-		rg_count(c, RG_EV_DSCP_REPAIRED, data_end - data);
+		rg_count(c, RG_EV_DSCP_REPAIRED, len);
 	rg_qp_key_fill(&qp, &p, data_end);
-	rg_account(&p, &qp, c, RG_DIR_INGRESS, data_end - data);
+	rg_account(&p, &qp, c, RG_DIR_INGRESS, len);
 	return XDP_PASS;
 }

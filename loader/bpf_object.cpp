@@ -19,11 +19,17 @@
 namespace rg {
 namespace {
 
+// The kernel's own reason for the last refused netlink request (its
+// extended ack), which libbpf only logs: a driver refusing XDP says why here.
+thread_local std::string last_kernel_message;
+constexpr const char kKernelMessagePrefix[] = "Kernel error message: ";
+
 int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list ap) {
   char buf[1024];
   vsnprintf(buf, sizeof(buf), fmt, ap);
   size_t n = strlen(buf);
   while (n && buf[n - 1] == '\n') buf[--n] = '\0';
+  if (const char* m = strstr(buf, kKernelMessagePrefix)) last_kernel_message = m + sizeof(kKernelMessagePrefix) - 1;
   // libxdp probes kernel features by trying them, and libbpf warns about
   // each probe that fails; only --verbose shows them.
   spdlog::debug("{}{}", level == LIBBPF_DEBUG ? "libbpf debug: " : "libbpf: ", buf);
@@ -55,6 +61,12 @@ void configure(struct roceguard* skel, const Config& cfg, const std::string& pin
 }
 
 }  // namespace
+
+std::string take_kernel_message() {
+  std::string m;
+  m.swap(last_kernel_message);
+  return m;
+}
 
 std::string xdp_error_text(long err) {
   char buf[256] = {};
@@ -147,6 +159,12 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
       xdp_ = nullptr;
       throw Error("cannot prepare XDP program: " + xdp_error_text(e));
     }
+    // libbpf adds SEC("xdp.frags")'s flag only when it loads the program,
+    // but libxdp builds a dispatcher for multi-buffer frames only if every
+    // program has the flag before: without it, veth refuses native XDP at a
+    // jumbo MTU once the dispatcher is in front.
+    if (int e = xdp_program__set_xdp_frags_support(xdp_, true))
+      throw Error("cannot mark the XDP program multi-buffer capable: " + xdp_error_text(e));
   } catch (...) {
     roceguard__destroy(skel_);
     throw;

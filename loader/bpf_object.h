@@ -70,5 +70,8 @@ void setup_bpf_logging();
 
 // libxdp's text for one of its (negative) error codes.
 std::string xdp_error_text(long err);
+// The kernel's message for the last netlink request libbpf saw refused on
+// this thread ("" when none), cleared by the call.
+std::string take_kernel_message();
 
 }  // namespace rg

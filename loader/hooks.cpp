@@ -2,12 +2,19 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <linux/ethtool.h>
 #include <linux/if_link.h>
+#include <linux/sockios.h>
+#include <net/if.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 #include <xdp/libxdp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <memory>
@@ -161,6 +168,85 @@ Error xdp_conflict(const std::string& ifname, const std::string& owner, uint32_t
                kExitConflict);
 }
 
+// What an XDP refusal depends on: the device's MTU and its driver.
+struct LinkFacts {
+  int mtu = 0;
+  std::string driver;
+};
+
+LinkFacts link_facts(const std::string& ifname) {
+  LinkFacts f;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return f;
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname.c_str());
+  if (ioctl(fd, SIOCGIFMTU, &ifr) == 0) f.mtu = ifr.ifr_mtu;
+  ethtool_drvinfo info{};
+  info.cmd = ETHTOOL_GDRVINFO;
+  ifr.ifr_data = reinterpret_cast<char*>(&info);
+  if (ioctl(fd, SIOCETHTOOL, &ifr) == 0) f.driver = info.driver;
+  close(fd);
+  return f;
+}
+
+// Drivers whose limit for XDP that cannot use multi-buffer frames is known
+// from their source; mlx5 names its own in the kernel's message.
+struct SingleBufferLimit {
+  const char* driver;
+  int max_mtu;                 // with 4 KB pages
+  const char* frags_since;     // first kernel whose driver takes xdp.frags
+};
+constexpr SingleBufferLimit kSingleBufferLimits[] = {
+    // virtnet_xdp_set(): PAGE_SIZE less struct padded_vnet_hdr, 32 bytes in
+    // Debian 12's 6.1 (16 in older kernels, where the limit was 4080).
+    {"virtio_net", 4064, "6.3"},
+    // veth_enable_xdp(): one page less XDP headroom, skb_shared_info and Ethernet.
+    {"veth", 3504, nullptr},
+};
+
+bool mentions_mtu(const std::string& text) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower.find("mtu") != std::string::npos;
+}
+
+// Beyond about 3.5 KB a frame no longer fits the one page a single-buffer
+// XDP program is given, whatever the driver.
+constexpr int kPageFrameMtu = 3500;
+
+// Why a native attach failed, in the operator's terms: the kernel's own
+// reason, then the MTU and driver it depends on and what to do about it.
+std::string native_xdp_refusal(const std::string& ifname, bool dispatcher) {
+  const std::string kernel = take_kernel_message();
+  const LinkFacts link = link_facts(ifname);
+  const std::string driver = link.driver.empty() ? "unknown driver" : "driver " + link.driver;
+  std::string out;
+  if (!kernel.empty()) out += "; the kernel says: \"" + kernel + "\"";
+  if (!mentions_mtu(kernel) && link.mtu <= kPageFrameMtu)
+    return out + " (" + ifname + ", " + driver + ": no native XDP in this driver? try --xdp-mode skb)";
+
+  utsname uts{};
+  uname(&uts);
+  out += ". " + ifname + " (" + driver + ") has MTU " + std::to_string(link.mtu) +
+         ", and rg_xdp_ingress takes multi-buffer frames (xdp.frags), but ";
+  const SingleBufferLimit* known = nullptr;
+  for (const auto& l : kSingleBufferLimits)
+    if (link.driver == l.driver) known = &l;
+  if (dispatcher)
+    out += "the libxdp dispatcher on " + ifname +
+           " passes them only when every program in it does, or ";
+  out += "this driver on this kernel (" + std::string(uts.release) + ") does not";
+  if (known && known->frags_since)
+    out += std::string(" (") + known->driver + " has multi-buffer XDP from Linux " + known->frags_since + ")";
+  out += ", so it refuses native XDP above ";
+  out += known ? "MTU " + std::to_string(known->max_mtu) : "about " + std::to_string(kPageFrameMtu) + " bytes of MTU";
+  const std::string limit = std::to_string(known ? known->max_mtu : kPageFrameMtu);
+  out += ". Lower the MTU (ip link set dev " + ifname + " mtu " + limit +
+         "), or attach with --xdp-mode skb (generic XDP: any MTU, slower), or run a kernel and driver with "
+         "multi-buffer XDP";
+  return out;
+}
+
 Error tc_conflict(const std::string& ifname, uint32_t handle, uint32_t priority, const std::string& owner) {
   if (owner == kProgTc)
     return Error("interface " + ifname + " already has TC egress filter " + owner + " at handle " +
@@ -281,10 +367,11 @@ XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, co
     }
   }
 
+  take_kernel_message();
   int err = xdp_program__attach(obj.xdp(), ifindex, mode, 0);
   if (err)
     throw Error("cannot attach " + std::string(kProgXdp) + " to " + name + ": " + xdp_error_text(err) +
-                (mode == XDP_MODE_NATIVE ? " (driver without native XDP? try --xdp-mode skb)" : "") +
+                (mode == XDP_MODE_NATIVE ? native_xdp_refusal(name, dispatcher_before) : "") +
                 " (rerun with --verbose for the libxdp log)");
   const int new_fd = xdp_program__fd(obj.xdp());
   const uint32_t new_id = prog_id_of_fd(new_fd);
@@ -315,6 +402,9 @@ XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, co
     std::vector<std::pair<uint32_t, XdpProgRef>> held;
     for (xdp_program* p : now.ours(owner))
       if (xdp_program__id(p) != new_id) held.emplace_back(xdp_program__id(p), hold_xdp_prog(xdp_program__id(p)));
+    for (const auto& [old_id, ref] : held)
+      spdlog::debug("{}: {} id {} runs in the dispatcher beside id {}; removing id {}", name, kProgXdp, new_id,
+                    old_id, old_id);
     now.remove_ours(owner, ifindex, name, [&](uint32_t old_id) {
       XdpProgRef prev;
       for (const auto& [id, ref] : held)

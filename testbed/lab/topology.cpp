@@ -228,11 +228,15 @@ std::string Topology::mac(Node n, const std::string& ifname) const {
 }
 
 std::vector<std::string> Topology::exec_argv(Node n, const std::vector<std::string>& argv) const {
-  // What `ip netns exec` does (own mount namespace, a sysfs of the node's
-  // netns on /sys) but keeping bpffs: it is grabbed as an fd before the new
-  // sysfs hides it, then bound back from that fd.
+  return netns_exec_argv(netns(n), argv);
+}
+
+std::vector<std::string> netns_exec_argv(const std::string& netns, const std::vector<std::string>& argv) {
+  // What `ip netns exec` does (own mount namespace, a sysfs of the
+  // namespace on /sys) but keeping bpffs: it is grabbed as an fd before the
+  // new sysfs hides it, then bound back from that fd.
   std::vector<std::string> v{
-      "nsenter", "--net=/run/netns/" + netns(n), "unshare", "--mount", "--propagation", "slave",
+      "nsenter", "--net=/run/netns/" + netns, "unshare", "--mount", "--propagation", "slave",
       "sh", "-c",
       "exec 3</sys/fs/bpf && mount -t sysfs sysfs /sys && "
       "mount --no-canonicalize --bind /proc/self/fd/3 /sys/fs/bpf && exec 3<&- && exec \"$@\"",

@@ -125,4 +125,7 @@ class Topology {
   std::vector<std::string> created_;
 };
 
+// Topology::exec_argv for any named network namespace (/run/netns/NAME).
+std::vector<std::string> netns_exec_argv(const std::string& netns, const std::vector<std::string>& argv);
+
 }  // namespace rg::lab

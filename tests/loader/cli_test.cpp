@@ -151,13 +151,16 @@ class LoaderNetns : public ::testing::Test {
     must("ip -n " + ns_a_ + " neigh replace 198.51.100.2 lladdr 02:00:00:00:00:02 dev veth0 nud permanent");
   }
 
-  // A second veth pair whose peer's MTU is too large for an XDP program
-  // without multi-buffer support: the kernel refuses native XDP on vbig0
-  // (veth_xdp_set, "Peer MTU is too large to set XDP"), a late failure after
-  // the interfaces before it in the list are already attached.
+  // A second veth pair whose peer sends on more queues than vbig0 receives
+  // on: the kernel refuses native XDP on vbig0 (veth_xdp_set, "XDP expects
+  // number of rx queues not less than peer tx queues"), a late failure after
+  // the interfaces before it in the list are already attached. (A peer MTU
+  // above one page no longer refuses: the XDP program takes multi-buffer
+  // frames.)
   void create_xdp_refusing_veth() {
-    must("ip -n " + ns_a_ + " link add vbig0 type veth peer name vbig1 netns " + ns_b_);
-    must("ip -n " + ns_b_ + " link set vbig1 mtu 9000 up");
+    must("ip -n " + ns_a_ + " link add vbig0 numrxqueues 1 numtxqueues 1 type veth peer name vbig1 "
+         "numtxqueues 4 numrxqueues 4 netns " + ns_b_);
+    must("ip -n " + ns_b_ + " link set vbig1 up");
     must("ip -n " + ns_a_ + " link set vbig0 up");
   }
 

@@ -25,8 +25,27 @@ grep -q "xdp dispatcher" <<<"$out" || die "not attached through the dispatcher: 
 "$RG" status --pin-path "$PIN" --json | jq -e '.interfaces[0].xdp.mode == "dispatcher" and .interfaces[0].xdp.attached' >/dev/null ||
 	die "status does not show the dispatcher slot"
 
-out=$("$RG" attach -i rgv0 --pin-path "$PIN" 2>&1) || die "second attach failed: $out"
+# Re-attach adds the new program before it removes the old one, so the
+# interface never runs without roceguard: sample the chain while it runs
+# (libxdp serialises chain changes, so each sample is a state between two
+# of them) and compare program ids before and after.
+rg_id() { xdp-loader status rgv0 | awk '{for (i = 1; i < NF; i++) if ($i == "rg_xdp_ingress") {print $(i + 1); exit}}'; }
+old_id=$(rg_id)
+"$RG" attach -i rgv0 --pin-path "$PIN" --verbose >reattach.log 2>&1 &
+reattach=$!
+: >samples
+for i in $(seq 1 400); do
+	kill -0 $reattach 2>/dev/null || break
+	count rg_xdp_ingress >>samples
+done
+wait $reattach || die "second attach failed: $(cat reattach.log)"
+new_id=$(rg_id)
+log "re-attach: rg_xdp_ingress id $old_id -> $new_id; chain samples (rg_xdp_ingress count: times): $(sort samples | uniq -c | tr '\n' ' ')"
 [ "$(count foreign_xdp)" = 1 ] && [ "$(count rg_xdp_ingress)" = 1 ] || die "after re-attach: $(xdp-loader status rgv0)"
+[ -n "$old_id" ] && [ -n "$new_id" ] && [ "$old_id" != "$new_id" ] || die "re-attach did not replace the program ($old_id -> $new_id)"
+! grep -qx 0 samples || die "the chain ran without rg_xdp_ingress during re-attach"
+grep -q "rg_xdp_ingress id $new_id runs in the dispatcher beside id $old_id; removing id $old_id" reattach.log ||
+	die "re-attach did not add the new program before removing the old one: $(cat reattach.log)"
 
 out=$("$RG" detach --pin-path "$PIN" 2>&1) || die "detach failed: $out"
 log "$out"
