@@ -92,8 +92,8 @@ struct {
 
 /*
  * All-zero rg_tunnel_stream used to create a stream from the packet path.
- * Plain bytes: the verifier refuses a helper reading a value that holds a
- * bpf_spin_lock, which the new entry's lock starts as anyway (zero).
+ * Plain bytes: the verifier refuses bpf_map_update_elem() a source value
+ * that holds a bpf_spin_lock; the new entry's lock starts at zero anyway.
  */
 struct rg_tunnel_stream_blank {
 	__u8 bytes[sizeof(struct rg_tunnel_stream)];
