@@ -11,6 +11,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #include "maps.h"
 
@@ -28,10 +29,24 @@ static __always_inline void rg_peer_count(struct rg_peer_stats *ps, __u32 ev, __
 	ps->ev[ev].bytes += bytes;
 }
 
+/*
+ * The send stamp's clock: CLOCK_TAI, so that gateways whose clocks are
+ * synchronised (PTP, NTP) measure one-way delay. bpf_ktime_get_tai_ns() came
+ * with Linux 6.2; before, both ends use CLOCK_MONOTONIC, which only gateways
+ * sharing one kernel (namespaces) can compare. The choice is made at load
+ * from the kernel's own list of helpers, and the verifier drops the other.
+ */
+static __always_inline __u64 rg_tunnel_clock_ns(void)
+{
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_ktime_get_tai_ns))
+		return bpf_ktime_get_tai_ns();
+	return bpf_ktime_get_ns();
+}
+
 /* Takes the next sequence number of this CPU's stream towards the peer. */
 static __always_inline void rg_tunnel_opt_fill(struct rg_tunnel_opt *o, struct rg_peer_stats *ps)
 {
-	__u64 now = bpf_ktime_get_tai_ns();
+	__u64 now = rg_tunnel_clock_ns();
 
 	o->opt_class = bpf_htons(rg_cfg.tunnel_opt_class);
 	o->type = rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL;
@@ -155,7 +170,7 @@ static __always_inline void rg_tunnel_track(__u32 slot, __u32 stream, __u32 seq,
 {
 	struct rg_tunnel_stream_key key = { .peer = slot, .stream = stream };
 	struct rg_tunnel_stream *st;
-	__u64 arrived = bpf_ktime_get_tai_ns();
+	__u64 arrived = rg_tunnel_clock_ns();
 	__u64 now = bpf_ktime_get_ns();
 	/* Behind the sender's clock (unsynchronised clocks): counted as 0. */
 	__u64 delay = arrived > sent_ns ? arrived - sent_ns : 0;

@@ -218,7 +218,8 @@ class MetricsCollector : public prometheus::Collectable {
                              cumulative);
       }
       out.add_histogram("roceguard_tunnel_delay_seconds",
-                        "One-way delay from the peer, from its send timestamp (CLOCK_TAI): exact when both "
+                        "One-way delay from the peer, from its send timestamp (CLOCK_TAI; CLOCK_MONOTONIC on "
+                        "kernels before 6.2, comparable within one host only): exact when both "
                         "gateways share a clock, offset by the difference of their clocks otherwise (a delay "
                         "that comes out negative counts as 0)",
                         peer, buckets, cumulative, static_cast<double>(t.delay_sum_ns) * 1e-9);

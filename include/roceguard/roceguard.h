@@ -277,7 +277,7 @@ struct rg_tunnel_opt {
 	__u8 length;     /* 3 reserved bits | data length in 4-byte words */
 	__be32 stream;   /* sending CPU of gateway A */
 	__be32 seq;      /* per stream, from 0, wrapping */
-	__be32 sent_hi;  /* CLOCK_TAI at gateway A, nanoseconds, high word */
+	__be32 sent_hi;  /* send time at gateway A (rg_tunnel_clock_ns), high word */
 	__be32 sent_lo;
 };
 #define RG_TUNNEL_OPT_WORDS ((sizeof(struct rg_tunnel_opt) - 4) / 4)
