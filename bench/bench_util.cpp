@@ -52,6 +52,8 @@ rg_config config(uint32_t flags) {
   c.outer_ttl = RG_DEFAULT_OUTER_TTL;
   c.psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX;
   c.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
+  c.tunnel_opt_class = RG_TUNNEL_OPT_CLASS_DEFAULT;
+  c.tunnel_opt_type = RG_TUNNEL_OPT_TYPE_DEFAULT;
   c.flags = flags;
   return c;
 }

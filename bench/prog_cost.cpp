@@ -51,7 +51,9 @@ Bytes roce_frame(uint8_t tos, size_t payload) {
       .build();
 }
 
-Bytes geneve_frame(uint8_t inner_tos, size_t payload) {
+// With seq_option, the tunnel sequence option as gateway A writes it (its
+// number is advanced per run like the PSN).
+Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false) {
   rg::test::Bth bth;
   bth.dest_qp = 0x000201;
   Bytes inner = PacketBuilder()
@@ -64,7 +66,9 @@ Bytes geneve_frame(uint8_t inner_tos, size_t payload) {
   return PacketBuilder()
       .ipv4(kPeer4, kLocal4)
       .udp(50000, rg::test::kGenevePort)
-      .geneve(kVni)
+      .geneve(kVni, seq_option ? Bytes{0xff, 0x52, RG_TUNNEL_OPT_TYPE_DEFAULT, RG_TUNNEL_OPT_WORDS, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+                             : Bytes{})
       .payload(inner)
       .build();
 }
@@ -85,6 +89,7 @@ struct Case {
   std::vector<double> kernel_ns, wall_ns;
   uint32_t psn = 0;
   double repeat_ns = -1;  // repeat > 1, only where the input is not modified
+  size_t seq_at = 0;      // offset of the tunnel sequence number in frame, if any
 
   Case(std::string n, std::string h, int fd, Bytes f, bool is_roce, bool is_geneve, int change, bool is_floor = false)
       : name(std::move(n)), hook(std::move(h)), prog_fd(fd), frame(std::move(f)), roce(is_roce), geneve(is_geneve),
@@ -110,6 +115,7 @@ int main(int argc, char** argv) {
     Object remark(config(RG_CFG_F_REMARK));
     Object remark_account(config(RG_CFG_F_REMARK | RG_CFG_F_ACCOUNT));
     Object full(config(RG_CFG_F_DEFAULT));
+    Object full_seq(config(RG_CFG_F_DEFAULT | RG_CFG_F_TUNNEL_SEQ));
     Object account(config(RG_CFG_F_ACCOUNT));
     std::unique_ptr<empty, decltype(&empty__destroy)> floor(empty__open_and_load(), empty__destroy);
     if (!floor) throw std::runtime_error("empty.bpf.o: load failed");
@@ -127,10 +133,21 @@ int main(int argc, char** argv) {
         {"xdp ingress: Geneve decap + DSCP repair + accounting", "xdp", full.xdp_fd(), geneve_frame(0, payload), true, true, -50},
         {"xdp ingress: accounting only", "xdp", account.xdp_fd(), roce_frame(RG_DEFAULT_DSCP << 2, payload), true, false, 0},
         {"xdp ingress: non-RoCE pass-through", "xdp", full.xdp_fd(), other_udp_frame(payload), false, false, 0},
+        // The sequence option's cost is each of these minus its row without it.
+        {"tc egress: DSCP + accounting + Geneve encap + sequence option", "tc", full_seq.tc_fd(),
+         roce_frame(host_tos, payload), true, false, 50 + static_cast<int>(sizeof(rg_tunnel_opt))},
+        {"xdp ingress: Geneve decap (sequence option tracked) + DSCP repair + accounting", "xdp", full_seq.xdp_fd(),
+         geneve_frame(0, payload, true), true, true, -50 - static_cast<int>(sizeof(rg_tunnel_opt))},
     };
+    // The sequence number: after UDP, the Geneve base header, and the
+    // option's class/type/length and stream words.
+    cases.back().seq_at = rg::test::parse(cases.back().frame).l4 + 8 + 8 + 8;
 
     auto run_once = [&](Case& c) {
-      if (c.roce) set_psn(c.frame, bth_offset(c.geneve), c.psn++ & RG_PSN_MASK);
+      if (c.seq_at)
+        for (int b = 0; b < 4; ++b) c.frame[c.seq_at + b] = static_cast<uint8_t>(c.psn >> (24 - 8 * b));
+      const size_t options = c.seq_at ? sizeof(rg_tunnel_opt) : 0;
+      if (c.roce) set_psn(c.frame, bth_offset(c.geneve) + options, c.psn++ & RG_PSN_MASK);
       return c.hook == "tc" ? test_run_tc(c.prog_fd, ifindex, c.frame) : test_run_xdp(c.prog_fd, ifindex, c.frame);
     };
     // Each path does what its name says before it is timed.

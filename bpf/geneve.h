@@ -20,12 +20,23 @@
 #include "flow.h"
 #include "parse.h"
 #include "route.h"
+#include "tunnel_seq.h"
 
-/* Everything after the outer IP header; the same for both outer families. */
+/*
+ * Everything after the outer IP header; the same for both outer families.
+ * The sequence option, when sent, goes first in the option area, so the
+ * inner Ethernet header sits at one of two places.
+ */
 struct rg_geneve_tail {
 	struct udphdr udp;
 	struct rg_genevehdr gnv;
-	struct ethhdr inner_eth;
+	union {
+		struct ethhdr inner_eth;
+		struct {
+			struct rg_tunnel_opt opt;
+			struct ethhdr inner_eth;
+		} seq;
+	};
 };
 
 /*
@@ -50,9 +61,14 @@ struct rg_encap6 {
 _Static_assert(__builtin_offsetof(struct rg_encap4, ip) % 4 == 0, "outer IPv4 aligned");
 _Static_assert(__builtin_offsetof(struct rg_encap6, ip6) % 4 == 0, "outer IPv6 aligned");
 
-/* Bytes on the wire from the outer Ethernet header to the inner one included. */
-#define RG_ENCAP4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct rg_geneve_tail))
-#define RG_ENCAP6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + sizeof(struct rg_geneve_tail))
+/*
+ * Bytes on the wire from the outer Ethernet header to the inner one
+ * included, without the sequence option; it adds RG_TUNNEL_OPT_LEN.
+ */
+#define RG_GENEVE_TAIL_LEN (sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + sizeof(struct ethhdr))
+#define RG_ENCAP4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + RG_GENEVE_TAIL_LEN)
+#define RG_ENCAP6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + RG_GENEVE_TAIL_LEN)
+#define RG_TUNNEL_OPT_LEN sizeof(struct rg_tunnel_opt)
 /* Room inserted after the original Ethernet header, which becomes the inner one. */
 #define RG_ENCAP4_ROOM (RG_ENCAP4_LEN - sizeof(struct ethhdr))
 #define RG_ENCAP6_ROOM (RG_ENCAP6_LEN - sizeof(struct ethhdr))
@@ -112,23 +128,32 @@ static __always_inline void rg_encap_ipv6(struct ipv6hdr *ip6, const struct rg_p
 	__builtin_memcpy(&ip6->daddr, peer->remote, 16);
 }
 
-/* UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936. */
+/*
+ * UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936.
+ * With seq (this CPU's stream to the peer) the sequence option goes first.
+ */
 static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct rg_peer *peer,
 					  __u32 hash, __u16 udp_len,
-					  const struct ethhdr *inner_eth)
+					  const struct ethhdr *inner_eth,
+					  struct rg_peer_stats *seq)
 {
 	t->udp.source = rg_entropy_port(hash);
 	t->udp.dest = bpf_htons(RG_GENEVE_UDP_PORT);
 	t->udp.len = bpf_htons(udp_len);
 	t->udp.check = 0;
-	t->gnv.ver_optlen = 0;
+	t->gnv.ver_optlen = seq ? RG_TUNNEL_OPT_LEN / 4 : 0;
 	t->gnv.flags = 0;
 	t->gnv.proto = bpf_htons(RG_GENEVE_PROTO_TEB);
 	t->gnv.vni[0] = peer->vni >> 16;
 	t->gnv.vni[1] = peer->vni >> 8;
 	t->gnv.vni[2] = peer->vni;
 	t->gnv.reserved = 0;
-	t->inner_eth = *inner_eth;
+	if (seq) {
+		rg_tunnel_opt_fill(&t->seq.opt, seq);
+		t->seq.inner_eth = *inner_eth;
+	} else {
+		t->inner_eth = *inner_eth;
+	}
 }
 
 enum rg_encap_result {
@@ -140,14 +165,16 @@ enum rg_encap_result {
 /*
  * Geneve-encapsulates the frame (p parsed from it, flow its QP key) towards
  * peer: the room goes after the outer Ethernet header (BPF_ADJ_ROOM_MAC),
- * then outer Ethernet, IP, UDP, Geneve and a copy of the original Ethernet
- * header are written in one store.
+ * then outer Ethernet, IP, UDP, Geneve (with the sequence option when it is
+ * on) and a copy of the original Ethernet header are written in one store.
+ * ps is this CPU's slot of the peer's counters and stream.
  */
 static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *skb,
 							    const struct rg_pkt *p,
 							    const struct rg_peer *peer,
 							    const struct rg_qp_key *flow,
-							    struct rg_counters *c, int *verdict)
+							    struct rg_counters *c,
+							    struct rg_peer_stats *ps, int *verdict)
 {
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
@@ -159,14 +186,24 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	int v6 = peer->family == AF_INET6;
 	enum rg_fib_result fr;
 	struct ethhdr inner_eth;
+	struct rg_peer_stats *seq = NULL;
+	__u32 opt_len = 0;
 	long err;
 
 	if ((void *)(eth + 1) > data_end)
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
 
-	room = v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM;
-	udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + inner_len;
+	/*
+	 * A GSO packet's segments would all carry one copy of the option, that
+	 * is one sequence number many times: they go unnumbered.
+	 */
+	if ((rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ) && ps && skb->gso_segs <= 1) {
+		seq = ps;
+		opt_len = RG_TUNNEL_OPT_LEN;
+	}
+	room = (v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM) + opt_len;
+	udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + opt_len + inner_len;
 	ip_len = udp_len + (v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
 	/*
 	 * A GSO skb leaves as segments of p->seg_len bytes at most, each in its
@@ -183,6 +220,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		return RG_ENCAP_OVERSIZE;
 	if (fr == RG_FIB_FAIL) {
 		rg_count(c, RG_EV_FIB_MISS, inner_len);
+		rg_peer_count(ps, RG_PEER_EV_FIB_MISS, inner_len);
 		return RG_ENCAP_SKIPPED;
 	}
 
@@ -191,6 +229,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		(v6 ? BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 : BPF_F_ADJ_ROOM_ENCAP_L3_IPV4);
 	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_MAC, flags)) {
 		rg_count(c, RG_EV_ENCAP_ERROR, inner_len);
+		rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, inner_len);
 		return RG_ENCAP_SKIPPED;
 	}
 
@@ -200,24 +239,31 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		rg_encap_headers_init(&h, sizeof(h));
 		rg_encap_eth(&h.eth, &fib, ETH_P_IPV6);
 		rg_encap_ipv6(&h.ip6, peer, p->tos, hash, udp_len);
-		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth);
-		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP6_LEN, 0);
+		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth, seq);
+		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP6_LEN + opt_len, 0);
 	} else {
 		struct rg_encap4 h;
 
 		rg_encap_headers_init(&h, sizeof(h));
 		rg_encap_eth(&h.eth, &fib, ETH_P_IP);
 		rg_encap_ipv4(&h.ip, peer, p->tos, ip_len);
-		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth);
-		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP4_LEN, 0);
+		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth, seq);
+		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP4_LEN + opt_len, 0);
 	}
 	if (err) {
 		/* The frame is half built: sending it would put garbage on the wire. */
 		rg_count(c, RG_EV_ENCAP_ERROR, inner_len);
+		rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, inner_len);
+		/* Its number was never sent: the far end must not count it lost. */
+		if (seq)
+			seq->tx_seq--;
 		*verdict = TC_ACT_SHOT;
 		return RG_ENCAP_DONE;
 	}
 	rg_count_n(c, RG_EV_ENCAPSULATED, p->segs, p->wire_len);
+	rg_peer_count_n(ps, RG_PEER_EV_ENCAPSULATED, p->segs, p->wire_len);
+	if (seq)
+		rg_peer_count(ps, RG_PEER_EV_SEQ_SENT, p->wire_len);
 	*verdict = rg_fib_verdict(skb, &fib, fr);
 	return RG_ENCAP_DONE;
 }
@@ -232,7 +278,12 @@ enum rg_decap_result {
 struct rg_outer {
 	__u8 smac[ETH_ALEN];
 	__u8 ecn;
-	__u32 len; /* bytes stripped */
+	__u8 has_seq;     /* the sequence option came first in the options */
+	__u32 len;        /* bytes stripped */
+	__u32 peer_slot;
+	__u32 stream;
+	__u32 seq;
+	__u64 sent_ns;
 };
 
 /* Addresses as the ABI stores them: 16 bytes, IPv4 in the first 4, the rest zero. */
@@ -333,6 +384,19 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 	}
 	__builtin_memcpy(o->smac, eth->h_source, ETH_ALEN);
 	o->ecn = rg_tos_ecn(p->tos);
+	o->peer_slot = *idx;
+	o->has_seq = 0;
+	/* roceguard puts its option first; one from anyone else is skipped. */
+	if (optlen >= RG_TUNNEL_OPT_LEN) {
+		struct rg_tunnel_opt *opt = (void *)(g + 1);
+
+		if ((void *)(opt + 1) <= data_end && rg_tunnel_opt_is_ours(opt)) {
+			o->has_seq = 1;
+			o->stream = bpf_ntohl(opt->stream);
+			o->seq = bpf_ntohl(opt->seq);
+			o->sent_ns = ((__u64)bpf_ntohl(opt->sent_hi) << 32) | bpf_ntohl(opt->sent_lo);
+		}
+	}
 	return RG_DECAP_DONE;
 }
 
@@ -355,6 +419,7 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	/* A multi-buffer frame: data_end is the end of its first buffer only. */
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	enum rg_decap_result verdict;
+	struct rg_peer_stats *ps;
 	struct rg_outer outer;
 	struct ethhdr *eth;
 	__u8 ecn;
@@ -386,6 +451,10 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	__builtin_memcpy(eth->h_source, outer.smac, ETH_ALEN);
 	len -= outer.len;
 	rg_count(c, RG_EV_DECAPSULATED, len);
+	ps = rg_peer_stats_get(outer.peer_slot);
+	rg_peer_count(ps, RG_PEER_EV_DECAPSULATED, len);
+	if (outer.has_seq)
+		rg_tunnel_track(outer.peer_slot, outer.stream, outer.seq, outer.sent_ns, ps, len);
 
 	*cls = rg_parse(data, data_end, p);
 	if (!p->family)

@@ -74,6 +74,46 @@ struct {
 	__type(value, struct rg_iface);
 } rg_ifaces SEC(".maps");
 
+/*
+ * Per peer slot: this CPU's counters and its sequence stream towards the
+ * peer. Per-CPU, so numbering a packet is a plain increment.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_peer_stats);
+} rg_peer_stats SEC(".maps");
+
+/*
+ * Streams arriving from the peers. One stream's packets reach this gateway
+ * on any CPU (RSS spreads them by inner flow), hence the lock; a spin-locked
+ * value cannot live in an LRU map, so a full table leaves new streams
+ * untracked (RG_PEER_EV_SEQ_UNTRACKED) rather than evicting old ones.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RG_MAX_TUNNEL_STREAMS);
+	__type(key, struct rg_tunnel_stream_key);
+	__type(value, struct rg_tunnel_stream);
+} rg_tunnel_streams SEC(".maps");
+
+/*
+ * All-zero rg_tunnel_stream used to create a stream from the packet path.
+ * Plain bytes: the verifier refuses bpf_map_update_elem() a source value
+ * that holds a bpf_spin_lock; the new entry's lock starts at zero anyway.
+ */
+struct rg_tunnel_stream_blank {
+	__u8 bytes[sizeof(struct rg_tunnel_stream)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rg_tunnel_stream_blank);
+} rg_tunnel_stream_zero SEC(".maps");
+
 /* Defaults compiled in; the loader overrides them before load. */
 const volatile struct rg_config rg_cfg = {
 	.dscp = RG_DEFAULT_DSCP,
@@ -83,6 +123,8 @@ const volatile struct rg_config rg_cfg = {
 	.flags = RG_CFG_F_DEFAULT,
 	.psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX,
 	.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS,
+	.tunnel_opt_class = RG_TUNNEL_OPT_CLASS_DEFAULT,
+	.tunnel_opt_type = RG_TUNNEL_OPT_TYPE_DEFAULT,
 };
 
 #endif

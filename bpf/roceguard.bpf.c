@@ -5,10 +5,12 @@
  * rg_tc_egress   (TC egress): RoCE v2 DSCP re-mark keeping ECN, skb->priority
  *                for this host's qdisc, per-QP retransmit accounting,
  *                Geneve encapsulation towards configured peers with a
- *                tunnel-MTU guard.
+ *                tunnel-MTU guard and the sequence/timestamp option,
+ *                per-peer counters.
  * rg_xdp_ingress (XDP):       Geneve decapsulation of what configured peers
  *                send to this gateway, with RFC 6040 ECN handling, DSCP
- *                repair, per-QP gap/duplicate, NAK, CNP and CE accounting.
+ *                repair, per-QP gap/duplicate, NAK, CNP and CE accounting,
+ *                per-peer counters and tunnel sequence tracking.
  *                Multi-buffer capable (xdp.frags), so it attaches natively
  *                at jumbo MTUs: every header it reads or writes is in the
  *                first buffer, and byte counts take the whole frame.
@@ -28,6 +30,7 @@
 #include "parse.h"
 #include "qp_accounting.h"
 #include "route.h"
+#include "tunnel_seq.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -40,7 +43,9 @@ int rg_tc_egress(struct __sk_buff *skb)
 	void *data_end;
 	struct rg_counters *c;
 	const struct rg_peer *peer;
+	struct rg_peer_stats *ps;
 	struct rg_qp_key qp;
+	__u32 slot = 0;
 	struct rg_pkt p;
 	int verdict = RG_TC_PASS;
 
@@ -74,19 +79,22 @@ int rg_tc_egress(struct __sk_buff *skb)
 	 */
 	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth || skb->vlan_present)
 		return RG_TC_PASS;
-	peer = rg_route_lookup(&p, data_end);
+	peer = rg_route_lookup(&p, data_end, &slot);
 	if (!peer)
 		return RG_TC_PASS;
+	ps = rg_peer_stats_get(slot);
 
-	switch (rg_geneve_encap(skb, &p, peer, &qp, c, &verdict)) {
+	switch (rg_geneve_encap(skb, &p, peer, &qp, c, ps, &verdict)) {
 	case RG_ENCAP_DONE:
 		return verdict;
 	case RG_ENCAP_OVERSIZE:
 		if (rg_cfg.mtu_policy == RG_MTU_DROP) {
 			rg_count_n(c, RG_EV_OVERSIZE_DROPPED, p.segs, p.wire_len);
+			rg_peer_count_n(ps, RG_PEER_EV_OVERSIZE_DROPPED, p.segs, p.wire_len);
 			return TC_ACT_SHOT;
 		}
 		rg_count_n(c, RG_EV_OVERSIZE_PASSED, p.segs, p.wire_len);
+		rg_peer_count_n(ps, RG_PEER_EV_OVERSIZE_PASSED, p.segs, p.wire_len);
 		return RG_TC_PASS;
 	default:
 		return RG_TC_PASS;

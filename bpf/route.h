@@ -15,9 +15,9 @@
 #include "maps.h"
 #include "parse.h"
 
-/* Tunnel peer for the inner destination, or NULL. */
+/* Tunnel peer for the inner destination and its slot in *slot, or NULL. */
 static __always_inline const struct rg_peer *rg_route_lookup(const struct rg_pkt *p,
-							     void *data_end)
+							     void *data_end, __u32 *slot)
 {
 	__u32 *idx = NULL;
 
@@ -40,6 +40,7 @@ static __always_inline const struct rg_peer *rg_route_lookup(const struct rg_pkt
 	}
 	if (!idx)
 		return NULL;
+	*slot = *idx;
 	const struct rg_peer *peer = bpf_map_lookup_elem(&rg_peers, idx);
 
 	return peer && peer->family ? peer : NULL;

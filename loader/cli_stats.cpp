@@ -1,4 +1,5 @@
-// stats: the pinned counters, per-CPU values summed, read through MapReader.
+// stats: the pinned counters, per-CPU values summed, read through MapReader;
+// per interface, per tunnel peer, and optionally per QP.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -23,12 +24,17 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
   std::vector<QpRow> qps;
   size_t qp_total = 0;
   if (qp) qps = reader.top_qps(top, qp_ranks_before, &qp_total);
+  const auto tunnels =
+      tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(pin_path), monotonic_now_ns());
 
   if (json) {
     nlohmann::json out;
     nlohmann::json counters = nlohmann::json::array();
     for (const auto& r : rows) counters.push_back(counter_row_json(r, interface_name(r.ifindex), true));
     out["counters"] = counters;
+    nlohmann::json peers = nlohmann::json::array();
+    for (const auto& t : tunnels) peers.push_back(tunnel_peer_json(t));
+    out["tunnels"] = peers;
     if (qp) {
       nlohmann::json list = nlohmann::json::array();
       for (const auto& q : qps)
@@ -52,6 +58,25 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
       if (!all && !r.ev[e].packets) continue;
       std::printf("  %-20s %16llu %18llu\n", std::string(event_name(static_cast<rg_event>(e)).name).c_str(),
                   static_cast<unsigned long long>(r.ev[e].packets), static_cast<unsigned long long>(r.ev[e].bytes));
+    }
+  }
+  if (!tunnels.empty()) {
+    // Sent and encapsulated count at this gateway towards the peer; the
+    // sequence columns what arrived here from it.
+    std::printf("\ntunnels: per peer\n");
+    std::printf("%-20s %12s %12s %10s %12s %10s %10s %10s %10s %12s\n", "PEER", "ENCAP", "SENT", "OVERSIZE",
+                "RECEIVED", "LOST", "REORDERED", "DUPS", "FIB_MISS", "DELAY_AVG_US");
+    for (const auto& t : tunnels) {
+      uint64_t arrivals = 0;
+      for (uint64_t n : t.delay) arrivals += n;
+      const double avg_us = arrivals ? static_cast<double>(t.delay_sum_ns) / 1e3 / static_cast<double>(arrivals) : 0;
+      std::printf("%-20s %12llu %12llu %10llu %12llu %10llu %10llu %10llu %10llu %12.1f\n", t.name.c_str(),
+                  (unsigned long long)t.ev[RG_PEER_EV_ENCAPSULATED].packets,
+                  (unsigned long long)t.ev[RG_PEER_EV_SEQ_SENT].packets,
+                  (unsigned long long)(t.ev[RG_PEER_EV_OVERSIZE_PASSED].packets +
+                                       t.ev[RG_PEER_EV_OVERSIZE_DROPPED].packets),
+                  (unsigned long long)t.received, (unsigned long long)t.lost, (unsigned long long)t.reordered,
+                  (unsigned long long)t.duplicated, (unsigned long long)t.ev[RG_PEER_EV_FIB_MISS].packets, avg_us);
     }
   }
   if (!qp) return;

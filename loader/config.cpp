@@ -369,6 +369,9 @@ rg_config Config::rodata() const {
   if (remark) c.flags |= RG_CFG_F_REMARK;
   if (repair) c.flags |= RG_CFG_F_REPAIR;
   if (accounting) c.flags |= RG_CFG_F_ACCOUNT;
+  if (tunnel_sequence) c.flags |= RG_CFG_F_TUNNEL_SEQ;
+  c.tunnel_opt_class = static_cast<__u16>(tunnel_opt_class);
+  c.tunnel_opt_type = RG_TUNNEL_OPT_TYPE_DEFAULT;
   return c;
 }
 

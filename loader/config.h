@@ -81,6 +81,9 @@ struct Config {
   // [tunnel]
   uint32_t tunnel_mtu = RG_DEFAULT_TUNNEL_MTU;
   rg_mtu_policy mtu_policy = RG_MTU_PASS;
+  // Off by default: its measured cost is above the 30 ns budget (design.md section 12).
+  bool tunnel_sequence = false;
+  uint32_t tunnel_opt_class = RG_TUNNEL_OPT_CLASS_DEFAULT;
   std::vector<PeerConfig> peers;
 
   // [metrics]

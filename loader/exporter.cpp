@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -47,6 +48,18 @@ class FamilySet {
       m.counter.value = value;
     else
       m.gauge.value = value;
+    families_[it->second].metric.push_back(std::move(m));
+  }
+  // buckets: (upper bound, cumulative count), +Inf last.
+  void add_histogram(const std::string& name, const std::string& help, const Labels& labels,
+                     const std::vector<std::pair<double, uint64_t>>& buckets, uint64_t count, double sum) {
+    auto [it, fresh] = index_.try_emplace(name, families_.size());
+    if (fresh) families_.push_back(MetricFamily{name, help, MetricType::Histogram, {}});
+    ClientMetric m;
+    for (const auto& [k, v] : labels) m.label.push_back({k, v});
+    for (const auto& [le, n] : buckets) m.histogram.bucket.push_back({n, le});
+    m.histogram.sample_count = count;
+    m.histogram.sample_sum = sum;
     families_[it->second].metric.push_back(std::move(m));
   }
   std::vector<MetricFamily> take() { return std::move(families_); }
@@ -134,6 +147,7 @@ class MetricsCollector : public prometheus::Collectable {
     std::vector<CounterRow> rows;
     std::vector<QpRow> qps;
     std::vector<MapUsage> usage;
+    std::vector<TunnelPeer> tunnels;
     try {
       // Opened per scrape: a loader restarted with --reset-state replaces
       // the pinned maps, and an fd kept open would read the orphaned ones.
@@ -150,6 +164,8 @@ class MetricsCollector : public prometheus::Collectable {
       } else {
         usage = reader.usage_all(std::nullopt, counter_entries);
       }
+      tunnels = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(opts_.pin_path),
+                             monotonic_now_ns());
     } catch (const std::exception& e) {
       ++scrape_errors_;
       if (!failing_.exchange(true)) spdlog::warn("metrics: {}", e.what());
@@ -166,7 +182,50 @@ class MetricsCollector : public prometheus::Collectable {
     }
     add_counters(out, rows);
     if (opts_.per_qp) add_top_qps(out, qps);
+    add_tunnels(out, tunnels);
     return true;
+  }
+
+  // Per peer (bounded by RG_MAX_PEERS): its counters, and on the receiving
+  // gateway what its sequence streams say about the WAN.
+  void add_tunnels(FamilySet& out, const std::vector<TunnelPeer>& tunnels) const {
+    for (const TunnelPeer& t : tunnels) {
+      for (size_t e = 0; e < RG_PEER_EV_MAX; ++e) {
+        const PeerEventName& n = peer_event_name(static_cast<rg_peer_event>(e));
+        Labels labels{{"peer", t.name}};
+        if (!n.label.empty()) labels.emplace_back(n.label, n.label_value);
+        out.add(std::string(n.metric), std::string(n.help), MetricType::Counter, labels,
+                static_cast<double>(t.ev[e].packets));
+      }
+      if (!t.streams) continue;
+      const Labels peer{{"peer", t.name}};
+      const char* from = " from the peer's tunnel sequence option (receiving gateway)";
+      out.add("roceguard_tunnel_received_packets_total", std::string("Packets that arrived") + from,
+              MetricType::Counter, peer, static_cast<double>(t.received));
+      out.add("roceguard_tunnel_lost_packets_total",
+              std::string("Sequence numbers that never arrived: a hole counts once 64 newer packets came, or once "
+                          "its stream was silent for a second") + from,
+              MetricType::Counter, peer, static_cast<double>(t.lost));
+      out.add("roceguard_tunnel_reordered_packets_total",
+              std::string("Packets that arrived behind a newer one (a hole they fill)") + from,
+              MetricType::Counter, peer, static_cast<double>(t.reordered));
+      out.add("roceguard_tunnel_duplicated_packets_total", std::string("Sequence numbers that arrived twice") + from,
+              MetricType::Counter, peer, static_cast<double>(t.duplicated));
+      std::vector<std::pair<double, uint64_t>> buckets;
+      uint64_t cumulative = 0;
+      for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) {
+        cumulative += t.delay[k];
+        buckets.emplace_back(k + 1 < RG_TUNNEL_DELAY_BUCKETS ? tunnel_delay_bucket_le(k)
+                                                              : std::numeric_limits<double>::infinity(),
+                             cumulative);
+      }
+      out.add_histogram("roceguard_tunnel_delay_seconds",
+                        "One-way delay from the peer, from its send timestamp (CLOCK_TAI; CLOCK_MONOTONIC on "
+                        "kernels before 6.2, comparable within one host only): exact when both "
+                        "gateways share a clock, offset by the difference of their clocks otherwise (a delay "
+                        "that comes out negative counts as 0)",
+                        peer, buckets, cumulative, static_cast<double>(t.delay_sum_ns) * 1e-9);
+    }
   }
 
   void add_counters(FamilySet& out, const std::vector<CounterRow>& rows) const {

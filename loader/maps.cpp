@@ -111,6 +111,12 @@ const MapLayout* pinned_map_layout(const std::string& name) {
                                 sizeof(uint32_t), 1};
   static const MapLayout decap{BPF_MAP_TYPE_HASH, sizeof(rg_decap_key), sizeof(uint32_t), sizeof(uint32_t), 1};
   static const MapLayout ifaces{BPF_MAP_TYPE_HASH, sizeof(uint32_t), sizeof(rg_iface), sizeof(rg_iface), 1};
+  static const MapLayout peer_stats{BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(uint32_t), sizeof(rg_peer_stats),
+                                    sizeof(rg_peer_stats), 1};
+  static const MapLayout streams{BPF_MAP_TYPE_HASH, sizeof(rg_tunnel_stream_key), sizeof(rg_tunnel_stream),
+                                 sizeof(rg_tunnel_stream), 1};
+  if (name == kMapPeerStats) return &peer_stats;
+  if (name == kMapTunnelStreams) return &streams;
   if (name == kMapCounters) return &counters;
   if (name == kMapQp) return &qp;
   if (name == kMapPeers) return &peers;
@@ -292,6 +298,64 @@ std::vector<QpRow> MapReader::top_qps(size_t top, bool (*ranks_before)(const QpR
   std::sort_heap(kept.begin(), kept.end(), ranks_before);
   if (entries) *entries = walked;
   return kept;
+}
+
+std::vector<PeerStatsRow> read_peer_stats(int fd) {
+  check_map_layout(fd, kMapPeerStats, *pinned_map_layout(kMapPeerStats));
+  const MapUsage u = map_info(fd, kMapPeerStats);
+  const int ncpu = possible_cpus();
+  const uint32_t stride = round8(u.value_size);
+  std::vector<PeerStatsRow> rows;
+  walk_map(fd, sizeof(uint32_t), stride * static_cast<uint32_t>(ncpu), u.max_entries,
+           [&](const uint8_t* k, const uint8_t* v) {
+             PeerStatsRow row;
+             std::memcpy(&row.slot, k, sizeof(row.slot));
+             bool any = false;
+             for (int cpu = 0; cpu < ncpu; ++cpu) {
+               rg_peer_stats s;
+               std::memcpy(&s, v + static_cast<size_t>(cpu) * stride, sizeof(s));
+               for (size_t e = 0; e < RG_PEER_EV_MAX; ++e) {
+                 row.ev[e].packets += s.ev[e].packets;
+                 row.ev[e].bytes += s.ev[e].bytes;
+                 any |= s.ev[e].packets != 0;
+               }
+             }
+             if (any) rows.push_back(row);
+           });
+  return rows;
+}
+
+std::vector<TunnelStreamRow> read_tunnel_streams(int fd) {
+  check_map_layout(fd, kMapTunnelStreams, *pinned_map_layout(kMapTunnelStreams));
+  const MapUsage u = map_info(fd, kMapTunnelStreams);
+  std::vector<rg_tunnel_stream_key> keys;
+  walk_map(fd, sizeof(rg_tunnel_stream_key), sizeof(rg_tunnel_stream), u.max_entries,
+           [&](const uint8_t* k, const uint8_t*) {
+             rg_tunnel_stream_key key;
+             std::memcpy(&key, k, sizeof(key));
+             keys.push_back(key);
+           });
+  // Read again under the value's lock: the window and the counters that
+  // settle it must come from the same instant.
+  std::vector<TunnelStreamRow> rows;
+  for (const auto& key : keys) {
+    TunnelStreamRow row;
+    row.key = key;
+    if (bpf_map_lookup_elem_flags(fd, &key, &row.state, BPF_F_LOCK) == 0) rows.push_back(row);
+  }
+  return rows;
+}
+
+std::vector<PeerStatsRow> MapReader::peer_stats() const {
+  if (pin_path_.empty()) return {};
+  Owned map{bpf_obj_get((pin_path_ + "/" + kMapPeerStats).c_str())};
+  return map.fd < 0 ? std::vector<PeerStatsRow>{} : read_peer_stats(map.fd);
+}
+
+std::vector<TunnelStreamRow> MapReader::tunnel_streams() const {
+  if (pin_path_.empty()) return {};
+  Owned map{bpf_obj_get((pin_path_ + "/" + kMapTunnelStreams).c_str())};
+  return map.fd < 0 ? std::vector<TunnelStreamRow>{} : read_tunnel_streams(map.fd);
 }
 
 MapUsage MapReader::info(int fd, const std::string& name) const { return map_info(fd, name); }

@@ -30,8 +30,10 @@ inline constexpr const char* kMapRoute4 = "rg_route4";
 inline constexpr const char* kMapRoute6 = "rg_route6";
 inline constexpr const char* kMapDecap = "rg_decap";
 inline constexpr const char* kMapIfaces = "rg_ifaces";
-inline constexpr std::array<const char*, 7> kPinnedMaps{kMapCounters, kMapQp,    kMapPeers, kMapRoute4,
-                                                        kMapRoute6,   kMapDecap, kMapIfaces};
+inline constexpr const char* kMapPeerStats = "rg_peer_stats";
+inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
+inline constexpr std::array<const char*, 9> kPinnedMaps{kMapCounters, kMapQp,     kMapPeers,     kMapRoute4,       kMapRoute6,
+                                                        kMapDecap,    kMapIfaces, kMapPeerStats, kMapTunnelStreams};
 
 struct CounterRow {
   uint32_t ifindex = 0;
@@ -42,6 +44,18 @@ struct CounterRow {
 struct QpRow {
   rg_qp_key key{};
   rg_qp_state state{};
+};
+
+// One peer slot's counters, summed over CPUs.
+struct PeerStatsRow {
+  uint32_t slot = 0;
+  std::array<rg_counter, RG_PEER_EV_MAX> ev{};
+};
+
+// One sequence stream a receiving gateway tracks, read under its lock.
+struct TunnelStreamRow {
+  rg_tunnel_stream_key key{};
+  rg_tunnel_stream state{};
 };
 
 struct MapUsage {
@@ -107,6 +121,10 @@ class MapReader {
   // rows walked.
   std::vector<QpRow> top_qps(size_t top, bool (*ranks_before)(const QpRow&, const QpRow&),
                              size_t* entries) const;
+  // Per-peer counters and tracked tunnel streams; empty when the pins are
+  // absent (maps of a build before them) or the reader borrows fds.
+  std::vector<PeerStatsRow> peer_stats() const;
+  std::vector<TunnelStreamRow> tunnel_streams() const;
   // Type and capacity only: usage() also counts entries.
   MapUsage info(int fd, const std::string& name) const;
   MapUsage usage(int fd, const std::string& name) const;
@@ -127,6 +145,11 @@ class MapReader {
   bool owned_ = false;
   std::string pin_path_;
 };
+
+// The same from open fds (rg_peer_stats, rg_tunnel_streams); each checks
+// the map's layout first. Slots whose counters are all zero are left out.
+std::vector<PeerStatsRow> read_peer_stats(int fd);
+std::vector<TunnelStreamRow> read_tunnel_streams(int fd);
 
 // Sum of one event over all rows with the given direction (any interface).
 uint64_t sum_packets(const std::vector<CounterRow>& rows, rg_direction dir, rg_event ev);

@@ -43,7 +43,29 @@ constexpr std::array<EventName, RG_EV_MAX> kEvents{{
     {RG_EV_PSN_RESYNC, "psn_resync", "psn_resyncs", "PSN tracking restarted (QP idle, or a jump beyond any window)"},
 }};
 
+// Order must match enum rg_peer_event; names_test checks it.
+constexpr std::array<PeerEventName, RG_PEER_EV_MAX> kPeerEvents{{
+    {RG_PEER_EV_ENCAPSULATED, "encapsulated", "roceguard_tunnel_encapsulated_packets_total",
+     "Packets Geneve-encapsulated towards the peer"},
+    {RG_PEER_EV_DECAPSULATED, "decapsulated", "roceguard_tunnel_decapsulated_packets_total",
+     "Packets from the peer Geneve-decapsulated"},
+    {RG_PEER_EV_OVERSIZE_PASSED, "oversize_passed", "roceguard_tunnel_oversize_packets_total",
+     "Packets over the peer's tunnel MTU by policy: pass sent unencapsulated, drop dropped", "policy", "pass"},
+    {RG_PEER_EV_OVERSIZE_DROPPED, "oversize_dropped", "roceguard_tunnel_oversize_packets_total",
+     "Packets over the peer's tunnel MTU by policy: pass sent unencapsulated, drop dropped", "policy", "drop"},
+    {RG_PEER_EV_FIB_MISS, "fib_miss", "roceguard_tunnel_fib_misses_total",
+     "Packets for the peer with no route or neighbour to it; sent as they were"},
+    {RG_PEER_EV_ENCAP_ERROR, "encap_error", "roceguard_tunnel_encap_errors_total",
+     "Encapsulations towards the peer the kernel refused"},
+    {RG_PEER_EV_SEQ_SENT, "sent", "roceguard_tunnel_sent_packets_total",
+     "Packets sent into the tunnel to the peer with the sequence option (sending gateway)"},
+    {RG_PEER_EV_SEQ_UNTRACKED, "untracked", "roceguard_tunnel_untracked_packets_total",
+     "Packets from the peer with the sequence option whose stream found the stream table full"},
+}};
+
 }  // namespace
+
+const PeerEventName& peer_event_name(rg_peer_event ev) { return kPeerEvents.at(static_cast<size_t>(ev)); }
 
 const EventName& event_name(rg_event ev) { return kEvents.at(static_cast<size_t>(ev)); }
 

@@ -22,6 +22,20 @@ struct EventName {
   std::string_view label_value = {};
 };
 
+// Per-peer events (rg_peer_event): each one family with a `peer` label,
+// told apart by label where they share one.
+struct PeerEventName {
+  rg_peer_event event;
+  std::string_view name;    // snake_case, used in JSON
+  std::string_view metric;  // full Prometheus family name
+  std::string_view help;
+  std::string_view label = {};
+  std::string_view label_value = {};
+};
+
+// Indexed by rg_peer_event; size RG_PEER_EV_MAX.
+const PeerEventName& peer_event_name(rg_peer_event ev);
+
 // Indexed by rg_event; size RG_EV_MAX.
 const EventName& event_name(rg_event ev);
 std::optional<rg_event> event_from_name(std::string_view name);

@@ -319,6 +319,14 @@ std::vector<Option> make_options() {
                      std::array<std::pair<std::string_view, rg_mtu_policy>, 2>{{{"pass", RG_MTU_PASS},
                                                                                 {"drop", RG_MTU_DROP}}},
                      "over the tunnel MTU: pass unencapsulated, or drop"));
+  o.push_back(boolean("tunnel.sequence", &Config::tunnel_sequence,
+                      "number and timestamp every packet sent into a tunnel (a 20-byte Geneve option) so the "
+                      "far gateway counts exact loss, reordering and one-way delay"));
+  o.push_back(u32("tunnel.sequence_option_class", "", RG_TUNNEL_OPT_CLASS_MIN, 0xffff,
+                  &Config::tunnel_opt_class,
+                  "Geneve option class of the sequence option (experimental-use range, RFC 8926 section 7.1); "
+                  "both gateways of a tunnel use the same",
+                  true));
   {
     Option peers;
     peers.path = "tunnel.peer";

@@ -7,6 +7,7 @@
 #ifndef ROCEGUARD_ROCEGUARD_H
 #define ROCEGUARD_ROCEGUARD_H
 
+#include <linux/bpf.h> /* struct bpf_spin_lock */
 #include <linux/types.h>
 
 #define RG_ROCE_UDP_PORT 4791
@@ -36,6 +37,11 @@
 #define RG_MAX_PEERS 256
 #define RG_MAX_ROUTES 4096
 #define RG_MAX_COUNTER_KEYS 512 /* {ifindex, direction} pairs */
+/*
+ * Tunnel sequence streams a receiving gateway tracks: one per peer and
+ * sending CPU of that peer (rg_tunnel_stream_key), so 256 peers of 16 CPUs.
+ */
+#define RG_MAX_TUNNEL_STREAMS 4096
 
 /* Geneve outer UDP source port range for ECMP entropy (RFC 8926 §3.3). */
 #define RG_ENTROPY_PORT_MIN 49152
@@ -210,6 +216,7 @@ enum rg_mtu_policy {
 #define RG_CFG_F_ACCOUNT (1u << 2)    /* per-QP accounting */
 #define RG_CFG_F_ENCAP (1u << 3)      /* egress Geneve encapsulation */
 #define RG_CFG_F_DECAP (1u << 4)      /* ingress Geneve decapsulation */
+#define RG_CFG_F_TUNNEL_SEQ (1u << 5) /* egress: Geneve sequence/timestamp option */
 /*
  * Tests only: fill the outer headers with 0xff before writing them. It stays
  * in the ABI because the tests cannot work without it: bpf_skb_adjust_room()
@@ -236,6 +243,9 @@ struct rg_config {
 	 * for the qdisc of the interface it runs on; 0 = left as it is.
 	 */
 	__u32 skb_priority;
+	__u16 tunnel_opt_class; /* Geneve option class of the sequence option */
+	__u8 tunnel_opt_type;   /* its type; the high (critical) bit is clear */
+	__u8 reserved0;
 };
 
 /* Geneve base header (RFC 8926 §3.4), network byte order on the wire. */
@@ -262,6 +272,89 @@ struct rg_iface {
 	__u16 reserved;
 };
 
+/*
+ * The tunnel sequence option (RFC 8926 §3.5): gateway A numbers what it
+ * sends into each tunnel so gateway B counts exact loss, reordering,
+ * duplication and one-way delay. The class is one of the experimental-use
+ * range 0xFF00-0xFFFF (RFC 8926 §7.1) and configurable; the type's high bit
+ * (critical) is clear, so a receiver that does not know it skips it.
+ *
+ * A stream is {peer, sending CPU}: each CPU of gateway A numbers its own
+ * packets in its own per-CPU slot, so the fast path needs no atomic
+ * operation and no lock; gateway B tracks every stream on its own.
+ */
+#define RG_TUNNEL_OPT_CLASS_DEFAULT 0xff52
+#define RG_TUNNEL_OPT_CLASS_MIN 0xff00
+#define RG_TUNNEL_OPT_TYPE_DEFAULT 0x01
+#define RG_GENEVE_OPT_TYPE_CRITICAL 0x80
+
+struct rg_tunnel_opt {
+	__be16 opt_class;
+	__u8 type;
+	__u8 length;     /* 3 reserved bits | data length in 4-byte words */
+	__be32 stream;   /* sending CPU of gateway A */
+	__be32 seq;      /* per stream, from 0, wrapping */
+	__be32 sent_hi;  /* send time at gateway A (rg_tunnel_clock_ns), high word */
+	__be32 sent_lo;
+};
+#define RG_TUNNEL_OPT_WORDS ((sizeof(struct rg_tunnel_opt) - 4) / 4)
+
+/*
+ * Receiving side: a hole in the last RG_TUNNEL_WINDOW sequence numbers of a
+ * stream is a late packet still to come; it counts as lost once 64 newer
+ * packets arrived, or once the stream was silent RG_TUNNEL_SETTLE_NS. A jump
+ * beyond RG_TUNNEL_SEQ_JUMP_MAX either way (the sender's state was reset)
+ * restarts the stream's tracking instead.
+ */
+#define RG_TUNNEL_WINDOW 64
+#define RG_TUNNEL_SETTLE_NS 1000000000ull
+#define RG_TUNNEL_SEQ_JUMP_MAX (1u << 20)
+/* One-way delay buckets: bucket k holds delays up to 2^k microseconds, the last one the rest. */
+#define RG_TUNNEL_DELAY_BUCKETS 24
+
+/*
+ * Per-peer events, counted per CPU in rg_peer_stats (index = peer slot).
+ * Append only, as rg_event.
+ */
+enum rg_peer_event {
+	RG_PEER_EV_ENCAPSULATED = 0, /* egress: encapsulated towards the peer */
+	RG_PEER_EV_DECAPSULATED,     /* ingress: stripped, sent by the peer */
+	RG_PEER_EV_OVERSIZE_PASSED,  /* egress: over the peer's MTU, sent unencapsulated */
+	RG_PEER_EV_OVERSIZE_DROPPED, /* egress: over the peer's MTU, dropped */
+	RG_PEER_EV_FIB_MISS,         /* egress: no route/neighbour to the peer */
+	RG_PEER_EV_ENCAP_ERROR,      /* egress: encapsulation refused by the kernel */
+	RG_PEER_EV_SEQ_SENT,         /* egress: sent with the sequence option */
+	RG_PEER_EV_SEQ_UNTRACKED,    /* ingress: sequence option, stream table full */
+	RG_PEER_EV_MAX,
+};
+
+/* Per-CPU value of rg_peer_stats. */
+struct rg_peer_stats {
+	__u32 tx_seq;    /* next sequence number of this CPU's stream to the peer */
+	__u32 reserved;
+	struct rg_counter ev[RG_PEER_EV_MAX];
+};
+
+struct rg_tunnel_stream_key {
+	__u32 peer;    /* peer slot at the receiving gateway */
+	__u32 stream;  /* sending CPU at the peer */
+};
+
+/* One stream as the receiving gateway tracks it; updated under lock. */
+struct rg_tunnel_stream {
+	struct bpf_spin_lock lock;
+	__u32 max_seq;     /* highest sequence number arrived */
+	__u64 window;      /* bit i: max_seq - i arrived (or precedes the stream) */
+	__u64 last_ns;     /* CLOCK_MONOTONIC of the last arrival */
+	__u64 received;
+	__u64 lost;        /* holes that left the window or settled */
+	__u64 reordered;   /* arrivals behind max_seq that filled a hole */
+	__u64 duplicated;
+	__u64 resyncs;
+	__u64 delay_sum_ns;
+	__u64 delay[RG_TUNNEL_DELAY_BUCKETS]; /* per bucket, not cumulative */
+};
+
 #ifndef __BPF__
 #ifdef __cplusplus
 #define RG_STATIC_ASSERT static_assert
@@ -278,9 +371,13 @@ RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");
 RG_STATIC_ASSERT(sizeof(struct rg_decap_key) == 24, "rg_decap_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_config) == 20, "rg_config layout");
+RG_STATIC_ASSERT(sizeof(struct rg_config) == 24, "rg_config layout");
 RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
 RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 20, "rg_tunnel_opt layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX, "rg_peer_stats layout");
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) == 72 + 8 * RG_TUNNEL_DELAY_BUCKETS, "rg_tunnel_stream layout");
 #endif
 
 #endif /* ROCEGUARD_ROCEGUARD_H */

@@ -40,6 +40,21 @@ double phase_seconds(const PhaseResult& p) {
   return p.sent.elapsed.count() ? p.sent.elapsed.count() / 1000.0 : p.seconds.size();
 }
 
+json tunnel_json(const std::vector<TunnelDirection>& dirs) {
+  json j = json::object();
+  for (const auto& d : dirs)
+    j[d.name] = {{"sent", d.sent},
+                 {"received", d.received},
+                 {"lost", d.lost},
+                 {"unsettled", d.unsettled},
+                 {"reordered", d.reordered},
+                 {"duplicated", d.duplicated},
+                 {"wan_dropped", d.wan_dropped},
+                 {"delay_arrivals", d.delay_arrivals},
+                 {"delay_avg_s", d.delay_avg_s}};
+  return j;
+}
+
 json snapshot_json(const Snapshot& s, bool scheduler) {
   json j = {{"second", s.second},
           {"sent_packets_a", s.sent_packets},
@@ -338,6 +353,30 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   row("roceguard gw B: Geneve decapsulated", [&](const PhaseResult& p) { return rg(p.final.rg_decapsulated_b, p); });
   row("roceguard gw B: DSCP repaired", [&](const PhaseResult& p) { return rg(p.final.rg_repaired_b, p); });
   row("roceguard gw B: estimated lost", [&](const PhaseResult& p) { return rg(p.final.rg_lost_b, p); });
+  // The tunnel's exact loss next to the WAN's own drop count: equal once
+  // the tunnel is quiet, when no packet is left in flight.
+  auto tunnel = [&](size_t dir, uint64_t TunnelDirection::*field) {
+    return [dir, field, &num](const PhaseResult& p) {
+      return dir < p.tunnel.size() ? num(p.tunnel[dir].*field) : std::string("-");
+    };
+  };
+  const char* dirs[] = {"A->B", "B->A"};
+  for (size_t d = 0; d < 2; ++d) {
+    const std::string at = std::string("tunnel ") + dirs[d] + ": ";
+    row((at + "sent (sequence option)").c_str(), tunnel(d, &TunnelDirection::sent));
+    row((at + "received").c_str(), tunnel(d, &TunnelDirection::received));
+    row((at + "lost (sequence numbers)").c_str(), tunnel(d, &TunnelDirection::lost));
+    row((at + "dropped by the WAN").c_str(), tunnel(d, &TunnelDirection::wan_dropped));
+    row((at + "reordered / duplicated").c_str(), [d](const PhaseResult& p) {
+      return d < p.tunnel.size()
+                 ? std::to_string(p.tunnel[d].reordered) + " / " + std::to_string(p.tunnel[d].duplicated)
+                 : std::string("-");
+    });
+    row((at + "mean one-way delay, us").c_str(), [d](const PhaseResult& p) {
+      return d < p.tunnel.size() && p.tunnel[d].delay_arrivals ? fmt("%.1f", p.tunnel[d].delay_avg_s * 1e6)
+                                                               : std::string("-");
+    });
+  }
   return out.str();
 }
 
@@ -380,6 +419,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                            {"totals", snapshot_json(p.final, scheduler)},
                            {"seconds", sec},
                            {"gateway_counters", p.counters},
+                           {"tunnel", tunnel_json(p.tunnel)},
                            {"pcaps", p.pcaps}};
     if (scheduler) {
       auto bulk_json = [](const std::string& log, const std::optional<BulkResult>& r) {

@@ -47,6 +47,22 @@ struct Snapshot {
   SchedulerStats uplink_scheduler;
 };
 
+// One direction of the tunnel after the phase, once it fell quiet: what
+// the sending gateway numbered, what the receiving one counted from the
+// numbers, and what the WAN itself dropped of the Geneve packets.
+struct TunnelDirection {
+  std::string name;              // "a_to_b" or "b_to_a"
+  uint64_t sent = 0;             // sending gateway, with the sequence option
+  uint64_t received = 0;         // receiving gateway
+  uint64_t lost = 0;
+  uint64_t unsettled = 0;        // holes not yet counted as lost (0 once quiet)
+  uint64_t reordered = 0;
+  uint64_t duplicated = 0;
+  uint64_t wan_dropped = 0;      // Geneve packets the WAN dropped in this direction
+  uint64_t delay_arrivals = 0;
+  double delay_avg_s = 0;
+};
+
 struct PhaseResult {
   std::string name;  // "without" or "with"
   bool roceguard = false;
@@ -61,6 +77,7 @@ struct PhaseResult {
   std::string bulk_log;            // iperf3's JSON report, relative to the report directory
   std::optional<BulkResult> uplink_bulk;  // the same for bulk sender A, through gateway A's uplink
   std::string uplink_bulk_log;
+  std::vector<TunnelDirection> tunnel;  // with roceguard and its tunnel only
 };
 
 struct LabSettings {

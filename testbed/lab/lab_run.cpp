@@ -235,6 +235,62 @@ Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const R
   return s;
 }
 
+// Geneve packets the WAN dropped, by direction: what arrived on "to-a"
+// came from gateway A.
+std::array<uint64_t, 2> wan_geneve_drops(const Wan& wan) {
+  return {wan.stats("to-a", RG_WAN_GENEVE).dropped, wan.stats("to-b", RG_WAN_GENEVE).dropped};
+}
+
+TunnelPeer one_peer(const std::string& pin) {
+  MapReader reader(pin);
+  auto peers = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(pin), monotonic_now_ns());
+  TunnelPeer sum;
+  for (const auto& p : peers) {
+    for (size_t e = 0; e < RG_PEER_EV_MAX; ++e) sum.ev[e].packets += p.ev[e].packets;
+    sum.streams += p.streams;
+    sum.received += p.received;
+    sum.lost += p.lost;
+    sum.unsettled += p.unsettled;
+    sum.reordered += p.reordered;
+    sum.duplicated += p.duplicated;
+    for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) sum.delay[k] += p.delay[k];
+    sum.delay_sum_ns += p.delay_sum_ns;
+  }
+  return sum;
+}
+
+// Once the senders stopped: waits until no stream of either gateway has a
+// hole left to settle (its stream silent for RG_TUNNEL_SETTLE_NS), so the
+// tunnel's loss is final, then compares it with the WAN's drops.
+std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& gw_b,
+                                            const std::array<uint64_t, 2>& wan_base, const Wan& wan) {
+  TunnelPeer a, b;
+  // Bounded: the settle time and 5 s more.
+  const auto limit = std::chrono::nanoseconds(RG_TUNNEL_SETTLE_NS) + 5s;
+  for (auto waited = 0ms; waited < limit; waited += 100ms) {
+    a = one_peer(gw_a.pin());
+    b = one_peer(gw_b.pin());
+    if (a.unsettled == 0 && b.unsettled == 0 && waited >= std::chrono::nanoseconds(RG_TUNNEL_SETTLE_NS)) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  const auto drops = wan_geneve_drops(wan);
+  auto direction = [](const char* name, const TunnelPeer& from, const TunnelPeer& to, uint64_t dropped) {
+    TunnelDirection d;
+    d.name = name;
+    d.sent = from.ev[RG_PEER_EV_SEQ_SENT].packets;
+    d.received = to.received;
+    d.lost = to.lost;
+    d.unsettled = to.unsettled;
+    d.reordered = to.reordered;
+    d.duplicated = to.duplicated;
+    d.wan_dropped = dropped;
+    for (uint64_t n : to.delay) d.delay_arrivals += n;
+    if (d.delay_arrivals) d.delay_avg_s = static_cast<double>(to.delay_sum_ns) * 1e-9 / static_cast<double>(d.delay_arrivals);
+    return d;
+  };
+  return {direction("a_to_b", a, b, drops[0] - wan_base[0]), direction("b_to_a", b, a, drops[1] - wan_base[1])};
+}
+
 PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   PhaseResult p;
   p.name = with ? "with" : "without";
@@ -245,8 +301,11 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   const Addresses& a = lab.topo.addr();
   std::optional<Gateway> gw_a, gw_b;
   if (with) {
+    // The lab measures the tunnel's exact loss against the WAN's drops: the
+    // sequence option is on in both gateways.
     Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel);
     Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel);
+    cfg_a.tunnel_sequence = cfg_b.tunnel_sequence = true;
     // RoCE into the uplink's priority class; gateway B's egress on wan0
     // (ACKs, NAKs, CNPs) gets the same, as a symmetric deployment would.
     if (lab.uplink_scheduler) cfg_a.skb_priority = cfg_b.skb_priority = HtbScheduler::kPriorityClassId;
@@ -283,6 +342,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     lab.uplink_scheduler_base = lab.uplink_scheduler->stats();
   }
   Snapshot wan_base = take_snapshot(lab, 0, {}, {}, {}, nullptr, nullptr);
+  const auto wan_geneve_base = wan_geneve_drops(lab.wan);
   auto captures = start_captures(lab.topo, lab.dir, p.name, lab.opts.pcap_seconds);
 
   QpPlan plan;
@@ -378,6 +438,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     p.seconds.push_back(last);
   }
 
+  if (with && lab.opts.tunnel) p.tunnel = measure_tunnel(*gw_a, *gw_b, wan_geneve_base, lab.wan);
   if (with) {
     p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA);
     p.counters["gw_b"] = counter_rows(MapReader(gw_b->pin()).counters(), lab.topo, Node::kGatewayB);

@@ -151,6 +151,8 @@ rg_config test_config() {
   c.flags = RG_CFG_F_DEFAULT | RG_CFG_F_POISON;
   c.psn_jump_max = RG_DEFAULT_PSN_JUMP_MAX;
   c.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
+  c.tunnel_opt_class = RG_TUNNEL_OPT_CLASS_DEFAULT;
+  c.tunnel_opt_type = RG_TUNNEL_OPT_TYPE_DEFAULT;
   return c;
 }
 
@@ -307,7 +309,8 @@ const std::vector<std::string> kTsharkFields = {
     "frame.protocols",      "ip.dsfield.dscp",     "ip.dsfield.ecn",    "ipv6.tclass.dscp",
     "ipv6.tclass.ecn",      "ip.checksum.status",  "udp.checksum.status", "geneve.vni",
     "geneve.proto_type",    "infiniband.bth.opcode", "infiniband.bth.destqp",
-    "infiniband.bth.psn",   "_ws.malformed",       "_ws.expert.severity", "_ws.expert.message"};
+    "infiniband.bth.psn",   "_ws.malformed",       "_ws.expert.severity", "_ws.expert.message",
+    "geneve.option.class",  "geneve.option.type",  "geneve.option.length"};
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <set>
 #include <thread>
 
@@ -23,8 +24,10 @@
 #include "maps.h"
 #include "names.h"
 #include "packet.h"
+#include "presentation.h"
 #include "roceguard.skel.h"
 #include "scrape.h"
+#include "state.h"
 
 namespace rg::test {
 namespace {
@@ -305,6 +308,89 @@ TEST_F(ExporterBpf, PromtoolAcceptsTheOutput) {
   Scrape s = scrape(ex);
   ASSERT_EQ(s.status, 200);
   TempDir tmp("scrape");
+  write_file(tmp.path() + "/metrics.txt", s.body);
+  CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+  EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;
+  EXPECT_EQ(r.output, "") << "promtool has lint remarks";
+}
+
+// Per-peer tunnel series: labelled with the configured peer name from the
+// attach record, the counters summed over CPUs, the receiving side's
+// stream figures and the delay histogram as the maps hold them.
+TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
+  const std::string pin = dp_->pin_path();
+  State st;
+  st.config = nlohmann::json::parse(R"({"tunnel": {"peer": [{"name": "gw-x"}, {"name": "gw-b"}]}})");
+  write_state(pin, st);
+  struct StateUnpin {
+    std::string path;
+    ~StateUnpin() { unlink(path.c_str()); }
+  } unpin{pin + "/" + kMapState};
+
+  const int ncpu = libbpf_num_possible_cpus();
+  ASSERT_GT(ncpu, 0);
+  const size_t stride = (sizeof(rg_peer_stats) + 7) & ~size_t{7};
+  std::vector<uint8_t> per_cpu(stride * static_cast<size_t>(ncpu), 0);
+  for (int cpu = 0; cpu < ncpu; ++cpu) {
+    rg_peer_stats v{};
+    v.ev[RG_PEER_EV_SEQ_SENT].packets = 5;
+    v.ev[RG_PEER_EV_ENCAPSULATED].packets = 6;
+    v.ev[RG_PEER_EV_OVERSIZE_DROPPED].packets = 1;
+    std::memcpy(per_cpu.data() + stride * static_cast<size_t>(cpu), &v, sizeof(v));
+  }
+  const int stats = bpf_obj_get((pin + "/" + kMapPeerStats).c_str());
+  ASSERT_GE(stats, 0);
+  uint32_t slot = 1;
+  ASSERT_EQ(bpf_map_update_elem(stats, &slot, per_cpu.data(), BPF_ANY), 0) << strerror(errno);
+  close(stats);
+
+  // Two streams of peer 1; one silent for longer than the settle time, so
+  // its open hole counts as lost already.
+  const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
+  ASSERT_GE(streams, 0);
+  const uint64_t now = monotonic_now_ns();
+  for (uint32_t cpu : {0u, 1u}) {
+    rg_tunnel_stream_key k{1, cpu};
+    rg_tunnel_stream v{};
+    v.received = 10;
+    v.lost = 2;
+    v.reordered = 1;
+    v.duplicated = 3;
+    v.window = ~0ull & ~(1ull << 4);
+    v.last_ns = cpu == 0 ? now : now - 2 * RG_TUNNEL_SETTLE_NS;
+    v.max_seq = 20;
+    v.delay[3] = 10;  // up to 8 us
+    v.delay_sum_ns = 50000;
+    ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
+  }
+  close(streams);
+
+  Exporter ex(options_for(pin));
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const Labels peer{{"peer", "gw-b"}};
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_sent_packets_total", peer), 5.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_encapsulated_packets_total", peer), 6.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_oversize_packets_total", {{"peer", "gw-b"}, {"policy", "drop"}}),
+            1.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_received_packets_total", peer), 20);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_lost_packets_total", peer), 2 + 2 + 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_reordered_packets_total", peer), 2);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_duplicated_packets_total", peer), 6);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_count", peer), 20);
+  EXPECT_NEAR(*value_of(s.samples, "roceguard_tunnel_delay_seconds_sum", peer), 100e-6, 1e-12);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_bucket", {{"peer", "gw-b"}, {"le", "+Inf"}}), 20);
+  size_t buckets = 0;
+  for (const auto& sample : find(s.samples, "roceguard_tunnel_delay_seconds_bucket")) {
+    ++buckets;
+    const double le = sample.labels.at("le") == "+Inf" ? 1e9 : std::stod(sample.labels.at("le"));
+    EXPECT_EQ(sample.value, le >= 8e-6 * (1 - 1e-9) ? 20 : 0) << "le " << sample.labels.at("le");
+  }
+  EXPECT_EQ(buckets, static_cast<size_t>(RG_TUNNEL_DELAY_BUCKETS));
+  EXPECT_TRUE(find(s.samples, "roceguard_tunnel_received_packets_total").size() == 1)
+      << "peers without streams have no receiving-side series";
+
+  TempDir tmp("tunnel-scrape");
   write_file(tmp.path() + "/metrics.txt", s.body);
   CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
   EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;

@@ -159,8 +159,7 @@ TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
   EXPECT_NE(read(report + "/counters.csv").find("with,1,"), std::string::npos);
 
   // Every roceguard series the shipped Grafana dashboard queries exists in
-  // what the lab's exporter served (the NIC family needs an RDMA device,
-  // the tunnel family the tunnel sequence option).
+  // what the lab's exporter served (the NIC family needs an RDMA device).
   const std::string scraped = prom + read(report + "/prometheus-gw-b.txt");
   json dash = json::parse(read(std::string(ROCEGUARD_SOURCE_DIR) + "/grafana/roceguard.json"));
   const std::regex name_re("roceguard_[a-z0-9_]+");
@@ -170,12 +169,49 @@ TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
       const std::string expr = target["expr"];
       for (std::sregex_iterator it(expr.begin(), expr.end(), name_re), end; it != end; ++it) {
         const std::string name = it->str();
-        if (name.starts_with("roceguard_nic_") || name.starts_with("roceguard_tunnel_")) continue;
+        if (name.starts_with("roceguard_nic_")) continue;
         ++queried;
         EXPECT_NE(scraped.find("\n" + name), std::string::npos) << "dashboard queries " << name;
       }
     }
   EXPECT_GT(queried, 20u);
+  expect_nothing_left(report);
+}
+
+// The tunnel's own loss count, from gateway A's sequence numbers, is the
+// WAN's drop count exactly, in each direction: the lab compares them once
+// the senders stopped and the tunnel fell quiet, so nothing is in flight.
+TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto argv = base_argv(report, 4);
+  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "with", "--loss", "1"});
+  auto r = rg::lab::run(argv, 300s);
+  std::cout << r.out << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  const json& tunnel = j["phases"]["with"]["tunnel"];
+  for (const char* dir : {"a_to_b", "b_to_a"}) {
+    SCOPED_TRACE(dir);
+    ASSERT_TRUE(tunnel.contains(dir)) << tunnel;
+    const json& t = tunnel[dir];
+    const uint64_t sent = t["sent"], received = t["received"], lost = t["lost"], dropped = t["wan_dropped"];
+    EXPECT_GT(sent, 0u);
+    EXPECT_GT(dropped, 0u) << "1 % of thousands of packets: the WAN drops some";
+    EXPECT_EQ(t["unsettled"].get<uint64_t>(), 0u) << "quiet: every hole settled";
+    EXPECT_EQ(lost, dropped) << t;
+    EXPECT_EQ(received + lost, sent) << t;
+    EXPECT_EQ(t["duplicated"].get<uint64_t>(), 0u) << t;
+    EXPECT_GT(t["delay_arrivals"].get<uint64_t>(), 0u);
+  }
+  const std::string summary = read(report + "/summary.txt");
+  EXPECT_NE(summary.find("tunnel A->B: lost (sequence numbers)"), std::string::npos) << summary;
+  const std::string prom_b = read(report + "/prometheus-gw-b.txt");
+  EXPECT_NE(prom_b.find("roceguard_tunnel_lost_packets_total{peer=\"far-gateway\"}"), std::string::npos)
+      << prom_b;
+  EXPECT_NE(prom_b.find("roceguard_tunnel_delay_seconds_bucket{peer=\"far-gateway\",le=\"+Inf\"}"),
+            std::string::npos);
   expect_nothing_left(report);
 }
 

@@ -40,13 +40,7 @@ const std::string kDashboard = std::string(ROCEGUARD_SOURCE_DIR) + "/grafana/roc
 
 // Panels that must come back empty, and why. A listed panel that returns
 // data fails the test: its series exist now, so take it off the list.
-const std::map<std::string, std::string> kExpectedEmpty = {
-    {"Tunnel loss per peer", "roceguard_tunnel_* is exported once the tunnel sequence option lands"},
-    {"Tunnel packets per peer", "roceguard_tunnel_* is exported once the tunnel sequence option lands"},
-    {"Tunnel reordering and duplicates",
-     "roceguard_tunnel_* is exported once the tunnel sequence option lands"},
-    {"Tunnel one-way delay", "roceguard_tunnel_* is exported once the tunnel sequence option lands"},
-};
+const std::map<std::string, std::string> kExpectedEmpty = {};
 
 // Grafana's $__rate_interval is at least four scrape intervals; the test's
 // Prometheus scrapes every second, and a wider window only adds samples.

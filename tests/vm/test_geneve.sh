@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Test 5: Geneve made by roceguard's TC program is accepted by the kernel's
-# geneve device in the other VM, and Geneve made by the kernel's device is
-# decapsulated by roceguard's XDP program (one RC ping-pong needs both).
+# Test 5: Geneve made by roceguard's TC program, carrying its sequence
+# option (tunnel.sequence is on by default; the option is not critical), is
+# accepted by the kernel's geneve device in the other VM, and Geneve made by
+# the kernel's device, without options, is decapsulated by roceguard's XDP
+# program (one RC ping-pong needs both).
 set -euo pipefail
 . "$(dirname "$0")/vm.sh"
 rgvm_setup
@@ -18,6 +20,10 @@ fail=0
 for dev in gnv0 gnv6; do
 	[ "$(cat "$b/${dev}_rx_packets")" -gt 0 ] || { echo "FAIL: the kernel geneve device $dev received nothing"; fail=1; }
 done
+# Geneve from a as b received it: every packet roceguard sent carries the option.
+numbered=$(tshark -r "$b/b_eth0.pcap" -Y "geneve && geneve.option.class == 0xff52" 2>/dev/null | wc -l)
+echo "geneve on b with roceguard's sequence option: $numbered"
+[ "$numbered" -gt 0 ] || { echo "FAIL: roceguard's Geneve carried no sequence option"; fail=1; }
 tshark -r "$a/a_eth0.pcap" -Y "geneve" -T fields -e ip.version -e ipv6.src -e ip.src -e geneve.vni 2>/dev/null |
 	sort | uniq -c | sed 's/^/geneve seen on a (count, ip version, src6, src4, vni): /'
 tshark -r "$b/b_eth0.pcap" -Y "geneve" -T fields -e ip.version -e ipv6.src -e ip.src -e geneve.vni 2>/dev/null |

@@ -52,6 +52,10 @@ busybox ping -6 -c1 -W2 "$PEER6" >/dev/null || die "no IPv6 underlay to $PEER6"
 cat >/tmp/roceguard.toml <<CFG
 interfaces = ["eth0"]
 
+[tunnel]
+# Interop: the kernel's geneve device on b must take packets carrying it.
+sequence = true
+
 [[tunnel.peer]]
 name = "b"
 local = "$SELF"
