@@ -196,6 +196,12 @@ static __always_inline void rg_tunnel_track(__u32 slot, __u32 stream, __u32 seq,
 	}
 	bpf_spin_lock(&st->lock);
 	rg_tunnel_stream_update(st, seq, now);
+	/*
+	 * rg_delay_bucket() already clamps, so the compiler drops this test;
+	 * Linux 6.1's verifier then loses the bound through the shifts of
+	 * rg_bit_width() and refuses the store. The barrier keeps the test.
+	 */
+	barrier_var(bucket);
 	if (bucket < RG_TUNNEL_DELAY_BUCKETS)
 		st->delay[bucket]++;
 	st->delay_sum_ns += delay;
