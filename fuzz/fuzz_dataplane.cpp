@@ -105,11 +105,14 @@ void run_tc(const Bytes& in) {
   if (!fresh && it->second != outer_sport(r.out))
     violation("tc egress", "outer source port changed within one flow", in, &r.out);
 
-  // decap(encap(p)) is the re-marked p, addressed as the outer frame was.
+  // decap(encap(p)) is the re-marked p, addressed to the receiving device
+  // from the outer frame's sender.
   Run back;
   if (!g_dp->xdp(r.out, back)) violation("roundtrip", "test run refused the encapsulated frame", in);
   Bytes want(r.out.begin() + (r.out.size() - in.size()), r.out.end());
-  std::copy(r.out.begin(), r.out.begin() + 12, want.begin());
+  const test::Mac& dev = g_dp->tunnels().dev_mac;
+  std::copy(dev.begin(), dev.end(), want.begin());
+  std::copy(r.out.begin() + 6, r.out.begin() + 12, want.begin() + 6);
   if (back.verdict != kXdpPass || back.out != want)
     violation("roundtrip", "xdp(tc(p)) is not the re-marked p (verdict " +
                                std::to_string(back.verdict) + ")",

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "bpf_object.h"
@@ -103,12 +104,16 @@ bool kernel_has_xdp_frags() {
 }
 
 // Whether roceguard's own XDP program is declared multi-buffer
-// (SEC("xdp.frags")): read from the object, nothing loaded.
+// (SEC("xdp.frags")): read from the object, nothing loaded. libbpf turns the
+// section into BPF_F_XDP_HAS_FRAGS only when it loads the program, so an
+// opened object says it by its section name.
 bool program_has_xdp_frags() {
   roceguard* skel = roceguard__open();
   if (!skel) return false;
   bpf_program* prog = bpf_object__find_program_by_name(skel->obj, kProgXdp);
-  const bool frags = prog && (bpf_program__flags(prog) & BPF_F_XDP_HAS_FRAGS);
+  const char* section = prog ? bpf_program__section_name(prog) : nullptr;
+  const bool frags = prog && ((bpf_program__flags(prog) & BPF_F_XDP_HAS_FRAGS) ||
+                              (section && std::string_view(section) == "xdp.frags"));
   roceguard__destroy(skel);
   return frags;
 }
