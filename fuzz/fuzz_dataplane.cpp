@@ -110,7 +110,7 @@ void run_tc(const Bytes& in) {
   Run back;
   if (!g_dp->xdp(r.out, back)) violation("roundtrip", "test run refused the encapsulated frame", in);
   Bytes want(r.out.begin() + (r.out.size() - in.size()), r.out.end());
-  const test::Mac& dev = g_dp->tunnels().dev_mac;
+  const rg::test::Mac& dev = g_dp->tunnels().dev_mac;
   std::copy(dev.begin(), dev.end(), want.begin());
   std::copy(r.out.begin() + 6, r.out.begin() + 12, want.begin() + 6);
   if (back.verdict != kXdpPass || back.out != want)
