@@ -14,3 +14,4 @@ mkdir -p "$out"
 "$build/bench/bench_qp_scale" --sizes 1024,65536,1048576 --rounds 10 --calls 5000 --json "$out/qp_scale.json"
 "$build/bench/bench_exporter_scrape" --qps 65536 --scrapes 20 --json "$out/exporter_scrape.json"
 "$build/bench/bench_veth_throughput" --payloads 1024,4096 --rounds 9 --seconds 2 --senders 2 --json "$out/veth_throughput.json"
+cmake --build "$build" -j"$(nproc)" --target roceguard roce-gen && BUILD_DIR="$build" bench/vm_tunnel.sh 5
