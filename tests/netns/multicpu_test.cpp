@@ -52,6 +52,18 @@ constexpr int kBurst = 32;
 // Ethernet, IPv4 and UDP in front of the UDP payload the sender writes.
 constexpr uint64_t kL2ToL4 = 14 + 20 + 8;
 
+// A cpumask as sysfs writes it: hex, 32-bit groups separated by commas.
+std::string cpumask_of(int cpu) {
+  std::string out;
+  for (int group = cpu / 32; group >= 0; --group) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), group == cpu / 32 ? "%x" : "%08x", group == cpu / 32 ? 1u << (cpu % 32) : 0u);
+    out += buf;
+    if (group) out += ",";
+  }
+  return out;
+}
+
 std::vector<int> allowed_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -67,7 +79,8 @@ std::vector<int> allowed_cpus() {
 // test ends.
 class ThreeNamespaces {
  public:
-  explicit ThreeNamespaces(size_t queues) {
+  explicit ThreeNamespaces(const std::vector<int>& cpus) {
+    const size_t queues = cpus.size();
     const std::string base = std::string(kTag) + "-" + std::to_string(getpid()) + "-mcpu-";
     tx_ = base + "tx";
     gw_ = base + "gw";
@@ -97,14 +110,11 @@ class ThreeNamespaces {
     lab::run_checked(lab::netns_exec_argv(gw_, {"sysctl", "-q", "-w", "net.ipv4.ip_forward=1"}));
     // A full veth ring stops the queue; a qdisc holds what waits (noqueue would drop it).
     lab::run_checked({"ip", "netns", "exec", tx_, "tc", "qdisc", "replace", "dev", "tx0", "root", "mq"});
-    // XPS: a packet sent on CPU n leaves by queue n, so gin's NAPI n runs there.
-    for (size_t n = 0; n < queues; ++n) {
-      char mask[16];
-      std::snprintf(mask, sizeof(mask), "%x", 1u << n);
+    // XPS: a packet sent on the n-th CPU leaves by queue n, so gin's NAPI n runs there.
+    for (size_t n = 0; n < queues; ++n)
       lab::run_checked(lab::netns_exec_argv(
-          tx_, {"sh", "-c", std::string("echo ") + mask + " > /sys/class/net/tx0/queues/tx-" + std::to_string(n) +
+          tx_, {"sh", "-c", "echo " + cpumask_of(cpus[n]) + " > /sys/class/net/tx0/queues/tx-" + std::to_string(n) +
                                 "/xps_cpus"}));
-    }
   }
   ~ThreeNamespaces() {
     for (const auto& ns : created_) lab::run({"ip", "netns", "del", ns});
@@ -180,7 +190,7 @@ TEST(MultiCpu, OneQpFromEveryCpuThroughAGatewayCountsExactly) {
   const std::vector<int> cpus = allowed_cpus();
   if (cpus.size() < 2) GTEST_SKIP() << "one CPU: nothing runs concurrently";
   ensure_bpffs();
-  ThreeNamespaces net(cpus.size());
+  ThreeNamespaces net(cpus);
   AttachedGateway rg(net.gw());
   ASSERT_TRUE(rg.ok()) << rg.output();
 
