@@ -29,13 +29,9 @@ phase() { # IDLE_MS JUMP_MAX: re-attach with these (the QP table is kept)
 	rg_attach --qp-idle-ms "$1" --psn-jump-max "$2" >>attach.log 2>&1 || die "attach: $(cat attach.log)"
 }
 
-if [ "$RGVM_NAME" = a ]; then
-	dir=egress
-	entry_sel='.src == "192.0.2.1" and .dst == "192.0.2.2"'
-else
-	dir=ingress
-	entry_sel='.src == "192.0.2.1" and .dst == "192.0.2.2"'
-fi
+# a's TC egress and b's XDP ingress see a's requests to b.
+dir=$([ "$RGVM_NAME" = a ] && echo egress || echo ingress)
+entry_sel='.src == "192.0.2.1" and .dst == "192.0.2.2"'
 
 # record ROUND: this VM's counters and the a->b QP entry after a round.
 record() {
