@@ -151,24 +151,41 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
                    kMapState, pin_path);
     }
 
-    // libxdp loads the object itself so that, with a dispatcher, the XDP
-    // program is loaded as an extension of it.
-    DECLARE_LIBXDP_OPTS(xdp_program_opts, opts, .obj = skel_->obj, .prog_name = kProgXdp);
-    xdp_ = xdp_program__create(&opts);
-    if (long e = libxdp_get_error(xdp_)) {
-      xdp_ = nullptr;
-      throw Error("cannot prepare XDP program: " + xdp_error_text(e));
-    }
-    // libbpf adds SEC("xdp.frags")'s flag only when it loads the program,
-    // but libxdp builds a dispatcher for multi-buffer frames only if every
-    // program has the flag before: without it, veth refuses native XDP at a
-    // jumbo MTU once the dispatcher is in front.
-    if (int e = xdp_program__set_xdp_frags_support(xdp_, true))
-      throw Error("cannot mark the XDP program multi-buffer capable: " + xdp_error_text(e));
+    prepare_xdp();
   } catch (...) {
     roceguard__destroy(skel_);
+    skel_ = nullptr;
     throw;
   }
+}
+
+void BpfObject::prepare_xdp() {
+  // libxdp loads the object itself so that, with a dispatcher, the XDP
+  // program is loaded as an extension of it.
+  DECLARE_LIBXDP_OPTS(xdp_program_opts, opts, .obj = skel_->obj, .prog_name = kProgXdp);
+  xdp_ = xdp_program__create(&opts);
+  if (long e = libxdp_get_error(xdp_)) {
+    xdp_ = nullptr;
+    throw Error("cannot prepare XDP program: " + xdp_error_text(e));
+  }
+  // libbpf adds SEC("xdp.frags")'s flag only when it loads the program,
+  // but libxdp builds a dispatcher for multi-buffer frames only if every
+  // program has the flag before: without it, veth refuses native XDP at a
+  // jumbo MTU once the dispatcher is in front.
+  if (int e = xdp_program__set_xdp_frags_support(xdp_, true))
+    throw Error("cannot mark the XDP program multi-buffer capable: " + xdp_error_text(e));
+}
+
+void BpfObject::reopen() {
+  if (loaded()) throw Error("internal: the BPF object is loaded already and cannot be opened again");
+  // libbpf loads an object once, even when that load failed.
+  if (xdp_) xdp_program__close(xdp_);
+  xdp_ = nullptr;
+  roceguard__destroy(skel_);
+  skel_ = roceguard__open();
+  if (!skel_) throw Error("cannot open the embedded BPF object: " + errno_text(errno));
+  configure(skel_, cfg_, pin_path_);
+  prepare_xdp();
 }
 
 BpfObject::~BpfObject() {
@@ -229,7 +246,9 @@ bool BpfObject::load_direct() {
 }
 
 void BpfObject::load() {
-  if (tc_prog_fd() < 0) load_direct();
+  if (loaded()) return;
+  reopen();  // in case libxdp tried and failed
+  load_direct();
 }
 
 void BpfObject::ensure_loaded() const {

@@ -57,6 +57,11 @@ class BpfObject {
   // Loads the object unless libxdp already did: an attach with no XDP
   // program (every ingress at TC) has no XDP attach to load it.
   void load();
+  bool loaded() const { return tc_prog_fd() >= 0; }
+  // Opens the object afresh, configured as before, when no load succeeded:
+  // libbpf refuses a second load of an object whose first one failed (as
+  // libxdp's does when a kernel refuses its dispatcher).
+  void reopen();
 
   int xdp_prog_fd() const;
   int tc_prog_fd() const;
@@ -64,6 +69,8 @@ class BpfObject {
   int map_fd(const char* name) const;
 
  private:
+  void prepare_xdp();
+
   Config cfg_;
   std::string pin_path_;
   struct roceguard* skel_ = nullptr;

@@ -399,6 +399,22 @@ XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, co
 
   take_kernel_message();
   int err = xdp_program__attach(obj.xdp(), ifindex, mode, 0);
+  if (err && !dispatcher_before && !obj.loaded()) {
+    // libxdp loads the object as an extension of its dispatcher and, when
+    // the kernel refuses that with anything but EPERM, gives up rather
+    // than attach directly. Linux 6.12 refuses Debian 12's libxdp 1.3
+    // dispatcher so ("Extension program changes packet data, while
+    // original does not"): load the object as plain XDP, attach it directly.
+    const std::string why = xdp_error_text(err);
+    take_kernel_message();
+    obj.reopen();
+    obj.load_direct();
+    err = bpf_xdp_attach(ifindex, obj.xdp_prog_fd(), legacy_flags(mode), nullptr);
+    if (!err)
+      spdlog::warn("{}: libxdp could not load {} into its dispatcher on this kernel ({}); attached it directly, so "
+                   "other XDP programs cannot share the interface",
+                   name, kProgXdp, why);
+  }
   if (err)
     throw Error("cannot attach " + std::string(kProgXdp) + " to " + name + ": " + xdp_error_text(err) +
                 (mode == XDP_MODE_NATIVE ? native_xdp_refusal(name, dispatcher_before) : "") +

@@ -40,6 +40,8 @@ echo "captured on eth0: $captured RoCE frames from a ($captured_bytes bytes), $f
 rgvm_check "the guests booted Linux $RGVM_KERNEL_SERIES" \
 	sh -c "case '$(cat "$b/kernel")' in ($RGVM_KERNEL_SERIES.*|$RGVM_KERNEL_SERIES-*) exit 0 ;; esac; exit 1"
 rgvm_check "b's eth0 is virtio-net" grep -q 'parentbus virtio' "$b/eth0_link"
+# Debian 12's libxdp cannot load its dispatcher on 6.12: the loader's direct attach is what works.
+rgvm_check "the loader attached directly past libxdp's refused dispatcher" grep -q 'attached it directly' "$b/attach.txt"
 rgvm_check "native XDP on eth0 at MTU 9000 (not generic)" \
 	sh -c "grep -q 'mtu 9000' '$b/eth0_link' && grep -q 'prog/xdp id' '$b/eth0_link' && ! grep -q xdpgeneric '$b/eth0_link'"
 rgvm_check "50 full 4096-payload frames crossed it" test "$full" -ge 50
