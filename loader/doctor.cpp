@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attach.h"
 #include "bpf_object.h"
 #include "error.h"
 #include "maps.h"
@@ -273,6 +274,20 @@ class Doctor {
     return names;
   }
 
+  // Where attach will run the ingress program on name, and why.
+  std::string ingress_plan(const std::string& name, const std::string& driver) const {
+    const Config& cfg = in_.config;
+    if (planned_ingress_hook(cfg, name) == IngressHook::kTc) {
+      if (cfg.ingress_hook == IngressHook::kTc) return "ingress program at TC ingress, as configured";
+      if (cfg.xdp_mode == XdpMode::kSkb)
+        return "ingress program at TC ingress (ingress_hook auto): generic XDP would run on an skb anyway";
+      return "ingress program at TC ingress (ingress_hook auto): " + driver +
+             "'s native XDP copies every frame the stack built into a page first";
+    }
+    if (cfg.ingress_hook == IngressHook::kXdp) return "ingress program at XDP, as configured; a refusal fails the attach";
+    return "ingress program at XDP (ingress_hook auto); TC ingress if the driver refuses the native attach";
+  }
+
   void check_interfaces() {
     const auto names = interfaces();
     if (names.empty()) add("interface", "", Verdict::kInfo, "no interface to look at besides lo");
@@ -301,6 +316,7 @@ class Doctor {
       } else {
         add("interface.xdp", name, Verdict::kOk, drv + ", MTU " + std::to_string(mtu) + ": native XDP");
       }
+      add("interface.ingress", name, Verdict::kOk, ingress_plan(name, driver));
       const int v4 = sysctl_int("/proc/sys/net/ipv4/conf/" + name + "/forwarding");
       const int v6 = sysctl_int("/proc/sys/net/ipv6/conf/" + name + "/forwarding");
       const std::string what = "net.ipv4.conf." + name + ".forwarding = " + std::to_string(v4) + ", net.ipv6.conf." +
