@@ -20,6 +20,7 @@ dscp = 46
 cnp_dscp = 48
 qp_entries = 65536
 xdp_mode = "skb"
+ingress_hook = "tc"
 [tunnel]
 mtu = 1500
 mtu_policy = "drop"

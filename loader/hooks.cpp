@@ -227,7 +227,8 @@ std::string native_xdp_refusal(const std::string& ifname, bool dispatcher) {
   std::string out;
   if (!kernel.empty()) out += "; the kernel says: \"" + kernel + "\"";
   if (!mentions_mtu(kernel) && link.mtu <= kPageFrameMtu)
-    return out + " (" + ifname + ", " + driver + ": no native XDP in this driver? try --xdp-mode skb)";
+    return out + " (" + ifname + ", " + driver +
+           ": no native XDP in this driver? try --ingress-hook auto or tc (TC ingress), or --xdp-mode skb)";
 
   utsname uts{};
   uname(&uts);
@@ -246,8 +247,8 @@ std::string native_xdp_refusal(const std::string& ifname, bool dispatcher) {
   out += known ? "MTU " + std::to_string(known->max_mtu) : "about " + std::to_string(kPageFrameMtu) + " bytes of MTU";
   const std::string limit = std::to_string(known ? known->max_mtu : kPageFrameMtu);
   out += ". Lower the MTU (ip link set dev " + ifname + " mtu " + limit +
-         "), or attach with --xdp-mode skb (generic XDP: any MTU, slower), or run a kernel and driver with "
-         "multi-buffer XDP";
+         "), or take TC ingress (--ingress-hook auto or tc: any driver and MTU), or attach with --xdp-mode skb "
+         "(generic XDP: any MTU, slower), or run a kernel and driver with multi-buffer XDP";
   return out;
 }
 

@@ -297,9 +297,9 @@ std::vector<Option> make_options() {
   o.push_back(u32("dataplane.psn_jump_max", "--psn-jump-max", 0, (1u << 23) - 1, &Config::psn_jump_max,
                   "a PSN move further than this, either way, restarts a QP's tracking; 0 = never"));
   o.push_back(u32("dataplane.tc_handle", "--tc-handle", 1, 0xffffffffLL, &Config::tc_handle,
-                  "TC egress filter handle; detach removes exactly this filter", true));
+                  "TC filter handle (egress, and ingress where the ingress hook is tc); detach removes exactly these filters", true));
   o.push_back(u32("dataplane.tc_priority", "--tc-priority", 1, 0xffff, &Config::tc_priority,
-                  "TC egress filter priority", true));
+                  "TC filter priority (egress, and ingress where the ingress hook is tc)", true));
   o.push_back(choice("dataplane.xdp_mode", "--xdp-mode", &Config::xdp_mode,
                      std::array<std::pair<std::string_view, XdpMode>, 2>{{{"native", XdpMode::kNative},
                                                                           {"skb", XdpMode::kSkb}}},

@@ -28,6 +28,9 @@
 set -euo pipefail
 
 rg=$1 case=$2
+# The cases watch the XDP hook; on a veth dataplane.ingress_hook's default
+# (auto) would put the ingress program at TC ingress instead.
+export ROCEGUARD_DATAPLANE_INGRESS_HOOK=xdp
 # The unit file is the one place that states the set; the test reads it.
 unit="$(dirname "$0")/../../packaging/roceguard.service"
 

@@ -18,7 +18,7 @@ count() { chain | grep -c "^$1$" || true; }
 xdp-loader load -m native rgv0 "$RG_FOREIGN_OBJ" -s xdp || die "cannot load the foreign program"
 [ "$(count foreign_xdp)" = 1 ] || die "foreign program not in a dispatcher: $(xdp-loader status rgv0)"
 
-out=$("$RG" attach -i rgv0 --pin-path "$PIN" 2>&1) || die "attach failed: $out"
+out=$("$RG" attach -i rgv0 --ingress-hook xdp --pin-path "$PIN" 2>&1) || die "attach failed: $out"
 log "$out"
 grep -q "xdp dispatcher" <<<"$out" || die "not attached through the dispatcher: $out"
 [ "$(count foreign_xdp)" = 1 ] && [ "$(count rg_xdp_ingress)" = 1 ] || die "after attach: $(xdp-loader status rgv0)"
@@ -31,7 +31,7 @@ grep -q "xdp dispatcher" <<<"$out" || die "not attached through the dispatcher: 
 # of them) and compare program ids before and after.
 rg_id() { xdp-loader status rgv0 | awk '{for (i = 1; i < NF; i++) if ($i == "rg_xdp_ingress") {print $(i + 1); exit}}'; }
 old_id=$(rg_id)
-"$RG" attach -i rgv0 --pin-path "$PIN" --verbose >reattach.log 2>&1 &
+"$RG" attach -i rgv0 --ingress-hook xdp --pin-path "$PIN" --verbose >reattach.log 2>&1 &
 reattach=$!
 : >samples
 for i in $(seq 1 400); do

@@ -64,7 +64,8 @@ class Attached {
   Attached(std::string netns, std::string ifname)
       : netns_(std::move(netns)), pin_("/sys/fs/bpf/" + netns_) {
     result_ = lab::run(lab::netns_exec_argv(
-        netns_, {ROCEGUARD_BIN, "attach", "-i", ifname, "--xdp-mode", "native", "--pin-path", pin_}));
+        netns_, {ROCEGUARD_BIN, "attach", "-i", ifname, "--xdp-mode", "native", "--ingress-hook", "xdp",
+                     "--pin-path", pin_}));
   }
   ~Attached() {
     lab::run(lab::netns_exec_argv(netns_, {ROCEGUARD_BIN, "detach", "--pin-path", pin_}));

@@ -7,7 +7,7 @@
 #   kernel     the kernel's geneve device between ga and gb, `tos inherit`
 #              (the host's DSCP goes to the outer header), routes via it
 #   roceguard  roceguard on both wan0: DSCP 46 + Geneve encap by TC egress at
-#              ga, XDP decap at gb (native on veth), plain routes
+#              ga, decap at gb by the ingress hook auto picks (TC ingress on veth), plain routes
 # Traffic: roce-gen, RC requesters in ha and responders in hb (4 QPs of
 # BENCH_MESSAGES messages, default 2000, 1024-byte payloads, a window of 64,
 # a 1 s retransmit timer: TCG is slow and a short one only adds resends);

@@ -28,7 +28,7 @@ if [ "$RGVM_NAME" = b ]; then
 	ip link set vy0 up
 	ip addr add "$SELF/24" dev vy0
 	rdma link add rxe1 type rxe netdev vy0
-	out=$("$RGVM_ROCEGUARD" attach -i vy0 --xdp-mode native 2>&1) || die "native attach to vy0 at MTU $MTU: $out"
+	out=$("$RGVM_ROCEGUARD" attach -i vy0 --xdp-mode native --ingress-hook xdp 2>&1) || die "native attach to vy0 at MTU $MTU: $out"
 	ip -d link show vy0 | tee vy0_link
 	wait_peer
 	gid=$(RXE=rxe1 roce_v2_gid_index "$SELF") || die "no RoCE v2 GID on rxe1"
@@ -53,7 +53,7 @@ fi
 
 ip addr add "$SELF/24" dev eth0
 # Native XDP on virtio-net at MTU 9000: refused, and the message must say why.
-if out=$("$RGVM_ROCEGUARD" attach -i eth0 --xdp-mode native --pin-path /sys/fs/bpf/rgvm-probe 2>&1); then
+if out=$("$RGVM_ROCEGUARD" attach -i eth0 --xdp-mode native --ingress-hook xdp --pin-path /sys/fs/bpf/rgvm-probe 2>&1); then
 	die "native XDP on virtio-net at MTU $MTU unexpectedly attached"
 fi
 printf '%s\n' "$out" | tee attach_9000.txt
@@ -61,14 +61,14 @@ printf '%s\n' "$out" | tee attach_9000.txt
 limit=$(sed -n 's/.*refuses native XDP above MTU \([0-9]*\).*/\1/p' attach_9000.txt | head -n1)
 [ -n "$limit" ] || die "the refusal names no MTU limit"
 ip link set eth0 mtu $((limit + 1))
-if out=$("$RGVM_ROCEGUARD" attach -i eth0 --xdp-mode native --pin-path /sys/fs/bpf/rgvm-probe 2>&1); then
+if out=$("$RGVM_ROCEGUARD" attach -i eth0 --xdp-mode native --ingress-hook xdp --pin-path /sys/fs/bpf/rgvm-probe 2>&1); then
 	echo "above_limit_attached=1" >>result
 	"$RGVM_ROCEGUARD" detach --pin-path /sys/fs/bpf/rgvm-probe >/dev/null 2>&1 || true
 else
 	echo "above_limit_attached=0" >>result
 fi
 ip link set eth0 mtu "$limit"
-if out=$("$RGVM_ROCEGUARD" attach -i eth0 --xdp-mode native --pin-path /sys/fs/bpf/rgvm-probe 2>&1); then
+if out=$("$RGVM_ROCEGUARD" attach -i eth0 --xdp-mode native --ingress-hook xdp --pin-path /sys/fs/bpf/rgvm-probe 2>&1); then
 	echo "at_limit_attached=1" >>result
 	"$RGVM_ROCEGUARD" detach --pin-path /sys/fs/bpf/rgvm-probe >/dev/null 2>&1 || true
 else
@@ -78,7 +78,7 @@ fi
 echo "limit=$limit" >>result
 ip link set eth0 mtu $MTU
 # The advice: generic XDP takes any MTU.
-"$RGVM_ROCEGUARD" attach -i eth0 --xdp-mode skb 2>&1 || die "generic XDP at MTU $MTU"
+"$RGVM_ROCEGUARD" attach -i eth0 --xdp-mode skb --ingress-hook xdp 2>&1 || die "generic XDP at MTU $MTU"
 ip -d link show eth0 | tee eth0_link
 rdma link add rxe0 type rxe netdev eth0
 wait_peer

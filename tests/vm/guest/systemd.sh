@@ -47,7 +47,8 @@ cp "$RGVM_SRC/packaging/sysusers.d/roceguard.conf" /etc/sysusers.d/roceguard.con
 cp "$RGVM_SRC/packaging/tmpfiles.d/roceguard.conf" /etc/tmpfiles.d/roceguard.conf
 # What the package's postinst does.
 systemd-sysusers roceguard.conf
-printf '%s\n' 'interfaces = ["rgsd0"]' >/etc/roceguard/roceguard.toml
+# XDP, not the TC ingress a veth gets by default: the checks follow libxdp's pins.
+printf '%s\n' 'interfaces = ["rgsd0"]' '[dataplane]' 'ingress_hook = "xdp"' >/etc/roceguard/roceguard.toml
 
 # systemd mounts bpffs with mode 0700; the initramfs mounted it with the
 # kernel's default (1777), which would let any user create the pin
