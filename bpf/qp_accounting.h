@@ -236,7 +236,12 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 	if (!(rg_cfg.flags & RG_CFG_F_ACCOUNT))
 		return;
 
-	now = bpf_ktime_get_ns();
+	/*
+	 * The clock only measures idle gaps of seconds (qp_idle_ms): the
+	 * coarse one (CLOCK_MONOTONIC at tick resolution) reads a variable
+	 * where bpf_ktime_get_ns reads the clocksource on every packet.
+	 */
+	now = bpf_ktime_get_coarse_ns();
 	st = bpf_map_lookup_elem(&rg_qp, key);
 	if (!st) {
 		struct rg_qp_state init = {};

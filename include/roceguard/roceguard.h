@@ -178,7 +178,7 @@ struct rg_qp_dir {
 
 struct rg_qp_state {
 	struct rg_qp_dir dir[RG_DIR_MAX];
-	__u64 last_seen_ns; /* bpf_ktime_get_ns() of the last packet */
+	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC, tick resolution) of the last packet */
 };
 
 struct rg_route4_key {
