@@ -414,6 +414,21 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 }
 
 /*
+ * The address frames decapsulated on ifindex are given (rg_ifaces); NULL,
+ * counted as an unknown tunnel, on an interface the loader did not
+ * register: there is no address to give the inner frame.
+ */
+static __always_inline const struct rg_iface *rg_decap_iface(__u32 ifindex, struct rg_counters *c,
+							    __u32 len)
+{
+	const struct rg_iface *iface = bpf_map_lookup_elem(&rg_ifaces, &ifindex);
+
+	if (!iface)
+		rg_count(c, RG_EV_UNKNOWN_TUNNEL, len);
+	return iface;
+}
+
+/*
  * What both ingress hooks do once the outer headers are gone and the inner
  * frame starts at data: address it to this interface, count it, track its
  * sequence number, parse it into p and *cls, and apply the outer ECN to the
@@ -493,11 +508,9 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	verdict = rg_geneve_match(p, data, data_end, len, c, &outer);
 	if (verdict != RG_DECAP_DONE)
 		return verdict;
-	iface = bpf_map_lookup_elem(&rg_ifaces, &ifindex);
-	if (!iface) {
-		rg_count(c, RG_EV_UNKNOWN_TUNNEL, len);
+	iface = rg_decap_iface(ifindex, c, len);
+	if (!iface)
 		return RG_DECAP_LEFT;
-	}
 	if (bpf_xdp_adjust_head(ctx, outer.len)) {
 		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;
@@ -550,11 +563,9 @@ static __always_inline enum rg_decap_result rg_skb_geneve_decap(struct __sk_buff
 	verdict = rg_geneve_match(p, data, data_end, len, c, &outer);
 	if (verdict != RG_DECAP_DONE)
 		return verdict;
-	iface = bpf_map_lookup_elem(&rg_ifaces, &ifindex);
-	if (!iface) {
-		rg_count(c, RG_EV_UNKNOWN_TUNNEL, len);
+	iface = rg_decap_iface(ifindex, c, len);
+	if (!iface)
 		return RG_DECAP_LEFT;
-	}
 	if (skb->gso_segs > 1) {
 		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;

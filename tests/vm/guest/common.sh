@@ -100,6 +100,31 @@ capture_stop() {
 	wait "$CAPTURE_PID" || true
 }
 
+# The responder of a jumbo RC ping-pong (50 x 4096 bytes, path MTU 4096)
+# on rxe device RXE with GID index GID, through roceguard's ingress on IF:
+# IF's RoCE is captured into $RGVM_SHARE/IF.pcap, and what roceguard's
+# ingress counted goes to ./result (ingress_roce, ingress_roce_bytes).
+jumbo_pingpong_server() {
+	local ifname=$1 rxe=$2 gid=$3 cap i bytes
+	dumpcap -q -i "$ifname" -f "udp port 4791" -w "$RGVM_SHARE/$ifname.pcap" >"$RGVM_SHARE/$ifname.pcap.log" 2>&1 &
+	cap=$!
+	for i in $(seq 1 100); do
+		grep -q "Capturing on" "$RGVM_SHARE/$ifname.pcap.log" 2>/dev/null && break
+		sleep 0.1
+	done
+	timeout 120 ibv_rc_pingpong -e -d "$rxe" -g "$gid" -m 4096 -s 4096 -n 50 >pingpong.log 2>&1 ||
+		die "pingpong server: $(cat pingpong.log)"
+	sleep 0.5
+	kill -INT $cap
+	wait $cap || true
+	cat pingpong.log
+	bytes=$("$RGVM_ROCEGUARD" stats --json |
+		jq '[.counters[] | select(.direction == "ingress") | .events.roce_packets.bytes] | add // 0')
+	echo "ingress_roce=$(rg_event roce_packets ingress)" >>result
+	echo "ingress_roce_bytes=$bytes" >>result
+	cat result
+}
+
 le32() { printf '%02x %02x %02x %02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)); }
 
 # The test WAN (testbed/wan/wan.bpf.c) on this VM's egress, after roceguard's TC

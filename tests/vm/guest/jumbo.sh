@@ -32,22 +32,7 @@ if [ "$RGVM_NAME" = b ]; then
 	ip -d link show vy0 | tee vy0_link
 	wait_peer
 	gid=$(RXE=rxe1 roce_v2_gid_index "$SELF") || die "no RoCE v2 GID on rxe1"
-	dumpcap -q -i vy0 -f "udp port 4791" -w "$RGVM_SHARE/vy0.pcap" >"$RGVM_SHARE/vy0.pcap.log" 2>&1 &
-	cap=$!
-	for i in $(seq 1 100); do
-		grep -q "Capturing on" "$RGVM_SHARE/vy0.pcap.log" 2>/dev/null && break
-		sleep 0.1
-	done
-	timeout 120 ibv_rc_pingpong -e -d rxe1 -g "$gid" -m 4096 -s 4096 -n 50 >pingpong.log 2>&1 ||
-		die "pingpong server: $(cat pingpong.log)"
-	sleep 0.5
-	kill -INT $cap
-	wait $cap || true
-	cat pingpong.log
-	"$RGVM_ROCEGUARD" stats --json | jq '[.counters[] | select(.direction == "ingress") | .events.roce_packets.bytes] | add // 0' >ingress_roce_bytes
-	echo "ingress_roce=$(rg_event roce_packets ingress)" >>result
-	echo "ingress_roce_bytes=$(cat ingress_roce_bytes)" >>result
-	cat result
+	jumbo_pingpong_server vy0 rxe1 "$gid"
 	exit 0
 fi
 

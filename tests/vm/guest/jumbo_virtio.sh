@@ -37,22 +37,7 @@ if [ "$RGVM_NAME" = b ]; then
 	ip -d link show eth0 | tee eth0_link
 	wait_peer
 	gid=$(roce_v2_gid_index "$SELF") || die "no RoCE v2 GID for $SELF"
-	dumpcap -q -i eth0 -f "udp port 4791" -w "$RGVM_SHARE/eth0.pcap" >"$RGVM_SHARE/eth0.pcap.log" 2>&1 &
-	cap=$!
-	for i in $(seq 1 100); do
-		grep -q "Capturing on" "$RGVM_SHARE/eth0.pcap.log" 2>/dev/null && break
-		sleep 0.1
-	done
-	timeout 120 ibv_rc_pingpong -e -d rxe0 -g "$gid" -m 4096 -s 4096 -n 50 >pingpong.log 2>&1 ||
-		die "pingpong server: $(cat pingpong.log)"
-	sleep 0.5
-	kill -INT $cap
-	wait $cap || true
-	cat pingpong.log
-	"$RGVM_ROCEGUARD" stats --json | jq '[.counters[] | select(.direction == "ingress") | .events.roce_packets.bytes] | add // 0' >ingress_roce_bytes
-	echo "ingress_roce=$(rg_event roce_packets ingress)" >>result
-	echo "ingress_roce_bytes=$(cat ingress_roce_bytes)" >>result
-	cat result
+	jumbo_pingpong_server eth0 rxe0 "$gid"
 	exit 0
 fi
 
