@@ -89,6 +89,18 @@ Object::Object(const rg_config& cfg, uint32_t qp_entries) {
     roceguard__destroy(skel_);
     throw std::runtime_error("writing the tunnel maps: " + std::string(std::strerror(errno)));
   }
+  // As the loader registers every interface before attaching to it: the
+  // XDP program decapsulates only on an interface it has an address for
+  // (rg_ifaces), and counts anything else as an unknown tunnel.
+  if (uint32_t ifindex = if_nametoindex(kDev)) {
+    rg_iface iface{};
+    const uint8_t mac[6] = {0x02, 0x00, 0x00, 0x00, 0x0a, 0x01};  // kDev's, as enter_private_netns sets it
+    std::memcpy(iface.mac, mac, sizeof(mac));
+    if (bpf_map__update_elem(skel_->maps.rg_ifaces, &ifindex, sizeof(ifindex), &iface, sizeof(iface), 0)) {
+      roceguard__destroy(skel_);
+      throw std::runtime_error("writing rg_ifaces: " + std::string(std::strerror(errno)));
+    }
+  }
 }
 
 Object::~Object() { roceguard__destroy(skel_); }
