@@ -50,6 +50,44 @@ static __always_inline void rg_set_tos(struct rg_pkt *p, void *data_end, __u8 to
 	p->tos = tos;
 }
 
+/*
+ * rg_set_tos on a received skb. IPv4 needs nothing more: the header
+ * checksum moves by the opposite of the TOS byte, so the one's complement
+ * sum over the header, which a CHECKSUM_COMPLETE skb's csum includes, stays
+ * the same. An IPv6 header has no checksum: the change is added to csum
+ * (bpf_csum_update does nothing unless the skb is CHECKSUM_COMPLETE), or
+ * the stack would find every UDP checksum behind it wrong.
+ */
+static __always_inline void rg_skb_set_tos(struct __sk_buff *skb, struct rg_pkt *p,
+					   void *data_end, __u8 tos)
+{
+	__be32 before, after;
+
+	if (p->family != AF_INET6) {
+		rg_set_tos(p, data_end, tos);
+		return;
+	}
+	if (p->l3 + sizeof(before) > data_end)
+		return;
+	before = *(__be32 *)p->l3;
+	rg_set_tos(p, data_end, tos);
+	after = *(__be32 *)p->l3;
+	if (before != after)
+		bpf_csum_update(skb, bpf_csum_diff(&before, sizeof(before), &after, sizeof(after), 0));
+}
+
+/* Sets the DSCP of a received skb, keeping the ECN bits; as rg_remark. */
+static __always_inline int rg_skb_remark(struct __sk_buff *skb, struct rg_pkt *p,
+					 void *data_end, __u8 dscp)
+{
+	__u8 tos = (dscp << 2) | rg_tos_ecn(p->tos);
+
+	if (tos == p->tos)
+		return 0;
+	rg_skb_set_tos(skb, p, data_end, tos);
+	return 1;
+}
+
 /* The class a RoCE packet should carry: CNPs have their own. */
 static __always_inline __u8 rg_target_dscp(const struct rg_pkt *p, __u8 dscp, __u8 cnp_dscp)
 {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Geneve (RFC 8926) carrying the whole inner Ethernet frame (protocol
- * 0x6558): rg_geneve_encap at TC egress and rg_geneve_decap at XDP ingress,
- * each the inverse of the other. The outer headers are built on the stack
+ * 0x6558): rg_geneve_encap at TC egress, and its inverse at ingress:
+ * rg_geneve_decap at XDP, rg_skb_geneve_decap at TC, one decision
+ * (rg_geneve_match) and one delivery (rg_decap_deliver) for both. The outer headers are built on the stack
  * from shared pieces (Ethernet, IPv4 or IPv6, then the same UDP + Geneve +
  * inner Ethernet tail) and written in one store.
  */
@@ -21,6 +22,15 @@
 #include "parse.h"
 #include "route.h"
 #include "tunnel_seq.h"
+
+/* linux/bpf.h and linux/if_packet.h values; Debian 12's headers predate the first two (Linux 6.3). */
+#ifndef BPF_F_ADJ_ROOM_DECAP_L3_IPV4
+#define BPF_F_ADJ_ROOM_DECAP_L3_IPV4 (1ULL << 7)
+#define BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
+#endif
+#ifndef PACKET_HOST
+#define PACKET_HOST 0
+#endif
 
 /*
  * Everything after the outer IP header; the same for both outer families.
@@ -279,7 +289,8 @@ struct rg_outer {
 	__u8 smac[ETH_ALEN];
 	__u8 ecn;
 	__u8 has_seq;     /* the sequence option came first in the options */
-	__u32 len;        /* bytes stripped */
+	__be16 inner_proto; /* the inner Ethernet header's type */
+	__u32 len;        /* bytes before the inner Ethernet header */
 	__u32 peer_slot;
 	__u32 stream;
 	__u32 seq;
@@ -308,7 +319,7 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 							    struct rg_outer *o)
 {
 	struct rg_genevehdr *g = p->l5;
-	struct ethhdr *eth = data;
+	struct ethhdr *eth = data, *inner;
 	const struct rg_peer *peer;
 	struct rg_decap_key key;
 	__u8 dst[16] __attribute__((aligned(4))) = {};
@@ -377,11 +388,13 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 		return RG_DECAP_LEFT;
 	}
 	optlen = (g->ver_optlen & 0x3f) * 4;
-	o->len = (void *)(g + 1) - data + optlen;
-	if (data + o->len + sizeof(struct ethhdr) > data_end) {
+	inner = (void *)(g + 1) + optlen;
+	if ((void *)(inner + 1) > data_end) {
 		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;
 	}
+	o->len = (void *)inner - data;
+	o->inner_proto = inner->h_proto;
 	__builtin_memcpy(o->smac, eth->h_source, ETH_ALEN);
 	o->ecn = rg_tos_ecn(p->tos);
 	o->peer_slot = *idx;
@@ -401,12 +414,68 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 }
 
 /*
- * Strips the outer headers of a Geneve frame (p parsed from it) that one of
- * our tunnels sent to us (rg_geneve_match), then applies the outer ECN to the inner IP packet, RoCE
- * or not (RFC 6040 §4.2). On RG_DECAP_DONE, p and *cls describe the inner
- * frame, which is addressed to this interface so the stack takes it.
- * Geneve on an interface the loader did not register (rg_ifaces) is left
- * as it came: there is no address to give the inner frame.
+ * What both ingress hooks do once the outer headers are gone and the inner
+ * frame starts at data: address it to this interface, count it, track its
+ * sequence number, parse it into p and *cls, and apply the outer ECN to the
+ * inner IP packet, RoCE or not (RFC 6040 §4.2). The inner Ethernet header's
+ * protocol is written too (TC keeps the outer header and overwrites it).
+ * skb is NULL at XDP; at TC a changed IPv6 traffic class is folded into a
+ * CHECKSUM_COMPLETE skb's csum (rg_skb_tos_csum).
+ */
+static __always_inline enum rg_decap_result rg_decap_deliver(struct __sk_buff *skb, void *data,
+							     void *data_end, struct rg_pkt *p,
+							     const struct rg_outer *outer,
+							     const struct rg_iface *iface,
+							     struct rg_counters *c, __u32 len,
+							     enum rg_parse_class *cls)
+{
+	struct rg_peer_stats *ps;
+	struct ethhdr *eth = data;
+	__u8 ecn;
+
+	if ((void *)(eth + 1) > data_end)
+		return RG_DECAP_DROP; /* cannot happen: checked before stripping */
+	/*
+	 * The inner frame is still addressed as it was at the far gateway. The
+	 * outer destination is no better: it may be broadcast, multicast or
+	 * another host's (a flooded or promiscuously received frame), and the
+	 * stack forwards only what is addressed to the receiving device.
+	 */
+	__builtin_memcpy(eth->h_dest, iface->mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, outer->smac, ETH_ALEN);
+	eth->h_proto = outer->inner_proto;
+	rg_count(c, RG_EV_DECAPSULATED, len);
+	ps = rg_peer_stats_get(outer->peer_slot);
+	rg_peer_count(ps, RG_PEER_EV_DECAPSULATED, len);
+	if (outer->has_seq)
+		rg_tunnel_track(outer->peer_slot, outer->stream, outer->seq, outer->sent_ns, ps, len);
+
+	*cls = rg_parse(data, data_end, p);
+	if (!p->family)
+		return RG_DECAP_DONE;
+	switch (rg_ecn_decapsulate(outer->ecn, rg_tos_ecn(p->tos), &ecn)) {
+	case RG_ECN_DROP:
+		rg_count(c, RG_EV_ECN_DROP, len);
+		return RG_DECAP_DROP;
+	case RG_ECN_SET:
+		if (skb)
+			rg_skb_set_tos(skb, p, data_end, (p->tos & ~RG_ECN_MASK) | ecn);
+		else
+			rg_set_tos(p, data_end, (p->tos & ~RG_ECN_MASK) | ecn);
+		break;
+	default:
+		break;
+	}
+	return RG_DECAP_DONE;
+}
+
+/*
+ * XDP ingress: strips the outer headers of a Geneve frame (p parsed from
+ * it) that one of our tunnels sent to us (rg_geneve_match) by moving the
+ * frame's start past them, then rg_decap_deliver. On RG_DECAP_DONE, p and
+ * *cls describe the inner frame. Geneve on an interface the loader did not
+ * register (rg_ifaces) is left as it came: there is no address to give the
+ * inner frame.
  */
 static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 							    struct rg_pkt *p,
@@ -419,10 +488,7 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 	/* A multi-buffer frame: data_end is the end of its first buffer only. */
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 	enum rg_decap_result verdict;
-	struct rg_peer_stats *ps;
 	struct rg_outer outer;
-	struct ethhdr *eth;
-	__u8 ecn;
 
 	verdict = rg_geneve_match(p, data, data_end, len, c, &outer);
 	if (verdict != RG_DECAP_DONE)
@@ -436,40 +502,92 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;
 	}
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > data_end)
-		return RG_DECAP_DROP; /* cannot happen: checked before stripping */
-	/*
-	 * The inner frame is still addressed as it was at the far gateway. The
-	 * outer destination is no better: it may be broadcast, multicast or
-	 * another host's (a flooded or promiscuously received frame), and the
-	 * stack forwards only what is addressed to the receiving device.
-	 */
-	__builtin_memcpy(eth->h_dest, iface->mac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, outer.smac, ETH_ALEN);
-	len -= outer.len;
-	rg_count(c, RG_EV_DECAPSULATED, len);
-	ps = rg_peer_stats_get(outer.peer_slot);
-	rg_peer_count(ps, RG_PEER_EV_DECAPSULATED, len);
-	if (outer.has_seq)
-		rg_tunnel_track(outer.peer_slot, outer.stream, outer.seq, outer.sent_ns, ps, len);
+	return rg_decap_deliver(NULL, (void *)(long)ctx->data, (void *)(long)ctx->data_end, p,
+				&outer, iface, c, len - outer.len, cls);
+}
 
-	*cls = rg_parse(data, data_end, p);
-	if (!p->family)
-		return RG_DECAP_DONE;
-	switch (rg_ecn_decapsulate(outer.ecn, rg_tos_ecn(p->tos), &ecn)) {
-	case RG_ECN_DROP:
-		rg_count(c, RG_EV_ECN_DROP, len);
-		return RG_DECAP_DROP;
-	case RG_ECN_SET:
-		rg_set_tos(p, data_end, (p->tos & ~RG_ECN_MASK) | ecn);
-		break;
-	default:
-		break;
+/*
+ * Bytes TC ingress wants linear to decapsulate: the outer headers with
+ * every option a Geneve header may carry, the inner Ethernet header, and
+ * the inner headers as deep as rg_parse looks.
+ */
+#define RG_DECAP_LINEAR (RG_L4_DEPTH + sizeof(struct rg_genevehdr) + 63 * 4 + \
+			 sizeof(struct ethhdr) + RG_L4_DEPTH + RG_ROCE_HDR_MAX)
+
+/*
+ * TC ingress: the same decision as rg_geneve_decap, on an skb. The room
+ * between the outer Ethernet header and the inner frame's network header
+ * (outer IP, UDP, Geneve, inner Ethernet) is removed with
+ * bpf_skb_adjust_room, the outer Ethernet header then becomes the inner one
+ * (rg_decap_deliver). The skb is marked PACKET_HOST: eth_type_trans typed
+ * it by the outer destination. An inner family other than the outer one
+ * needs BPF_F_ADJ_ROOM_DECAP_L3_* (Linux 6.3) to retype the skb; before
+ * that the helper refuses and the frame is left as it came, counted.
+ * A GSO skb (Geneve datagrams that GRO merged) cannot be stripped once for
+ * all of its segments: it is left too.
+ */
+static __always_inline enum rg_decap_result rg_skb_geneve_decap(struct __sk_buff *skb,
+								struct rg_pkt *p,
+								struct rg_counters *c,
+								enum rg_parse_class *cls)
+{
+	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+	__u32 ifindex = skb->ifindex, len = skb->len;
+	const struct rg_iface *iface;
+	enum rg_decap_result verdict;
+	struct rg_outer outer;
+	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO;
+
+	/* Options and inner headers may sit in paged data on a real NIC. */
+	if ((__u32)(data_end - data) < RG_DECAP_LINEAR && len > (__u32)(data_end - data)) {
+		if (bpf_skb_pull_data(skb, len < RG_DECAP_LINEAR ? len : RG_DECAP_LINEAR))
+			return RG_DECAP_LEFT;
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		if (rg_parse(data, data_end, p) != RG_PKT_GENEVE)
+			return RG_DECAP_LEFT;
 	}
-	return RG_DECAP_DONE;
+	verdict = rg_geneve_match(p, data, data_end, len, c, &outer);
+	if (verdict != RG_DECAP_DONE)
+		return verdict;
+	iface = bpf_map_lookup_elem(&rg_ifaces, &ifindex);
+	if (!iface) {
+		rg_count(c, RG_EV_UNKNOWN_TUNNEL, len);
+		return RG_DECAP_LEFT;
+	}
+	if (skb->gso_segs > 1) {
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
+	}
+	/*
+	 * Inline outer VLAN tags go with the outer headers, as at XDP. Popping
+	 * one takes a tag in skb metadata first, so with both it is left alone.
+	 */
+	if (p->vlan_depth && skb->vlan_present) {
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
+	}
+	for (int i = 0; i < RG_MAX_VLAN_DEPTH; i++) {
+		if (!p->vlan_depth)
+			break;
+		if (bpf_skb_vlan_pop(skb))
+			return RG_DECAP_LEFT;
+		p->vlan_depth--;
+		outer.len -= sizeof(struct rg_vlanhdr);
+	}
+	if (outer.inner_proto != (p->family == AF_INET ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6))) {
+		if (outer.inner_proto == bpf_htons(ETH_P_IP))
+			flags |= BPF_F_ADJ_ROOM_DECAP_L3_IPV4;
+		else if (outer.inner_proto == bpf_htons(ETH_P_IPV6))
+			flags |= BPF_F_ADJ_ROOM_DECAP_L3_IPV6;
+	}
+	if (bpf_skb_adjust_room(skb, -(__s32)outer.len, BPF_ADJ_ROOM_MAC, flags)) {
+		rg_count(c, RG_EV_PARSE_GENEVE, len);
+		return RG_DECAP_LEFT;
+	}
+	bpf_skb_change_type(skb, PACKET_HOST);
+	return rg_decap_deliver(skb, (void *)(long)skb->data, (void *)(long)skb->data_end, p,
+				&outer, iface, c, skb->len, cls);
 }
 
 #endif

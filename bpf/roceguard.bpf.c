@@ -15,6 +15,12 @@
  *                at jumbo MTUs: every header it reads or writes is in the
  *                first buffer, and byte counts take the whole frame.
  *
+ * rg_tc_ingress  (TC ingress): rg_xdp_ingress on an skb, for devices where
+ *                XDP would not run before the skb exists (veth copies every
+ *                frame into a page for native XDP; generic XDP is an skb
+ *                hook anyway): the same decisions, decapsulation with
+ *                bpf_skb_adjust_room. The loader attaches one of the two.
+ *
  * Anything that is not RoCE v2 (or not a configured tunnel) leaves
  * byte-identical with the pass verdict.
  */
@@ -156,4 +162,54 @@ int rg_xdp_ingress(struct xdp_md *ctx)
 	rg_qp_key_fill(&qp, &p, data_end);
 	rg_account(&p, &qp, c, RG_DIR_INGRESS, len);
 	return XDP_PASS;
+}
+
+/*
+ * The ingress program at TC, for what the loader's ingress hook choice
+ * (dataplane.ingress_hook) does not give to XDP. Every decision is
+ * rg_xdp_ingress's: decapsulation of our tunnels (rg_geneve_match), RFC
+ * 6040, DSCP repair, per-QP accounting; a GSO skb counts as its datagrams
+ * as at TC egress.
+ */
+SEC("tc")
+int rg_tc_ingress(struct __sk_buff *skb)
+{
+	struct rg_counters *c = NULL;
+	enum rg_parse_class cls;
+	struct rg_qp_key qp;
+	struct rg_pkt p;
+	void *data_end;
+
+	cls = rg_skb_parse(skb, &p);
+	if (cls == RG_PKT_GENEVE && (rg_cfg.flags & RG_CFG_F_DECAP)) {
+		c = rg_counters_get(skb->ifindex, RG_DIR_INGRESS);
+		switch (rg_skb_geneve_decap(skb, &p, c, &cls)) {
+		case RG_DECAP_LEFT:
+			return RG_TC_PASS;
+		case RG_DECAP_DROP:
+			return TC_ACT_SHOT;
+		default:
+			if (cls == RG_PKT_ROCE)
+				rg_skb_segments(skb, &p, (void *)(long)skb->data);
+			break;
+		}
+	}
+	if (cls != RG_PKT_ROCE) {
+		if (p.err && !p.need) {
+			if (!c)
+				c = rg_counters_get(skb->ifindex, RG_DIR_INGRESS);
+			rg_count(c, p.err, skb->len);
+		}
+		return RG_TC_PASS;
+	}
+	data_end = (void *)(long)skb->data_end;
+
+	if (!c)
+		c = rg_counters_get(skb->ifindex, RG_DIR_INGRESS);
+	if ((rg_cfg.flags & RG_CFG_F_REPAIR) &&
+	    rg_skb_remark(skb, &p, data_end, rg_target_dscp(&p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
+		rg_count_n(c, RG_EV_DSCP_REPAIRED, p.segs, p.wire_len);
+	rg_qp_key_fill(&qp, &p, data_end);
+	rg_account(&p, &qp, c, RG_DIR_INGRESS, p.wire_len);
+	return RG_TC_PASS;
 }

@@ -138,6 +138,19 @@ class TunnelMaps {
 
 }  // namespace
 
+IngressHook planned_ingress_hook(const Config& cfg, const std::string& ifname) {
+  if (cfg.ingress_hook != IngressHook::kAuto) return cfg.ingress_hook;
+  // Generic XDP is an skb hook already; on veth native XDP first copies
+  // the skb into a page. TC ingress sees the same skb for less.
+  if (cfg.xdp_mode == XdpMode::kSkb || xdp_runs_on_skb(ifname)) return IngressHook::kTc;
+  return IngressHook::kXdp;
+}
+
+std::string describe_ingress(const IfaceState& is) {
+  if (is.ingress_hook == kIngressTc) return "tc ingress id " + std::to_string(is.tc_ingress_prog_id);
+  return "xdp " + is.xdp_mode + " id " + std::to_string(is.xdp_prog_id);
+}
+
 Dataplane::Dataplane(const Config& cfg, const std::string& pin_path, bool reset_state)
     : cfg_(cfg), pin_path_(pin_path), owner_(pin_path_), obj_(cfg_, pin_path_, reset_state) {}
 
@@ -160,19 +173,39 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   auto before = write_iface_address(pin_path_, st.ifindex, name).before;
   undo.add(name + "'s previous entry in " + std::string(kMapIfaces),
            [pin = pin_path_, ifindex = st.ifindex, before] { restore_iface_address(pin, ifindex, before); });
-  XdpAttachment xdp = attach_xdp(obj_, owner_, st.ifindex, name, cfg_.xdp_mode, force, undo);
-  st.xdp_mode = xdp.mode;
-  st.xdp_prog_id = xdp.prog_id;
-  if (xdp.no_dispatcher && !warned_no_dispatcher_)
-    spdlog::warn(
-        "libxdp dispatcher unavailable on this kernel: attached {} directly to {}; other XDP "
-        "programs cannot coexist on it",
-        kProgXdp, name);
-  warned_no_dispatcher_ |= xdp.no_dispatcher;
+  IngressHook ingress = planned_ingress_hook(cfg_, name);
+  if (ingress == IngressHook::kXdp) {
+    try {
+      XdpAttachment xdp = attach_xdp(obj_, owner_, st.ifindex, name, cfg_.xdp_mode, force, undo);
+      st.xdp_mode = xdp.mode;
+      st.xdp_prog_id = xdp.prog_id;
+      if (xdp.no_dispatcher && !warned_no_dispatcher_)
+        spdlog::warn(
+            "libxdp dispatcher unavailable on this kernel: attached {} directly to {}; other XDP "
+            "programs cannot coexist on it",
+            kProgXdp, name);
+      warned_no_dispatcher_ |= xdp.no_dispatcher;
+    } catch (const Error& e) {
+      // TC ingress takes any driver and any MTU; only a configured "xdp"
+      // makes the refusal final.
+      if (cfg_.ingress_hook != IngressHook::kAuto || e.exit_code() == kExitConflict) throw;
+      spdlog::warn("{}; ingress_hook is auto: using TC ingress on {} instead", e.what(), name);
+      ingress = IngressHook::kTc;
+    }
+  }
+  obj_.load();
   obj_.ensure_loaded();
-  st.tc_prog_id = attach_tc(obj_, owner_, st.ifindex, name, cfg_.tc_handle, cfg_.tc_priority, force, undo);
   st.tc_handle = cfg_.tc_handle;
   st.tc_priority = cfg_.tc_priority;
+  if (ingress == IngressHook::kTc) {
+    st.ingress_hook = kIngressTc;
+    st.tc_ingress_prog_id =
+        attach_tc(obj_, owner_, st.ifindex, name, TcHook::kIngress, cfg_.tc_handle, cfg_.tc_priority, force, undo);
+  }
+  // Only now that the new hook runs does the other one give its program up.
+  remove_other_ingress(owner_, st.ifindex, name, ingress, cfg_.tc_handle, cfg_.tc_priority, undo);
+  st.tc_prog_id =
+      attach_tc(obj_, owner_, st.ifindex, name, TcHook::kEgress, cfg_.tc_handle, cfg_.tc_priority, force, undo);
   return st;
 }
 
@@ -185,7 +218,8 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
   for (const auto& name : cfg_.interfaces) {
     if (absent(name)) continue;
     int ifindex = ifindex_of(name);
-    if (!force) refuse_foreign_hooks(owner_, ifindex, name, cfg_.tc_handle, cfg_.tc_priority);
+    if (!force)
+      refuse_foreign_hooks(owner_, ifindex, name, cfg_.tc_handle, cfg_.tc_priority, planned_ingress_hook(cfg_, name));
   }
 
   State st;
@@ -216,8 +250,8 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
       }
       if (!st.interfaces.empty()) pause_point("attach-between-interfaces");
       IfaceState is = attach_interface(name, force, undo);
-      spdlog::info("attached to {} (ifindex {}): xdp {} id {}, tc egress handle {:#x} prio {} id {}", name,
-                   is.ifindex, is.xdp_mode, is.xdp_prog_id, is.tc_handle, is.tc_priority, is.tc_prog_id);
+      spdlog::info("attached to {} (ifindex {}): {}, tc egress handle {:#x} prio {} id {}", name, is.ifindex,
+                   describe_ingress(is), is.tc_handle, is.tc_priority, is.tc_prog_id);
       st.interfaces.push_back(is);
     }
     restrict_pins(pin_path_);
@@ -265,10 +299,11 @@ void Dataplane::detach_unconfigured(const State& prev) const {
       auto lines = detach_interface(owner_, old.ifindex, old.name, old.tc_handle, old.tc_priority);
       for (const auto& line : lines.removed) spdlog::info("{} (no longer configured)", line);
       for (const auto& line : lines.left) spdlog::warn("{}", line);
-    } else if ((old.tc_handle != cfg_.tc_handle || old.tc_priority != cfg_.tc_priority) &&
-               detach_tc(owner_, old.ifindex, old.tc_handle, old.tc_priority)) {
-      spdlog::info("{}: removed the TC filter at the previous handle {:#x} priority {}", old.name, old.tc_handle,
-                   old.tc_priority);
+    } else if (old.tc_handle != cfg_.tc_handle || old.tc_priority != cfg_.tc_priority) {
+      for (TcHook h : {TcHook::kEgress, TcHook::kIngress})
+        if (detach_tc(owner_, old.ifindex, h, old.tc_handle, old.tc_priority))
+          spdlog::info("{}: removed the TC {} filter at the previous handle {:#x} priority {}", old.name,
+                       tc_hook_name(h), old.tc_handle, old.tc_priority);
     }
   }
 }

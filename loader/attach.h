@@ -14,6 +14,14 @@
 
 namespace rg {
 
+// The ingress hook cfg gives ifname before anything is tried: the
+// configured one, or for auto TC ingress on a veth or with xdp_mode skb
+// and XDP elsewhere (an auto XDP attach the driver refuses falls back to
+// TC ingress).
+IngressHook planned_ingress_hook(const Config& cfg, const std::string& ifname);
+// "xdp dispatcher id 12" or "tc ingress id 13", for logs.
+std::string describe_ingress(const IfaceState& is);
+
 class Dataplane {
  public:
   // Opens the BPF object for cfg; see BpfObject for the pinned-map policy.

@@ -204,6 +204,8 @@ int BpfObject::xdp_prog_fd() const { return bpf_program__fd(skel_->progs.rg_xdp_
 
 int BpfObject::tc_prog_fd() const { return bpf_program__fd(skel_->progs.rg_tc_egress); }
 
+int BpfObject::tc_ingress_prog_fd() const { return bpf_program__fd(skel_->progs.rg_tc_ingress); }
+
 int BpfObject::map_fd(const char* name) const {
   bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);
   return m ? bpf_map__fd(m) : -1;
@@ -224,6 +226,10 @@ bool BpfObject::load_direct() {
     throw Error("cannot hand the XDP program to libxdp: " + xdp_error_text(e));
   }
   return true;
+}
+
+void BpfObject::load() {
+  if (tc_prog_fd() < 0) load_direct();
 }
 
 void BpfObject::ensure_loaded() const {

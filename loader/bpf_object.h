@@ -17,6 +17,7 @@ namespace rg {
 
 inline constexpr const char* kProgTc = "rg_tc_egress";
 inline constexpr const char* kProgXdp = "rg_xdp_ingress";
+inline constexpr const char* kProgTcIngress = "rg_tc_ingress";
 
 // A pinned map that cannot be reused by this build/config.
 struct MapMismatch {
@@ -53,9 +54,13 @@ class BpfObject {
   bool load_direct();
   // Throws unless the object is loaded (libxdp loads it on first attach).
   void ensure_loaded() const;
+  // Loads the object unless libxdp already did: an attach with no XDP
+  // program (every ingress at TC) has no XDP attach to load it.
+  void load();
 
   int xdp_prog_fd() const;
   int tc_prog_fd() const;
+  int tc_ingress_prog_fd() const;
   int map_fd(const char* name) const;
 
  private:

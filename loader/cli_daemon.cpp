@@ -69,8 +69,10 @@ void cmd_attach(const LoadFlags& f) {
   if (f.json) {
     nlohmann::json ifs = nlohmann::json::array();
     for (const auto& is : st.interfaces)
-      ifs.push_back({{"name", is.name}, {"ifindex", is.ifindex}, {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}}},
-                     {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id}}}});
+      ifs.push_back({{"name", is.name}, {"ifindex", is.ifindex}, {"ingress_hook", is.ingress_hook},
+                     {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}}},
+                     {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id}}},
+                     {"tc_ingress", {{"prog_id", is.tc_ingress_prog_id}}}});
     std::cout << nlohmann::json({{"pin_path", f.pin_path}, {"config_hash", st.config_hash}, {"interfaces", ifs}}).dump(2)
               << "\n";
     return;
@@ -113,7 +115,8 @@ std::string interface_problem(const nlohmann::json& i) {
   const std::string name = i["name"].get<std::string>();
   if (!i["present"].get<bool>()) return name + ": configured but not present";
   std::string missing;
-  if (!i["xdp"]["attached"].get<bool>()) missing = "XDP ingress";
+  if (i["ingress_hook"] == kIngressTc ? !i["tc_ingress"]["attached"].get<bool>() : !i["xdp"]["attached"].get<bool>())
+    missing = i["ingress_hook"] == kIngressTc ? "TC ingress" : "XDP ingress";
   if (!i["tc"]["attached"].get<bool>()) missing += (missing.empty() ? "" : " and ") + std::string("TC egress");
   return missing.empty() ? "" : name + ": " + missing + " program not attached";
 }
@@ -139,9 +142,12 @@ void cmd_status(const std::string& pin_path, bool json) {
     ifs.push_back({{"name", is.name},
                    {"ifindex", is.ifindex},
                    {"present", exists},
+                   {"ingress_hook", is.ingress_hook},
                    {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}, {"attached", exists && xdp_present(owner, is)}}},
                    {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id},
-                           {"attached", exists && tc_present(owner, is)}}}});
+                           {"attached", exists && tc_present(owner, is)}}},
+                   {"tc_ingress", {{"prog_id", is.tc_ingress_prog_id},
+                                   {"attached", exists && tc_present(owner, is, TcHook::kIngress)}}}});
     if (std::string why = interface_problem(ifs.back()); !why.empty()) problems.push_back(why);
   }
   out["interfaces"] = ifs;
@@ -161,14 +167,17 @@ void cmd_status(const std::string& pin_path, bool json) {
   std::cout << "roceguard " << st->version << ", pin path " << pin_path << ", config " << st->config_hash << "\n";
   if (!scope.outlives_process) std::cout << "WARNING: pins do not survive roceguard: " << scope.why << "\n";
   std::cout << "\n";
-  std::printf("%-16s %-8s %-8s %-11s %-8s %-8s %-13s %-8s\n", "INTERFACE", "IFINDEX", "XDP", "MODE", "XDP_ID",
-              "TC", "HANDLE/PRIO", "TC_ID");
+  std::printf("%-16s %-8s %-8s %-8s %-11s %-8s %-8s %-13s %-8s\n", "INTERFACE", "IFINDEX", "INGRESS", "ATTACHED",
+              "MODE", "ID", "TC", "HANDLE/PRIO", "TC_ID");
   for (const auto& i : ifs) {
     char hp[32];
     std::snprintf(hp, sizeof(hp), "%#x/%u", i["tc"]["handle"].get<unsigned>(), i["tc"]["priority"].get<unsigned>());
-    std::printf("%-16s %-8d %-8s %-11s %-8u %-8s %-13s %-8u\n", i["name"].get<std::string>().c_str(),
-                i["ifindex"].get<int>(), !i["present"].get<bool>() ? "gone" : i["xdp"]["attached"].get<bool>() ? "yes" : "NO",
-                i["xdp"]["mode"].get<std::string>().c_str(), i["xdp"]["prog_id"].get<unsigned>(),
+    const bool tc_in = i["ingress_hook"] == kIngressTc;
+    const auto& in = tc_in ? i["tc_ingress"] : i["xdp"];
+    std::printf("%-16s %-8d %-8s %-8s %-11s %-8u %-8s %-13s %-8u\n", i["name"].get<std::string>().c_str(),
+                i["ifindex"].get<int>(), tc_in ? "tc" : "xdp",
+                !i["present"].get<bool>() ? "gone" : in["attached"].get<bool>() ? "yes" : "NO",
+                tc_in ? "-" : i["xdp"]["mode"].get<std::string>().c_str(), in["prog_id"].get<unsigned>(),
                 !i["present"].get<bool>() ? "gone" : i["tc"]["attached"].get<bool>() ? "yes" : "NO", hp,
                 i["tc"]["prog_id"].get<unsigned>());
   }

@@ -56,6 +56,10 @@ struct PeerConfig {
 };
 
 enum class XdpMode { kNative, kSkb };
+// Where the ingress program runs. kAuto: native XDP where the driver runs
+// it before an skb exists, TC ingress where XDP would run on an skb anyway
+// (veth, generic XDP) or the driver refuses native XDP.
+enum class IngressHook { kAuto, kXdp, kTc };
 
 struct Config {
   std::vector<std::string> interfaces;
@@ -74,6 +78,7 @@ struct Config {
   uint32_t tc_handle = kDefaultTcHandle;
   uint32_t tc_priority = kDefaultTcPriority;
   XdpMode xdp_mode = XdpMode::kNative;
+  IngressHook ingress_hook = IngressHook::kAuto;
   // false: `run` attaches nothing and exports the NIC half only (hosts whose
   // hardware RNIC sends RoCE past TC and XDP).
   bool attach_dataplane = true;

@@ -81,7 +81,7 @@ void check_limits(const Config& cfg, ConfigProblems& p) {
     is.name = name;
     is.ifindex = std::numeric_limits<int>::min();
     is.xdp_mode = "dispatcher";
-    is.xdp_prog_id = is.tc_prog_id = is.tc_handle = std::numeric_limits<uint32_t>::max();
+    is.xdp_prog_id = is.tc_prog_id = is.tc_ingress_prog_id = is.tc_handle = std::numeric_limits<uint32_t>::max();
     is.tc_priority = std::numeric_limits<uint32_t>::max();
     worst.interfaces.push_back(is);
   }

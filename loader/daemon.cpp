@@ -98,7 +98,7 @@ class Runner {
   Runner(Dataplane& dp, Exporter& ex, State st, bool attached, bool force)
       : dp_(dp), ex_(ex), st_(std::move(st)), loaded_(attached), force_(force) {
     for (const auto& i : st_.interfaces) {
-      set_state(i.name, i.ifindex != 0);
+      set_state(i, i.ifindex != 0);
       if (!i.ifindex)
         spdlog::warn("interface {} does not exist yet: roceguard attaches it when it appears", i.name);
     }
@@ -130,31 +130,31 @@ class Runner {
         if (up_[is.name]) {
           spdlog::warn("interface {} disappeared; roceguard keeps running and re-attaches when it returns",
                        is.name);
-          set_state(is.name, false);
+          set_state(is, false);
         }
         continue;
       }
       check_mtu(is.name);
       try {
-        if (static_cast<int>(idx) == is.ifindex && xdp_present(dp_.owner(), is) && tc_present(dp_.owner(), is)) {
+        if (static_cast<int>(idx) == is.ifindex && ingress_present(dp_.owner(), is) && tc_present(dp_.owner(), is)) {
           // A MAC address change leaves the hooks in place; the address
           // decapsulated frames are given must follow it.
           dp_.refresh_address(is);
           // Renamed away and back: the hooks stayed on the device.
           if (!up_[is.name]) {
             spdlog::info("interface {} is back (ifindex {}), its hooks still attached", is.name, is.ifindex);
-            set_state(is.name, true);
+            set_state(is, true);
           }
           continue;
         }
         const bool first_time = is.ifindex == 0 && is.xdp_prog_id == 0;
         IfaceState fresh = dp_.attach_interface(is.name, false);
-        spdlog::info("{} {} (ifindex {}): xdp {} id {}, tc id {}", first_time ? "interface appeared: attached to"
-                     : "re-attached to", is.name, fresh.ifindex, fresh.xdp_mode, fresh.xdp_prog_id, fresh.tc_prog_id);
+        spdlog::info("{} {} (ifindex {}): {}, tc id {}", first_time ? "interface appeared: attached to"
+                     : "re-attached to", is.name, fresh.ifindex, describe_ingress(fresh), fresh.tc_prog_id);
         is = fresh;
         changed = true;
         last_error_[is.name].clear();
-        set_state(is.name, true);
+        set_state(is, true);
       } catch (const std::exception& e) {
         // A link event can wake this pass while the device is being
         // deleted: it was there for the check above and is gone for the
@@ -163,12 +163,12 @@ class Runner {
           if (up_[is.name])
             spdlog::warn("interface {} disappeared; roceguard keeps running and re-attaches when it returns",
                          is.name);
-          set_state(is.name, false);
+          set_state(is, false);
           continue;
         }
         if (last_error_[is.name] != e.what()) spdlog::error("cannot re-attach to {}: {}", is.name, e.what());
         last_error_[is.name] = e.what();
-        set_state(is.name, false);
+        set_state(is, false);
       }
     }
     if (changed) {
@@ -196,7 +196,7 @@ class Runner {
       last_error_.clear();
       for (const auto& is : st_.interfaces) {
         if (is.ifindex) check_mtu(is.name);
-        set_state(is.name, is.ifindex != 0);
+        set_state(is, is.ifindex != 0);
       }
     } catch (const std::exception& e) {
       if (last_error_[""] != e.what()) spdlog::error("cannot attach: {}", e.what());
@@ -232,10 +232,15 @@ class Runner {
     seen = mtu;
   }
 
-  void set_state(const std::string& name, bool up) {
-    up_[name] = up;
-    ex_.set_attach_state(name, "xdp_ingress", up);
-    ex_.set_attach_state(name, "tc_egress", up);
+  // The ingress series is the hook the interface uses (or, before its
+  // first attach, the one it is planned to use); the other is not exported.
+  void set_state(const IfaceState& is, bool up) {
+    up_[is.name] = up;
+    const bool tc = is.ifindex ? is.ingress_hook == kIngressTc
+                               : planned_ingress_hook(dp_.config(), is.name) == IngressHook::kTc;
+    ex_.set_ingress_hook(is.name, tc ? "tc_ingress" : "xdp_ingress");
+    ex_.set_attach_state(is.name, tc ? "tc_ingress" : "xdp_ingress", up);
+    ex_.set_attach_state(is.name, "tc_egress", up);
   }
 
   Dataplane& dp_;

@@ -32,7 +32,10 @@ using prometheus::MetricType;
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
 constexpr const char* kMetricsPath = "/metrics";
+// What a new exporter reports for each interface until the loader says
+// where its ingress program runs (one of kIngressHooks).
 constexpr const char* kHooks[] = {"tc_egress", "xdp_ingress"};
+constexpr const char* kIngressHooks[] = {"xdp_ingress", "tc_ingress"};
 
 // Families in first-use order; samples of one family stay together, which
 // the text format requires.
@@ -106,6 +109,13 @@ class MetricsCollector : public prometheus::Collectable {
   void set_attach_state(const std::string& ifname, const std::string& hook, bool attached) {
     std::lock_guard lock(mu_);
     attached_[{ifname, hook}] = attached;
+  }
+
+  void set_ingress_hook(const std::string& ifname, const std::string& hook) {
+    std::lock_guard lock(mu_);
+    for (const char* h : kIngressHooks)
+      if (hook != h) attached_.erase({ifname, h});
+    attached_.try_emplace({ifname, hook}, false);
   }
 
   std::vector<MetricFamily> Collect() const override {
@@ -390,6 +400,10 @@ Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
 
 Exporter::~Exporter() {
   if (impl_ && impl_->server) impl_->server->close();
+}
+
+void Exporter::set_ingress_hook(const std::string& ifname, const std::string& hook) {
+  impl_->collector->set_ingress_hook(ifname, hook);
 }
 
 void Exporter::set_attach_state(const std::string& ifname, const std::string& hook,

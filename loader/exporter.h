@@ -43,6 +43,9 @@ class Exporter {
 
   // The loader reports what it attached; exported as roceguard_attached.
   void set_attach_state(const std::string& ifname, const std::string& hook, bool attached);
+  // Where ifname's ingress program runs, "xdp_ingress" or "tc_ingress":
+  // roceguard_attached has a series for that hook only.
+  void set_ingress_hook(const std::string& ifname, const std::string& hook);
   // Bound address (useful with port 0).
   std::string listen_address() const;
 

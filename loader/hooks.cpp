@@ -26,6 +26,10 @@
 namespace rg {
 namespace {
 
+bpf_tc_attach_point tc_point(TcHook h) { return h == TcHook::kIngress ? BPF_TC_INGRESS : BPF_TC_EGRESS; }
+
+const char* tc_prog_name(TcHook h) { return h == TcHook::kIngress ? kProgTcIngress : kProgTc; }
+
 std::string prog_name_by_id(uint32_t id) {
   int fd = bpf_prog_get_fd_by_id(id);
   if (fd < 0) return {};
@@ -247,13 +251,15 @@ std::string native_xdp_refusal(const std::string& ifname, bool dispatcher) {
   return out;
 }
 
-Error tc_conflict(const std::string& ifname, uint32_t handle, uint32_t priority, const std::string& owner) {
-  if (owner == kProgTc)
-    return Error("interface " + ifname + " already has TC egress filter " + owner + " at handle " +
+Error tc_conflict(const std::string& ifname, TcHook h, uint32_t handle, uint32_t priority,
+                  const std::string& owner) {
+  const std::string dir = tc_hook_name(h);
+  if (owner == tc_prog_name(h))
+    return Error("interface " + ifname + " already has TC " + dir + " filter " + owner + " at handle " +
                      std::to_string(handle) + " priority " + std::to_string(priority) + ": " + kOtherInstance +
                      ", or choose another --tc-handle/--tc-priority, or --force",
                  kExitConflict);
-  return Error("interface " + ifname + " already has a TC egress filter at handle " + std::to_string(handle) +
+  return Error("interface " + ifname + " already has a TC " + dir + " filter at handle " + std::to_string(handle) +
                    " priority " + std::to_string(priority) + " (program " + owner +
                    "); choose another --tc-handle/--tc-priority, or --force",
                kExitConflict);
@@ -264,18 +270,28 @@ struct TcFilter {
   std::string name;
 };
 
-std::optional<TcFilter> tc_query(int ifindex, uint32_t handle, uint32_t priority) {
-  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+std::optional<TcFilter> tc_query(int ifindex, TcHook h, uint32_t handle, uint32_t priority) {
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = tc_point(h));
   LIBBPF_OPTS(bpf_tc_opts, q, .handle = handle, .priority = priority);
   if (bpf_tc_query(&hook, &q) != 0) return std::nullopt;
   return TcFilter{q.prog_id, prog_name_by_id(q.prog_id)};
 }
 
-void tc_remove(int ifindex, uint32_t handle, uint32_t priority) {
-  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+void tc_remove(int ifindex, TcHook h, uint32_t handle, uint32_t priority) {
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = tc_point(h));
   LIBBPF_OPTS(bpf_tc_opts, o, .handle = handle, .priority = priority);
   bpf_tc_detach(&hook, &o);
 }
+
+// Puts a held program back on a TC hook at handle/priority.
+void tc_put_back(int ifindex, TcHook h, uint32_t handle, uint32_t priority, int prog_fd) {
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = tc_point(h));
+  LIBBPF_OPTS(bpf_tc_opts, back, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE, .handle = handle,
+              .priority = priority);
+  int e = bpf_tc_attach(&hook, &back);
+  if (e) throw Error(errno_text(e));
+}
+
 
 }  // namespace
 
@@ -303,23 +319,37 @@ void HookOwner::add_pinned(const std::string& pin_path) {
 }
 
 bool HookOwner::owns(uint32_t prog_id, const std::string& name) const {
-  if (name != kProgXdp && name != kProgTc) return false;
+  if (name != kProgXdp && name != kProgTc && name != kProgTcIngress) return false;
   for (uint32_t id : prog_map_ids(prog_id))
     if (std::find(map_ids_.begin(), map_ids_.end(), id) != map_ids_.end()) return true;
   return false;
 }
 
 void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
-                          uint32_t tc_priority) {
-  Multiprog cur(ifindex);
-  if (cur.legacy() && !owner.owns(cur.main_id(), cur.main_name()))
-    throw xdp_conflict(name, cur.main_name(), cur.main_id());
-  // In a dispatcher another instance's program would run beside ours, each
-  // with its own maps: a packet would be re-marked and encapsulated twice.
-  auto others = cur.ours(owner, false);
-  if (!others.empty()) throw xdp_conflict(name, kProgXdp, xdp_program__id(others.front()));
-  auto tc = tc_query(ifindex, tc_handle, tc_priority);
-  if (tc && !owner.owns(tc->prog_id, tc->name)) throw tc_conflict(name, tc_handle, tc_priority, tc->name);
+                          uint32_t tc_priority, IngressHook ingress) {
+  if (ingress == IngressHook::kXdp) {
+    Multiprog cur(ifindex);
+    if (cur.legacy() && !owner.owns(cur.main_id(), cur.main_name()))
+      throw xdp_conflict(name, cur.main_name(), cur.main_id());
+    // In a dispatcher another instance's program would run beside ours, each
+    // with its own maps: a packet would be re-marked and encapsulated twice.
+    auto others = cur.ours(owner, false);
+    if (!others.empty()) throw xdp_conflict(name, kProgXdp, xdp_program__id(others.front()));
+  }
+  const TcHook hooks[] = {TcHook::kEgress, TcHook::kIngress};
+  for (TcHook h : hooks) {
+    if (h == TcHook::kIngress && ingress != IngressHook::kTc) continue;
+    auto tc = tc_query(ifindex, h, tc_handle, tc_priority);
+    if (tc && !owner.owns(tc->prog_id, tc->name)) throw tc_conflict(name, h, tc_handle, tc_priority, tc->name);
+  }
+}
+
+const char* tc_hook_name(TcHook h) { return h == TcHook::kIngress ? "ingress" : "egress"; }
+
+bool xdp_runs_on_skb(const std::string& ifname) {
+  // veth_xdp_rcv_skb(): a native program on veth gets each skb copied into
+  // a page with XDP headroom first, the skb then rebuilt around it.
+  return link_facts(ifname).driver == "veth";
 }
 
 XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
@@ -420,9 +450,10 @@ XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, co
   return {"dispatcher", new_id, false};
 }
 
-uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
+uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name, TcHook h,
                    uint32_t handle, uint32_t priority, bool force, Rollback& undo) {
-  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+  const std::string dir = tc_hook_name(h);
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = tc_point(h));
   // EEXIST: clsact is already there (ours from before, or another tool's);
   // it is shared and never destroyed by roceguard. One created here goes
   // again if the attach fails.
@@ -440,34 +471,78 @@ uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, co
   ProgRef old;
   std::string old_name;
   uint32_t old_id = 0;
-  if (auto cur = tc_query(ifindex, handle, priority)) {
+  if (auto cur = tc_query(ifindex, h, handle, priority)) {
     old_id = cur->prog_id;
     old_name = cur->name;
     if (!owner.owns(cur->prog_id, cur->name)) {
-      if (!force) throw tc_conflict(name, handle, priority, cur->name);
+      if (!force) throw tc_conflict(name, h, handle, priority, cur->name);
       spdlog::warn("--force: replacing TC filter {} on {}", cur->name, name);
     }
     old = hold_prog(old_id);
     if (!old) throw Error("cannot open TC program " + cur->name + " on " + name + ": " + errno_text(errno));
   }
-  LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = obj.tc_prog_fd(), .flags = BPF_TC_F_REPLACE, .handle = handle,
+  const int prog_fd = h == TcHook::kIngress ? obj.tc_ingress_prog_fd() : obj.tc_prog_fd();
+  LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE, .handle = handle,
               .priority = priority);
   err = bpf_tc_attach(&hook, &o);
-  if (err) throw Error("cannot attach " + std::string(kProgTc) + " to " + name + " egress: " + errno_text(err));
-  std::string what = old ? name + ": TC egress filter " + old_name + " (id " + std::to_string(old_id) + ")"
-                         : name + ": TC egress without this attach's " + kProgTc;
-  undo.add(what, [ifindex, handle, priority, old] {
+  if (err)
+    throw Error("cannot attach " + std::string(tc_prog_name(h)) + " to " + name + " " + dir + ": " + errno_text(err));
+  std::string what = old ? name + ": TC " + dir + " filter " + old_name + " (id " + std::to_string(old_id) + ")"
+                         : name + ": TC " + dir + " without this attach's " + tc_prog_name(h);
+  undo.add(what, [ifindex, h, handle, priority, old] {
     if (!old) {
-      tc_remove(ifindex, handle, priority);
+      tc_remove(ifindex, h, handle, priority);
       return;
     }
-    LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, back, .prog_fd = *old, .flags = BPF_TC_F_REPLACE, .handle = handle,
-                .priority = priority);
-    int e = bpf_tc_attach(&h, &back);
-    if (e) throw Error(errno_text(e));
+    tc_put_back(ifindex, h, handle, priority, *old);
   });
   return o.prog_id;
+}
+
+void remove_other_ingress(const HookOwner& owner, int ifindex, const std::string& name, IngressHook kept,
+                          uint32_t handle, uint32_t priority, Rollback& undo) {
+  if (kept == IngressHook::kXdp) {
+    auto tc = tc_query(ifindex, TcHook::kIngress, handle, priority);
+    if (!tc || !owner.owns(tc->prog_id, tc->name)) return;
+    ProgRef old = hold_prog(tc->prog_id);
+    if (!old) throw Error("cannot open TC program " + tc->name + " on " + name + ": " + errno_text(errno));
+    tc_remove(ifindex, TcHook::kIngress, handle, priority);
+    spdlog::info("{}: removed TC ingress filter {} (id {}): XDP takes ingress now", name, tc->name, tc->prog_id);
+    undo.add(name + ": TC ingress filter " + tc->name + " (id " + std::to_string(tc->prog_id) + ")",
+             [ifindex, handle, priority, old] { tc_put_back(ifindex, TcHook::kIngress, handle, priority, *old); });
+    return;
+  }
+  Multiprog cur(ifindex);
+  if (cur.legacy()) {
+    if (!owner.owns(cur.main_id(), cur.main_name())) return;
+    const uint32_t id = cur.main_id();
+    const enum xdp_attach_mode mode = xdp_multiprog__attach_mode(cur.mp);
+    ProgRef old = hold_prog(id);
+    if (!old) throw Error("cannot open XDP program " + cur.main_name() + " on " + name + ": " + errno_text(errno));
+    cur.detach_direct(name);
+    spdlog::info("{}: removed XDP program {} (id {}): TC ingress takes ingress now", name, kProgXdp, id);
+    undo.add(name + ": XDP program " + std::string(kProgXdp) + " (id " + std::to_string(id) + ")",
+             [ifindex, old, mode] {
+               int e = bpf_xdp_attach(ifindex, *old, legacy_flags(mode), nullptr);
+               if (e) throw Error(errno_text(e));
+             });
+    return;
+  }
+  if (!cur.mp) return;
+  const enum xdp_attach_mode mode = xdp_multiprog__attach_mode(cur.mp);
+  std::vector<std::pair<uint32_t, XdpProgRef>> held;
+  for (xdp_program* p : cur.ours(owner)) held.emplace_back(xdp_program__id(p), hold_xdp_prog(xdp_program__id(p)));
+  cur.remove_ours(owner, ifindex, name, [&](uint32_t id) {
+    spdlog::info("{}: removed {} (id {}) from the libxdp dispatcher: TC ingress takes ingress now", name, kProgXdp,
+                 id);
+    for (const auto& [held_id, ref] : held)
+      if (held_id == id && ref)
+        undo.add(name + ": " + kProgXdp + " (id " + std::to_string(id) + ") in the libxdp dispatcher",
+                 [ifindex, ref = ref, mode] {
+                   int e = xdp_program__attach(ref.get(), ifindex, mode, 0);
+                   if (e) throw Error(xdp_error_text(e));
+                 });
+  });
 }
 
 bool xdp_present(const HookOwner& owner, const IfaceState& st) {
@@ -477,16 +552,20 @@ bool xdp_present(const HookOwner& owner, const IfaceState& st) {
   return !cur.ours(owner).empty();
 }
 
-bool tc_present(const HookOwner& owner, const IfaceState& st) {
+bool tc_present(const HookOwner& owner, const IfaceState& st, TcHook h) {
   if (!st.ifindex) return false;
-  auto tc = tc_query(st.ifindex, st.tc_handle, st.tc_priority);
-  return tc && owner.owns(tc->prog_id, tc->name);
+  auto tc = tc_query(st.ifindex, h, st.tc_handle, st.tc_priority);
+  return tc && owner.owns(tc->prog_id, tc->name) && tc->name == tc_prog_name(h);
 }
 
-uint32_t detach_tc(const HookOwner& owner, int ifindex, uint32_t handle, uint32_t priority) {
-  auto tc = tc_query(ifindex, handle, priority);
+bool ingress_present(const HookOwner& owner, const IfaceState& st) {
+  return st.ingress_hook == kIngressTc ? tc_present(owner, st, TcHook::kIngress) : xdp_present(owner, st);
+}
+
+uint32_t detach_tc(const HookOwner& owner, int ifindex, TcHook h, uint32_t handle, uint32_t priority) {
+  auto tc = tc_query(ifindex, h, handle, priority);
   if (!tc || !owner.owns(tc->prog_id, tc->name)) return 0;
-  tc_remove(ifindex, handle, priority);
+  tc_remove(ifindex, h, handle, priority);
   return tc->prog_id;
 }
 
@@ -517,11 +596,13 @@ DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::str
     char handle[16];
     std::snprintf(handle, sizeof(handle), "%#x", tc_handle);
     const std::string at = std::string("(handle ") + handle + ", priority " + std::to_string(tc_priority);
-    if (uint32_t id = detach_tc(owner, ifindex, tc_handle, tc_priority)) {
-      done.removed.push_back(name + ": removed TC egress filter " + kProgTc + " " + at + ", id " +
-                             std::to_string(id) + ")");
-    } else if (auto tc = tc_query(ifindex, tc_handle, tc_priority); tc && tc->name == kProgTc) {
-      left(std::string("TC egress filter ") + kProgTc + " " + at + ")", tc->prog_id);
+    for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
+      const std::string what = std::string("TC ") + tc_hook_name(h) + " filter " + tc_prog_name(h) + " " + at;
+      if (uint32_t id = detach_tc(owner, ifindex, h, tc_handle, tc_priority)) {
+        done.removed.push_back(name + ": removed " + what + ", id " + std::to_string(id) + ")");
+      } else if (auto tc = tc_query(ifindex, h, tc_handle, tc_priority); tc && tc->name == tc_prog_name(h)) {
+        left(what + ")", tc->prog_id);
+      }
     }
   }
   return done;

@@ -48,12 +48,23 @@ class HookOwner {
   std::vector<uint32_t> map_ids_;
 };
 
-// Throws kExitConflict when the interface's XDP hook holds a program not
-// ours attached directly (libxdp cannot chain ours beside it), or a TC
-// egress filter not ours sits at tc_handle/tc_priority; another roceguard
-// instance's programs are named as such.
+// The two TC hooks roceguard uses: egress always, ingress when the
+// interface's ingress program runs there instead of at XDP.
+enum class TcHook { kEgress, kIngress };
+const char* tc_hook_name(TcHook h);  // "egress", "ingress"
+
+// Throws kExitConflict when a hook roceguard is about to take holds a
+// program not ours: with ingress at XDP, a program attached directly
+// (libxdp cannot chain ours beside it); a TC egress filter (and, with
+// ingress at TC, a TC ingress filter) at tc_handle/tc_priority. Another
+// roceguard instance's programs are named as such.
 void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
-                          uint32_t tc_priority);
+                          uint32_t tc_priority, IngressHook ingress);
+
+// Does native XDP on this device run on an skb the stack already built,
+// so that TC ingress does the same work for less? veth copies every skb
+// into a page for its native XDP.
+bool xdp_runs_on_skb(const std::string& ifname);
 
 struct XdpAttachment {
   std::string mode;  // "dispatcher" or "direct"
@@ -71,22 +82,32 @@ struct XdpAttachment {
 XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
                          XdpMode mode, bool force, Rollback& undo);
 
-// Attaches obj's TC program at handle/priority on egress, replacing our
-// previous filter there; one not ours only with force. Creates the clsact
-// qdisc if missing (and undo removes it again). Returns the program's id.
-uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
+// Attaches obj's TC program for hook h (rg_tc_egress, rg_tc_ingress) at
+// handle/priority, replacing our previous filter there; one not ours only
+// with force. Creates the clsact qdisc if missing (and undo removes it
+// again). Returns the program's id.
+uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name, TcHook h,
                    uint32_t handle, uint32_t priority, bool force, Rollback& undo);
+
+// Once the ingress program is attached at kept (kXdp or kTc), removes our
+// ingress program from the other hook, where an earlier attach put it; undo
+// puts it back. Until then both run: a packet may be counted twice, none is
+// missed.
+void remove_other_ingress(const HookOwner& owner, int ifindex, const std::string& name, IngressHook kept,
+                          uint32_t handle, uint32_t priority, Rollback& undo);
 
 // Are our programs still where st says they are?
 bool xdp_present(const HookOwner& owner, const IfaceState& st);
-bool tc_present(const HookOwner& owner, const IfaceState& st);
+bool tc_present(const HookOwner& owner, const IfaceState& st, TcHook h = TcHook::kEgress);
+// The ingress program at the hook st records (XDP or TC ingress).
+bool ingress_present(const HookOwner& owner, const IfaceState& st);
 
-// Removes our TC filter at handle/priority; the removed program's id, 0
-// when there was none of ours.
-uint32_t detach_tc(const HookOwner& owner, int ifindex, uint32_t handle, uint32_t priority);
+// Removes our TC filter at hook h, handle/priority; the removed program's
+// id, 0 when there was none of ours.
+uint32_t detach_tc(const HookOwner& owner, int ifindex, TcHook h, uint32_t handle, uint32_t priority);
 
 // Removes owner's programs from one interface: its rg_xdp_ingress (direct,
-// or its dispatcher slot) and its TC filter at handle/priority. Never
+// or its dispatcher slot) and its TC filters at handle/priority. Never
 // touches anything else; another roceguard instance's programs are reported
 // and left alone. Returns one line per thing removed or left.
 struct DetachLines {

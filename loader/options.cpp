@@ -304,6 +304,12 @@ std::vector<Option> make_options() {
                      std::array<std::pair<std::string_view, XdpMode>, 2>{{{"native", XdpMode::kNative},
                                                                           {"skb", XdpMode::kSkb}}},
                      "XDP attach mode: native (driver) or skb (generic)"));
+  o.push_back(choice("dataplane.ingress_hook", "--ingress-hook", &Config::ingress_hook,
+                     std::array<std::pair<std::string_view, IngressHook>, 3>{{{"auto", IngressHook::kAuto},
+                                                                              {"xdp", IngressHook::kXdp},
+                                                                              {"tc", IngressHook::kTc}}},
+                     "where the ingress program runs: xdp, tc (TC ingress), or auto: native XDP unless the "
+                     "device is a veth, xdp_mode is skb or the driver refuses native XDP, TC ingress then"));
   {
     Option attach = boolean("dataplane.attach", &Config::attach_dataplane,
                             "false: exporter only, for hosts whose hardware RNIC sends RoCE past TC/XDP: `run` "

@@ -34,9 +34,11 @@ nlohmann::json State::to_json() const {
   for (const auto& i : interfaces)
     ifs.push_back({{"name", i.name},
                    {"ifindex", i.ifindex},
+                   {"ingress_hook", i.ingress_hook},
                    {"xdp_mode", i.xdp_mode},
                    {"xdp_prog_id", i.xdp_prog_id},
                    {"tc_prog_id", i.tc_prog_id},
+                   {"tc_ingress_prog_id", i.tc_ingress_prog_id},
                    {"tc_handle", i.tc_handle},
                    {"tc_priority", i.tc_priority}});
   return {{"layout", kStateLayout},
@@ -85,9 +87,13 @@ State State::from_json(const nlohmann::json& j) {
     IfaceState st;
     st.name = field<std::string>(i, "name", "", where);
     st.ifindex = field(i, "ifindex", 0, where);
+    st.ingress_hook = field<std::string>(i, "ingress_hook", kIngressXdp, where);
+    if (st.ingress_hook != kIngressXdp && st.ingress_hook != kIngressTc)
+      throw Error(where + ".ingress_hook is \"" + st.ingress_hook + "\", not \"xdp\" or \"tc\"", kExitConflict);
     st.xdp_mode = field<std::string>(i, "xdp_mode", "", where);
     st.xdp_prog_id = field(i, "xdp_prog_id", 0u, where);
     st.tc_prog_id = field(i, "tc_prog_id", 0u, where);
+    st.tc_ingress_prog_id = field(i, "tc_ingress_prog_id", 0u, where);
     st.tc_handle = field(i, "tc_handle", 0u, where);
     st.tc_priority = field(i, "tc_priority", 0u, where);
     s.interfaces.push_back(st);

@@ -25,13 +25,20 @@ inline constexpr size_t kStateValueSize = 16384;
 // not need it.
 inline constexpr int kStateLayout = 2;
 
+inline constexpr const char* kIngressXdp = "xdp";
+inline constexpr const char* kIngressTc = "tc";
+
 // Attach record of one interface.
 struct IfaceState {
   std::string name;
   int ifindex = 0;
+  // Where the ingress program runs: kIngressXdp or kIngressTc (records
+  // written before the choice existed say nothing: XDP).
+  std::string ingress_hook = kIngressXdp;
   std::string xdp_mode;  // "dispatcher", "direct" or "" (not attached)
   uint32_t xdp_prog_id = 0;
   uint32_t tc_prog_id = 0;
+  uint32_t tc_ingress_prog_id = 0;
   uint32_t tc_handle = 0;
   uint32_t tc_priority = 0;
 };

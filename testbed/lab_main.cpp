@@ -40,6 +40,11 @@ void add_lab_options(CLI::App* lab) {
       ->check(CLI::IsMember({256, 512, 1024}))
       ->capture_default_str();
   lab->add_flag("--no-tunnel", no_tunnel, "roceguard re-marks and repairs DSCP only, no Geneve between the gateways");
+  lab->add_option("--ingress-hook", o.ingress_hook,
+                  "where the gateways run roceguard's ingress program (dataplane.ingress_hook): auto picks TC "
+                  "ingress on the lab's veths")
+      ->check(CLI::IsMember({"auto", "xdp", "tc"}))
+      ->capture_default_str();
   lab->add_option("--report", o.report_dir, "report directory (default ./roceguard-lab-<UTC time>)");
   lab->add_option("--metrics-listen", o.metrics_listen,
                   "gateway A's Prometheus endpoint; gateway B's is on the next port (port 0: any free)")

@@ -9,10 +9,11 @@
 namespace rg::lab {
 
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
-                      bool tunnel, XdpMode xdp_mode, unsigned tunnel_mtu) {
+                      bool tunnel, XdpMode xdp_mode, unsigned tunnel_mtu, const std::string& ingress_hook) {
   std::ostringstream toml;
   toml << "interfaces = [\"wan0\"]\n"
-       << "[dataplane]\nxdp_mode = \"" << (xdp_mode == XdpMode::kSkb ? "skb" : "native") << "\"\n";
+       << "[dataplane]\nxdp_mode = \"" << (xdp_mode == XdpMode::kSkb ? "skb" : "native") << "\"\n"
+       << "ingress_hook = \"" << ingress_hook << "\"\n";
   if (tunnel)
     toml << "[tunnel]\n[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" << local << "\"\nremote = \""
          << remote << "\"\nvni = " << kLabVni << "\nmtu = " << tunnel_mtu << "\nroutes = [\"" << route << "\"]\n";

@@ -18,10 +18,11 @@ inline constexpr uint32_t kLabVni = 4242;
 
 // The configuration a gateway runs with: its WAN interface, and with
 // tunnel a Geneve peer (the far gateway) carrying route; tunnel_mtu is the
-// largest outer packet the WAN link takes.
+// largest outer packet the WAN link takes; ingress_hook is
+// dataplane.ingress_hook (auto: TC ingress on the lab's veths).
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode = XdpMode::kNative,
-                      unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU);
+                      unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU, const std::string& ingress_hook = "auto");
 
 class Gateway {
  public:

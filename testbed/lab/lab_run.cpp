@@ -300,24 +300,32 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
 
   const Addresses& a = lab.topo.addr();
   std::optional<Gateway> gw_a, gw_b;
+  std::array<std::string, 2> ingress_series{"xdp_ingress", "xdp_ingress"};  // per exporter
   if (with) {
     // The lab measures the tunnel's exact loss against the WAN's drops: the
     // sequence option is on in both gateways.
-    Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel);
-    Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel);
+    Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel, XdpMode::kNative,
+                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook);
+    Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel, XdpMode::kNative,
+                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook);
     cfg_a.tunnel_sequence = cfg_b.tunnel_sequence = true;
     // RoCE into the uplink's priority class; gateway B's egress on wan0
     // (ACKs, NAKs, CNPs) gets the same, as a symmetric deployment would.
     if (lab.uplink_scheduler) cfg_a.skb_priority = cfg_b.skb_priority = HtbScheduler::kPriorityClassId;
     gw_a.emplace(lab.topo, Node::kGatewayA, pin_path(lab.opts.prefix, Node::kGatewayA), cfg_a);
     gw_b.emplace(lab.topo, Node::kGatewayB, pin_path(lab.opts.prefix, Node::kGatewayB), cfg_b);
-    for (Exporter* e : lab.exporters)
-      for (const char* hook : {"tc_egress", "xdp_ingress"}) e->set_attach_state("wan0", hook, true);
+    for (size_t i = 0; i < lab.exporters.size(); ++i)
+      for (const auto& is : (i == 0 ? *gw_a : *gw_b).state().interfaces) {
+        ingress_series[i] = is.ingress_hook == kIngressTc ? "tc_ingress" : "xdp_ingress";
+        lab.exporters[i]->set_ingress_hook(is.name, ingress_series[i]);
+        for (const std::string& hook : {std::string("tc_egress"), ingress_series[i]})
+          lab.exporters[i]->set_attach_state(is.name, hook, true);
+      }
     for (const auto* g : {&*gw_a, &*gw_b})
       for (const auto& is : g->state().interfaces)
-        std::cout << "   attached in " << (g == &*gw_a ? "gateway A" : "gateway B") << ": " << is.name
-                  << " xdp " << is.xdp_mode << " (id " << is.xdp_prog_id << "), tc egress (id "
-                  << is.tc_prog_id << "), maps pinned at " << g->pin() << "\n";
+        std::cout << "   attached in " << (g == &*gw_a ? "gateway A" : "gateway B") << ": " << is.name << " "
+                  << describe_ingress(is) << ", tc egress (id " << is.tc_prog_id << "), maps pinned at "
+                  << g->pin() << "\n";
   }
   check_stop();
 
@@ -464,8 +472,9 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   finish_bulk(bulk, p.bulk, p.bulk_log);
   finish_bulk(uplink_bulk_traffic, p.uplink_bulk, p.uplink_bulk_log);
   if (with)
-    for (Exporter* e : lab.exporters)
-      for (const char* hook : {"tc_egress", "xdp_ingress"}) e->set_attach_state("wan0", hook, false);
+    for (size_t i = 0; i < lab.exporters.size(); ++i)
+      for (const std::string& hook : {std::string("tc_egress"), ingress_series[i]})
+        lab.exporters[i]->set_attach_state("wan0", hook, false);
   return p;
 }
 

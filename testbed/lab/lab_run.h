@@ -22,6 +22,7 @@ struct LabOptions {
   unsigned qps = 4;
   size_t payload = 1024;      // RoCE path MTU 1024
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
+  std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook
   std::string report_dir;     // empty: ./roceguard-lab-<UTC timestamp>
   // Gateway A's exporter; gateway B's listens on the next port (port 0:
   // both pick a free one).

@@ -56,6 +56,8 @@ inline constexpr uint32_t kXdpDrop = 1;
 inline constexpr uint32_t kXdpPass = 2;
 
 int dev_ifindex();
+// Does this run put rg_tc_ingress where the cases name XDP (see Dataplane::xdp)?
+bool ingress_at_tc();
 int other_dev_ifindex();
 
 // What the tests load: the compiled-in defaults, plus 0xff poison in every
@@ -80,6 +82,9 @@ class Dataplane {
 
   // rg_tc_egress / rg_xdp_ingress on kDev; repeat > 1 runs the program that
   // many times on the frame in one syscall (the output is the last run's).
+  // With ROCEGUARD_TEST_INGRESS=tc, xdp() runs rg_tc_ingress instead and
+  // answers with the XDP verdict of its pass or shot: every ingress case
+  // then holds the TC ingress program to the same expectations.
   Verdict tc(const Bytes& in, uint32_t repeat = 1);
   Verdict xdp(const Bytes& in, uint32_t repeat = 1);
   // rg_tc_egress on a packet the stack gave skb_priority.

@@ -5,7 +5,9 @@
 # so every host binary runs unchanged inside the guest.
 #
 # Sourced by the tests/vm/test_*.sh scripts:
-#   rgvm_setup                         temp dir, cleanup trap, kernel, initramfs
+#   rgvm_setup                         temp dir, cleanup trap, kernel, initramfs;
+#                                      the kernel is Debian 12's default (6.1)
+#                                      unless RGVM_KERNEL_SERIES names another
 #   rgvm_start NAME NET SCRIPT [VAR=value...]
 #                                      boots a VM running SCRIPT (a guest/*.sh
 #                                      file) with NET one of listen:PORT,
@@ -58,18 +60,43 @@ rgvm_cleanup() {
 	fi
 }
 
-# The newest Debian kernel whose modules include rdma_rxe.
+# The kernel the guests boot, chosen explicitly so that installing another
+# kernel package never moves the tests to it. By default Debian 12's own
+# kernel: the one linux-image-amd64 depends on (the 6.1 series), else the
+# newest 6.1.* with rdma_rxe. A test that needs another series sets
+# RGVM_KERNEL_SERIES (e.g. 6.12) and gets the newest vmlinuz of that series;
+# when there is none the test fails, it does not skip.
+rgvm_has_rxe() { modinfo -k "$1" -F filename rdma_rxe >/dev/null 2>&1; }
+
 rgvm_find_kernel() {
-	local k ver
+	local series=${RGVM_KERNEL_SERIES:-} k ver dep
+	if [ -z "$series" ]; then
+		# "linux-image-6.1.0-57-amd64 (= 6.1.192-3)": the release is the
+		# package name less its prefix.
+		dep=$(dpkg-query -W -f='${Depends}' linux-image-amd64 2>/dev/null | sed -n 's/^linux-image-\([^ ,]*\).*/\1/p' || true)
+		dep=${dep%-unsigned}
+		if [ -n "$dep" ] && [ -e "/boot/vmlinuz-$dep" ] && rgvm_has_rxe "$dep"; then
+			RGVM_KVER=$dep
+			RGVM_KERNEL=/boot/vmlinuz-$dep
+			return 0
+		fi
+		series=6.1
+	fi
 	for k in $(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -rV); do
 		ver=${k#/boot/vmlinuz-}
-		if modinfo -k "$ver" -F filename rdma_rxe >/dev/null 2>&1; then
+		# 6.1 must not match 6.12: the series ends at a dot or a dash.
+		case "$ver" in ("$series".*|"$series"-*) ;; (*) continue ;; esac
+		if rgvm_has_rxe "$ver"; then
 			RGVM_KVER=$ver
 			RGVM_KERNEL=$k
 			return 0
 		fi
 	done
-	echo "vm: no /boot/vmlinuz-* with rdma_rxe modules; install linux-image-amd64 (scripts/install-deps.sh)" >&2
+	if [ -n "${RGVM_KERNEL_SERIES:-}" ]; then
+		echo "vm: FAIL: this test needs a Linux $series kernel with rdma_rxe in /boot and none is installed; install linux-image-$series-amd64 (scripts/install-deps.sh)" >&2
+	else
+		echo "vm: no Debian 12 (Linux $series) /boot/vmlinuz-* with rdma_rxe modules; install linux-image-amd64 (scripts/install-deps.sh)" >&2
+	fi
 	return 1
 }
 
