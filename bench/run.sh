@@ -17,6 +17,9 @@ mkdir -p "$out"
 # The same path with the kernel timing every program run: each program's
 # in-situ ns per run. Its own run, as the timing slows every program.
 "$build/bench/bench_veth_throughput" --payloads 1024 --rounds 5 --seconds 2 --senders 2 \
-	--cases baseline,xdp-floor,tc-floor,dscp,geneve --bpf-stats --json "$out/veth_prog_cost.json"
-cmake --build "$build" -j"$(nproc)" --target roceguard-lab && BUILD_DIR="$build" bench/lab_goodput.sh 5 3
+	--cases baseline,xdp-floor,tc-floor,dscp-xdp,dscp-tc,geneve-xdp,geneve-tc --bpf-stats --json "$out/veth_prog_cost.json"
+# The lab's goodput with the ingress program at each hook (the lab's own
+# default, auto, picks TC on its veths).
+cmake --build "$build" -j"$(nproc)" --target roceguard-lab &&
+	BUILD_DIR="$build" VARIANTS="xdp:--ingress-hook=xdp tc:--ingress-hook=tc" bench/lab_goodput.sh 5 3
 cmake --build "$build" -j"$(nproc)" --target roceguard roce-gen && BUILD_DIR="$build" bench/vm_tunnel.sh 5

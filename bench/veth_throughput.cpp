@@ -3,8 +3,11 @@
 // with no program, all cases interleaved in one run:
 //
 //   baseline  no program anywhere
-//   dscp      roceguard on both gateways, DSCP re-mark and accounting, no tunnel
-//   geneve    roceguard on both gateways, DSCP + Geneve encap at A, XDP decap at B
+//   dscp-xdp  roceguard on both gateways, DSCP re-mark and accounting, no
+//             tunnel, the ingress program at XDP (dataplane.ingress_hook xdp)
+//   dscp-tc   the same with the ingress program at TC ingress (ingress_hook tc)
+//   geneve-xdp roceguard on both gateways, DSCP + Geneve encap at A, XDP decap at B
+//   geneve-tc the same, decapsulated at gateway B's TC ingress
 //   xdp-floor empty XDP and TC programs at the hooks roceguard uses (both
 //             gateways' wan0): what merely having programs there costs. On
 //             veth it is much: a native XDP program makes the receiving veth
@@ -356,7 +359,8 @@ int main(int argc, char** argv) {
   unsigned rounds = 3, senders = 2, receivers = 1;
   bool bpf_stats = false;
   std::vector<size_t> payloads{1024, 4096};
-  const std::vector<std::string> all_cases{"baseline", "xdp-floor", "tc-floor", "dscp", "geneve", "vxlan"};
+  const std::vector<std::string> all_cases{"baseline",   "xdp-floor", "tc-floor",  "dscp-xdp",
+                                           "dscp-tc",    "geneve-xdp", "geneve-tc", "vxlan"};
   std::vector<std::string> names = all_cases;
   std::string json_path = "veth_throughput.json", prefix = "rglb";
   app.add_option("--seconds", seconds, "measured seconds per run")->check(CLI::Range(0.5, 60.0));
@@ -404,16 +408,23 @@ int main(int argc, char** argv) {
           std::optional<Gateway> gw_a, gw_b;
           std::optional<Vxlan> vx;
           std::vector<std::pair<std::string, uint32_t>> progs;
-          if (c == "dscp" || c == "geneve") {
-            const bool tunnel = c == "geneve";
+          if (c.rfind("dscp-", 0) == 0 || c.rfind("geneve-", 0) == 0) {
+            const bool tunnel = c.rfind("geneve-", 0) == 0;
+            // Named, never "auto": on veth auto picks TC.
+            const std::string hook = c.substr(c.find('-') + 1);
             gw_a.emplace(topo, Node::kGatewayA, pin_dir(Node::kGatewayA),
-                         gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", tunnel, xdp, mtu));
+                         gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", tunnel, xdp, mtu, hook));
             gw_b.emplace(topo, Node::kGatewayB, pin_dir(Node::kGatewayB),
-                         gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", tunnel, xdp, mtu));
+                         gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", tunnel, xdp, mtu, hook));
             for (const auto* g : {&*gw_a, &*gw_b})
               for (const auto& is : g->state().interfaces) {
                 const std::string gw = g == &*gw_a ? "gw A " : "gw B ";
-                progs.emplace_back(gw + "xdp", is.xdp_prog_id);
+                if (is.ingress_hook != hook)
+                  throw rg::Error(c + ": " + gw + "runs its ingress program at " + is.ingress_hook);
+                if (is.ingress_hook == rg::kIngressTc)
+                  progs.emplace_back(gw + "tc ingress", is.tc_ingress_prog_id);
+                else
+                  progs.emplace_back(gw + "xdp", is.xdp_prog_id);
                 progs.emplace_back(gw + "tc egress", is.tc_prog_id);
               }
           }
@@ -463,7 +474,7 @@ int main(int argc, char** argv) {
       };
       const double base = med("baseline", [](const Measure& m) { return m.rx_pps; });
       const double vxl = has("vxlan") ? med("vxlan", [](const Measure& m) { return m.rx_pps; }) : 0;
-      std::cout << "\npayload " << payload << " B, link MTU " << mtu << ", roceguard XDP "
+      std::cout << "\npayload " << payload << " B, link MTU " << mtu << ", XDP (the *-xdp cases, xdp-floor) "
                 << (xdp == XdpMode::kSkb ? "generic (skb)" : "native") << ", " << senders << " senders, "
                 << receivers << " receiver(s), median of " << rounds << " x " << seconds << " s"
                 << (bpf_stats ? ", BPF statistics on (slower)" : "") << "\n";
