@@ -116,7 +116,7 @@ for scenario in $scenarios; do
 done
 
 # In-situ cost: the ids of the programs the lab prints when it attaches
-# ("attached in gateway A: ... (id N) ..."), sampled with bpftool once a
+# ("attached in gateway A: ... id N ..."), sampled with bpftool once a
 # second while the phase runs. The last sample falls after the traffic
 # ended (the lab waits RG_TUNNEL_SETTLE_NS and scrapes before it
 # detaches), so it holds the whole phase.
@@ -139,7 +139,7 @@ for scenario in $scenarios; do
 						last[$id]=$(jq -c --arg gw "$gw" '{gateway: $gw, id, type, name, run_cnt: (.run_cnt // 0), run_time_ns: (.run_time_ns // 0)}' <<<"$s")
 					done
 				done < <(sed -n 's/.*attached in gateway \([AB]\): \(.*\)/\1 \2/p' "$tmp/$tag.log" |
-					while read -r gw rest; do echo "$gw $(grep -o '(id [0-9]*)' <<<"$rest" | tr -dc '0-9\n' | tr '\n' ' ')"; done)
+					while read -r gw rest; do echo "$gw $(grep -o 'id [0-9]*' <<<"$rest" | tr -dc '0-9\n' | tr '\n' ' ')"; done)
 				sleep 1
 			done
 			finish_lab "$tag"
@@ -176,7 +176,7 @@ jq -n --slurpfile runs "$runs" --slurpfile insitu "$insitu" --argjson rounds "$r
          ratio_of_medians: (($w | map(.goodput_mbps) | med) / ($wo | map(.goodput_mbps) | med)),
          ratio_per_round: ($ratios | summary),
          qps_failed_without: ($wo | map(.qps_failed) | add), qps_failed_with: ($w | map(.qps_failed) | add)}],
-    insitu: [$insitu | group_by([.scenario, .variant, .gateway, .type])[]
+    insitu: [$insitu | group_by([.scenario, .variant, .gateway, .type, .name])[]
       | {scenario: .[0].scenario, variant: .[0].variant, gateway: .[0].gateway, type: .[0].type, name: .[0].name,
          ns_per_run: (map(if .run_cnt > 0 then .run_time_ns / .run_cnt else null end | select(. != null)) | summary),
          run_cnt: map(.run_cnt)}],
