@@ -14,4 +14,12 @@ mkdir -p "$out"
 "$build/bench/bench_qp_scale" --sizes 1024,65536,1048576 --rounds 10 --calls 5000 --json "$out/qp_scale.json"
 "$build/bench/bench_exporter_scrape" --qps 65536 --scrapes 20 --json "$out/exporter_scrape.json"
 "$build/bench/bench_veth_throughput" --payloads 1024,4096 --rounds 9 --seconds 2 --senders 2 --json "$out/veth_throughput.json"
+# The same path with the kernel timing every program run: each program's
+# in-situ ns per run. Its own run, as the timing slows every program.
+"$build/bench/bench_veth_throughput" --payloads 1024 --rounds 5 --seconds 2 --senders 2 \
+	--cases baseline,xdp-floor,tc-floor,dscp-xdp,dscp-tc,geneve-xdp,geneve-tc --bpf-stats --json "$out/veth_prog_cost.json"
+# The lab's goodput with the ingress program at each hook (the lab's own
+# default, auto, picks TC on its veths).
+cmake --build "$build" -j"$(nproc)" --target roceguard-lab &&
+	BUILD_DIR="$build" VARIANTS="xdp:--ingress-hook=xdp tc:--ingress-hook=tc" bench/lab_goodput.sh 5 3
 cmake --build "$build" -j"$(nproc)" --target roceguard roce-gen && BUILD_DIR="$build" bench/vm_tunnel.sh 5

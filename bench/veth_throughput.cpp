@@ -3,13 +3,19 @@
 // with no program, all cases interleaved in one run:
 //
 //   baseline  no program anywhere
-//   dscp      roceguard on both gateways, DSCP re-mark and accounting, no tunnel
-//   geneve    roceguard on both gateways, DSCP + Geneve encap at A, XDP decap at B
+//   dscp-xdp  roceguard on both gateways, DSCP re-mark and accounting, no
+//             tunnel, the ingress program at XDP (dataplane.ingress_hook xdp)
+//   dscp-tc   the same with the ingress program at TC ingress (ingress_hook tc)
+//   geneve-xdp roceguard on both gateways, DSCP + Geneve encap at A, XDP decap at B
+//   geneve-tc the same, decapsulated at gateway B's TC ingress
 //   xdp-floor empty XDP and TC programs at the hooks roceguard uses (both
 //             gateways' wan0): what merely having programs there costs. On
 //             veth it is much: a native XDP program makes the receiving veth
 //             copy every skb the stack hands it into a page with XDP
 //             headroom, a cost a physical NIC's driver does not have.
+//   tc-floor  empty TC programs at TC ingress and TC egress of both
+//             gateways' wan0: the floor of an ingress program at the TC
+//             hook instead of XDP (no copy: TC runs on the skb as it is).
 //   vxlan     what a user would do instead: the kernel's VXLAN device with
 //             `tos inherit` between the gateways (this kernel has no geneve
 //             module, so the kernel tunnel compared is VXLAN)
@@ -23,8 +29,17 @@
 // (one page per frame), so at that size roceguard's XDP runs in generic
 // (skb) mode: said in the output.
 //
-//   bench_veth_throughput [--seconds S] [--rounds N] [--senders N] [--json FILE]
+// With --bpf-stats the kernel times every program run (BPF_ENABLE_STATS,
+// on while the benchmark holds its fd, so it ends with the process) and
+// each case adds the in-situ cost of its programs, run_time_ns / run_cnt
+// over the case's runs: what each program costs on real traffic, next to
+// bench_prog_cost's BPF_PROG_TEST_RUN figures. The timing itself costs
+// every program run (two clock reads), so the throughput of such a run is
+// not the one to quote.
+//
+//   bench_veth_throughput [--seconds S] [--rounds N] [--senders N] [--cases a,b] [--bpf-stats] [--json FILE]
 #include <arpa/inet.h>
+#include <bpf/bpf.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -32,6 +47,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -238,19 +254,25 @@ class Vxlan {
   std::vector<Node> made_;
 };
 
-// Empty programs (bench/empty.bpf.c) where roceguard attaches: XDP and TC
-// egress on both gateways' wan0. Removed on destruction.
+// Empty programs (bench/empty.bpf.c) where roceguard attaches: TC egress
+// on both gateways' wan0, and XDP there (xdp-floor) or TC ingress
+// (tc-floor). Removed on destruction.
 class EmptyPrograms {
  public:
-  EmptyPrograms(const Topology& topo, XdpMode mode) : topo_(topo) {
+  enum class Ingress { kXdp, kTc };
+  EmptyPrograms(const Topology& topo, Ingress ingress, XdpMode mode) : topo_(topo) {
     try {
       for (Node n : {Node::kGatewayA, Node::kGatewayB}) {
         done_.push_back(n);
-        ip(topo, n, {"link", "set", "dev", "wan0", mode == XdpMode::kSkb ? "xdpgeneric" : "xdpdrv", "object",
-                     EMPTY_BPF_OBJECT, "section", "xdp"});
+        if (ingress == Ingress::kXdp)
+          ip(topo, n, {"link", "set", "dev", "wan0", mode == XdpMode::kSkb ? "xdpgeneric" : "xdpdrv", "object",
+                       EMPTY_BPF_OBJECT, "section", "xdp"});
         run_checked({"tc", "-n", topo.netns(n), "qdisc", "replace", "dev", "wan0", "clsact"});
-        run_checked({"tc", "-n", topo.netns(n), "filter", "add", "dev", "wan0", "egress", "bpf", "da", "obj",
-                     EMPTY_BPF_OBJECT, "sec", "tc"});
+        std::vector<const char*> dirs{"egress"};
+        if (ingress == Ingress::kTc) dirs.push_back("ingress");
+        for (const char* dir : dirs)
+          run_checked({"tc", "-n", topo.netns(n), "filter", "add", "dev", "wan0", dir, "bpf", "da", "obj",
+                       EMPTY_BPF_OBJECT, "sec", "tc"});
       }
     } catch (...) {
       remove();
@@ -258,6 +280,25 @@ class EmptyPrograms {
     }
   }
   ~EmptyPrograms() { remove(); }
+
+  // The attached programs' ids, labelled like the roceguard cases'.
+  std::vector<std::pair<std::string, uint32_t>> programs() const {
+    std::vector<std::pair<std::string, uint32_t>> out;
+    for (Node n : done_) {
+      const std::string gw = n == Node::kGatewayA ? "gw A " : "gw B ";
+      auto link = nlohmann::json::parse(run_checked({"ip", "-j", "-n", topo_.netns(n), "link", "show", "dev", "wan0"}));
+      if (link.at(0).contains("xdp"))
+        out.emplace_back(gw + "xdp", link.at(0)["xdp"]["prog"]["id"].get<uint32_t>());
+      for (const char* dir : {"ingress", "egress"}) {
+        auto filters = nlohmann::json::parse(
+            run_checked({"tc", "-j", "-n", topo_.netns(n), "filter", "show", "dev", "wan0", dir}));
+        for (const auto& f : filters)
+          if (f.contains("options") && f["options"].contains("prog"))
+            out.emplace_back(gw + "tc " + dir, f["options"]["prog"]["id"].get<uint32_t>());
+      }
+    }
+    return out;
+  }
 
  private:
   void remove() noexcept {
@@ -272,6 +313,24 @@ class EmptyPrograms {
   const Topology& topo_;
   std::vector<Node> done_;
 };
+
+// A program's cumulative run count and run time, as the kernel keeps them
+// while statistics are enabled.
+struct ProgStats {
+  uint64_t run_cnt = 0, run_time_ns = 0;
+};
+
+ProgStats prog_stats(uint32_t id) {
+  int fd = bpf_prog_get_fd_by_id(id);
+  if (fd < 0) throw rg::Error("program id " + std::to_string(id) + ": " + rg::errno_text(errno));
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  int err = bpf_obj_get_info_by_fd(fd, &info, &len);
+  int saved = errno;
+  close(fd);
+  if (err) throw rg::Error("program id " + std::to_string(id) + " info: " + rg::errno_text(saved));
+  return {info.run_cnt, info.run_time_ns};
+}
 
 void set_mtu(const Topology& topo, unsigned mtu) {
   const std::pair<Node, const char*> links[] = {{Node::kHostA, "eth0"},    {Node::kGatewayA, "lan0"},
@@ -288,6 +347,8 @@ std::string pin_dir(Node n) {
 struct CaseResult {
   std::vector<Measure> runs;
   std::string check;  // what showed the case did what it says
+  // --bpf-stats: per program (label), run count and time summed over the runs.
+  std::map<std::string, ProgStats> progs;
 };
 
 }  // namespace
@@ -296,18 +357,38 @@ int main(int argc, char** argv) {
   CLI::App app{"throughput through the lab namespaces: roceguard vs no program vs kernel VXLAN"};
   double seconds = 3;
   unsigned rounds = 3, senders = 2, receivers = 1;
+  bool bpf_stats = false;
   std::vector<size_t> payloads{1024, 4096};
+  const std::vector<std::string> all_cases{"baseline",   "xdp-floor", "tc-floor",  "dscp-xdp",
+                                           "dscp-tc",    "geneve-xdp", "geneve-tc", "vxlan"};
+  std::vector<std::string> names = all_cases;
   std::string json_path = "veth_throughput.json", prefix = "rglb";
   app.add_option("--seconds", seconds, "measured seconds per run")->check(CLI::Range(0.5, 60.0));
   app.add_option("--rounds", rounds, "interleaved rounds of every case")->check(CLI::Range(1u, 50u));
   app.add_option("--senders", senders, "sender threads at host A")->check(CLI::Range(1u, 64u));
   app.add_option("--receivers", receivers, "receiver threads at host B")->check(CLI::Range(1u, 64u));
   app.add_option("--payloads", payloads, "payload sizes")->delimiter(',');
+  app.add_option("--cases", names, "cases to run, in this order each round (baseline first: the ratios need it)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(all_cases));
+  app.add_flag("--bpf-stats", bpf_stats,
+               "time every program run (BPF_ENABLE_STATS) and report each program's ns per run; slows the runs");
   app.add_option("--prefix", prefix, "namespace name prefix");
   app.add_option("--json", json_path, "JSON output");
   CLI11_PARSE(app, argc, argv);
+  auto has = [&](const char* c) { return std::find(names.begin(), names.end(), c) != names.end(); };
+  if (!has("baseline")) {
+    std::cerr << "bench_veth_throughput: --cases needs baseline (every ratio is to it)\n";
+    return 2;
+  }
 
+  int stats_fd = -1;
   try {
+    if (bpf_stats) {
+      // On while this fd is open: ends with the process, however it ends.
+      stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+      if (stats_fd < 0) throw rg::Error("BPF_ENABLE_STATS: " + rg::errno_text(errno));
+    }
     // libbpf and libxdp narrate every attach; errors only.
     spdlog::set_level(spdlog::level::err);
     rg::setup_bpf_logging();
@@ -315,7 +396,6 @@ int main(int argc, char** argv) {
     Topology topo(prefix);
     topo.check_path();
     const Addresses& a = topo.addr();
-    const char* names[] = {"baseline", "xdp-floor", "dscp", "geneve", "vxlan"};
     nlohmann::json out = nlohmann::json::array();
     for (size_t payload : payloads) {
       const unsigned mtu = payload > 1024 ? 9000 : 1500;
@@ -324,21 +404,46 @@ int main(int argc, char** argv) {
       topo.check_path();
       std::map<std::string, CaseResult> res;
       for (unsigned r = 0; r < rounds; ++r)
-        for (const char* name : names) {
-          const std::string c = name;
+        for (const std::string& c : names) {
           std::optional<Gateway> gw_a, gw_b;
           std::optional<Vxlan> vx;
-          if (c == "dscp" || c == "geneve") {
-            const bool tunnel = c == "geneve";
+          std::vector<std::pair<std::string, uint32_t>> progs;
+          if (c.rfind("dscp-", 0) == 0 || c.rfind("geneve-", 0) == 0) {
+            const bool tunnel = c.rfind("geneve-", 0) == 0;
+            // Named, never "auto": on veth auto picks TC.
+            const std::string hook = c.substr(c.find('-') + 1);
             gw_a.emplace(topo, Node::kGatewayA, pin_dir(Node::kGatewayA),
-                         gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", tunnel, xdp, mtu));
+                         gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", tunnel, xdp, mtu, hook));
             gw_b.emplace(topo, Node::kGatewayB, pin_dir(Node::kGatewayB),
-                         gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", tunnel, xdp, mtu));
+                         gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", tunnel, xdp, mtu, hook));
+            for (const auto* g : {&*gw_a, &*gw_b})
+              for (const auto& is : g->state().interfaces) {
+                const std::string gw = g == &*gw_a ? "gw A " : "gw B ";
+                if (is.ingress_hook != hook)
+                  throw rg::Error(c + ": " + gw + "runs its ingress program at " + is.ingress_hook);
+                if (is.ingress_hook == rg::kIngressTc)
+                  progs.emplace_back(gw + "tc ingress", is.tc_ingress_prog_id);
+                else
+                  progs.emplace_back(gw + "xdp", is.xdp_prog_id);
+                progs.emplace_back(gw + "tc egress", is.tc_prog_id);
+              }
           }
           std::optional<EmptyPrograms> empty;
-          if (c == "xdp-floor") empty.emplace(topo, xdp);
+          if (c == "xdp-floor") empty.emplace(topo, EmptyPrograms::Ingress::kXdp, xdp);
+          if (c == "tc-floor") empty.emplace(topo, EmptyPrograms::Ingress::kTc, xdp);
+          if (empty) progs = empty->programs();
           if (c == "vxlan") vx.emplace(topo, mtu);
+          std::vector<ProgStats> before;
+          if (bpf_stats)
+            for (const auto& pr : progs) before.push_back(prog_stats(pr.second));
           Measure m = blast(topo, payload, senders, receivers, seconds);
+          if (bpf_stats)
+            for (size_t i = 0; i < progs.size(); ++i) {
+              ProgStats after = prog_stats(progs[i].second);
+              auto& acc = res[c].progs[progs[i].first];
+              acc.run_cnt += after.run_cnt - before[i].run_cnt;
+              acc.run_time_ns += after.run_time_ns - before[i].run_time_ns;
+            }
           res[c].runs.push_back(m);
           if (r == 0) {
             std::string check = "dscp at host B:";
@@ -352,6 +457,10 @@ int main(int argc, char** argv) {
                        std::to_string(rg::sum_packets(rows_b, RG_DIR_INGRESS, RG_EV_DECAPSULATED));
             }
             if (vx) check += "; vx0 at gw A sent " + std::to_string(vx->tx_packets(Node::kGatewayA));
+            if (!gw_a && !progs.empty()) {
+              check += "; programs:";
+              for (const auto& pr : progs) check += " " + pr.first + " id " + std::to_string(pr.second);
+            }
             res[c].check = check;
           }
           std::cerr << "  " << payload << " B " << c << " round " << r + 1 << ": " << rg::bench::fmt("%.0f", m.rx_pps)
@@ -364,44 +473,65 @@ int main(int argc, char** argv) {
         return median(v);
       };
       const double base = med("baseline", [](const Measure& m) { return m.rx_pps; });
-      const double vxl = med("vxlan", [](const Measure& m) { return m.rx_pps; });
-      std::cout << "\npayload " << payload << " B, link MTU " << mtu << ", roceguard XDP "
+      const double vxl = has("vxlan") ? med("vxlan", [](const Measure& m) { return m.rx_pps; }) : 0;
+      std::cout << "\npayload " << payload << " B, link MTU " << mtu << ", XDP (the *-xdp cases, xdp-floor) "
                 << (xdp == XdpMode::kSkb ? "generic (skb)" : "native") << ", " << senders << " senders, "
-                << receivers << " receiver(s), median of " << rounds << " x " << seconds << " s\n";
+                << receivers << " receiver(s), median of " << rounds << " x " << seconds << " s"
+                << (bpf_stats ? ", BPF statistics on (slower)" : "") << "\n";
       Table t({"case", "rx pps", "rx Gbit/s", "tx pps", "x baseline", "x vxlan"});
-      for (const char* name : names) {
+      for (const std::string& name : names) {
         const double pps = med(name, [](const Measure& m) { return m.rx_pps; });
         const double gbps = med(name, [](const Measure& m) { return m.rx_gbps; });
         const double tx = med(name, [](const Measure& m) { return m.tx_pps; });
-        t.row({name, rg::bench::fmt("%.0f", pps), rg::bench::fmt("%.3f", gbps), rg::bench::fmt("%.0f", tx), rg::bench::fmt("%.3f", pps / base),
-               rg::bench::fmt("%.3f", pps / vxl)});
+        t.row({name, rg::bench::fmt("%.0f", pps), rg::bench::fmt("%.3f", gbps), rg::bench::fmt("%.0f", tx),
+               rg::bench::fmt("%.3f", pps / base), vxl ? rg::bench::fmt("%.3f", pps / vxl) : "-"});
         nlohmann::json runs = nlohmann::json::array();
         for (const auto& m : res[name].runs) runs.push_back({{"rx_pps", m.rx_pps}, {"rx_gbps", m.rx_gbps}, {"tx_pps", m.tx_pps}});
-        out.push_back({{"payload", payload},
-                       {"mtu", mtu},
-                       {"xdp_mode", xdp == XdpMode::kSkb ? "skb" : "native"},
-                       {"case", name},
-                       {"rx_pps_median", pps},
-                       {"rx_gbps_median", gbps},
-                       {"tx_pps_median", tx},
-                       {"ratio_to_baseline", pps / base},
-                       {"ratio_to_vxlan", pps / vxl},
-                       {"runs", runs},
-                       {"check", res[name].check}});
+        nlohmann::json entry = {{"payload", payload},
+                                {"mtu", mtu},
+                                {"xdp_mode", xdp == XdpMode::kSkb ? "skb" : "native"},
+                                {"case", name},
+                                {"rx_pps_median", pps},
+                                {"rx_gbps_median", gbps},
+                                {"tx_pps_median", tx},
+                                {"ratio_to_baseline", pps / base},
+                                {"runs", runs},
+                                {"check", res[name].check}};
+        if (vxl) entry["ratio_to_vxlan"] = pps / vxl;
+        if (bpf_stats) {
+          entry["programs"] = nlohmann::json::object();
+          for (const auto& [label, st] : res[name].progs)
+            entry["programs"][label] = {{"run_cnt", st.run_cnt},
+                                        {"run_time_ns", st.run_time_ns},
+                                        {"ns_per_run", st.run_cnt ? double(st.run_time_ns) / st.run_cnt : 0.0}};
+        }
+        out.push_back(entry);
       }
       t.print();
-      for (const char* name : names) std::cout << "  " << name << ": " << res[name].check << "\n";
+      for (const std::string& name : names) std::cout << "  " << name << ": " << res[name].check << "\n";
+      if (bpf_stats) {
+        std::cout << "\nin-situ program cost (run_time_ns / run_cnt over all " << rounds << " rounds)\n";
+        Table pt({"case", "program", "runs", "ns/run"});
+        for (const std::string& name : names)
+          for (const auto& [label, st] : res[name].progs)
+            pt.row({name, label, std::to_string(st.run_cnt),
+                    st.run_cnt ? rg::bench::fmt("%.1f", double(st.run_time_ns) / st.run_cnt) : "-"});
+        pt.print();
+      }
     }
     write_json(json_path, {{"benchmark", "veth_throughput"},
                            {"seconds", seconds},
                            {"rounds", rounds},
                            {"senders", senders},
                            {"receivers", receivers},
+                           {"bpf_stats", bpf_stats},
                            {"geneve_module", "absent on this kernel: the kernel tunnel compared is VXLAN"},
                            {"results", out}});
   } catch (const std::exception& e) {
     std::cerr << "bench_veth_throughput: " << e.what() << "\n";
+    if (stats_fd >= 0) close(stats_fd);
     return 1;
   }
+  if (stats_fd >= 0) close(stats_fd);
   return 0;
 }

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# The lab's own number: RoCE goodput at host B without and with roceguard,
+# measured by `roceguard lab` itself (testbed/lab), for the congestion
+# scenario (the default) and the bleach scenario (no scheduler: what
+# roceguard costs, not what it wins). Each run is its own
+# `roceguard-lab --mode without|with` with a fresh topology; the report's
+# counters.json gives the figures. Rounds are interleaved and the order
+# rotates from round to round (round 1: without first, round 2: with first,
+# ...), so neither case always runs first.
+#
+# VARIANTS names several "with" cases, each with its own lab flags, run in
+# the same rounds: VARIANTS="xdp:--ingress-hook=xdp tc:--ingress-hook=tc"
+# (words name:flag,flag...). Default: one case, "with", no extra flags.
+#
+# Then, separately, the in-situ cost of the attached programs: with
+# kernel.bpf_stats_enabled=1 during `--mode with` runs, each program's
+# run_time_ns / run_cnt (bpftool) over the whole phase. The goodput rounds
+# run with the statistics off (while they are on the kernel times every BPF
+# program run, the WAN emulator's too); the sysctl is restored on exit.
+#
+# Writes bench/results/lab_goodput.json (OUT=...). Needs root and a build
+# directory (BUILD_DIR, default build) with roceguard-lab.
+#   bench/lab_goodput.sh [ROUNDS [INSITU_ROUNDS]]     (defaults 5 and 3)
+#   LAB_DURATION=10 SCENARIOS="congestion bleach" LAB_ARGS="--loss 0.1"
+#   KEEP_REPORTS=DIR keeps every run's lab report and log there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+lab=$build/loader/roceguard-lab
+rounds=${1:-5}
+insitu_rounds=${2:-3}
+duration=${LAB_DURATION:-10}
+scenarios=${SCENARIOS:-congestion bleach}
+extra=${LAB_ARGS:-}
+variants=${VARIANTS:-with:}
+out=${OUT:-bench/results/lab_goodput.json}
+keep=${KEEP_REPORTS:-}
+[ "$(id -u)" -eq 0 ] || { echo "bench/lab_goodput.sh: run as root" >&2; exit 1; }
+[ -x "$lab" ] || { echo "bench/lab_goodput.sh: no $lab (cmake --build $build --target roceguard-lab)" >&2; exit 1; }
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+
+tmp=$(mktemp -d)
+stats_before=$(sysctl -n kernel.bpf_stats_enabled)
+lab_pid=
+cleanup() {
+	# The lab removes what it made on SIGTERM; wait (bounded by its own
+	# timeout) so nothing is left running.
+	if [ -n "$lab_pid" ] && kill -0 "$lab_pid" 2>/dev/null; then kill -TERM "$lab_pid"; wait "$lab_pid" || true; fi
+	sysctl -qw kernel.bpf_stats_enabled="$stats_before"
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+flags_of() { local v=$1; v=${v#*:}; echo "${v//,/ }"; }  # name:a,b -> "a b"
+
+# One lab phase in the background (lab_pid), so the in-situ pass can sample
+# while it runs: scenario, mode, tag, extra flags. Bounded by timeout(1),
+# whose SIGTERM the lab answers by removing everything it made.
+start_lab() {
+	local scenario=$1 mode=$2 tag=$3 flags=$4
+	# shellcheck disable=SC2086 # LAB_ARGS and the variant's flags are lists of flags
+	timeout --kill-after=30 $((duration * 4 + 120)) "$lab" --scenario "$scenario" --mode "$mode" \
+		--duration "$duration" --pcap-seconds 0 --prefix rgbench --metrics-listen 127.0.0.1:0 \
+		--report "$tmp/$tag" $extra $flags >"$tmp/$tag.log" 2>&1 &
+	lab_pid=$!
+}
+finish_lab() {
+	local tag=$1 rc=0
+	wait "$lab_pid" || rc=$?
+	lab_pid=
+	if [ -n "$keep" ]; then mkdir -p "$keep"; cp -r "$tmp/$tag" "$tmp/$tag.log" "$keep/" 2>/dev/null || true; fi
+	if [ "$rc" -ne 0 ] || [ ! -f "$tmp/$tag/counters.json" ]; then
+		echo "bench/lab_goodput.sh: lab run $tag failed (exit $rc):" >&2
+		tail -20 "$tmp/$tag.log" >&2
+		exit 1
+	fi
+}
+
+# One JSON line per run: the lab's figures for its phase.
+record() {
+	local scenario=$1 round=$2 mode=$3 variant=$4 position=$5 tag=$6 load_before=$7
+	jq -c --arg scenario "$scenario" --argjson round "$round" --arg mode "$mode" --arg variant "$variant" \
+		--argjson position "$position" --arg load_before "$load_before" --arg load_after "$(load)" '
+	  .phases[$mode] as $p
+	  | {scenario: $scenario, round: $round, mode: $mode, variant: $variant, position: $position,
+	     goodput_mbps: (if $p.sender.elapsed_ms > 0 then $p.receiver.goodput_bytes * 8 / 1000 / $p.sender.elapsed_ms else 0 end),
+	     elapsed_ms: $p.sender.elapsed_ms, packets_sent_a: $p.sender.packets, retransmits_a: $p.sender.retransmits,
+	     timeouts_a: $p.sender.timeouts, qps_failed: $p.sender.qps_failed, received_b: $p.receiver.packets,
+	     dscp_b: $p.receiver.dscp, wan_dropped: $p.totals.wan_dropped,
+	     encapsulated_gw_a: $p.totals.roceguard.encapsulated_gw_a, decapsulated_gw_b: $p.totals.roceguard.decapsulated_gw_b,
+	     load_before: $load_before, load_after: $load_after}' "$tmp/$tag/counters.json"
+}
+
+cases=(without:)
+for v in $variants; do cases+=("$v"); done
+runs=$tmp/runs.jsonl
+: >"$runs"
+for scenario in $scenarios; do
+	for r in $(seq 1 "$rounds"); do
+		n=${#cases[@]}
+		for pos in $(seq 1 "$n"); do
+			c=${cases[$(((r - 1 + pos - 1) % n))]}
+			name=${c%%:*}
+			mode=with
+			[ "$name" = without ] && mode=without
+			tag=$scenario-$r-$name
+			l=$(load)
+			start_lab "$scenario" "$mode" "$tag" "$(flags_of "$c")"
+			finish_lab "$tag"
+			record "$scenario" "$r" "$mode" "$name" "$pos" "$tag" "$l" >>"$runs"
+			jq -r '"  \(.scenario) round \(.round) \(.variant): \(.goodput_mbps * 10 | round / 10) Mbit/s, QPs failed \(.qps_failed) (load \(.load_after))"' <<<"$(tail -1 "$runs")"
+		done
+	done
+done
+
+# In-situ cost: the ids of the programs the lab prints when it attaches
+# ("attached in gateway A: ... id N ..."), sampled with bpftool once a
+# second while the phase runs. The last sample falls after the traffic
+# ended (the lab waits RG_TUNNEL_SETTLE_NS and scrapes before it
+# detaches), so it holds the whole phase.
+insitu=$tmp/insitu.jsonl
+: >"$insitu"
+[ "$insitu_rounds" -gt 0 ] && sysctl -qw kernel.bpf_stats_enabled=1
+for scenario in $scenarios; do
+	for r in $(seq 1 "$insitu_rounds"); do
+		for v in $variants; do
+			name=${v%%:*}
+			tag=$scenario-insitu-$r-$name
+			l=$(load)
+			start_lab "$scenario" with "$tag" "$(flags_of "$v")"
+			declare -A last=()
+			for _ in $(seq 1 $((duration * 4 + 120))); do
+				kill -0 "$lab_pid" 2>/dev/null || break
+				while read -r gw ids; do
+					for id in $ids; do
+						s=$(bpftool prog show id "$id" --json 2>/dev/null) || continue
+						last[$id]=$(jq -c --arg gw "$gw" '{gateway: $gw, id, type, name, run_cnt: (.run_cnt // 0), run_time_ns: (.run_time_ns // 0)}' <<<"$s")
+					done
+				done < <(sed -n 's/.*attached in gateway \([AB]\): \(.*\)/\1 \2/p' "$tmp/$tag.log" |
+					while read -r gw rest; do echo "$gw $(grep -o 'id [0-9]*' <<<"$rest" | tr -dc '0-9\n' | tr '\n' ' ')"; done)
+				sleep 1
+			done
+			finish_lab "$tag"
+			for id in "${!last[@]}"; do
+				jq -c --arg scenario "$scenario" --arg variant "$name" --argjson round "$r" --arg load_before "$l" \
+					--arg load_after "$(load)" \
+					'. + {scenario: $scenario, variant: $variant, round: $round, load_before: $load_before, load_after: $load_after}' \
+					<<<"${last[$id]}" >>"$insitu"
+			done
+			unset last
+			echo "  $scenario in-situ round $r $name done (load $(load))"
+		done
+	done
+done
+sysctl -qw kernel.bpf_stats_enabled="$stats_before"
+
+mkdir -p "$(dirname "$out")"
+jq -n --slurpfile runs "$runs" --slurpfile insitu "$insitu" --argjson rounds "$rounds" --argjson duration "$duration" \
+	--arg extra "$extra" --arg variants "$variants" --arg load "$(load)" \
+	--arg cmd "$(env | grep -E '^(SCENARIOS|LAB_ARGS|LAB_DURATION|VARIANTS)=' | sed "s/=\(.*\)/='\1'/" | tr '\n' ' ')bench/lab_goodput.sh $rounds $insitu_rounds" \
+	--arg kernel "$(uname -r)" --argjson cpus "$(nproc)" --arg cpu "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)" '
+  def med: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  def summary: {median: med, min: min, max: max, values: .};
+  {
+    benchmark: "lab_goodput",
+    command: $cmd, lab_args: $extra, variants: $variants, duration_s: $duration, rounds: $rounds,
+    goodput: [$runs | group_by(.scenario)[] | . as $s
+      | ($s | map(select(.mode == "without")) | sort_by(.round)) as $wo
+      | ($s | map(select(.mode == "with")) | group_by(.variant))[] | sort_by(.round) as $w
+      | ([range(0; [$wo, $w] | map(length) | min)] | map($w[.].goodput_mbps / $wo[.].goodput_mbps)) as $ratios
+      | {scenario: $s[0].scenario, variant: $w[0].variant,
+         without_mbps: ($wo | map(.goodput_mbps) | summary),
+         with_mbps: ($w | map(.goodput_mbps) | summary),
+         ratio_of_medians: (($w | map(.goodput_mbps) | med) / ($wo | map(.goodput_mbps) | med)),
+         ratio_per_round: ($ratios | summary),
+         qps_failed_without: ($wo | map(.qps_failed) | add), qps_failed_with: ($w | map(.qps_failed) | add)}],
+    insitu: [$insitu | group_by([.scenario, .variant, .gateway, .type, .name])[]
+      | {scenario: .[0].scenario, variant: .[0].variant, gateway: .[0].gateway, type: .[0].type, name: .[0].name,
+         ns_per_run: (map(if .run_cnt > 0 then .run_time_ns / .run_cnt else null end | select(. != null)) | summary),
+         run_cnt: map(.run_cnt)}],
+    runs: $runs,
+    insitu_runs: $insitu,
+    machine: {cpu: $cpu, cpus: $cpus, kernel: $kernel, loadavg_at_end: $load}
+  }' >"$out"
+echo "wrote $out"
+jq -r '(.goodput[] | "\(.scenario) \(.variant): without \(.without_mbps.median * 10 | round / 10) Mbit/s (\(.without_mbps.min * 10 | round / 10)-\(.without_mbps.max * 10 | round / 10)), with \(.with_mbps.median * 10 | round / 10) (\(.with_mbps.min * 10 | round / 10)-\(.with_mbps.max * 10 | round / 10)); ratio of medians \(.ratio_of_medians * 100 | round / 100), per round median \(.ratio_per_round.median * 100 | round / 100) (\(.ratio_per_round.min * 100 | round / 100)-\(.ratio_per_round.max * 100 | round / 100)); QPs failed \(.qps_failed_without) without, \(.qps_failed_with) with"),
+       (.insitu[] | "  in situ \(.scenario) \(.variant) gateway \(.gateway) \(.type) \(.name): \(.ns_per_run.median | round) ns/run (\(.ns_per_run.min | round)-\(.ns_per_run.max | round)), run_cnt \(.run_cnt)")' "$out"
