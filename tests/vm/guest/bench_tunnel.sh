@@ -78,6 +78,13 @@ roceguard_up() {
 	nsx ga "$RGVM_ROCEGUARD" attach -c /tmp/rg-ga.toml --pin-path /sys/fs/bpf/rgb-ga >/dev/null
 	nsx gb "$RGVM_ROCEGUARD" attach -c /tmp/rg-gb.toml --pin-path /sys/fs/bpf/rgb-gb >/dev/null
 }
+# The same with the ingress program at XDP (native on the veth), which auto
+# does not pick there: the two hooks side by side.
+roceguard_xdp_up() {
+	nsx ga "$RGVM_ROCEGUARD" attach -c /tmp/rg-ga.toml --ingress-hook xdp --pin-path /sys/fs/bpf/rgb-ga >/dev/null
+	nsx gb "$RGVM_ROCEGUARD" attach -c /tmp/rg-gb.toml --ingress-hook xdp --pin-path /sys/fs/bpf/rgb-gb >/dev/null
+}
+roceguard_xdp_down() { roceguard_down; }
 roceguard_down() {
 	nsx ga "$RGVM_ROCEGUARD" detach --pin-path /sys/fs/bpf/rgb-ga >/dev/null
 	nsx gb "$RGVM_ROCEGUARD" detach --pin-path /sys/fs/bpf/rgb-gb >/dev/null
@@ -100,11 +107,11 @@ run_traffic() {
 echo "[" >bench.json
 sep=""
 for r in $(seq 1 "$ROUNDS"); do
-	for c in kernel roceguard; do
+	for c in kernel roceguard roceguard_xdp; do
 		"${c}_up"
 		j=$(run_traffic)
 		check=""
-		if [ "$c" = roceguard ]; then
+		if [ "$c" != kernel ]; then
 			check=$(nsx ga "$RGVM_ROCEGUARD" stats --json --pin-path /sys/fs/bpf/rgb-ga |
 				jq '[.counters[] | select(.direction == "egress") | .events.encapsulated.packets] | add // 0')
 		else
