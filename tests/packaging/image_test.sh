@@ -81,7 +81,7 @@ check_serving() {
     in_ns curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics"
     if grep -q '^roceguard_maps_up 1' "$work/metrics" &&
        [ "$(grep -c '^roceguard_attached{.*interface="rg0".*} 1' "$work/metrics")" -eq 2 ]; then
-      xdp_attached
+      ingress_attached
       return
     fi
     sleep 1
@@ -90,10 +90,14 @@ check_serving() {
   grep -v '^#' "$work/metrics" | grep -E 'maps_up|attached' >&2 || true
   return 1
 }
-xdp_attached() {
-  if ! ip -n "$ns" link show rg0 | grep 'xdp' >/dev/null; then
-    echo "no XDP program on rg0:" >&2
+# rg0 is a veth: the default ingress hook (auto) puts the ingress program
+# at TC ingress there, not XDP.
+ingress_attached() {
+  if ! ip netns exec "$ns" tc filter show dev rg0 ingress | grep rg_tc_ingress >/dev/null ||
+     ip -n "$ns" link show rg0 | grep 'xdp' >/dev/null; then
+    echo "not rg_tc_ingress alone at rg0's ingress:" >&2
     ip -n "$ns" link show rg0 >&2
+    ip netns exec "$ns" tc filter show dev rg0 ingress >&2
     return 1
   fi
 }
@@ -107,7 +111,7 @@ echo "rg_counters pinned as map $id"
 echo "== stopped: the data plane and the pins stay"
 "${podman[@]}" stop --time 10 "$ctr" >/dev/null
 test "$(map_id)" = "$id"
-xdp_attached
+ingress_attached
 
 echo "== started again: the same pins are reused"
 "${podman[@]}" start "$ctr" >/dev/null
@@ -125,8 +129,9 @@ test "$(map_id)" = "$id"
 echo "== detach from the image removes the programs and the pins"
 "${podman[@]}" run --rm "${as_daemonset[@]}" "$image" detach --pin-path "$pin"
 test ! -e "$pin"
-if ip -n "$ns" link show rg0 | grep 'xdp' >/dev/null; then
-  echo "XDP program still attached after detach" >&2
+if ip -n "$ns" link show rg0 | grep 'xdp' >/dev/null ||
+   ip netns exec "$ns" tc filter show dev rg0 ingress | grep rg_tc_ingress >/dev/null; then
+  echo "an ingress program still attached after detach" >&2
   exit 1
 fi
 echo "image ran as the DaemonSet does; pins survived restart and replacement"
