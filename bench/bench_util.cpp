@@ -1,5 +1,6 @@
 #include "bench_util.h"
 
+#include "maps.h"
 #include "test_run.h"
 
 #include <bpf/bpf.h>
@@ -62,7 +63,7 @@ Object::Object(const rg_config& cfg, uint32_t qp_entries) {
   skel_ = roceguard__open();
   if (!skel_) throw std::runtime_error("roceguard__open: " + std::string(std::strerror(errno)));
   skel_->rodata->rg_cfg = cfg;
-  bpf_map__set_max_entries(skel_->maps.rg_qp, qp_entries);
+  rg::set_qp_entries(skel_->obj, qp_entries);
   if (int err = roceguard__load(skel_)) {
     roceguard__destroy(skel_);
     throw std::runtime_error("roceguard__load: " + std::string(std::strerror(-err)));

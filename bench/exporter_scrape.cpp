@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   uint32_t qps = 65536;
   unsigned scrapes = 20;
   std::string json_path = "exporter_scrape.json";
-  app.add_option("--qps", qps, "tracked QPs in rg_qp")->check(CLI::Range(1u, 1u << 22));
+  app.add_option("--qps", qps, "tracked QPs in rg_qp4")->check(CLI::Range(1u, 1u << 22));
   app.add_option("--scrapes", scrapes, "scrapes per setting")->check(CLI::Range(1u, 10000u));
   app.add_option("--json", json_path, "JSON output");
   CLI11_PARSE(app, argc, argv);
@@ -154,23 +154,26 @@ int main(int argc, char** argv) {
     const std::string dir = "/sys/fs/bpf/rglb-" + std::to_string(getpid()) + "-bench";
     Pins pins(obj.skel(), dir);
 
-    // Traffic on every QP, some with losses, so the top-N selection has work.
-    const int qp_fd = bpf_map__fd(obj.skel()->maps.rg_qp);
-    rg_qp_key k{};
+    // Traffic on every QP, some with losses, so the top-N selection has
+    // work. A gateway sees a QP in one direction: half of them leave
+    // (retransmissions), half arrive (losses), one rg_qp4 entry each.
+    const int qp_fd = bpf_map__fd(obj.skel()->maps.rg_qp4);
+    rg_qp4_key k{};
     inet_pton(AF_INET, kHost4, k.src);
     inet_pton(AF_INET, kRemoteHost4, k.dst);
-    k.family = AF_INET;
     for (uint32_t q = 0; q < qps; ++q) {
-      rg_qp_state v{};
+      rg_qp_dir v{};
       k.dest_qp = q;
-      v.dir[RG_DIR_EGRESS].packets = 1000 + q;
-      v.dir[RG_DIR_EGRESS].bytes = (1000 + q) * 1024ull;
-      v.dir[RG_DIR_EGRESS].retransmits = q % 97;
-      v.dir[RG_DIR_INGRESS].packets = 500 + q;
-      v.dir[RG_DIR_INGRESS].lost = q % 89;
-      v.dir[RG_DIR_EGRESS].flags = v.dir[RG_DIR_INGRESS].flags = RG_QP_F_SEEN;
+      k.direction = q % 2 ? RG_DIR_INGRESS : RG_DIR_EGRESS;
+      v.packets = 1000 + q;
+      v.bytes = (1000 + q) * 1024ull;
+      if (k.direction == RG_DIR_EGRESS)
+        v.retransmits = q % 97;
+      else
+        v.lost = q % 89;
+      v.flags = RG_QP_F_SEEN;
       if (bpf_map_update_elem(qp_fd, &k, &v, BPF_ANY))
-        throw std::runtime_error("filling rg_qp: " + std::string(std::strerror(errno)));
+        throw std::runtime_error("filling rg_qp4: " + std::string(std::strerror(errno)));
     }
     const int ncpu = libbpf_num_possible_cpus();
     std::vector<rg_counters> per_cpu(static_cast<size_t>(ncpu));

@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
       if (change != c.size_change) {
         std::string events;
         for (const Object* o : {&remark, &remark_account, &full, &account})
-          for (const auto& row : rg::MapReader(bpf_map__fd(o->skel()->maps.rg_counters), -1).counters())
+          for (const auto& row : rg::MapReader(bpf_map__fd(o->skel()->maps.rg_counters)).counters())
             for (size_t i = 0; i < RG_EV_MAX; ++i)
               if (row.ev[i].packets)
                 events += " " + std::string(rg::event_name(static_cast<rg_event>(i)).name) + "=" +

@@ -1,17 +1,21 @@
-// Scale of the per-QP table: ns per packet with 1 k, 64 k and 1 M tracked
-// QPs, and the kernel memory one tracked QP costs.
+// Scale of the per-QP tables: ns per packet with 1 k, 64 k and 1 M tracked
+// QPs, with uniform and Zipf access, and the kernel memory one tracked QP
+// costs in each family's table.
 //
-// For each size the object is loaded with rg_qp sized to exactly that many
-// entries and the LRU table is filled from userspace with the keys the
-// programs derive from the packets (egress: source, destination, DestQP).
-// Each measured run is one BPF_PROG_TEST_RUN (repeat = 1, fresh input) of a
-// RoCE packet for a QP drawn at random from the filled ones, so lookups
-// spread over the whole table as they would with that many active QPs and
-// the CPU caches see the table's real footprint. qp_created counting up
-// during the run would mean misses: it is reported so a wrong key layout
-// cannot pass unnoticed. Memory is what the kernel charges the map
-// (memlock, as `bpftool map show` prints it); an LRU hash preallocates every
-// entry, so it does not depend on the fill.
+// For each size the object is loaded with rg_qp4 (and rg_qp6) sized to
+// exactly that many entries, and rg_qp4 is filled from userspace with the
+// keys the programs derive from the packets: half the QPs in the egress
+// direction (what rg_tc_egress looks up), half ingress (rg_xdp_ingress), as
+// a gateway's table holds them. Each measured run is one BPF_PROG_TEST_RUN
+// (repeat = 1, fresh input) of a RoCE packet for a QP drawn from its hook's
+// half: uniformly, which spreads lookups over the whole table, or by a Zipf
+// law (s = 1.0; rank k drawn with probability proportional to 1/k, the
+// ranks scattered over the QP numbers), where most QPs are idle and a few
+// carry most packets. qp_created counting up during the runs would mean
+// misses: it is reported so a wrong key layout cannot pass unnoticed.
+// Memory is what the kernel charges each map (memlock, as `bpftool map
+// show` prints it); an LRU hash preallocates every entry, so it does not
+// depend on the fill.
 //
 //   bench_qp_scale [--sizes 1024,65536,1048576] [--rounds N] [--calls N] [--json FILE]
 #include <arpa/inet.h>
@@ -19,10 +23,12 @@
 #include <bpf/libbpf.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <numeric>
 #include <random>
 
 #include "bench_util.h"
@@ -41,21 +47,46 @@ Bytes roce_frame(uint8_t tos) {
   return PacketBuilder().ipv4(kHost4, kRemoteHost4).tos(tos).udp(49152, rg::test::kRoceV2Port).bth(bth).payload(1024).build();
 }
 
+enum Pattern { kUniform, kZipf, kPatterns };
+constexpr const char* kPatternNames[kPatterns] = {"uniform", "zipf"};
+
 struct Size {
   uint32_t entries;
   std::unique_ptr<Object> obj;
-  std::vector<double> tc_ns, xdp_ns;
-  uint64_t memlock = 0;
+  std::array<std::vector<double>, kPatterns> tc_ns, xdp_ns;
+  uint64_t memlock4 = 0, memlock6 = 0;
   uint64_t qp_new_during_runs = 0;
   double fill_s = 0;
-  std::array<std::vector<uint32_t>, 2> psn;  // per hook: each direction in order
+  std::array<std::vector<uint32_t>, 2> psn;  // per hook: each QP's next PSN
 };
 
 uint64_t qp_new(const Object& o) {
-  rg::MapReader r(bpf_map__fd(o.skel()->maps.rg_counters), bpf_map__fd(o.skel()->maps.rg_qp));
+  rg::MapReader r(bpf_map__fd(o.skel()->maps.rg_counters));
   auto rows = r.counters();
   return rg::sum_packets(rows, RG_DIR_EGRESS, RG_EV_QP_NEW) + rg::sum_packets(rows, RG_DIR_INGRESS, RG_EV_QP_NEW);
 }
+
+// Draws ranks 0..n-1 with P(k) proportional to 1/(k+1), mapped through a
+// random permutation onto the QPs, so the popular QPs are not neighbours.
+class Zipf {
+ public:
+  Zipf(uint32_t n, std::mt19937& rng) : cdf_(n), qp_(n) {
+    double sum = 0;
+    for (uint32_t k = 0; k < n; ++k) cdf_[k] = sum += 1.0 / (k + 1);
+    for (auto& c : cdf_) c /= sum;
+    std::iota(qp_.begin(), qp_.end(), 0u);
+    std::shuffle(qp_.begin(), qp_.end(), rng);
+  }
+  uint32_t operator()(std::mt19937& rng) {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    const size_t k = std::min<size_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin(), cdf_.size() - 1);
+    return qp_[k];
+  }
+
+ private:
+  std::vector<double> cdf_;
+  std::vector<uint32_t> qp_;
+};
 
 }  // namespace
 
@@ -64,9 +95,11 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> sizes{1024, 65536, 1048576};
   unsigned rounds = 10, calls = 5000;
   std::string json_path = "qp_scale.json";
-  app.add_option("--sizes", sizes, "tracked QPs (rg_qp entries)")->delimiter(',');
+  app.add_option("--sizes", sizes, "tracked QPs (rg_qp4 entries; half per direction)")
+      ->delimiter(',')
+      ->check(CLI::Range(2u, 1u << 24));
   app.add_option("--rounds", rounds, "interleaved rounds")->check(CLI::Range(1u, 1000u));
-  app.add_option("--calls", calls, "test runs per size and round")->check(CLI::Range(10u, 1000000u));
+  app.add_option("--calls", calls, "test runs per size, pattern, hook and round")->check(CLI::Range(10u, 1000000u));
   app.add_option("--json", json_path, "JSON output");
   CLI11_PARSE(app, argc, argv);
 
@@ -81,28 +114,33 @@ int main(int argc, char** argv) {
       Size s;
       s.entries = n;
       s.obj = std::make_unique<Object>(config(RG_CFG_F_REMARK | RG_CFG_F_REPAIR | RG_CFG_F_ACCOUNT), n);
-      const int qp_fd = bpf_map__fd(s.obj->skel()->maps.rg_qp);
-      // The key rg_tc_egress and rg_xdp_ingress build for kHost4 -> kRemoteHost4.
-      rg_qp_key k{};
+      const int qp_fd = bpf_map__fd(s.obj->skel()->maps.rg_qp4);
+      // The keys rg_tc_egress and rg_xdp_ingress build for kHost4 ->
+      // kRemoteHost4: QP q of each hook's half is q in its direction.
+      rg_qp4_key k{};
       inet_pton(AF_INET, kHost4, k.src);
       inet_pton(AF_INET, kRemoteHost4, k.dst);
-      k.family = AF_INET;
-      rg_qp_state v{};
+      rg_qp_dir v{};
       const auto t0 = std::chrono::steady_clock::now();
-      for (uint32_t q = 0; q < n; ++q) {
-        k.dest_qp = q;
-        if (bpf_map_update_elem(qp_fd, &k, &v, BPF_ANY))
-          throw std::runtime_error("filling rg_qp: " + std::string(std::strerror(errno)));
-      }
+      for (uint32_t d = 0; d < RG_DIR_MAX; ++d)
+        for (uint32_t q = 0; q < n / 2; ++q) {
+          k.dest_qp = q;
+          k.direction = d;
+          if (bpf_map_update_elem(qp_fd, &k, &v, BPF_ANY))
+            throw std::runtime_error("filling rg_qp4: " + std::string(std::strerror(errno)));
+        }
       s.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      s.memlock = map_memlock(qp_fd);
-      for (auto& p : s.psn) p.assign(n, 0);
+      s.memlock4 = map_memlock(qp_fd);
+      s.memlock6 = map_memlock(bpf_map__fd(s.obj->skel()->maps.rg_qp6));
+      for (auto& p : s.psn) p.assign(n / 2, 0);
       runs.push_back(std::move(s));
     }
 
     Bytes egress = roce_frame(26 << 2 | 2), ingress = roce_frame(0);
     const size_t bth = bth_offset(false);
     std::vector<double> floor_tc, floor_xdp;
+    std::vector<Zipf> zipf;
+    for (const auto& s : runs) zipf.emplace_back(s.entries / 2, rng);
     for (auto& s : runs) s.qp_new_during_runs = qp_new(*s.obj);
     for (unsigned r = 0; r < rounds; ++r) {
       for (unsigned i = 0; i < calls; ++i) {
@@ -112,60 +150,81 @@ int main(int argc, char** argv) {
       // Each program gets its own random sequence: were the XDP run to
       // follow the TC run on the same QP, it would find the entry already
       // in the CPU cache and hide the table's real cost.
-      for (auto& s : runs) {
-        std::uniform_int_distribution<uint32_t> pick(0, s.entries - 1);
-        for (int hook = 0; hook < 2; ++hook) {
-          Bytes& f = hook == 0 ? egress : ingress;
-          for (unsigned i = 0; i < calls; ++i) {
-            const uint32_t q = pick(rng);
-            set_dest_qp(f, bth, q);
-            uint32_t& psn = s.psn[hook][q];
-            set_psn(f, bth, psn);
-            psn = (psn + 1) & RG_PSN_MASK;
-            if (hook == 0) s.tc_ns.push_back(test_run_tc(s.obj->tc_fd(), ifindex, f).duration_ns);
-            else s.xdp_ns.push_back(test_run_xdp(s.obj->xdp_fd(), ifindex, f).duration_ns);
+      for (size_t si = 0; si < runs.size(); ++si) {
+        Size& s = runs[si];
+        std::uniform_int_distribution<uint32_t> uniform(0, s.entries / 2 - 1);
+        for (int pattern = 0; pattern < kPatterns; ++pattern)
+          for (int hook = 0; hook < 2; ++hook) {
+            Bytes& f = hook == 0 ? egress : ingress;
+            for (unsigned i = 0; i < calls; ++i) {
+              const uint32_t q = pattern == kUniform ? uniform(rng) : zipf[si](rng);
+              set_dest_qp(f, bth, q);
+              uint32_t& psn = s.psn[hook][q];
+              set_psn(f, bth, psn);
+              psn = (psn + 1) & RG_PSN_MASK;
+              if (hook == 0)
+                s.tc_ns[pattern].push_back(test_run_tc(s.obj->tc_fd(), ifindex, f).duration_ns);
+              else
+                s.xdp_ns[pattern].push_back(test_run_xdp(s.obj->xdp_fd(), ifindex, f).duration_ns);
+            }
           }
-        }
       }
     }
     for (auto& s : runs) s.qp_new_during_runs = qp_new(*s.obj) - s.qp_new_during_runs;
 
     const double ftc = trimmed_mean(floor_tc), fxdp = trimmed_mean(floor_xdp);
-    std::cout << "random QP per packet, BPF_PROG_TEST_RUN repeat=1, " << rounds << " rounds x " << calls
-              << " packets per size; floor (empty program) tc " << ftc << " ns, xdp " << fxdp << " ns\n\n";
-    Table t({"tracked QPs", "tc egress ns", "net", "x 1k", "xdp ingress ns", "net", "x 1k", "memlock MiB",
-             "bytes/QP", "misses"});
+    std::cout << "QP drawn per packet, BPF_PROG_TEST_RUN repeat=1, " << rounds << " rounds x " << calls
+              << " packets per size, pattern and hook; floor (empty program) tc " << ftc << " ns, xdp " << fxdp
+              << " ns\n\n";
+    Table t({"tracked QPs", "access", "tc egress ns", "net", "x 1k", "xdp ingress ns", "net", "x 1k", "misses"});
     nlohmann::json out = nlohmann::json::array();
-    const double base_tc = trimmed_mean(runs.front().tc_ns) - ftc, base_xdp = trimmed_mean(runs.front().xdp_ns) - fxdp;
-    for (const auto& s : runs) {
-      const double tc = trimmed_mean(s.tc_ns), xdp = trimmed_mean(s.xdp_ns);
-      const double per_qp = static_cast<double>(s.memlock) / s.entries;
-      t.row({std::to_string(s.entries), fmt("%.0f", tc), fmt("%.0f", tc - ftc), fmt("%.2f", (tc - ftc) / base_tc),
-             fmt("%.0f", xdp), fmt("%.0f", xdp - fxdp), fmt("%.2f", (xdp - fxdp) / base_xdp),
-             fmt("%.1f", s.memlock / 1048576.0), fmt("%.0f", per_qp), std::to_string(s.qp_new_during_runs)});
-      out.push_back({{"entries", s.entries},
-                     {"tc_ns_median", tc},
-                     {"tc_net_ns", tc - ftc},
-                     {"tc_net_ratio_to_first", (tc - ftc) / base_tc},
-                     {"tc_total_ratio_to_first", tc / trimmed_mean(runs.front().tc_ns)},
-                     {"xdp_ns_median", xdp},
-                     {"xdp_net_ns", xdp - fxdp},
-                     {"xdp_net_ratio_to_first", (xdp - fxdp) / base_xdp},
-                     {"xdp_total_ratio_to_first", xdp / trimmed_mean(runs.front().xdp_ns)},
-                     {"memlock_bytes", s.memlock},
-                     {"bytes_per_qp", per_qp},
-                     {"key_bytes", sizeof(rg_qp_key)},
-                     {"value_bytes", sizeof(rg_qp_state)},
-                     {"fill_seconds", s.fill_s},
-                     {"qp_created_during_runs", s.qp_new_during_runs}});
+    for (int pattern = 0; pattern < kPatterns; ++pattern) {
+      // The ratio's base is the first size's uniform figure: at 1 k every
+      // entry is in the cache whatever the pattern.
+      const double base_tc = trimmed_mean(runs.front().tc_ns[kUniform]) - ftc,
+                   base_xdp = trimmed_mean(runs.front().xdp_ns[kUniform]) - fxdp;
+      for (const auto& s : runs) {
+        const double tc = trimmed_mean(s.tc_ns[pattern]), xdp = trimmed_mean(s.xdp_ns[pattern]);
+        t.row({std::to_string(s.entries), kPatternNames[pattern], fmt("%.0f", tc), fmt("%.0f", tc - ftc),
+               fmt("%.2f", (tc - ftc) / base_tc), fmt("%.0f", xdp), fmt("%.0f", xdp - fxdp),
+               fmt("%.2f", (xdp - fxdp) / base_xdp), std::to_string(s.qp_new_during_runs)});
+        out.push_back({{"entries", s.entries},
+                       {"pattern", kPatternNames[pattern]},
+                       {"tc_ns_median", tc},
+                       {"tc_net_ns", tc - ftc},
+                       {"tc_net_ratio_to_first", (tc - ftc) / base_tc},
+                       {"xdp_ns_median", xdp},
+                       {"xdp_net_ns", xdp - fxdp},
+                       {"xdp_net_ratio_to_first", (xdp - fxdp) / base_xdp},
+                       {"qp_created_during_runs", s.qp_new_during_runs}});
+      }
     }
     t.print();
+    std::cout << "\n";
+    Table m({"entries", "rg_qp4 memlock MiB", "bytes/IPv4 QP", "rg_qp6 memlock MiB", "bytes/IPv6 QP", "fill s"});
+    nlohmann::json mem = nlohmann::json::array();
+    for (const auto& s : runs) {
+      const double per4 = static_cast<double>(s.memlock4) / s.entries, per6 = static_cast<double>(s.memlock6) / s.entries;
+      m.row({std::to_string(s.entries), fmt("%.1f", s.memlock4 / 1048576.0), fmt("%.0f", per4),
+             fmt("%.1f", s.memlock6 / 1048576.0), fmt("%.0f", per6), fmt("%.1f", s.fill_s)});
+      mem.push_back({{"entries", s.entries},
+                     {"memlock4_bytes", s.memlock4},
+                     {"bytes_per_ipv4_qp", per4},
+                     {"memlock6_bytes", s.memlock6},
+                     {"bytes_per_ipv6_qp", per6},
+                     {"key4_bytes", sizeof(rg_qp4_key)},
+                     {"key6_bytes", sizeof(rg_qp6_key)},
+                     {"value_bytes", sizeof(rg_qp_dir)},
+                     {"fill_seconds", s.fill_s}});
+    }
+    m.print();
     write_json(json_path, {{"benchmark", "qp_scale"},
                            {"floor_tc_ns", ftc},
                            {"floor_xdp_ns", fxdp},
                            {"rounds", rounds},
                            {"calls", calls},
-                           {"results", out}});
+                           {"results", out},
+                           {"memory", mem}});
   } catch (const std::exception& e) {
     std::cerr << "bench_qp_scale: " << e.what() << "\n";
     return 1;

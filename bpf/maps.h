@@ -28,13 +28,24 @@ struct {
 	__type(value, struct rg_counters);
 } rg_zero SEC(".maps");
 
-/* Per-QP state; max_entries is set by the loader at load time. */
+/*
+ * Per-QP state, one entry per QP and direction, IPv4 and IPv6 apart so an
+ * IPv4 entry carries a 16-byte key; max_entries of each is set by the
+ * loader at load time.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, RG_DEFAULT_QP_ENTRIES);
-	__type(key, struct rg_qp_key);
-	__type(value, struct rg_qp_state);
-} rg_qp SEC(".maps");
+	__type(key, struct rg_qp4_key);
+	__type(value, struct rg_qp_dir);
+} rg_qp4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RG_DEFAULT_QP_ENTRIES);
+	__type(key, struct rg_qp6_key);
+	__type(value, struct rg_qp_dir);
+} rg_qp6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Per-QP accounting of RoCE packets: the per-{ifindex, direction} event
- * counters a RoCE packet adds to, and the per-QP row (packets, bytes, NAKs,
- * CNPs, CE marks and PSN tracking). PSNs are 24-bit serial numbers
+ * counters a RoCE packet adds to, and the per-QP entry of its direction
+ * (packets, bytes, NAKs, CNPs, CE marks and PSN tracking). PSNs are 24-bit serial numbers
  * (IBA 9.7.1): a is ahead of b when (a - b) mod 2^24 is in 1..2^23-1.
  */
 #ifndef RG_BPF_QP_ACCOUNTING_H
@@ -53,7 +53,7 @@ static __always_inline __u32 rg_read_span(__u32 dma_len)
 
 /*
  * One QP's packets are handled on several CPUs at once (RSS spreads a QP's
- * flows, and on a gateway both hooks share its entry), so every count is an
+ * flows over queues), so every count is an
  * atomic add and the PSN tracking state of a direction, max_psn and flags,
  * is one 64-bit word replaced by compare-and-swap. A failed swap means
  * another CPU moved the state in between; the packet is judged again against
@@ -82,7 +82,10 @@ static __always_inline __u64 *rg_psn_word(struct rg_qp_dir *d)
 
 #define rg_add(field, n) __sync_fetch_and_add(&(field), (n))
 
-/* A QP silent for longer than the idle time may be a new QP on the same number. */
+/*
+ * A QP direction silent for longer than the idle time may be a new QP on the
+ * same number: its PSN tracking restarts, its counts stay.
+ */
 static __always_inline void rg_qp_dir_idle(struct rg_qp_dir *d)
 {
 	union rg_psn_state old, idle = {};
@@ -183,7 +186,7 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 		rg_count_n(c, RG_EV_RETRANSMITS, resent, resent == segs ? len : len / segs * resent);
 		break;
 	case RG_PSN_GAP:
-		rg_add(d->gaps, 1);
+		rg_add(d->gaps, 1u);
 		rg_add(d->lost, lost);
 		rg_count(c, RG_EV_PSN_GAPS, 0);
 		rg_count_n(c, RG_EV_LOST_ESTIMATE, lost, 0);
@@ -205,13 +208,38 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 }
 
 /*
+ * The entry of one QP direction in map, created when missing; the same code
+ * for both per-family tables, so each call site names its map as a constant
+ * and the verifier inlines the lookup. NULL when the table could not take
+ * it (then only the interface counters count the packet).
+ */
+static __always_inline struct rg_qp_dir *rg_qp_entry(void *map, const void *key,
+						     struct rg_counters *c, __u64 now)
+{
+	struct rg_qp_dir *d = bpf_map_lookup_elem(map, key);
+
+	if (!d) {
+		struct rg_qp_dir init = {};
+
+		/* Two CPUs may both miss; only the one whose insert wins has a new QP. */
+		if (bpf_map_update_elem(map, key, &init, BPF_NOEXIST) == 0)
+			rg_count(c, RG_EV_QP_NEW, 0);
+		return bpf_map_lookup_elem(map, key);
+	}
+	if (rg_cfg.qp_idle_ms &&
+	    /* signed: another CPU may have stored a later time than our now */
+	    (__s64)(now - d->last_seen_ns) > (__s64)rg_cfg.qp_idle_ms * 1000000)
+		rg_qp_dir_idle(d);
+	return d;
+}
+
+/*
  * Counts one RoCE packet (p parsed from it, key its QP) in direction dir,
  * or the p->segs packets of a GSO skb, len bytes on the wire in all.
  */
 static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
 				       struct rg_counters *c, __u32 dir, __u32 len)
 {
-	struct rg_qp_state *st;
 	struct rg_qp_dir *d;
 	__u8 kind = p->syndrome & RG_AETH_SYNDROME_KIND_MASK;
 	int is_ack = rg_bth_is_ack(p->opcode);
@@ -242,24 +270,26 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 	 * where bpf_ktime_get_ns reads the clocksource on every packet.
 	 */
 	now = bpf_ktime_get_coarse_ns();
-	st = bpf_map_lookup_elem(&rg_qp, key);
-	if (!st) {
-		struct rg_qp_state init = {};
+	if (key->family == AF_INET) {
+		struct rg_qp4_key k4;
 
-		/* Two CPUs may both miss; only the one whose insert wins has a new QP. */
-		if (bpf_map_update_elem(&rg_qp, key, &init, BPF_NOEXIST) == 0)
-			rg_count(c, RG_EV_QP_NEW, 0);
-		st = bpf_map_lookup_elem(&rg_qp, key);
-		if (!st)
-			return;
-	} else if (rg_cfg.qp_idle_ms &&
-		   /* signed: another CPU may have stored a later time than our now */
-		   (__s64)(now - st->last_seen_ns) > (__s64)rg_cfg.qp_idle_ms * 1000000) {
-		rg_qp_dir_idle(&st->dir[RG_DIR_EGRESS]);
-		rg_qp_dir_idle(&st->dir[RG_DIR_INGRESS]);
+		__builtin_memcpy(k4.src, key->src, 4);
+		__builtin_memcpy(k4.dst, key->dst, 4);
+		k4.dest_qp = key->dest_qp;
+		k4.direction = dir & 1;
+		d = rg_qp_entry(&rg_qp4, &k4, c, now);
+	} else {
+		struct rg_qp6_key k6;
+
+		__builtin_memcpy(k6.src, key->src, 16);
+		__builtin_memcpy(k6.dst, key->dst, 16);
+		k6.dest_qp = key->dest_qp;
+		k6.direction = dir & 1;
+		d = rg_qp_entry(&rg_qp6, &k6, c, now);
 	}
-	st->last_seen_ns = now;
-	d = &st->dir[dir & 1];
+	if (!d)
+		return;
+	d->last_seen_ns = now;
 	rg_add(d->packets, n);
 	rg_add(d->bytes, len);
 	if (ce)

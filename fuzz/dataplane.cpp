@@ -125,7 +125,7 @@ Dataplane::Dataplane() : tunnels_(fuzz_tunnels()) {
   cfg.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
   skel_->rodata->rg_cfg = cfg;
   // Small enough that the fuzzer's random QPs keep the LRU evicting.
-  bpf_map__set_max_entries(skel_->maps.rg_qp, 4096);
+  rg::set_qp_entries(skel_->obj, 4096);
   if (int err = roceguard__load(skel_)) fail("roceguard__load", -err);
 
   for (uint32_t i = 0; i < tunnels_.peers.size(); ++i) {
@@ -161,7 +161,7 @@ Dataplane::Dataplane() : tunnels_(fuzz_tunnels()) {
   std::memcpy(iface.mac, tunnels_.dev_mac.data(), sizeof(iface.mac));
   update(skel_->maps.rg_ifaces, static_cast<uint32_t>(ifindex_), &iface, sizeof(iface));
   reader_ = std::make_unique<MapReader>(bpf_map__fd(skel_->maps.rg_counters),
-                                        bpf_map__fd(skel_->maps.rg_qp));
+                                        QpMaps{bpf_map__fd(skel_->maps.rg_qp4), bpf_map__fd(skel_->maps.rg_qp6)});
 }
 
 Dataplane::~Dataplane() {

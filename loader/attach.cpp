@@ -256,6 +256,13 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
     }
     restrict_pins(pin_path_);
     write_state(pin_path_, st);
+    // Carried over into rg_qp4/rg_qp6 when the object was opened; kept
+    // until now so that a failed upgrade leaves the earlier build its table.
+    try {
+      remove_legacy_qp_table(pin_path_);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}", e.what());
+    }
     prune_stale_counters(st);
     warn_if_not_forwarding(cfg_);
   } catch (const std::exception& e) {

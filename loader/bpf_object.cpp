@@ -45,17 +45,16 @@ int libxdp_log(enum libxdp_print_level level, const char* fmt, va_list ap) {
   return 0;
 }
 
-// Applies cfg to an opened (not loaded) object: rodata, rg_qp's size, and
-// the pin path of each persistent map, which makes libbpf reuse a
+// Applies cfg to an opened (not loaded) object: rodata, the per-QP tables'
+// size, and the pin path of each persistent map, which makes libbpf reuse a
 // compatible pinned map (counters carry over) or create and pin a new one.
 void configure(struct roceguard* skel, const Config& cfg, const std::string& pin_path) {
   skel->rodata->rg_cfg = cfg.rodata();
-  int err = bpf_map__set_max_entries(skel->maps.rg_qp, cfg.qp_entries);
-  if (err) throw Error("cannot size rg_qp to " + std::to_string(cfg.qp_entries) + ": " + errno_text(err));
+  set_qp_entries(skel->obj, cfg.qp_entries);
   for (const char* name : kPinnedMaps) {
     bpf_map* m = bpf_object__find_map_by_name(skel->obj, name);
     if (!m) throw Error(std::string("BPF object has no map ") + name);
-    err = bpf_map__set_pin_path(m, (pin_path + "/" + name).c_str());
+    int err = bpf_map__set_pin_path(m, (pin_path + "/" + name).c_str());
     if (err) throw Error(std::string("cannot set pin path of ") + name + ": " + errno_text(err));
   }
 }
@@ -132,6 +131,13 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
     if (!reset_state && migrate_counters(pin_path, bpf_map__value_size(skel_->maps.rg_counters)))
       spdlog::info("carried the counters in {}/{} over to this build's events (new events start at zero)",
                    pin_path, kMapCounters);
+    // A build before the per-family tables kept one rg_qp: its QPs carry
+    // over into this build's tables (the old pin goes once the attach is
+    // done).
+    if (!reset_state)
+      if (auto n = migrate_qp_table(pin_path, cfg.qp_entries))
+        spdlog::info("carried {} QP directions in {}/{} over to {} and {}", *n, pin_path, kMapQpLegacy, kMapQp4,
+                     kMapQp6);
     auto mismatches = check_pinned_maps(skel_, pin_path);
     if (!mismatches.empty()) {
       if (!reset_state) {
@@ -146,6 +152,7 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
     }
     if (reset_state) {
       for (const char* name : kPinnedMaps) unlink((pin_path + "/" + name).c_str());
+      unlink((pin_path + "/" + kMapQpLegacy).c_str());
       unlink((pin_path + "/" + kMapState).c_str());
       spdlog::info("--reset-state: removed the pinned maps and the attach record ({}) under {}; counters start at zero",
                    kMapState, pin_path);

@@ -22,8 +22,9 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
     return a.ifindex != b.ifindex ? a.ifindex < b.ifindex : a.direction < b.direction;
   });
   std::vector<QpRow> qps;
-  size_t qp_total = 0;
-  if (qp) qps = reader.top_qps(top, qp_ranks_before, &qp_total);
+  QpEntries qp_entries;
+  if (qp) qps = reader.top_qps(top, qp_ranks_before, &qp_entries);
+  const size_t qp_total = size_t{qp_entries.v4} + qp_entries.v6;
   const auto tunnels =
       tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(pin_path), monotonic_now_ns());
 
@@ -80,7 +81,8 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
     }
   }
   if (!qp) return;
-  std::printf("\nqueue pairs: %zu tracked, top %zu by retransmits + lost\n", qp_total, qps.size());
+  std::printf("\nqueue pairs: %zu entries tracked (one per QP and direction), top %zu by retransmits + lost\n",
+              qp_total, qps.size());
   std::printf("%-40s %-40s %8s %10s %8s %8s %10s %8s %8s %6s\n", "SRC", "DST", "DEST_QP", "TX_PKTS", "TX_RETX",
               "RX_GAPS", "RX_PKTS", "RX_LOST", "RX_NAK", "CNP");
   for (const auto& q : qps) {

@@ -373,10 +373,11 @@ class Doctor {
       try {
         MapReader reader(in_.pin_path);
         const size_t rows = reader.counters().size();
-        size_t qps = 0;
+        QpEntries qps;
         if (in_.config.per_qp) reader.top_qps(in_.config.top_qps, qp_ranks_before, &qps);
         what = std::to_string(rows) + " counter row(s)" +
-               (in_.config.per_qp ? ", " + std::to_string(qps) + " QP(s) tracked" : "");
+               (in_.config.per_qp ? ", " + std::to_string(size_t{qps.v4} + qps.v6) + " QP direction(s) tracked"
+                                  : "");
       } catch (const std::exception& e) {
         add("scrape", "", Verdict::kFail, std::string("the pinned maps cannot be read: ") + e.what(),
             "`roceguard status` names the map; `attach --reset-state` replaces incompatible maps");

@@ -168,9 +168,9 @@ class MetricsCollector : public prometheus::Collectable {
       const auto counter_entries = static_cast<uint32_t>(rows.size());
       if (opts_.per_qp) {
         // Only the exported rows are held, not the whole table.
-        size_t qp_entries = 0;
+        QpEntries qp_entries;
         qps = reader.top_qps(opts_.top_qps, qp_ranks_before, &qp_entries);
-        usage = reader.usage_all(static_cast<uint32_t>(qp_entries), counter_entries);
+        usage = reader.usage_all(qp_entries, counter_entries);
       } else {
         usage = reader.usage_all(std::nullopt, counter_entries);
       }

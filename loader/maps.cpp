@@ -3,6 +3,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <net/if.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "error.h"
@@ -95,6 +98,21 @@ size_t walk_by_next_key(int fd, uint32_t key_size, uint32_t value_bytes, uint32_
   return visited;
 }
 
+// Pins fd at path, replacing what is there: pinned beside it and renamed
+// over it, so the path always holds one whole map, the old or the new.
+// No dot in the staged name: bpffs refuses names with one (reserved,
+// kernel/bpf/inode.c).
+void pin_replacing(int fd, const std::string& path) {
+  const std::string staged = path + "_migrating";
+  unlink(staged.c_str());
+  if (bpf_obj_pin(fd, staged.c_str()) != 0) throw Error("cannot pin the migrated " + path + ": " + errno_text(errno));
+  if (std::rename(staged.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(staged.c_str());
+    throw Error("cannot replace " + path + " with its migrated copy: " + errno_text(err));
+  }
+}
+
 }  // namespace
 
 const MapLayout* pinned_map_layout(const std::string& name) {
@@ -102,8 +120,8 @@ const MapLayout* pinned_map_layout(const std::string& name) {
   // value of whole rg_counter slots is readable: the newer events read 0.
   static const MapLayout counters{BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), sizeof(rg_counters),
                                   sizeof(rg_counter), sizeof(rg_counter)};
-  static const MapLayout qp{BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(rg_qp_state),
-                            sizeof(rg_qp_state), 1};
+  static const MapLayout qp4{BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), sizeof(rg_qp_dir), 1};
+  static const MapLayout qp6{BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), sizeof(rg_qp_dir), 1};
   static const MapLayout peers{BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_peer), sizeof(rg_peer), 1};
   static const MapLayout route4{BPF_MAP_TYPE_LPM_TRIE, sizeof(rg_route4_key), sizeof(uint32_t),
                                 sizeof(uint32_t), 1};
@@ -118,7 +136,8 @@ const MapLayout* pinned_map_layout(const std::string& name) {
   if (name == kMapPeerStats) return &peer_stats;
   if (name == kMapTunnelStreams) return &streams;
   if (name == kMapCounters) return &counters;
-  if (name == kMapQp) return &qp;
+  if (name == kMapQp4) return &qp4;
+  if (name == kMapQp6) return &qp6;
   if (name == kMapPeers) return &peers;
   if (name == kMapRoute4) return &route4;
   if (name == kMapRoute6) return &route6;
@@ -206,36 +225,42 @@ size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_en
 }
 
 MapReader::MapReader(const std::string& pin_path) : owned_(true), pin_path_(pin_path) {
-  counters_fd_ = open_pinned(pin_path + "/" + kMapCounters);
   try {
-    qp_fd_ = open_pinned(pin_path + "/" + kMapQp);
+    counters_fd_ = open_pinned(pin_path + "/" + kMapCounters);
+    qp_.v4 = open_pinned(pin_path + "/" + kMapQp4);
+    qp_.v6 = open_pinned(pin_path + "/" + kMapQp6);
     check_map_layout(counters_fd_, pin_path + "/" + kMapCounters, *pinned_map_layout(kMapCounters));
-    check_map_layout(qp_fd_, pin_path + "/" + kMapQp, *pinned_map_layout(kMapQp));
+    check_map_layout(qp_.v4, pin_path + "/" + kMapQp4, *pinned_map_layout(kMapQp4));
+    check_map_layout(qp_.v6, pin_path + "/" + kMapQp6, *pinned_map_layout(kMapQp6));
   } catch (...) {
-    close(counters_fd_);
-    if (qp_fd_ >= 0) close(qp_fd_);
+    for (int fd : {counters_fd_, qp_.v4, qp_.v6})
+      if (fd >= 0) close(fd);
     throw;
   }
   counters_value_size_ = map_info(counters_fd_, kMapCounters).value_size;
   counters_max_ = map_info(counters_fd_, kMapCounters).max_entries;
-  qp_max_ = map_info(qp_fd_, kMapQp).max_entries;
+  qp_max_ = {map_info(qp_.v4, kMapQp4).max_entries, map_info(qp_.v6, kMapQp6).max_entries};
 }
 
-MapReader::MapReader(int counters_fd, int qp_fd) : counters_fd_(counters_fd), qp_fd_(qp_fd) {
+MapReader::MapReader(int counters_fd, QpMaps qp) : counters_fd_(counters_fd), qp_(qp) {
   check_map_layout(counters_fd_, kMapCounters, *pinned_map_layout(kMapCounters));
   const MapUsage c = map_info(counters_fd_, kMapCounters);
   counters_value_size_ = c.value_size;
   counters_max_ = c.max_entries;
-  if (qp_fd_ >= 0) {
-    check_map_layout(qp_fd_, kMapQp, *pinned_map_layout(kMapQp));
-    qp_max_ = map_info(qp_fd_, kMapQp).max_entries;
+  if (qp_.v4 >= 0) {
+    check_map_layout(qp_.v4, kMapQp4, *pinned_map_layout(kMapQp4));
+    qp_max_.v4 = map_info(qp_.v4, kMapQp4).max_entries;
+  }
+  if (qp_.v6 >= 0) {
+    check_map_layout(qp_.v6, kMapQp6, *pinned_map_layout(kMapQp6));
+    qp_max_.v6 = map_info(qp_.v6, kMapQp6).max_entries;
   }
 }
 
 MapReader::~MapReader() {
   if (!owned_) return;
-  if (counters_fd_ >= 0) close(counters_fd_);
-  if (qp_fd_ >= 0) close(qp_fd_);
+  for (int fd : {counters_fd_, qp_.v4, qp_.v6})
+    if (fd >= 0) close(fd);
 }
 
 std::vector<CounterRow> MapReader::counters() const {
@@ -262,42 +287,115 @@ std::vector<CounterRow> MapReader::counters() const {
   return rows;
 }
 
+namespace {
+
+rg_direction direction_of(uint32_t d) { return d == RG_DIR_INGRESS ? RG_DIR_INGRESS : RG_DIR_EGRESS; }
+
+std::string qp_identity(const rg_qp_key& k) { return std::string(reinterpret_cast<const char*>(&k), sizeof(k)); }
+
+}  // namespace
+
+QpEntries MapReader::walk_qps(const std::function<void(const QpRow&, rg_direction)>& visit) const {
+  QpEntries walked;
+  if (qp_.v4 >= 0)
+    walked.v4 = static_cast<uint32_t>(
+        walk_map(qp_.v4, sizeof(rg_qp4_key), sizeof(rg_qp_dir), qp_max_.v4, [&](const uint8_t* k, const uint8_t* v) {
+          rg_qp4_key key;
+          std::memcpy(&key, k, sizeof(key));
+          QpRow row;
+          row.key.family = AF_INET;
+          std::memcpy(row.key.src, key.src, sizeof(key.src));
+          std::memcpy(row.key.dst, key.dst, sizeof(key.dst));
+          row.key.dest_qp = key.dest_qp;
+          const rg_direction d = direction_of(key.direction);
+          std::memcpy(&row.state.dir[d], v, sizeof(rg_qp_dir));
+          visit(row, d);
+        }));
+  if (qp_.v6 >= 0)
+    walked.v6 = static_cast<uint32_t>(
+        walk_map(qp_.v6, sizeof(rg_qp6_key), sizeof(rg_qp_dir), qp_max_.v6, [&](const uint8_t* k, const uint8_t* v) {
+          rg_qp6_key key;
+          std::memcpy(&key, k, sizeof(key));
+          QpRow row;
+          row.key.family = AF_INET6;
+          std::memcpy(row.key.src, key.src, sizeof(key.src));
+          std::memcpy(row.key.dst, key.dst, sizeof(key.dst));
+          row.key.dest_qp = key.dest_qp;
+          const rg_direction d = direction_of(key.direction);
+          std::memcpy(&row.state.dir[d], v, sizeof(rg_qp_dir));
+          visit(row, d);
+        }));
+  return walked;
+}
+
+void MapReader::join_other_direction(QpRow& row, rg_direction have) const {
+  const uint32_t other = have == RG_DIR_EGRESS ? RG_DIR_INGRESS : RG_DIR_EGRESS;
+  rg_qp_dir& out = row.state.dir[other];
+  if (row.key.family == AF_INET) {
+    rg_qp4_key key{};
+    std::memcpy(key.src, row.key.src, sizeof(key.src));
+    std::memcpy(key.dst, row.key.dst, sizeof(key.dst));
+    key.dest_qp = row.key.dest_qp;
+    key.direction = other;
+    if (qp_.v4 < 0 || bpf_map_lookup_elem(qp_.v4, &key, &out) != 0) out = {};
+  } else {
+    rg_qp6_key key{};
+    std::memcpy(key.src, row.key.src, sizeof(key.src));
+    std::memcpy(key.dst, row.key.dst, sizeof(key.dst));
+    key.dest_qp = row.key.dest_qp;
+    key.direction = other;
+    if (qp_.v6 < 0 || bpf_map_lookup_elem(qp_.v6, &key, &out) != 0) out = {};
+  }
+}
+
 std::vector<QpRow> MapReader::qps() const {
   std::vector<QpRow> rows;
-  if (qp_fd_ < 0) return rows;
-  walk_map(qp_fd_, sizeof(rg_qp_key), sizeof(rg_qp_state), qp_max_, [&](const uint8_t* k, const uint8_t* v) {
-    QpRow row;
-    std::memcpy(&row.key, k, sizeof(row.key));
-    std::memcpy(&row.state, v, sizeof(row.state));
-    rows.push_back(row);
+  std::unordered_map<std::string, size_t> index;
+  walk_qps([&](const QpRow& half, rg_direction d) {
+    auto [it, added] = index.emplace(qp_identity(half.key), rows.size());
+    if (added)
+      rows.push_back(half);
+    else
+      rows[it->second].state.dir[d] = half.state.dir[d];
   });
   return rows;
 }
 
 std::vector<QpRow> MapReader::top_qps(size_t top, bool (*ranks_before)(const QpRow&, const QpRow&),
-                                      size_t* entries) const {
-  // A heap whose front is the kept row that ranks last: the one a better
-  // row replaces.
-  std::vector<QpRow> kept;
-  size_t walked = 0;
-  if (qp_fd_ >= 0 && top > 0)
-    walked = walk_map(qp_fd_, sizeof(rg_qp_key), sizeof(rg_qp_state), qp_max_,
-                      [&](const uint8_t* k, const uint8_t* v) {
-                        QpRow row;
-                        std::memcpy(&row.key, k, sizeof(row.key));
-                        std::memcpy(&row.state, v, sizeof(row.state));
-                        if (kept.size() < top) {
-                          kept.push_back(row);
-                          std::push_heap(kept.begin(), kept.end(), ranks_before);
-                        } else if (ranks_before(row, kept.front())) {
-                          std::pop_heap(kept.begin(), kept.end(), ranks_before);
-                          kept.back() = row;
-                          std::push_heap(kept.begin(), kept.end(), ranks_before);
-                        }
-                      });
-  std::sort_heap(kept.begin(), kept.end(), ranks_before);
+                                      QpEntries* entries) const {
+  // A heap whose front is the kept entry that ranks last: the one a better
+  // entry replaces. Twice top entries: both directions of one QP may be
+  // among them.
+  struct Half {
+    QpRow row;
+    rg_direction dir;
+  };
+  std::vector<Half> kept;
+  const size_t keep = 2 * top;
+  auto later = [ranks_before](const Half& a, const Half& b) { return ranks_before(a.row, b.row); };
+  QpEntries walked;
+  if (top > 0)
+    walked = walk_qps([&](const QpRow& row, rg_direction d) {
+      if (kept.size() < keep) {
+        kept.push_back({row, d});
+        std::push_heap(kept.begin(), kept.end(), later);
+      } else if (ranks_before(row, kept.front().row)) {
+        std::pop_heap(kept.begin(), kept.end(), later);
+        kept.back() = {row, d};
+        std::push_heap(kept.begin(), kept.end(), later);
+      }
+    });
+  std::vector<QpRow> out;
+  std::unordered_set<std::string> seen;
+  for (Half& h : kept) {
+    if (!seen.insert(qp_identity(h.row.key)).second) continue;
+    join_other_direction(h.row, h.dir);
+    out.push_back(h.row);
+  }
+  std::sort(out.begin(), out.end(), ranks_before);
+  if (out.size() > top) out.resize(top);
   if (entries) *entries = walked;
-  return kept;
+  return out;
 }
 
 std::vector<PeerStatsRow> read_peer_stats(int fd) {
@@ -377,19 +475,21 @@ MapUsage MapReader::usage(int fd, const std::string& name) const {
   return u;
 }
 
-std::vector<MapUsage> MapReader::usage_all(std::optional<uint32_t> qp_entries,
+std::vector<MapUsage> MapReader::usage_all(std::optional<QpEntries> qp_entries,
                                            std::optional<uint32_t> counters_entries) const {
   MapUsage counters = counters_entries ? info(counters_fd_, kMapCounters) : usage(counters_fd_, kMapCounters);
   if (counters_entries) counters.entries = *counters_entries;
   std::vector<MapUsage> out{counters};
-  if (qp_fd_ >= 0) {
-    MapUsage qp = qp_entries ? info(qp_fd_, kMapQp) : usage(qp_fd_, kMapQp);
-    if (qp_entries) qp.entries = *qp_entries;
+  for (auto [fd, name, walked] : {std::tuple{qp_.v4, kMapQp4, qp_entries ? qp_entries->v4 : 0u},
+                                  std::tuple{qp_.v6, kMapQp6, qp_entries ? qp_entries->v6 : 0u}}) {
+    if (fd < 0) continue;
+    MapUsage qp = qp_entries ? info(fd, name) : usage(fd, name);
+    if (qp_entries) qp.entries = walked;
     out.push_back(qp);
   }
   if (pin_path_.empty()) return out;
   for (const char* name : kPinnedMaps) {
-    if (name == kMapCounters || name == kMapQp) continue;
+    if (name == kMapCounters || name == kMapQp4 || name == kMapQp6) continue;
     Owned map{bpf_obj_get((pin_path_ + "/" + name).c_str())};
     if (map.fd < 0) continue;
     out.push_back(usage(map.fd, name));
@@ -457,19 +557,114 @@ bool migrate_counters(const std::string& pin_path, uint32_t value_size) {
   for (const auto& [key, value] : entries)
     if (bpf_map_update_elem(fresh.fd, &key, value.data(), BPF_NOEXIST) != 0)
       throw Error("cannot copy a counter into the migrated " + path + ": " + errno_text(errno));
-  // Pinned beside the old map and renamed over it: the pin path always
-  // holds one whole map, the old or the new.
-  // No dot: bpffs refuses names with one (reserved, kernel/bpf/inode.c).
-  const std::string staged = path + "_migrating";
-  unlink(staged.c_str());
-  if (bpf_obj_pin(fresh.fd, staged.c_str()) != 0)
-    throw Error("cannot pin the migrated " + path + ": " + errno_text(errno));
-  if (std::rename(staged.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(staged.c_str());
-    throw Error("cannot replace " + path + " with its migrated copy: " + errno_text(err));
-  }
+  pin_replacing(fresh.fd, path);
   return true;
+}
+
+namespace {
+
+// The per-QP value of builds before rg_qp4/rg_qp6: both directions and one
+// last-seen time.
+struct LegacyQpDir {
+  uint64_t packets, bytes, retransmits, gaps, lost, nak_seq_err, nak_other, rnr_nak, cnp, ecn_ce;
+  uint32_t max_psn, flags;
+};
+struct LegacyQpState {
+  LegacyQpDir dir[RG_DIR_MAX];
+  uint64_t last_seen_ns;
+};
+static_assert(sizeof(LegacyQpState) == 184, "the legacy rg_qp value");
+
+uint32_t saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
+
+rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {
+  rg_qp_dir d{};
+  d.packets = o.packets;
+  d.bytes = o.bytes;
+  d.max_psn = o.max_psn;
+  d.flags = o.flags;
+  d.last_seen_ns = last_seen_ns;
+  d.retransmits = o.retransmits;
+  d.lost = o.lost;
+  d.cnp = o.cnp;
+  d.ecn_ce = o.ecn_ce;
+  d.gaps = saturate32(o.gaps);
+  d.nak_seq_err = saturate32(o.nak_seq_err);
+  d.nak_other = saturate32(o.nak_other);
+  d.rnr_nak = saturate32(o.rnr_nak);
+  return d;
+}
+
+}  // namespace
+
+void set_qp_entries(struct bpf_object* obj, uint32_t entries) {
+  for (const char* name : {kMapQp4, kMapQp6}) {
+    bpf_map* m = bpf_object__find_map_by_name(obj, name);
+    if (!m) throw Error(std::string("BPF object has no map ") + name);
+    if (int err = bpf_map__set_max_entries(m, entries))
+      throw Error(std::string("cannot size ") + name + " to " + std::to_string(entries) + ": " + errno_text(err));
+  }
+}
+
+std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t entries) {
+  const std::string path = pin_path + "/" + kMapQpLegacy;
+  Owned old{bpf_obj_get(path.c_str())};
+  if (old.fd < 0) return std::nullopt;
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0)
+    throw Error("cannot read info of map " + path + ": " + errno_text(errno));
+  if (info.type != BPF_MAP_TYPE_LRU_HASH || info.key_size != sizeof(rg_qp_key) ||
+      info.value_size != sizeof(LegacyQpState))
+    throw Error("map " + path + " is no per-QP table of an earlier roceguard (type " + type_name(info.type) +
+                    ", key_size " + std::to_string(info.key_size) + ", value_size " +
+                    std::to_string(info.value_size) +
+                    "); refusing to read it. `roceguard attach --reset-state` (or `run --reset-state`) removes it",
+                kExitConflict);
+
+  Owned v4{bpf_map_create(BPF_MAP_TYPE_LRU_HASH, kMapQp4, sizeof(rg_qp4_key), sizeof(rg_qp_dir), entries, nullptr)};
+  if (v4.fd < 0) throw Error(std::string("cannot create ") + kMapQp4 + ": " + errno_text(errno));
+  Owned v6{bpf_map_create(BPF_MAP_TYPE_LRU_HASH, kMapQp6, sizeof(rg_qp6_key), sizeof(rg_qp_dir), entries, nullptr)};
+  if (v6.fd < 0) throw Error(std::string("cannot create ") + kMapQp6 + ": " + errno_text(errno));
+  size_t carried = 0;
+  walk_map(old.fd, sizeof(rg_qp_key), sizeof(LegacyQpState), info.max_entries, [&](const uint8_t* k, const uint8_t* v) {
+    rg_qp_key key;
+    LegacyQpState st;
+    std::memcpy(&key, k, sizeof(key));
+    std::memcpy(&st, v, sizeof(st));
+    for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
+      const LegacyQpDir& o = st.dir[d];
+      if (o.packets == 0 && o.flags == 0) continue;  // this direction never seen
+      const rg_qp_dir value = from_legacy(o, st.last_seen_ns);
+      int rc;
+      if (key.family == AF_INET) {
+        rg_qp4_key k4{};
+        std::memcpy(k4.src, key.src, sizeof(k4.src));
+        std::memcpy(k4.dst, key.dst, sizeof(k4.dst));
+        k4.dest_qp = key.dest_qp;
+        k4.direction = d;
+        rc = bpf_map_update_elem(v4.fd, &k4, &value, BPF_ANY);
+      } else {
+        rg_qp6_key k6{};
+        std::memcpy(k6.src, key.src, sizeof(k6.src));
+        std::memcpy(k6.dst, key.dst, sizeof(k6.dst));
+        k6.dest_qp = key.dest_qp;
+        k6.direction = d;
+        rc = bpf_map_update_elem(v6.fd, &k6, &value, BPF_ANY);
+      }
+      if (rc != 0) throw Error("cannot copy a QP of " + path + " into its new table: " + errno_text(errno));
+      ++carried;
+    }
+  });
+  pin_replacing(v4.fd, pin_path + "/" + kMapQp4);
+  pin_replacing(v6.fd, pin_path + "/" + kMapQp6);
+  return carried;
+}
+
+void remove_legacy_qp_table(const std::string& pin_path) {
+  const std::string path = pin_path + "/" + kMapQpLegacy;
+  if (unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw Error("cannot remove the earlier per-QP table " + path + ": " + errno_text(errno));
 }
 
 }  // namespace rg

@@ -10,6 +10,8 @@
 
 #include <linux/bpf.h>
 
+struct bpf_object;
+
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -24,7 +26,11 @@ namespace rg {
 
 // Names of the maps in the BPF object; pinned as <pin_path>/<name>.
 inline constexpr const char* kMapCounters = "rg_counters";
-inline constexpr const char* kMapQp = "rg_qp";
+inline constexpr const char* kMapQp4 = "rg_qp4";
+inline constexpr const char* kMapQp6 = "rg_qp6";
+// The per-QP table of builds before the per-family, per-direction tables:
+// an upgrade carries its entries over (migrate_qp_table) and removes it.
+inline constexpr const char* kMapQpLegacy = "rg_qp";
 inline constexpr const char* kMapPeers = "rg_peers";
 inline constexpr const char* kMapRoute4 = "rg_route4";
 inline constexpr const char* kMapRoute6 = "rg_route6";
@@ -32,8 +38,9 @@ inline constexpr const char* kMapDecap = "rg_decap";
 inline constexpr const char* kMapIfaces = "rg_ifaces";
 inline constexpr const char* kMapPeerStats = "rg_peer_stats";
 inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
-inline constexpr std::array<const char*, 9> kPinnedMaps{kMapCounters, kMapQp,     kMapPeers,     kMapRoute4,       kMapRoute6,
-                                                        kMapDecap,    kMapIfaces, kMapPeerStats, kMapTunnelStreams};
+inline constexpr std::array<const char*, 10> kPinnedMaps{kMapCounters, kMapQp4,    kMapQp6,       kMapPeers,
+                                                         kMapRoute4,   kMapRoute6, kMapDecap,     kMapIfaces,
+                                                         kMapPeerStats, kMapTunnelStreams};
 
 struct CounterRow {
   uint32_t ifindex = 0;
@@ -41,9 +48,26 @@ struct CounterRow {
   std::array<rg_counter, RG_EV_MAX> ev{};  // summed over CPUs
 };
 
+// Both directions of one QP, joined from their entries in rg_qp4/rg_qp6.
+struct QpState {
+  std::array<rg_qp_dir, RG_DIR_MAX> dir{};
+};
+
 struct QpRow {
   rg_qp_key key{};
-  rg_qp_state state{};
+  QpState state{};
+};
+
+// The per-QP tables of a reader that borrows fds; -1 for one it does not read.
+struct QpMaps {
+  int v4 = -1;
+  int v6 = -1;
+};
+
+// Entries walked in each per-QP table.
+struct QpEntries {
+  uint32_t v4 = 0;
+  uint32_t v6 = 0;
 };
 
 // One peer slot's counters, summed over CPUs.
@@ -107,20 +131,22 @@ class MapReader {
   // Opens the maps pinned under pin_path and checks their layout; throws
   // rg::Error naming the missing or mismatched pin and how to fix it.
   explicit MapReader(const std::string& pin_path);
-  // Borrows already-open fds (tests, a running loader); qp_fd may be -1.
-  // Not closed; checked like pins.
-  MapReader(int counters_fd, int qp_fd);
+  // Borrows already-open fds (tests, a running loader). Not closed; checked
+  // like pins.
+  explicit MapReader(int counters_fd, QpMaps qp = {});
   ~MapReader();
   MapReader(const MapReader&) = delete;
   MapReader& operator=(const MapReader&) = delete;
 
   std::vector<CounterRow> counters() const;
+  // Every tracked QP, its two directions joined into one row.
   std::vector<QpRow> qps() const;
-  // The top rows of rg_qp by ranks_before, best first, holding no more than
-  // top rows at a time however large the table; *entries gets the number of
-  // rows walked.
+  // The top QPs by ranks_before, best first, holding no more than 2 * top
+  // rows at a time however large the tables: each direction's entry is
+  // ranked on its own, and the kept ones are joined with their other
+  // direction and ranked again. *entries gets the entries walked.
   std::vector<QpRow> top_qps(size_t top, bool (*ranks_before)(const QpRow&, const QpRow&),
-                             size_t* entries) const;
+                             QpEntries* entries) const;
   // Per-peer counters and tracked tunnel streams; empty when the pins are
   // absent (maps of a build before them) or the reader borrows fds.
   std::vector<PeerStatsRow> peer_stats() const;
@@ -129,19 +155,24 @@ class MapReader {
   MapUsage info(int fd, const std::string& name) const;
   MapUsage usage(int fd, const std::string& name) const;
   // counters_entries/qp_entries: a map's fill when the caller has just read
-  // it with counters()/qps(), which spares a second walk.
-  std::vector<MapUsage> usage_all(std::optional<uint32_t> qp_entries = std::nullopt,
+  // it with counters()/top_qps(), which spares a second walk.
+  std::vector<MapUsage> usage_all(std::optional<QpEntries> qp_entries = std::nullopt,
                                   std::optional<uint32_t> counters_entries = std::nullopt) const;
 
   int counters_fd() const { return counters_fd_; }
-  int qp_fd() const { return qp_fd_; }
 
  private:
+  // Visits every entry of both per-QP tables as a half-filled row: the
+  // entry's direction set, the other one zero.
+  QpEntries walk_qps(const std::function<void(const QpRow&, rg_direction)>& visit) const;
+  // The other direction's entry of row's QP, when there is one.
+  void join_other_direction(QpRow& row, rg_direction have) const;
+
   int counters_fd_ = -1;
-  int qp_fd_ = -1;
+  QpMaps qp_{};
   uint32_t counters_value_size_ = sizeof(rg_counters);
   uint32_t counters_max_ = 0;
-  uint32_t qp_max_ = 0;
+  QpEntries qp_max_{};
   bool owned_ = false;
   std::string pin_path_;
 };
@@ -166,5 +197,19 @@ size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep);
 // at zero replaces the pin. Returns true when it migrated. Events are
 // append-only (roceguard.h), so an old event keeps its offset.
 bool migrate_counters(const std::string& pin_path, uint32_t value_size);
+
+// Sizes both per-QP tables (rg_qp4, rg_qp6) of an opened, not yet loaded
+// object; throws rg::Error naming the table it could not size.
+void set_qp_entries(struct bpf_object* obj, uint32_t entries);
+
+// Carries the entries of an earlier build's pinned rg_qp (both directions
+// in one value, one table for both families) into new rg_qp4 and rg_qp6
+// pins of the given capacity, replacing any there, so the object being
+// loaded reuses them. The old pin stays until remove_legacy_qp_table(): an
+// upgrade that fails before its attach completes leaves the earlier build
+// its table. Returns the QP directions carried over, or nullopt without an
+// old pin.
+std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t entries);
+void remove_legacy_qp_table(const std::string& pin_path);
 
 }  // namespace rg

@@ -15,13 +15,13 @@
 
 namespace rg {
 
-uint64_t qp_badness(const rg_qp_state& s) {
+uint64_t qp_badness(const QpState& s) {
   uint64_t n = 0;
   for (const auto& d : s.dir) n += d.retransmits + d.lost;
   return n;
 }
 
-uint64_t qp_packets(const rg_qp_state& s) {
+uint64_t qp_packets(const QpState& s) {
   uint64_t n = 0;
   for (const auto& d : s.dir) n += d.packets;
   return n;

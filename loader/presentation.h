@@ -20,8 +20,8 @@ namespace rg {
 
 // Retransmits plus estimated losses over both directions: what the QP lost
 // to the network.
-uint64_t qp_badness(const rg_qp_state& s);
-uint64_t qp_packets(const rg_qp_state& s);
+uint64_t qp_badness(const QpState& s);
+uint64_t qp_packets(const QpState& s);
 
 // The ranking order: more badness first; ties (often all zero) by more
 // traffic, then by key, so the same QPs stay selected from one read to the

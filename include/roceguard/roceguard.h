@@ -143,7 +143,12 @@ struct rg_counters {
 	struct rg_counter ev[RG_EV_MAX];
 };
 
-/* Addresses are stored in 16 bytes; IPv4 uses the first 4, the rest zero. */
+/*
+ * A QP's flow as the programs derive it from a packet, either family:
+ * addresses in 16 bytes, IPv4 in the first 4 and the rest zero. It seeds the
+ * Geneve entropy hash, and userspace shows QPs by it; the per-QP tables are
+ * keyed by the compact per-family forms below.
+ */
 struct rg_qp_key {
 	__u8 src[16];
 	__u8 dst[16];
@@ -151,20 +156,47 @@ struct rg_qp_key {
 	__u32 family; /* AF_INET or AF_INET6 */
 };
 
-/* What one direction of a QP looked like at this hook. */
+/*
+ * Keys of the per-QP tables: one entry per QP and direction, so an entry
+ * holds only the direction a hook saw (a gateway sees most keys in one
+ * direction), and IPv4 QPs take a 16-byte key (rg_qp4) where IPv6 ones take
+ * 40 (rg_qp6).
+ */
+struct rg_qp4_key {
+	__u8 src[4];
+	__u8 dst[4];
+	__u32 dest_qp;
+	__u32 direction; /* enum rg_direction */
+};
+
+struct rg_qp6_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__u32 dest_qp;
+	__u32 direction;
+};
+
+/*
+ * What one direction of a QP looked like at this hook: the value of both
+ * per-QP tables. The fields every packet touches come first, next to the
+ * key: with the kernel's 48-byte element header and a 16-byte IPv4 key they
+ * start on the element's second cache line. The rarer counters follow;
+ * NAK and gap counts are 32 bits (userspace reads them as 64).
+ */
 struct rg_qp_dir {
 	__u64 packets;
 	__u64 bytes;
-	__u64 retransmits; /* egress: resent; ingress: duplicate/retransmission received */
-	__u64 gaps;
-	__u64 lost;
-	__u64 nak_seq_err;
-	__u64 nak_other;
-	__u64 rnr_nak;
-	__u64 cnp;
-	__u64 ecn_ce;
 	__u32 max_psn;     /* highest PSN seen, serial arithmetic */
 	__u32 flags;       /* RG_QP_F_* */
+	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC, tick resolution) of the last packet */
+	__u64 retransmits; /* egress: resent; ingress: duplicate/retransmission received */
+	__u64 lost;
+	__u64 cnp;
+	__u64 ecn_ce;
+	__u32 gaps;
+	__u32 nak_seq_err;
+	__u32 nak_other;
+	__u32 rnr_nak;
 };
 
 #define RG_QP_F_SEEN (1u << 0)
@@ -175,11 +207,6 @@ struct rg_qp_dir {
  * next request PSN may be ahead without a gap: the READ's response packets.
  */
 #define RG_QP_READ_SPAN_SHIFT 8
-
-struct rg_qp_state {
-	struct rg_qp_dir dir[RG_DIR_MAX];
-	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC, tick resolution) of the last packet */
-};
 
 struct rg_route4_key {
 	__u32 prefixlen;
@@ -365,8 +392,9 @@ RG_STATIC_ASSERT(sizeof(struct rg_counter) == 16, "rg_counter layout");
 RG_STATIC_ASSERT(sizeof(struct rg_counter_key) == 8, "rg_counter_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_counters) == 16 * RG_EV_MAX, "rg_counters layout");
 RG_STATIC_ASSERT(sizeof(struct rg_qp_key) == 40, "rg_qp_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_qp_dir) == 88, "rg_qp_dir layout");
-RG_STATIC_ASSERT(sizeof(struct rg_qp_state) == 184, "rg_qp_state layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp4_key) == 16, "rg_qp4_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp6_key) == 40, "rg_qp6_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp_dir) == 80, "rg_qp_dir layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");

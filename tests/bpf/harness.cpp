@@ -1,5 +1,6 @@
 #include "harness.h"
 
+
 #include "test_run.h"
 
 #include <bpf/bpf.h>
@@ -163,13 +164,13 @@ Dataplane::Dataplane(const rg_config& cfg) {
   skel_->rodata->rg_cfg = cfg;
   // A small QP table keeps each test's load cheap; LRU behaviour is not
   // what these tests are about.
-  bpf_map__set_max_entries(skel_->maps.rg_qp, 1024);
+  rg::set_qp_entries(skel_->obj, 1024);
   if (int err = roceguard__load(skel_)) {
     roceguard__destroy(skel_);
     throw std::runtime_error("roceguard__load: " + std::string(std::strerror(-err)));
   }
   reader_ = std::make_unique<MapReader>(bpf_map__fd(skel_->maps.rg_counters),
-                                        bpf_map__fd(skel_->maps.rg_qp));
+                                        QpMaps{bpf_map__fd(skel_->maps.rg_qp4), bpf_map__fd(skel_->maps.rg_qp6)});
   // As the loader registers every interface before attaching to it.
   iface(dev_ifindex(), kDevMac);
 }
@@ -285,11 +286,19 @@ void Dataplane::tunnels(uint16_t mtu) {
 }
 
 void Dataplane::age_qps() {
-  for (QpRow row : reader_->qps()) {
-    row.state.last_seen_ns = 1;
-    if (bpf_map__update_elem(skel_->maps.rg_qp, &row.key, sizeof(row.key), &row.state,
-                             sizeof(row.state), BPF_EXIST))
-      throw std::runtime_error("rg_qp update: " + std::string(std::strerror(errno)));
+  for (bpf_map* m : {skel_->maps.rg_qp4, skel_->maps.rg_qp6}) {
+    const uint32_t key_size = bpf_map__key_size(m);
+    std::vector<std::vector<uint8_t>> keys;
+    walk_map(bpf_map__fd(m), key_size, sizeof(rg_qp_dir), bpf_map__max_entries(m),
+             [&](const uint8_t* k, const uint8_t*) { keys.emplace_back(k, k + key_size); });
+    for (const auto& k : keys) {
+      rg_qp_dir d{};
+      if (bpf_map__lookup_elem(m, k.data(), key_size, &d, sizeof(d), 0))
+        throw std::runtime_error(std::string(bpf_map__name(m)) + " lookup: " + std::strerror(errno));
+      d.last_seen_ns = 1;
+      if (bpf_map__update_elem(m, k.data(), key_size, &d, sizeof(d), BPF_EXIST))
+        throw std::runtime_error(std::string(bpf_map__name(m)) + " update: " + std::strerror(errno));
+    }
   }
 }
 

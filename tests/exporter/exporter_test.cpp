@@ -215,7 +215,8 @@ TEST_F(ExporterBpf, ScrapeShowsExactlyWhatTheMapsHold) {
   Labels trunc = in;
   trunc["reason"] = "trunc_bth";
   EXPECT_EQ(value_of(s.samples, "roceguard_parse_errors_total", trunc), 1);
-  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp"}}), 2);
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp4"}}), 2);
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp6"}}), 0);
   EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_counters"}}), 2);
   EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_peers"}}), 0)
       << "unused peer slots of the array are not fill";
@@ -447,7 +448,7 @@ TEST_F(ExporterBpf, PerQpSeriesAreOffByDefaultAndCappedWhenOn) {
   const Labels worst{{"qp", "260"}, {"direction", "egress"}, {"src", "192.0.2.1"}};
   EXPECT_EQ(value_of(s.samples, "roceguard_qp_retransmitted_packets_total", worst), 4);
   EXPECT_EQ(value_of(s.samples, "roceguard_qp_packets_total", worst), 5);
-  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp"}}), 5)
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp4"}}), 5)
       << "fill counted from the one read of the QP map";
 }
 

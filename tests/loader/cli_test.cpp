@@ -790,7 +790,8 @@ TEST_F(LoaderNetns, IncompatiblePinnedMapNeedsResetState) {
   json before = status();
   Result r = rg("attach --interface veth0 --qp-entries 1024");
   EXPECT_EQ(r.rc, 4) << r.out;
-  EXPECT_NE(r.out.find("rg_qp: max_entries 65536 pinned, 1024 wanted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rg_qp4: max_entries 65536 pinned, 1024 wanted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rg_qp6: max_entries 65536 pinned, 1024 wanted"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--reset-state"), std::string::npos) << r.out;
   json after = status();
   EXPECT_EQ(after["interfaces"][0]["tc"]["prog_id"], before["interfaces"][0]["tc"]["prog_id"])
@@ -799,11 +800,14 @@ TEST_F(LoaderNetns, IncompatiblePinnedMapNeedsResetState) {
 
   r = rg("attach --interface veth0 --qp-entries 1024 --reset-state");
   ASSERT_EQ(r.rc, 0) << r.out;
+  int qp_tables = 0;
   for (const auto& m : status()["maps"]) {
-    if (m["name"] == "rg_qp") {
-      EXPECT_EQ(m["max_entries"], 1024);
+    if (m["name"] == "rg_qp4" || m["name"] == "rg_qp6") {
+      EXPECT_EQ(m["max_entries"], 1024) << m["name"];
+      ++qp_tables;
     }
   }
+  EXPECT_EQ(qp_tables, 2);
   EXPECT_EQ(counter("roce_packets"), 0u) << "--reset-state starts from zero";
 }
 

@@ -5,6 +5,7 @@
 // the data path while it is walked. Every map here is created by the test in
 // a private bpffs directory of its own, removed even when a case fails; no
 // packet is sent.
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
@@ -83,7 +84,10 @@ class PinnedState : public ::testing::Test {
     return pin(rg::kMapCounters, BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), value_size,
                RG_MAX_COUNTER_KEYS);
   }
-  int pin_qp() { return pin(rg::kMapQp, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(rg_qp_state), 1024); }
+  void pin_qp() {
+    pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), 1024);
+    pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), 1024);
+  }
 
   // rg_state holding text, in the layout roceguard writes.
   void pin_record(const std::string& text) {
@@ -128,15 +132,29 @@ TEST_F(PinnedState, CounterMapOfAnotherTypeIsRefusedByName) {
 
 TEST_F(PinnedState, QpMapOfAnotherKeyOrValueSizeIsRefusedByName) {
   pin_counters();
-  pin(rg::kMapQp, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key) + 8, 65536, 1024);
+  pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key) + 8, 65536, 1024);
+  pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), 1024);
   std::string msg = error_of([&] { rg::MapReader reader(pin_); });
-  EXPECT_NE(msg.find(rg::kMapQp), std::string::npos) << msg;
-  EXPECT_NE(msg.find("key_size 48, expected 40"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("value_size 65536, expected 184"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(rg::kMapQp4), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key_size 24, expected 16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 65536, expected 80"), std::string::npos) << msg;
 
   Result r = rg("stats --qp");
   EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
-  EXPECT_NE(r.out.find(rg::kMapQp), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(rg::kMapQp4), std::string::npos) << r.out;
+}
+
+TEST_F(PinnedState, Ipv6QpMapOfAnotherValueSizeIsRefusedByName) {
+  pin_counters();
+  pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), 1024);
+  pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir) + 8, 1024);
+  std::string msg = error_of([&] { rg::MapReader reader(pin_); });
+  EXPECT_NE(msg.find(rg::kMapQp6), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 88, expected 80"), std::string::npos) << msg;
+
+  Result r = rg("stats --qp");
+  EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
+  EXPECT_NE(r.out.find(rg::kMapQp6), std::string::npos) << r.out;
 }
 
 // A counter value longer than this build's (a later build with more events)
@@ -286,6 +304,112 @@ TEST_F(PinnedState, ShorterCounterValueIsMigratedKeepingEveryCount) {
   EXPECT_FALSE(rg::migrate_counters(pin_, sizeof(rg_counters)));
 }
 
+// --- QPs across the upgrade to per-family, per-direction tables ------------
+
+// The per-QP value of builds before rg_qp4/rg_qp6, as they pinned it.
+struct LegacyQpDir {
+  uint64_t packets, bytes, retransmits, gaps, lost, nak_seq_err, nak_other, rnr_nak, cnp, ecn_ce;
+  uint32_t max_psn, flags;
+};
+struct LegacyQpState {
+  LegacyQpDir dir[RG_DIR_MAX];
+  uint64_t last_seen_ns;
+};
+
+TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
+  pin_counters();
+  int legacy = pin(rg::kMapQpLegacy, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 4096);
+  // An IPv4 QP seen both ways, and an IPv6 one seen only leaving.
+  rg_qp_key k4{};
+  k4.family = AF_INET;
+  inet_pton(AF_INET, "192.0.2.1", k4.src);
+  inet_pton(AF_INET, "198.51.100.2", k4.dst);
+  k4.dest_qp = 0x11;
+  LegacyQpState v4{};
+  v4.dir[RG_DIR_EGRESS] = {100, 102400, 3, 2, 7, 1, 0, 4, 5, 6, 0x123456, RG_QP_F_SEEN};
+  v4.dir[RG_DIR_INGRESS] = {50, 51200, 1, 1ull << 33, 9, 0, 2, 0, 0, 8, 0x654321, RG_QP_F_SEEN};
+  v4.last_seen_ns = 777;
+  ASSERT_EQ(bpf_map_update_elem(legacy, &k4, &v4, BPF_NOEXIST), 0) << strerror(errno);
+  rg_qp_key k6{};
+  k6.family = AF_INET6;
+  inet_pton(AF_INET6, "2001:db8::1", k6.src);
+  inet_pton(AF_INET6, "2001:db8::2", k6.dst);
+  k6.dest_qp = 0x22;
+  LegacyQpState v6{};
+  v6.dir[RG_DIR_EGRESS] = {10, 10240, 0, 0, 0, 0, 0, 0, 0, 0, 9, RG_QP_F_SEEN};
+  v6.last_seen_ns = 888;
+  ASSERT_EQ(bpf_map_update_elem(legacy, &k6, &v6, BPF_NOEXIST), 0) << strerror(errno);
+
+  auto carried = rg::migrate_qp_table(pin_, 2048);
+  ASSERT_TRUE(carried);
+  EXPECT_EQ(*carried, 3u);  // the IPv6 QP's ingress was never seen
+  // Until the attach completes the earlier build keeps its table.
+  struct stat st {};
+  EXPECT_EQ(stat((pin_ + "/" + rg::kMapQpLegacy).c_str(), &st), 0);
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) {
+    rg::MapUsage u = rg::map_info(fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())), name);
+    EXPECT_EQ(u.max_entries, 2048u) << name;
+    EXPECT_NE(stat((pin_ + "/" + name + "_migrating").c_str(), &st), 0) << name;
+  }
+
+  auto rows = rg::MapReader(pin_).qps();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    if (row.key.family == AF_INET) {
+      EXPECT_EQ(std::memcmp(&row.key, &k4, sizeof(k4)), 0);
+      for (int d = 0; d < RG_DIR_MAX; ++d) {
+        const LegacyQpDir& o = v4.dir[d];
+        const rg_qp_dir& n = row.state.dir[d];
+        EXPECT_EQ(n.packets, o.packets) << d;
+        EXPECT_EQ(n.bytes, o.bytes) << d;
+        EXPECT_EQ(n.retransmits, o.retransmits) << d;
+        EXPECT_EQ(n.lost, o.lost) << d;
+        EXPECT_EQ(n.nak_seq_err, o.nak_seq_err) << d;
+        EXPECT_EQ(n.nak_other, o.nak_other) << d;
+        EXPECT_EQ(n.rnr_nak, o.rnr_nak) << d;
+        EXPECT_EQ(n.cnp, o.cnp) << d;
+        EXPECT_EQ(n.ecn_ce, o.ecn_ce) << d;
+        EXPECT_EQ(n.max_psn, o.max_psn) << d;
+        EXPECT_EQ(n.flags, o.flags) << d;
+        EXPECT_EQ(n.last_seen_ns, 777u) << d;
+      }
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].gaps, 2u);
+      EXPECT_EQ(row.state.dir[RG_DIR_INGRESS].gaps, UINT32_MAX);  // 32 bits now: saturated, not wrapped
+    } else {
+      EXPECT_EQ(std::memcmp(&row.key, &k6, sizeof(k6)), 0);
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].packets, 10u);
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].max_psn, 9u);
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].last_seen_ns, 888u);
+      EXPECT_EQ(row.state.dir[RG_DIR_INGRESS].packets, 0u);
+    }
+  }
+
+  // Again (an upgrade that failed and is retried): the tables are rebuilt
+  // from the earlier build's, not added to.
+  ASSERT_TRUE(rg::migrate_qp_table(pin_, 2048));
+  rows = rg::MapReader(pin_).qps();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows)
+    if (row.key.family == AF_INET) {
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].packets, 100u);
+    }
+
+  rg::remove_legacy_qp_table(pin_);
+  EXPECT_NE(stat((pin_ + "/" + rg::kMapQpLegacy).c_str(), &st), 0);
+  EXPECT_FALSE(rg::migrate_qp_table(pin_, 2048));
+  EXPECT_NO_THROW(rg::remove_legacy_qp_table(pin_));
+}
+
+TEST_F(PinnedState, LegacyQpTableOfAnotherLayoutIsRefusedByName) {
+  pin_counters();
+  pin(rg::kMapQpLegacy, BPF_MAP_TYPE_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 64);
+  std::string msg = error_of([&] { rg::migrate_qp_table(pin_, 1024); });
+  EXPECT_NE(msg.find(std::string(pin_) + "/" + rg::kMapQpLegacy), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--reset-state"), std::string::npos) << msg;
+  struct stat st {};
+  EXPECT_NE(stat((pin_ + "/" + rg::kMapQp4).c_str(), &st), 0);
+}
+
 // --- Pruning counters of interfaces that are gone --------------------------
 
 TEST_F(PinnedState, StaleInterfacesArePrunedSoANewOneStillCounts) {
@@ -312,11 +436,11 @@ TEST_F(PinnedState, StaleInterfacesArePrunedSoANewOneStillCounts) {
   EXPECT_EQ(rg::prune_counters(fd, {kept}), static_cast<size_t>(RG_MAX_COUNTER_KEYS - RG_DIR_MAX));
   EXPECT_EQ(bpf_map_update_elem(fd, &fresh, zero.data(), BPF_NOEXIST), 0) << strerror(errno);
   std::set<uint32_t> left;
-  for (const auto& row : rg::MapReader(fd, -1).counters()) left.insert(row.ifindex);
+  for (const auto& row : rg::MapReader(fd).counters()) left.insert(row.ifindex);
   EXPECT_EQ(left, (std::set<uint32_t>{lo, kept}));
   // An interface that exists is never pruned.
   EXPECT_EQ(rg::prune_counters(fd, {}), static_cast<size_t>(RG_DIR_MAX));
-  EXPECT_EQ(rg::MapReader(fd, -1).counters().size(), 1u);
+  EXPECT_EQ(rg::MapReader(fd).counters().size(), 1u);
 }
 
 // --- Walks under churn ------------------------------------------------------
@@ -328,16 +452,16 @@ TEST(MapWalk, LruChurnNeverRepeatsOrExceedsCapacity) {
   constexpr uint32_t kCapacity = 1024;
   int counters = create_map(BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), sizeof(rg_counters),
                             RG_MAX_COUNTER_KEYS);
-  int qp = create_map(BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(rg_qp_state), kCapacity);
+  int qp = create_map(BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), kCapacity);
   ASSERT_GE(counters, 0) << strerror(errno);
   ASSERT_GE(qp, 0) << strerror(errno);
   auto insert = [qp](std::mt19937& rng) {
-    rg_qp_key key{};
-    key.family = 2;
+    rg_qp4_key key{};
     key.dest_qp = rng();
     key.src[0] = static_cast<uint8_t>(rng());
-    rg_qp_state value{};
-    value.dir[0].packets = 1;
+    key.direction = rng() & 1;
+    rg_qp_dir value{};
+    value.packets = 1;
     bpf_map_update_elem(qp, &key, &value, BPF_ANY);
   };
   std::mt19937 fill(1);
@@ -348,16 +472,20 @@ TEST(MapWalk, LruChurnNeverRepeatsOrExceedsCapacity) {
     std::mt19937 rng(2);
     while (!stop.load(std::memory_order_relaxed)) insert(rng);
   });
-  rg::MapReader reader(counters, qp);
+  rg::MapReader reader(counters, rg::QpMaps{qp, -1});
   size_t worst = 0;
   bool repeated = false;
   for (int walk = 0; walk < 200; ++walk) {
-    auto rows = reader.qps();
-    std::set<std::string> keys;
-    for (const auto& r : rows) keys.emplace(reinterpret_cast<const char*>(&r.key), sizeof(r.key));
-    repeated |= keys.size() != rows.size();
-    worst = std::max(worst, rows.size());
-    auto usage = reader.usage(qp, rg::kMapQp);
+    // The walk itself: the reader joins a QP's two directions into a row.
+    std::vector<std::string> walked;
+    rg::walk_map(qp, sizeof(rg_qp4_key), sizeof(rg_qp_dir), kCapacity, [&](const uint8_t* k, const uint8_t*) {
+      walked.emplace_back(reinterpret_cast<const char*>(k), sizeof(rg_qp4_key));
+    });
+    std::set<std::string> keys(walked.begin(), walked.end());
+    repeated |= keys.size() != walked.size();
+    worst = std::max(worst, walked.size());
+    worst = std::max(worst, reader.qps().size());
+    auto usage = reader.usage(qp, rg::kMapQp4);
     worst = std::max<size_t>(worst, usage.entries);
   }
   stop = true;

@@ -128,6 +128,8 @@ DirectAttach::~DirectAttach() {
 }
 
 int DirectAttach::counters_fd() const { return bpf_map__fd(skel_->maps.rg_counters); }
-int DirectAttach::qp_fd() const { return bpf_map__fd(skel_->maps.rg_qp); }
+rg::QpMaps DirectAttach::qp_maps() const {
+  return {bpf_map__fd(skel_->maps.rg_qp4), bpf_map__fd(skel_->maps.rg_qp6)};
+}
 
 }  // namespace rg::test

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "maps.h"
+
 struct roceguard;  // the generated skeleton
 
 namespace rg::test {
@@ -34,7 +36,7 @@ class DirectAttach {
   DirectAttach& operator=(const DirectAttach&) = delete;
 
   int counters_fd() const;
-  int qp_fd() const;
+  rg::QpMaps qp_maps() const;
 
  private:
   std::string netns_;

@@ -114,7 +114,7 @@ TEST_F(E2e, EncapWithoutDecapDoesNotDeliver) {
   EXPECT_EQ(t.sent.completed, 0u);
   EXPECT_GT(wan_seen_ab(*wan_, RG_WAN_GENEVE), 0u);
   EXPECT_EQ(wan_seen_ab(*wan_, RG_WAN_ROCE), 0u);
-  MapReader a(gw_a.counters_fd(), gw_a.qp_fd());
+  MapReader a(gw_a.counters_fd(), gw_a.qp_maps());
   EXPECT_EQ(sum_packets(a.counters(), RG_DIR_EGRESS, RG_EV_ENCAPSULATED), t.sent.packets);
   report("encap_only", {{"sent", t.sent.packets},
                         {"received", t.received.packets},
@@ -128,7 +128,7 @@ TEST_F(E2e, EncapDecapCarriesDscpAcrossLossyWan) {
   DirectAttach gw_a(topo_->netns(Node::kGatewayA), "wan0", DirectAttach::Hook::kTcEgress, peer_a());
   DirectAttach gw_b(topo_->netns(Node::kGatewayB), "wan0", DirectAttach::Hook::kXdp, peer_b());
   auto counters_of = [](const DirectAttach& gw) -> CounterSource {
-    return [&gw] { return MapReader(gw.counters_fd(), gw.qp_fd()).counters(); };
+    return [&gw] { return MapReader(gw.counters_fd(), gw.qp_maps()).counters(); };
   };
   const LossyTunnel run = run_lossy_tunnel(counters_of(gw_a), counters_of(gw_b));
   expect_lossy_tunnel_delivered(run);
@@ -173,7 +173,7 @@ TEST_F(E2e, XdpRepairsBleachedDscpWithoutTunnel) {
   auto cfg = sender(receiver_addr(false), 300);
   cfg.tos = RG_DEFAULT_DSCP << 2;
   Traffic t = run_traffic(cfg, {}, [](const lab::SenderStats& s) { return s.packets; });
-  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_fd()).counters();
+  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_maps()).counters();
 
   EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
   EXPECT_EQ(wan_->stats("to-a", RG_WAN_ROCE).bleached, t.sent.packets);
@@ -197,7 +197,7 @@ TEST_F(E2e, WanCongestionMarksSurviveDecapAndTriggerCnps) {
   lab::ReceiverConfig rcfg;
   rcfg.cnp_interval = std::chrono::microseconds(0);  // one CNP per CE packet: countable
   Traffic t = run_traffic(cfg, rcfg, [](const lab::SenderStats& s) { return s.packets; });
-  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_fd()).counters();
+  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_maps()).counters();
   const uint64_t marked = wan_->stats("to-a", RG_WAN_GENEVE).ce_marked;
 
   EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
@@ -227,8 +227,8 @@ TEST_F(E2e, PsnWrapWithWritesKeepsAccountingExact) {
     return s.packets - wan_dropped_ab(*wan_, RG_WAN_GENEVE);
   });
   const uint64_t dropped = wan_dropped_ab(*wan_, RG_WAN_GENEVE);
-  auto a = MapReader(gw_a.counters_fd(), gw_a.qp_fd()).counters();
-  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_fd()).counters();
+  auto a = MapReader(gw_a.counters_fd(), gw_a.qp_maps()).counters();
+  auto b = MapReader(gw_b.counters_fd(), gw_b.qp_maps()).counters();
 
   EXPECT_EQ(t.sent.qps_done, cfg.qps.count);
   EXPECT_EQ(t.received.delivered, cfg.qps.count * cfg.messages);

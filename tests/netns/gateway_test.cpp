@@ -92,10 +92,10 @@ class Gateway : public LabTest {
 };
 
 uint64_t egress(const DirectAttach& gw, rg_event ev) {
-  return sum_packets(MapReader(gw.counters_fd(), gw.qp_fd()).counters(), RG_DIR_EGRESS, ev);
+  return sum_packets(MapReader(gw.counters_fd(), gw.qp_maps()).counters(), RG_DIR_EGRESS, ev);
 }
 uint64_t ingress(const DirectAttach& gw, rg_event ev) {
-  return sum_packets(MapReader(gw.counters_fd(), gw.qp_fd()).counters(), RG_DIR_INGRESS, ev);
+  return sum_packets(MapReader(gw.counters_fd(), gw.qp_maps()).counters(), RG_DIR_INGRESS, ev);
 }
 
 // Gateway A reaches everything through wan0, except gateway B's WAN address:
@@ -226,7 +226,7 @@ TEST_F(Gateway, GsoBatchesAreCountedAndEncapsulatedPerDatagram) {
   EXPECT_EQ(received, sent);
   EXPECT_EQ(wrong_size, 0u);
 
-  MapReader a(gw_a.counters_fd(), gw_a.qp_fd());
+  MapReader a(gw_a.counters_fd(), gw_a.qp_maps());
   auto rows = a.counters();
   EXPECT_EQ(sum_packets(rows, RG_DIR_EGRESS, RG_EV_ROCE_PACKETS), sent);
   EXPECT_EQ(sum_packets(rows, RG_DIR_EGRESS, RG_EV_ENCAPSULATED), sent);

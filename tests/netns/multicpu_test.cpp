@@ -283,7 +283,7 @@ TEST(MultiCpu, OneQpFromEveryCpuThroughAGatewayCountsExactly) {
   MapReader reader(rg.pin_path());
   std::vector<QpRow> qps = reader.qps();
   ASSERT_EQ(qps.size(), 1u) << "one QP";
-  const rg_qp_state& st = qps[0].state;
+  const QpState& st = qps[0].state;
   std::vector<CounterRow> rows = reader.counters();
   auto per_cpu = roce_packets_per_cpu(rg.pin_path());
   int cpus_in = 0, cpus_out = 0;
