@@ -21,11 +21,13 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <sys/mman.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <numeric>
@@ -55,6 +57,7 @@ struct Size {
   std::unique_ptr<Object> obj;
   std::array<std::vector<double>, kPatterns> tc_ns, xdp_ns;
   uint64_t memlock4 = 0, memlock6 = 0;
+  double chase = 0;  // ns per random cache-line load over the table's footprint
   uint64_t qp_new_during_runs = 0;
   double fill_s = 0;
   std::array<std::vector<uint32_t>, 2> psn;  // per hook: each QP's next PSN
@@ -87,6 +90,38 @@ class Zipf {
   std::vector<double> cdf_;
   std::vector<uint32_t> qp_;
 };
+
+// ns per dependent load when walking a random cycle of cache lines over
+// bytes of memory in 4 KiB pages, as the table's preallocated elements are
+// (vmalloc): the cost of one cache-line miss at that footprint, TLB misses
+// included. The per-packet cost's growth divided by it is how many lines a
+// packet misses.
+double chase_ns(size_t bytes, std::mt19937& rng) {
+  constexpr size_t kLine = 64;
+  const size_t lines = std::max<size_t>(bytes / kLine, 2);
+  std::vector<uint32_t> order(lines);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), rng);
+  // Small pages, as vmalloc maps the kernel's: no transparent huge pages.
+  const size_t len = lines * kLine;
+  void* area = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (area == MAP_FAILED) throw std::runtime_error("mmap: " + std::string(std::strerror(errno)));
+  madvise(area, len, MADV_NOHUGEPAGE);
+  auto* mem = static_cast<uint64_t*>(area);
+  constexpr size_t kWords = kLine / sizeof(uint64_t);
+  // Line order[i] points at line order[i + 1]: one cycle through them all.
+  for (size_t i = 0; i < lines; ++i) mem[order[i] * kWords] = order[(i + 1) % lines];
+  uint64_t at = order[0];
+  const size_t steps = 2000000;
+  for (size_t i = 0; i < lines && i < steps; ++i) at = mem[at * kWords];  // warm what fits
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < steps; ++i) at = mem[at * kWords];
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  volatile uint64_t sink = at;
+  (void)sink;
+  munmap(area, len);
+  return ns / steps;
+}
 
 }  // namespace
 
@@ -171,6 +206,7 @@ int main(int argc, char** argv) {
       }
     }
     for (auto& s : runs) s.qp_new_during_runs = qp_new(*s.obj) - s.qp_new_during_runs;
+    for (auto& s : runs) s.chase = chase_ns(s.memlock4, rng);
 
     const double ftc = trimmed_mean(floor_tc), fxdp = trimmed_mean(floor_xdp);
     std::cout << "QP drawn per packet, BPF_PROG_TEST_RUN repeat=1, " << rounds << " rounds x " << calls
@@ -201,6 +237,24 @@ int main(int argc, char** argv) {
     }
     t.print();
     std::cout << "\n";
+    // How many cache lines a packet misses at each size: its cost's growth
+    // over the first size (uniform access) in units of one random load's.
+    std::cout << "\n";
+    Table c({"entries", "footprint MiB", "random load ns", "tc growth ns", "xdp growth ns", "tc lines", "xdp lines"});
+    nlohmann::json lines = nlohmann::json::array();
+    for (const auto& s : runs) {
+      const double tc = trimmed_mean(s.tc_ns[kUniform]) - trimmed_mean(runs.front().tc_ns[kUniform]);
+      const double xdp = trimmed_mean(s.xdp_ns[kUniform]) - trimmed_mean(runs.front().xdp_ns[kUniform]);
+      const double miss = s.chase - runs.front().chase;
+      c.row({std::to_string(s.entries), fmt("%.1f", s.memlock4 / 1048576.0), fmt("%.1f", s.chase), fmt("%.0f", tc),
+             fmt("%.0f", xdp), miss > 1 ? fmt("%.1f", tc / miss) : "-", miss > 1 ? fmt("%.1f", xdp / miss) : "-"});
+      lines.push_back({{"entries", s.entries},
+                       {"random_load_ns", s.chase},
+                       {"tc_growth_ns", tc},
+                       {"xdp_growth_ns", xdp}});
+    }
+    c.print();
+    std::cout << "\n";
     Table m({"entries", "rg_qp4 memlock MiB", "bytes/IPv4 QP", "rg_qp6 memlock MiB", "bytes/IPv6 QP", "fill s"});
     nlohmann::json mem = nlohmann::json::array();
     for (const auto& s : runs) {
@@ -224,6 +278,7 @@ int main(int argc, char** argv) {
                            {"rounds", rounds},
                            {"calls", calls},
                            {"results", out},
+                           {"cache_lines", lines},
                            {"memory", mem}});
   } catch (const std::exception& e) {
     std::cerr << "bench_qp_scale: " << e.what() << "\n";

@@ -563,18 +563,6 @@ bool migrate_counters(const std::string& pin_path, uint32_t value_size) {
 
 namespace {
 
-// The per-QP value of builds before rg_qp4/rg_qp6: both directions and one
-// last-seen time.
-struct LegacyQpDir {
-  uint64_t packets, bytes, retransmits, gaps, lost, nak_seq_err, nak_other, rnr_nak, cnp, ecn_ce;
-  uint32_t max_psn, flags;
-};
-struct LegacyQpState {
-  LegacyQpDir dir[RG_DIR_MAX];
-  uint64_t last_seen_ns;
-};
-static_assert(sizeof(LegacyQpState) == 184, "the legacy rg_qp value");
-
 uint32_t saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
 
 rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {

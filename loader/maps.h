@@ -198,6 +198,18 @@ size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep);
 // append-only (roceguard.h), so an old event keeps its offset.
 bool migrate_counters(const std::string& pin_path, uint32_t value_size);
 
+// The value of kMapQpLegacy (key: rg_qp_key): both directions of a QP and
+// one last-seen time.
+struct LegacyQpDir {
+  uint64_t packets, bytes, retransmits, gaps, lost, nak_seq_err, nak_other, rnr_nak, cnp, ecn_ce;
+  uint32_t max_psn, flags;
+};
+struct LegacyQpState {
+  LegacyQpDir dir[RG_DIR_MAX];
+  uint64_t last_seen_ns;
+};
+static_assert(sizeof(LegacyQpState) == 184, "the legacy rg_qp value");
+
 // Sizes both per-QP tables (rg_qp4, rg_qp6) of an opened, not yet loaded
 // object; throws rg::Error naming the table it could not size.
 void set_qp_entries(struct bpf_object* obj, uint32_t entries);

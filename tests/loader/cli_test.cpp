@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "maps.h"
 #include "packet.h"
 #include "roceguard/roceguard.h"
 
@@ -801,7 +802,9 @@ TEST_F(LoaderNetns, IncompatiblePinnedMapNeedsResetState) {
   r = rg("attach --interface veth0 --qp-entries 1024 --reset-state");
   ASSERT_EQ(r.rc, 0) << r.out;
   int qp_tables = 0;
-  for (const auto& m : status()["maps"]) {
+  // Held: a range over status()["maps"] would outlive the temporary.
+  const json st = status();
+  for (const auto& m : st["maps"]) {
     if (m["name"] == "rg_qp4" || m["name"] == "rg_qp6") {
       EXPECT_EQ(m["max_entries"], 1024) << m["name"];
       ++qp_tables;
@@ -809,6 +812,71 @@ TEST_F(LoaderNetns, IncompatiblePinnedMapNeedsResetState) {
   }
   EXPECT_EQ(qp_tables, 2);
   EXPECT_EQ(counter("roce_packets"), 0u) << "--reset-state starts from zero";
+}
+
+// An upgrade from a build that kept one rg_qp of both families and halves:
+// the pin directory as that build left it (its counters, its rg_qp, no
+// rg_qp4/rg_qp6). A first attach that fails half-way leaves the old table
+// in place; the attach that completes carries its QPs over and removes it,
+// and the programs count on from the carried values.
+TEST_F(LoaderNetns, UpgradeCarriesAnEarlierBuildsQpTable) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  // The earlier build's layout, holding QP 0x11 (what send_roce sends) with
+  // both halves counted.
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) ASSERT_EQ(unlink((pin_ + "/" + name).c_str()), 0) << name;
+  int legacy = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, rg::kMapQpLegacy, sizeof(rg_qp_key), sizeof(rg::LegacyQpState),
+                              65536, nullptr);
+  ASSERT_GE(legacy, 0) << strerror(errno);
+  rg_qp_key key{};
+  key.family = AF_INET;
+  inet_pton(AF_INET, "198.51.100.1", key.src);
+  inet_pton(AF_INET, "198.51.100.2", key.dst);
+  key.dest_qp = 0x11;
+  rg::LegacyQpState old{};
+  old.dir[RG_DIR_EGRESS] = {1000, 64000, 7, 2, 5, 1, 0, 0, 3, 4, 99, RG_QP_F_SEEN};
+  old.dir[RG_DIR_INGRESS] = {500, 32000, 0, 1, 6, 0, 1, 2, 0, 0, 1234, RG_QP_F_SEEN};
+  struct timespec now {};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  old.last_seen_ns = static_cast<uint64_t>(now.tv_sec) * 1000000000ull + now.tv_nsec;  // not idle
+  ASSERT_EQ(bpf_map_update_elem(legacy, &key, &old, BPF_NOEXIST), 0) << strerror(errno);
+  const std::string legacy_pin = pin_ + "/" + rg::kMapQpLegacy;
+  ASSERT_EQ(bpf_obj_pin(legacy, legacy_pin.c_str()), 0) << strerror(errno);
+  close(legacy);
+  struct stat st {};
+
+  // Fails at vbig0, after veth0: everything is put back and the old table stays.
+  create_xdp_refusing_veth();
+  Result r = rg("attach --interface veth0 --interface vbig0");
+  ASSERT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(stat(legacy_pin.c_str(), &st), 0) << "a failed upgrade keeps the earlier build's table\n" << r.out;
+
+  r = rg("attach --interface veth0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("carried 2 QP directions"), std::string::npos) << r.out;
+  EXPECT_NE(stat(legacy_pin.c_str(), &st), 0) << "removed once the attach completed";
+  auto qp_of = [&] {
+    Result q = rg("stats --json --qp --top 5");
+    auto j = json::parse(q.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << q.out;
+    EXPECT_EQ(j.value("qps", json::array()).size(), 1u) << q.out;
+    return j.is_discarded() || j["qps"].empty() ? json{} : j["qps"][0];
+  };
+  json q = qp_of();
+  EXPECT_EQ(q["dest_qp"], 0x11);
+  EXPECT_EQ(q["egress"]["packets"], 1000);
+  EXPECT_EQ(q["egress"]["retransmits"], 7);
+  EXPECT_EQ(q["egress"]["lost"], 5);
+  EXPECT_EQ(q["egress"]["max_psn"], 99);
+  EXPECT_EQ(q["ingress"]["packets"], 500);
+  EXPECT_EQ(q["ingress"]["rnr_nak"], 2);
+  EXPECT_EQ(q["ingress"]["max_psn"], 1234);
+  // The attached programs count on in the carried entry: PSN 100 after 99.
+  ASSERT_EQ(send_roce(100, 2), 0);
+  q = qp_of();
+  EXPECT_EQ(q["egress"]["packets"], 1002);
+  EXPECT_EQ(q["egress"]["retransmits"], 7);
+  EXPECT_EQ(q["egress"]["gaps"], 2);
 }
 
 // Pins rg_counters in the pin directory, with a value of `events` counters

@@ -306,15 +306,8 @@ TEST_F(PinnedState, ShorterCounterValueIsMigratedKeepingEveryCount) {
 
 // --- QPs across the upgrade to per-family, per-direction tables ------------
 
-// The per-QP value of builds before rg_qp4/rg_qp6, as they pinned it.
-struct LegacyQpDir {
-  uint64_t packets, bytes, retransmits, gaps, lost, nak_seq_err, nak_other, rnr_nak, cnp, ecn_ce;
-  uint32_t max_psn, flags;
-};
-struct LegacyQpState {
-  LegacyQpDir dir[RG_DIR_MAX];
-  uint64_t last_seen_ns;
-};
+using rg::LegacyQpDir;
+using rg::LegacyQpState;
 
 TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
   pin_counters();
