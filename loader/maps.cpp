@@ -293,59 +293,64 @@ rg_direction direction_of(uint32_t d) { return d == RG_DIR_INGRESS ? RG_DIR_INGR
 
 std::string qp_identity(const rg_qp_key& k) { return std::string(reinterpret_cast<const char*>(&k), sizeof(k)); }
 
+// The per-family table key (rg_qp4_key or rg_qp6_key) of a QP direction, and
+// the QP a table key names.
+template <typename Key>
+Key qp_table_key(const rg_qp_key& k, uint32_t direction) {
+  Key key{};
+  std::memcpy(key.src, k.src, sizeof(key.src));
+  std::memcpy(key.dst, k.dst, sizeof(key.dst));
+  key.dest_qp = k.dest_qp;
+  key.direction = direction;
+  return key;
+}
+
+template <typename Key>
+rg_qp_key qp_of(const Key& key) {
+  rg_qp_key k{};
+  k.family = sizeof(key.src) == 4 ? AF_INET : AF_INET6;
+  std::memcpy(k.src, key.src, sizeof(key.src));
+  std::memcpy(k.dst, key.dst, sizeof(key.dst));
+  k.dest_qp = key.dest_qp;
+  return k;
+}
+
+// Calls fn(key, fd) with the table key of QP k's direction in the table of
+// its family: v4 or v6.
+template <typename Fn>
+auto in_qp_table(const rg_qp_key& k, uint32_t direction, int v4, int v6, Fn fn) {
+  return k.family == AF_INET ? fn(qp_table_key<rg_qp4_key>(k, direction), v4)
+                             : fn(qp_table_key<rg_qp6_key>(k, direction), v6);
+}
+
+template <typename Key>
+uint32_t walk_qp_table(int fd, uint32_t max_entries, const std::function<void(const QpRow&, rg_direction)>& visit) {
+  if (fd < 0) return 0;
+  return static_cast<uint32_t>(
+      walk_map(fd, sizeof(Key), sizeof(rg_qp_dir), max_entries, [&](const uint8_t* k, const uint8_t* v) {
+        Key key;
+        std::memcpy(&key, k, sizeof(key));
+        QpRow row;
+        row.key = qp_of(key);
+        const rg_direction d = direction_of(key.direction);
+        std::memcpy(&row.state.dir[d], v, sizeof(rg_qp_dir));
+        visit(row, d);
+      }));
+}
+
 }  // namespace
 
 QpEntries MapReader::walk_qps(const std::function<void(const QpRow&, rg_direction)>& visit) const {
-  QpEntries walked;
-  if (qp_.v4 >= 0)
-    walked.v4 = static_cast<uint32_t>(
-        walk_map(qp_.v4, sizeof(rg_qp4_key), sizeof(rg_qp_dir), qp_max_.v4, [&](const uint8_t* k, const uint8_t* v) {
-          rg_qp4_key key;
-          std::memcpy(&key, k, sizeof(key));
-          QpRow row;
-          row.key.family = AF_INET;
-          std::memcpy(row.key.src, key.src, sizeof(key.src));
-          std::memcpy(row.key.dst, key.dst, sizeof(key.dst));
-          row.key.dest_qp = key.dest_qp;
-          const rg_direction d = direction_of(key.direction);
-          std::memcpy(&row.state.dir[d], v, sizeof(rg_qp_dir));
-          visit(row, d);
-        }));
-  if (qp_.v6 >= 0)
-    walked.v6 = static_cast<uint32_t>(
-        walk_map(qp_.v6, sizeof(rg_qp6_key), sizeof(rg_qp_dir), qp_max_.v6, [&](const uint8_t* k, const uint8_t* v) {
-          rg_qp6_key key;
-          std::memcpy(&key, k, sizeof(key));
-          QpRow row;
-          row.key.family = AF_INET6;
-          std::memcpy(row.key.src, key.src, sizeof(key.src));
-          std::memcpy(row.key.dst, key.dst, sizeof(key.dst));
-          row.key.dest_qp = key.dest_qp;
-          const rg_direction d = direction_of(key.direction);
-          std::memcpy(&row.state.dir[d], v, sizeof(rg_qp_dir));
-          visit(row, d);
-        }));
-  return walked;
+  return {walk_qp_table<rg_qp4_key>(qp_.v4, qp_max_.v4, visit), walk_qp_table<rg_qp6_key>(qp_.v6, qp_max_.v6, visit)};
 }
 
 void MapReader::join_other_direction(QpRow& row, rg_direction have) const {
   const uint32_t other = have == RG_DIR_EGRESS ? RG_DIR_INGRESS : RG_DIR_EGRESS;
   rg_qp_dir& out = row.state.dir[other];
-  if (row.key.family == AF_INET) {
-    rg_qp4_key key{};
-    std::memcpy(key.src, row.key.src, sizeof(key.src));
-    std::memcpy(key.dst, row.key.dst, sizeof(key.dst));
-    key.dest_qp = row.key.dest_qp;
-    key.direction = other;
-    if (qp_.v4 < 0 || bpf_map_lookup_elem(qp_.v4, &key, &out) != 0) out = {};
-  } else {
-    rg_qp6_key key{};
-    std::memcpy(key.src, row.key.src, sizeof(key.src));
-    std::memcpy(key.dst, row.key.dst, sizeof(key.dst));
-    key.dest_qp = row.key.dest_qp;
-    key.direction = other;
-    if (qp_.v6 < 0 || bpf_map_lookup_elem(qp_.v6, &key, &out) != 0) out = {};
-  }
+  const bool found = in_qp_table(row.key, other, qp_.v4, qp_.v6, [&out](const auto& key, int fd) {
+    return fd >= 0 && bpf_map_lookup_elem(fd, &key, &out) == 0;
+  });
+  if (!found) out = {};
 }
 
 std::vector<QpRow> MapReader::qps() const {
@@ -624,22 +629,9 @@ std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t ent
       const LegacyQpDir& o = st.dir[d];
       if (o.packets == 0 && o.flags == 0) continue;  // this direction never seen
       const rg_qp_dir value = from_legacy(o, st.last_seen_ns);
-      int rc;
-      if (key.family == AF_INET) {
-        rg_qp4_key k4{};
-        std::memcpy(k4.src, key.src, sizeof(k4.src));
-        std::memcpy(k4.dst, key.dst, sizeof(k4.dst));
-        k4.dest_qp = key.dest_qp;
-        k4.direction = d;
-        rc = bpf_map_update_elem(v4.fd, &k4, &value, BPF_ANY);
-      } else {
-        rg_qp6_key k6{};
-        std::memcpy(k6.src, key.src, sizeof(k6.src));
-        std::memcpy(k6.dst, key.dst, sizeof(k6.dst));
-        k6.dest_qp = key.dest_qp;
-        k6.direction = d;
-        rc = bpf_map_update_elem(v6.fd, &k6, &value, BPF_ANY);
-      }
+      const int rc = in_qp_table(key, d, v4.fd, v6.fd, [&value](const auto& table_key, int fd) {
+        return bpf_map_update_elem(fd, &table_key, &value, BPF_ANY);
+      });
       if (rc != 0) throw Error("cannot copy a QP of " + path + " into its new table: " + errno_text(errno));
       ++carried;
     }
