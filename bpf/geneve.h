@@ -84,23 +84,22 @@ _Static_assert(__builtin_offsetof(struct rg_encap6, ip6) % 4 == 0, "outer IPv6 a
 #define RG_ENCAP6_ROOM (RG_ENCAP6_LEN - sizeof(struct ethhdr))
 
 /*
- * bpf_skb_adjust_room() zeroes the room it inserts, and so does the test
- * runner; real NICs leave garbage. Tests set RG_CFG_F_POISON to fill the
- * headers with 0xff before they are written, so a field left unset shows.
+ * Every byte of the headers stored is written field by field, so they are
+ * not cleared first (the verifier refuses to store a stack byte never
+ * written). Tests set RG_CFG_F_POISON to fill them with 0xff before they
+ * are written, so a field left unset shows on the wire.
  */
 static __always_inline void rg_encap_headers_init(void *h, __u32 len)
 {
 	if (rg_cfg.flags & RG_CFG_F_POISON)
 		__builtin_memset(h, 0xff, len);
-	else
-		__builtin_memset(h, 0, len);
 }
 
-static __always_inline void rg_encap_eth(struct ethhdr *eth, const struct bpf_fib_lookup *fib,
+static __always_inline void rg_encap_eth(struct ethhdr *eth, const __u8 *dmac, const __u8 *smac,
 					 __u16 proto)
 {
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
 	eth->h_proto = bpf_htons(proto);
 }
 
@@ -177,11 +176,13 @@ enum rg_encap_result {
  * peer: the room goes after the outer Ethernet header (BPF_ADJ_ROOM_MAC),
  * then outer Ethernet, IP, UDP, Geneve (with the sequence option when it is
  * on) and a copy of the original Ethernet header are written in one store.
- * ps is this CPU's slot of the peer's counters and stream.
+ * slot is the peer's; ps is this CPU's slot of the peer's counters and
+ * stream. The next hop is this CPU's cached one while it is current, else
+ * bpf_fib_lookup's (which then refills the cache if the peer has a lease).
  */
 static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *skb,
 							    const struct rg_pkt *p,
-							    const struct rg_peer *peer,
+							    const struct rg_peer *peer, __u32 slot,
 							    const struct rg_qp_key *flow,
 							    struct rg_counters *c,
 							    struct rg_peer_stats *ps, int *verdict)
@@ -195,6 +196,9 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	__u64 flags;
 	int v6 = peer->family == AF_INET6;
 	enum rg_fib_result fr;
+	struct rg_nexthop *nh;
+	const __u8 *dmac, *smac;
+	__u32 gen, hop_ifindex;
 	struct ethhdr inner_eth;
 	struct rg_peer_stats *seq = NULL;
 	__u32 opt_len = 0;
@@ -224,14 +228,35 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	if (seg_ip_len > peer->mtu)
 		return RG_ENCAP_OVERSIZE;
 
-	fr = rg_fib_peer(skb, peer, &fib, seg_ip_len, rg_entropy_port(hash),
-			 bpf_htonl(hash & RG_FLOW_LABEL_MASK));
-	if (fr == RG_FIB_TOO_BIG)
-		return RG_ENCAP_OVERSIZE;
-	if (fr == RG_FIB_FAIL) {
-		rg_count(c, RG_EV_FIB_MISS, inner_len);
-		rg_peer_count(ps, RG_PEER_EV_FIB_MISS, inner_len);
-		return RG_ENCAP_SKIPPED;
+	nh = rg_nexthop_get(slot, &gen);
+	if (nh && gen && nh->gen == gen) {
+		if (seg_ip_len > nh->mtu)
+			return RG_ENCAP_OVERSIZE;
+		fr = RG_FIB_OK;
+	} else {
+		__be16 sport = rg_entropy_port(hash);
+		__be32 label = bpf_htonl(hash & RG_FLOW_LABEL_MASK);
+
+		fr = rg_fib_peer(skb, peer, &fib, seg_ip_len, sport, label);
+		if (fr == RG_FIB_TOO_BIG)
+			return RG_ENCAP_OVERSIZE;
+		if (fr == RG_FIB_FAIL) {
+			rg_count(c, RG_EV_FIB_MISS, inner_len);
+			rg_peer_count(ps, RG_PEER_EV_FIB_MISS, inner_len);
+			return RG_ENCAP_SKIPPED;
+		}
+		if (fr == RG_FIB_OK && nh && gen)
+			rg_nexthop_fill(skb, peer, &fib, nh, gen, sport, label);
+	}
+	/* The hop this packet takes: the cache's, or the lookup's not cached. */
+	if (nh && gen && nh->gen == gen) {
+		hop_ifindex = nh->ifindex;
+		dmac = nh->dmac;
+		smac = nh->smac;
+	} else {
+		hop_ifindex = fib.ifindex;
+		dmac = fib.dmac;
+		smac = fib.smac;
 	}
 
 	flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
@@ -247,7 +272,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		struct rg_encap6 h;
 
 		rg_encap_headers_init(&h, sizeof(h));
-		rg_encap_eth(&h.eth, &fib, ETH_P_IPV6);
+		rg_encap_eth(&h.eth, dmac, smac, ETH_P_IPV6);
 		rg_encap_ipv6(&h.ip6, peer, p->tos, hash, udp_len);
 		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth, seq);
 		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP6_LEN + opt_len, 0);
@@ -255,7 +280,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		struct rg_encap4 h;
 
 		rg_encap_headers_init(&h, sizeof(h));
-		rg_encap_eth(&h.eth, &fib, ETH_P_IP);
+		rg_encap_eth(&h.eth, dmac, smac, ETH_P_IP);
 		rg_encap_ipv4(&h.ip, peer, p->tos, ip_len);
 		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth, seq);
 		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP4_LEN + opt_len, 0);
@@ -274,7 +299,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	rg_peer_count_n(ps, RG_PEER_EV_ENCAPSULATED, p->segs, p->wire_len);
 	if (seq)
 		rg_peer_count(ps, RG_PEER_EV_SEQ_SENT, p->wire_len);
-	*verdict = rg_fib_verdict(skb, &fib, fr);
+	*verdict = rg_fib_verdict(skb, &fib, fr, hop_ifindex);
 	return RG_ENCAP_DONE;
 }
 

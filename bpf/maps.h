@@ -77,6 +77,25 @@ struct {
 	__type(value, __u32); /* index into rg_peers */
 } rg_decap SEC(".maps");
 
+/*
+ * The next hop towards each peer slot, per CPU, and each slot's lease on it
+ * (see struct rg_nexthop). Not pinned: a cache, and a lease belongs to the
+ * process that loaded this object and renews it.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_nexthop);
+} rg_nexthops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_nexthop_lease);
+} rg_nh_leases SEC(".maps");
+
 /* The attached interfaces' own addresses; the loader writes one before attaching to it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

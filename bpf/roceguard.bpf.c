@@ -90,7 +90,7 @@ int rg_tc_egress(struct __sk_buff *skb)
 		return RG_TC_PASS;
 	ps = rg_peer_stats_get(slot);
 
-	switch (rg_geneve_encap(skb, &p, peer, &qp, c, ps, &verdict)) {
+	switch (rg_geneve_encap(skb, &p, peer, slot, &qp, c, ps, &verdict)) {
 	case RG_ENCAP_DONE:
 		return verdict;
 	case RG_ENCAP_OVERSIZE:

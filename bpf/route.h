@@ -111,13 +111,57 @@ static __always_inline enum rg_fib_result rg_fib_peer(const struct __sk_buff *sk
 }
 
 /*
+ * The cached next hop towards peer slot `slot` (this CPU's), and in *gen
+ * the generation of the slot's lease while it runs, else 0: an entry is
+ * current only when its generation is that one (see struct rg_nexthop).
+ */
+static __always_inline struct rg_nexthop *rg_nexthop_get(__u32 slot, __u32 *gen)
+{
+	const struct rg_nexthop_lease *l = bpf_map_lookup_elem(&rg_nh_leases, &slot);
+
+	*gen = 0;
+	if (l && l->gen && l->until_ns > bpf_ktime_get_coarse_ns())
+		*gen = l->gen;
+	return bpf_map_lookup_elem(&rg_nexthops, &slot);
+}
+
+/*
+ * Caches what a successful lookup (fib, RG_FIB_OK) found, under gen: the
+ * device, both MACs and the route's MTU, which a second lookup of an outer
+ * packet of 65535 bytes reports (BPF_FIB_LKUP_RET_FRAG_NEEDED says the MTU
+ * in mtu_result; success means the route takes any IP packet). fib is
+ * overwritten. A route changed between the two lookups raises an event
+ * after them, so its generation is past gen and the entry never current.
+ */
+static __always_inline void rg_nexthop_fill(const struct __sk_buff *skb, const struct rg_peer *peer,
+					    struct bpf_fib_lookup *fib, struct rg_nexthop *nh,
+					    __u32 gen, __be16 sport, __be32 flow_label)
+{
+	long rc;
+
+	nh->gen = 0;
+	nh->ifindex = fib->ifindex;
+	__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
+	rg_fib_init(fib, peer, 0xffff, sport, flow_label);
+	rc = bpf_fib_lookup((void *)skb, fib, sizeof(*fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		nh->mtu = fib->mtu_result;
+	else if (rc == BPF_FIB_LKUP_RET_SUCCESS && fib->ifindex == nh->ifindex)
+		nh->mtu = 0xffff;
+	else
+		return;
+	nh->gen = gen;
+}
+
+/*
  * The TC verdict that sends the built outer packet to the next hop: on this
- * device as it is, through another device, or through the neighbour
- * subsystem when the next hop's MAC is not known yet.
+ * device as it is, through another device (ifindex, from fib or the cache),
+ * or through the neighbour subsystem when the next hop's MAC is not known yet.
  */
 static __always_inline int rg_fib_verdict(const struct __sk_buff *skb,
 					  const struct bpf_fib_lookup *fib,
-					  enum rg_fib_result fr)
+					  enum rg_fib_result fr, __u32 ifindex)
 {
 	if (fr == RG_FIB_NEIGH) {
 		struct bpf_redir_neigh nh = { .nh_family = fib->family };
@@ -128,8 +172,8 @@ static __always_inline int rg_fib_verdict(const struct __sk_buff *skb,
 			__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
 		return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
 	}
-	if (fib->ifindex != skb->ifindex)
-		return bpf_redirect(fib->ifindex, 0);
+	if (ifindex != skb->ifindex)
+		return bpf_redirect(ifindex, 0);
 	return TC_ACT_UNSPEC;
 }
 

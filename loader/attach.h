@@ -54,6 +54,8 @@ class Dataplane {
   void prune_stale_counters(const State& st) const;
 
   const Config& config() const { return cfg_; }
+  // A map of the loaded object by name, or -1 (not loaded yet).
+  int map_fd(const char* name) const { return obj_.map_fd(name); }
   const std::string& pin_path() const { return pin_path_; }
   // Which programs on the hooks are this pin path's.
   const HookOwner& owner() const { return owner_; }

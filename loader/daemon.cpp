@@ -22,6 +22,8 @@
 #include "error.h"
 #include "exporter.h"
 #include "hooks.h"
+#include "maps.h"
+#include "nexthop_lease.h"
 #include "nic/apply.h"
 #include "pause_point.h"
 #include "pin_scope.h"
@@ -33,11 +35,22 @@ namespace {
 // on every kernel), so the interfaces are also re-checked this often.
 constexpr int kRecheckMs = 5000;
 
-// Link and TC notifications from rtnetlink (RTNLGRP_LINK, RTNLGRP_TC): a
-// link added, deleted, renamed or changed (MTU), or a TC filter changed.
-// They only wake the watch; what changed is read back from the system,
-// so a lost message (ENOBUFS when the socket overflows) costs nothing but
-// one pass done anyway.
+// How often the next-hop leases are renewed; a lease runs
+// NexthopLeases::kLeaseNs, three of these.
+constexpr int kLeaseRenewMs = 1000;
+
+// Notifications from rtnetlink: link and TC (a link added, deleted, renamed
+// or changed, a TC filter changed), which wake the watch, and besides them
+// route and neighbour changes, which with every other message end the
+// next-hop cache's generation. What changed is read back from the system,
+// so a lost message (ENOBUFS when the socket overflows) costs one pass and
+// one generation done anyway.
+struct Drained {
+  std::map<int, std::string> links;  // names by ifindex of the links announced
+  bool link_or_tc = false;
+  bool any = false;  // any message, or some lost
+};
+
 class LinkEvents {
  public:
   LinkEvents() {
@@ -49,7 +62,7 @@ class LinkEvents {
     }
     sockaddr_nl addr{};
     addr.nl_family = AF_NETLINK;
-    addr.nl_groups = RTMGRP_LINK | RTMGRP_TC;
+    addr.nl_groups = RTMGRP_LINK | RTMGRP_TC | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
     if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       spdlog::warn("cannot join rtnetlink link events ({}): interfaces are re-checked every {} s only",
                    errno_text(errno), kRecheckMs / 1000);
@@ -65,17 +78,27 @@ class LinkEvents {
 
   int fd() const { return fd_; }
 
-  // Reads every queued message; names by ifindex of the links announced
-  // (new or changed), for telling a rename apart from a deletion.
-  std::map<int, std::string> drain() {
-    std::map<int, std::string> links;
+  // Reads every queued message; the links' names serve telling a rename
+  // apart from a deletion.
+  Drained drain() {
+    Drained d;
+    auto& links = d.links;
     alignas(nlmsghdr) char buf[16384];
-    for (;;) {
+    // Bounded: a socket refilled faster than it is read waits for the next wake.
+    for (int reads = 0; reads < 4096; ++reads) {
       ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-      if (n <= 0) break;  // EAGAIN: drained; ENOBUFS: messages lost, the pass re-reads anyway
+      if (n < 0 && errno == ENOBUFS) {  // messages lost: whatever they said, both passes run
+        d.any = d.link_or_tc = true;
+        continue;
+      }
+      if (n <= 0) break;  // EAGAIN: drained
+      d.any = true;
       for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, static_cast<unsigned>(n));
            h = NLMSG_NEXT(h, n)) {
-        if (h->nlmsg_type != RTM_NEWLINK) continue;
+        const auto t = h->nlmsg_type;
+        d.link_or_tc |= t == RTM_NEWLINK || t == RTM_DELLINK || t == RTM_NEWTFILTER || t == RTM_DELTFILTER ||
+                        t == RTM_NEWQDISC || t == RTM_DELQDISC;
+        if (t != RTM_NEWLINK) continue;
         auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(h));
         int len = static_cast<int>(IFLA_PAYLOAD(h));
         for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len))
@@ -84,7 +107,7 @@ class LinkEvents {
                                                 strnlen(static_cast<const char*>(RTA_DATA(a)), RTA_PAYLOAD(a)));
       }
     }
-    return links;
+    return d;
   }
 
  private:
@@ -350,24 +373,59 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
     for (const auto& name : cfg.interfaces) st.interfaces.emplace_back().name = name;
   }
   Runner runner(dp, exporter, st, present != 0, force);
+  // Granted once the object is loaded (the first interface attached); on
+  // every event after that, a new generation.
+  std::unique_ptr<NexthopLeases> leases;
+  auto start_leases = [&] {
+    if (leases || dp.map_fd(kMapNexthopLease) < 0) return;
+    leases = std::make_unique<NexthopLeases>(dp.map_fd(kMapNexthopLease), cfg.peers);
+    leases->invalidate();
+    if (!cfg.peers.empty())
+      spdlog::info("next-hop cache: {} of {} peer(s) on a single-path route, cached while this process runs",
+                   leases->granted(), cfg.peers.size());
+  };
+  start_leases();
   spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
   sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
              cfg.interfaces.size(), exporter.listen_address().c_str());
 
-  // Bounded by signals only: this is the daemon's main loop, one watch
-  // pass per link event and at least every kRecheckMs.
+  // Bounded by signals only: this is the daemon's main loop: a new
+  // next-hop generation per rtnetlink event, the leases renewed every
+  // kLeaseRenewMs, a watch pass per link event and at least every
+  // kRecheckMs.
+  timespec last_watch{};
+  clock_gettime(CLOCK_MONOTONIC, &last_watch);
   for (;;) {
-    bool link_event = false;
-    int sig = signals.wait(links.fd(), kRecheckMs, link_event);
+    bool readable = false;
+    int sig = signals.wait(links.fd(), kLeaseRenewMs, readable);
     if (sig == SIGTERM || sig == SIGINT) {
       sd_notify(0, "STOPPING=1");
+      if (leases) leases->revoke();
       spdlog::info("{}: exiting; programs stay attached and maps pinned (`roceguard detach` removes them)",
                    strsignal(sig));
       return;
     }
     if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
-    if (link_event) runner.note_links(links.drain());
+    Drained d;
+    if (readable) d = links.drain();
+    if (leases) {
+      const size_t before = leases->granted();
+      if (d.any)
+        leases->invalidate();
+      else
+        leases->renew();
+      if (leases->granted() != before)
+        spdlog::info("next-hop cache: {} of {} peer(s) on a single-path route now", leases->granted(),
+                     cfg.peers.size());
+    }
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long since_ms = (now.tv_sec - last_watch.tv_sec) * 1000 + (now.tv_nsec - last_watch.tv_nsec) / 1000000;
+    if (!d.link_or_tc && since_ms < kRecheckMs) continue;
+    last_watch = now;
+    runner.note_links(d.links);
     runner.watch();
+    start_leases();
   }
 }
 

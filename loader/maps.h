@@ -37,6 +37,8 @@ inline constexpr const char* kMapRoute6 = "rg_route6";
 inline constexpr const char* kMapDecap = "rg_decap";
 inline constexpr const char* kMapIfaces = "rg_ifaces";
 inline constexpr const char* kMapPeerStats = "rg_peer_stats";
+// Private to the process that loaded the object (see loader/nexthop_lease.h).
+inline constexpr const char* kMapNexthopLease = "rg_nh_leases";
 inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
 inline constexpr std::array<const char*, 10> kPinnedMaps{kMapCounters, kMapQp4,    kMapQp6,       kMapPeers,
                                                          kMapRoute4,   kMapRoute6, kMapDecap,     kMapIfaces,

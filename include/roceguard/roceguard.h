@@ -227,6 +227,32 @@ struct rg_peer {
 	__u8 remote[16];/* outer destination address */
 };
 
+/*
+ * The next hop towards a tunnel peer, cached per CPU by the egress program
+ * after a successful bpf_fib_lookup (rg_nexthops), so later packets to the
+ * peer skip the route lookup. An entry is used only while it carries the
+ * generation its peer's lease (rg_nh_leases) has now and that lease
+ * has not run out: `roceguard run` bumps the generation on every route,
+ * neighbour and link event of rtnetlink and renews the lease while it
+ * runs, and grants none to a peer whose route spreads over several next
+ * hops. Without a running daemon no lease is current, and every packet is
+ * routed by bpf_fib_lookup.
+ */
+struct rg_nexthop {
+	__u32 gen;         /* the lease's gen when filled; 0 = empty */
+	__u32 ifindex;     /* egress device */
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u16 mtu;         /* the route's MTU towards the peer */
+	__u16 reserved;
+};
+
+struct rg_nexthop_lease {
+	__u64 until_ns;    /* bpf_ktime_get_coarse_ns() clock; 0 = no lease */
+	__u32 gen;         /* 0 = not cacheable */
+	__u32 reserved;
+};
+
 struct rg_decap_key {
 	__u8 remote[16]; /* outer source address of arriving Geneve */
 	__u32 family;
@@ -399,6 +425,8 @@ RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");
 RG_STATIC_ASSERT(sizeof(struct rg_decap_key) == 24, "rg_decap_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_nexthop) == 24, "rg_nexthop layout");
+RG_STATIC_ASSERT(sizeof(struct rg_nexthop_lease) == 16, "rg_nexthop_lease layout");
 RG_STATIC_ASSERT(sizeof(struct rg_config) == 24, "rg_config layout");
 RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
 RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");

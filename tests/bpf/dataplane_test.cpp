@@ -6,6 +6,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <bpf/bpf.h>
+#include <net/if.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 
 #include "harness.h"
 #include "names.h"
+#include "nexthop_lease.h"
 
 namespace rg::test {
 namespace {
@@ -779,6 +782,225 @@ INSTANTIATE_TEST_SUITE_P(Families, EncapOuterRoute,
                          ::testing::Values(OuterRouteCase{"Ipv4Outer", false},
                                            OuterRouteCase{"Ipv6Outer", true}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The next-hop cache (struct rg_nexthop): the egress program keeps, per CPU
+// and peer, what bpf_fib_lookup found, and uses it instead of a lookup only
+// under a current lease (rg_nh_leases), as `roceguard run` grants them.
+
+// The harness's two tunnels (slots kPeerSlot4, kPeerSlot6) as the loader
+// configures them, for NexthopLeases.
+std::vector<PeerConfig> harness_peers() {
+  std::vector<PeerConfig> peers(2);
+  peers[kPeerSlot4].local = *parse_address(kLocal4);
+  peers[kPeerSlot4].remote = *parse_address(kPeer4);
+  peers[kPeerSlot6].local = *parse_address(kLocal6);
+  peers[kPeerSlot6].remote = *parse_address(kPeer6);
+  return peers;
+}
+
+// One slot's cache entries, one per possible CPU.
+std::vector<rg_nexthop> nexthops(const Dataplane& dp, uint32_t slot) {
+  std::vector<rg_nexthop> v(static_cast<size_t>(libbpf_num_possible_cpus()));
+  EXPECT_EQ(bpf_map__lookup_elem(dp.skel()->maps.rg_nexthops, &slot, sizeof(slot), v.data(),
+                                 v.size() * sizeof(rg_nexthop), 0),
+            0);
+  return v;
+}
+
+void set_nexthops(const Dataplane& dp, uint32_t slot, const rg_nexthop& nh) {
+  std::vector<rg_nexthop> v(static_cast<size_t>(libbpf_num_possible_cpus()), nh);
+  ASSERT_EQ(bpf_map__update_elem(dp.skel()->maps.rg_nexthops, &slot, sizeof(slot), v.data(),
+                                 v.size() * sizeof(rg_nexthop), 0),
+            0);
+}
+
+// The entries filled under generation gen (those of the CPUs that ran the program).
+std::vector<rg_nexthop> filled(const Dataplane& dp, uint32_t slot, uint32_t gen) {
+  std::vector<rg_nexthop> out;
+  for (const auto& nh : nexthops(dp, slot))
+    if (nh.gen == gen) out.push_back(nh);
+  return out;
+}
+
+Mac mac_of(const uint8_t* b) {
+  Mac m{};
+  std::copy(b, b + m.size(), m.begin());
+  return m;
+}
+
+inline const Mac kPlantedMac = {0x02, 0x00, 0x00, 0x00, 0xee, 0x01};
+
+// A cache entry that names kPlantedMac: a frame addressed to it was built
+// from the cache, not from a lookup (the kernel knows no such neighbour).
+rg_nexthop planted(uint32_t gen, uint16_t mtu = 0xffff) {
+  rg_nexthop nh{};
+  nh.gen = gen;
+  nh.ifindex = if_nametoindex(kDev);
+  std::copy(kPlantedMac.begin(), kPlantedMac.end(), nh.dmac);
+  std::copy(kDevMac.begin(), kDevMac.end(), nh.smac);
+  nh.mtu = mtu;
+  return nh;
+}
+
+TEST(NexthopCache, FilledByTheLookupThenUsedUntilTheGenerationMoves) {
+  Dataplane dp;
+  dp.tunnels();
+  NexthopLeases leases(bpf_map__fd(dp.skel()->maps.rg_nh_leases), harness_peers());
+  leases.invalidate();
+  ASSERT_EQ(leases.granted(), 2u) << "both harness peers are on a connected route";
+  const uint32_t g1 = leases.generation();
+  for (const Bytes& in : {tunneled4().build(), tunneled6().build()}) {
+    View v = parse(dp.tc(in).out);
+    ASSERT_TRUE(v.geneve);
+    EXPECT_EQ(v.dst, kPeerMac);
+  }
+  for (uint32_t slot : {kPeerSlot4, kPeerSlot6}) {
+    SCOPED_TRACE(slot);
+    auto f = filled(dp, slot, g1);
+    ASSERT_EQ(f.size(), 1u) << "one CPU ran the program once";
+    EXPECT_EQ(f[0].ifindex, if_nametoindex(kDev));
+    EXPECT_EQ(mac_of(f[0].dmac), kPeerMac);
+    EXPECT_EQ(mac_of(f[0].smac), kDevMac);
+    EXPECT_EQ(f[0].mtu, 1500) << "the device's MTU, from the second lookup";
+  }
+
+  // A planted entry of the current generation is what the next frames take.
+  set_nexthops(dp, kPeerSlot4, planted(g1));
+  set_nexthops(dp, kPeerSlot6, planted(g1));
+  for (const Bytes& in : {tunneled4().build(), tunneled6().build()}) {
+    Verdict r = dp.tc(in);
+    EXPECT_EQ(r.ret, kTcPass) << "the cached device is this one";
+    View v = parse(r.out);
+    ASSERT_TRUE(v.geneve);
+    EXPECT_EQ(v.dst, kPlantedMac);
+    EXPECT_EQ(v.src, kDevMac);
+  }
+
+  // A route, neighbour or link event: a new generation, so the next frame
+  // is routed by the lookup again and refills the cache.
+  leases.invalidate();
+  const uint32_t g2 = leases.generation();
+  ASSERT_NE(g2, g1);
+  for (const Bytes& in : {tunneled4().build(), tunneled6().build()}) {
+    View v = parse(dp.tc(in).out);
+    ASSERT_TRUE(v.geneve);
+    EXPECT_EQ(v.dst, kPeerMac);
+  }
+  for (uint32_t slot : {kPeerSlot4, kPeerSlot6}) {
+    auto f = filled(dp, slot, g2);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(mac_of(f[0].dmac), kPeerMac);
+  }
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["encapsulated"], 6u);
+}
+
+// Without a running lease (none granted, revoked, run out, or generation 0)
+// the cache is neither used nor filled.
+TEST(NexthopCache, NotUsedWithoutACurrentLease) {
+  Dataplane dp;
+  dp.tunnels();
+  const int lease_fd = bpf_map__fd(dp.skel()->maps.rg_nh_leases);
+  struct Case {
+    const char* what;
+    rg_nexthop_lease lease;
+  };
+  const uint64_t far = ~0ull;
+  for (const Case& c : {Case{"never granted", {0, 0, 0}}, Case{"run out", {1, 7, 0}},
+                        Case{"generation 0", {far, 0, 0}}}) {
+    SCOPED_TRACE(c.what);
+    ASSERT_EQ(bpf_map_update_elem(lease_fd, &kPeerSlot4, &c.lease, BPF_ANY), 0);
+    set_nexthops(dp, kPeerSlot4, planted(c.lease.gen));
+    View v = parse(dp.tc(tunneled4().build()).out);
+    ASSERT_TRUE(v.geneve);
+    EXPECT_EQ(v.dst, kPeerMac) << "routed by the lookup";
+    for (const auto& nh : nexthops(dp, kPeerSlot4)) EXPECT_EQ(mac_of(nh.dmac), kPlantedMac) << "not refilled";
+  }
+  // Revoked: what a daemon leaves when it stops.
+  NexthopLeases leases(lease_fd, harness_peers());
+  leases.invalidate();
+  set_nexthops(dp, kPeerSlot4, planted(leases.generation()));
+  ASSERT_EQ(parse(dp.tc(tunneled4().build()).out).dst, kPlantedMac);
+  leases.revoke();
+  EXPECT_EQ(leases.granted(), 0u);
+  EXPECT_EQ(parse(dp.tc(tunneled4().build()).out).dst, kPeerMac);
+}
+
+// The cached MTU is the route's, and the oversize policy applies to it as
+// to the lookup's: a route locked to 1300 bytes keeps a 1400-byte outer
+// packet out of the tunnel on the cached path too.
+TEST(NexthopCache, RouteMtuIsCachedAndEnforced) {
+  KernelRoutes routes;
+  routes.add("-4 route", std::string(kPeer4) + "/32 dev " + kDev + " mtu lock 1300");
+  Dataplane dp;
+  dp.tunnels();
+  NexthopLeases leases(bpf_map__fd(dp.skel()->maps.rg_nh_leases), harness_peers());
+  leases.invalidate();
+  ASSERT_TRUE(parse(dp.tc(tunneled4().build()).out).geneve);
+  auto f = filled(dp, kPeerSlot4, leases.generation());
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].mtu, 1300);
+  PacketBuilder big = tunneled4();
+  big.payload(1000);
+  big.payload(1000 + 1400 - 36 - big.build().size());  // an outer IP packet of 1400 bytes
+  ASSERT_EQ(big.build().size() + 36, 1400u);
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    Verdict r = dp.tc(big.build());
+    EXPECT_FALSE(parse(r.out).geneve) << "sent unencapsulated (pass policy)";
+  }
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["oversize_passed"], 2u);
+  EXPECT_EQ(filled(dp, kPeerSlot4, leases.generation()).size(), 1u) << "the cache entry stays";
+}
+
+// Equal-cost next hops: no lease, so every QP is still routed by the
+// lookup with its own entropy and the QPs spread over both paths.
+TEST(NexthopCache, MultipathRouteGetsNoLease) {
+  KernelRoutes routes;
+  routes.sysctl("/proc/sys/net/ipv4/fib_multipath_hash_policy", "1");
+  routes.add("-4 addr", "203.0.113.250/32 dev lo");
+  routes.add("-4 route", std::string(kRoutedPeer4) + "/32 nexthop via " + kPeer4 + " dev " + kDev +
+                             " nexthop via " + kOtherPeer4 + " dev " + kOtherDev);
+  Dataplane dp;
+  dp.peer(0, "203.0.113.250", kRoutedPeer4, kVni4);
+  dp.route(kRemoteNet4, 24, 0);
+  PeerConfig peer;
+  peer.local = *parse_address("203.0.113.250");
+  peer.remote = *parse_address(kRoutedPeer4);
+  NexthopLeases leases(bpf_map__fd(dp.skel()->maps.rg_nh_leases), {peer});
+  leases.invalidate();
+  EXPECT_EQ(leases.granted(), 0u);
+  std::set<Mac> next_hops;
+  for (uint32_t qp = 1; qp <= 64; ++qp) {
+    View v = parse(dp.tc(tunneled4(qp, 1).build()).out);
+    ASSERT_TRUE(v.geneve);
+    next_hops.insert(v.dst);
+  }
+  EXPECT_EQ(next_hops, (std::set<Mac>{kPeerMac, kOtherPeerMac}));
+}
+
+// The frame built from the cache is byte for byte the one built from the
+// lookup, for every encapsulation case.
+TEST(NexthopCache, CachedFramesAreTheLookupsFrames) {
+  Dataplane plain, cached;
+  plain.tunnels();
+  cached.tunnels();
+  NexthopLeases leases(bpf_map__fd(cached.skel()->maps.rg_nh_leases), harness_peers());
+  leases.invalidate();
+  for (const EncapCase& c : encap_cases()) {
+    SCOPED_TRACE(c.name);
+    const Bytes in = c.inner.build();
+    const Verdict want = plain.tc(in);
+    ASSERT_TRUE(parse(want.out).geneve);
+    for (int i = 0; i < 2; ++i) {  // the filling run, then the cached one
+      const Verdict got = cached.tc(in);
+      EXPECT_EQ(got.ret, want.ret);
+      EXPECT_EQ(hex(got.out), hex(want.out));
+    }
+  }
+  // Filled on each CPU the runs took.
+  EXPECT_GE(filled(cached, kPeerSlot4, leases.generation()).size(), 1u);
+  EXPECT_GE(filled(cached, kPeerSlot6, leases.generation()).size(), 1u);
+}
 
 // The tunnel MTU guard: the outer IP packet is inner frame + 36 (IPv4) or
 // + 56 (IPv6) bytes.

@@ -5,11 +5,15 @@
 // dump` and a real Prometheus scraping both exporters; all must agree with
 // the generator and the WAN. Then the loader is killed with SIGKILL in the
 // middle of traffic.
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <iostream>
 
 #include <atomic>
+#include <set>
 #include <sstream>
 #include <cstdlib>
 #include <filesystem>
@@ -298,6 +302,97 @@ TEST_F(RoceguardBinary, KillDashNineKeepsTrafficAndCounters) {
                    {"sent_after_restart", t2.sent.packets},
                    {"roce_packets_gw_a_final",
                     sum_packets(counters(*gw_a_), RG_DIR_EGRESS, RG_EV_ROCE_PACKETS)}});
+}
+
+// A map of the program with id prog_id, by name, opened by id (-1 if none).
+int prog_map_fd(uint32_t prog_id, const std::string& name) {
+  const json prog = json::parse(lab::run_checked({"bpftool", "-j", "prog", "show", "id", std::to_string(prog_id)}));
+  for (const auto& id : prog.at("map_ids")) {
+    const int fd = bpf_map_get_fd_by_id(id.get<uint32_t>());
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && name == info.name) return fd;
+    close(fd);
+  }
+  return -1;
+}
+
+// Gateway A's next hop towards gateway B is the WAN router. When its MAC
+// changes, `roceguard run` reads the neighbour event and moves the
+// next-hop cache to a new generation: the next frames are routed by the
+// lookup again and cached with the new MAC, none with the old one. When
+// the daemon stops, the leases end, and the programs it leaves attached
+// route every packet by the lookup.
+TEST_F(RoceguardBinary, NextHopCacheFollowsANeighbourChange) {
+  EXPECT_NE(gw_a_->log().find("next-hop cache: 2 of 2 peer(s) on a single-path route"), std::string::npos)
+      << gw_a_->log();
+  const json st = json::parse(gw_a_->cli({"status", "--json"}));
+  const uint32_t tc_id = st.at("interfaces").at(0).at("tc").at("prog_id").get<uint32_t>();
+  const int cache_fd = prog_map_fd(tc_id, "rg_nexthops");
+  const int lease_fd = prog_map_fd(tc_id, "rg_nh_leases");
+  ASSERT_GE(cache_fd, 0);
+  ASSERT_GE(lease_fd, 0);
+  const uint32_t slot = 0;  // the IPv4 tunnel
+  auto lease = [&] {
+    rg_nexthop_lease l{};
+    EXPECT_EQ(bpf_map_lookup_elem(lease_fd, &slot, &l), 0);
+    return l;
+  };
+  // The cache entries of the IPv4 tunnel of the current generation, by MAC.
+  auto cached_macs = [&](uint32_t gen) {
+    std::vector<rg_nexthop> v(static_cast<size_t>(libbpf_num_possible_cpus()));
+    EXPECT_EQ(bpf_map_lookup_elem(cache_fd, &slot, v.data()), 0);
+    std::set<std::string> macs;
+    for (const auto& nh : v)
+      if (nh.gen == gen) {
+        char text[18];
+        std::snprintf(text, sizeof(text), "%02x:%02x:%02x:%02x:%02x:%02x", nh.dmac[0], nh.dmac[1], nh.dmac[2],
+                      nh.dmac[3], nh.dmac[4], nh.dmac[5]);
+        macs.insert(text);
+      }
+    return macs;
+  };
+  const std::string gw_a = topo_->netns(Node::kGatewayA), router = topo_->addr().wan_a4;
+  const json neigh = json::parse(
+      lab::run_checked({"ip", "netns", "exec", gw_a, "ip", "-j", "neigh", "show", router, "dev", "wan0"}));
+  ASSERT_FALSE(neigh.empty());
+  const std::string router_mac = neigh.at(0).at("lladdr").get<std::string>();
+
+  lab::SenderConfig cfg;
+  cfg.peer = receiver_addr(false);
+  cfg.messages = 50;
+  Traffic t = run_traffic(cfg);
+  ASSERT_EQ(t.sent.qps_done, cfg.qps.count);
+  const rg_nexthop_lease l1 = lease();
+  ASSERT_NE(l1.gen, 0u);
+  EXPECT_EQ(cached_macs(l1.gen), (std::set<std::string>{router_mac}));
+
+  const std::string moved = "02:00:00:00:de:ad";
+  lab::run_checked({"ip", "netns", "exec", gw_a, "ip", "neigh", "replace", router, "lladdr", moved, "dev", "wan0",
+                    "nud", "permanent"});
+  rg_nexthop_lease l2 = lease();
+  for (int i = 0; i < 200 && l2.gen == l1.gen; ++i) {  // 10 s
+    std::this_thread::sleep_for(50ms);
+    l2 = lease();
+  }
+  ASSERT_NE(l2.gen, l1.gen) << "no new generation after the neighbour event";
+  // The frames now go to a MAC nobody has: they are lost, and the sender gives up.
+  lab::SenderConfig lost = cfg;
+  lost.messages = 5;
+  lost.duration = 3s;
+  lost.retry_cnt = 1;
+  make_sender(lost)->run();
+  const std::set<std::string> after = cached_macs(lease().gen);
+  EXPECT_EQ(after, (std::set<std::string>{moved}));
+
+  // Stopped: no lease, and the programs stay attached.
+  gw_a_.reset();
+  const rg_nexthop_lease l3 = lease();
+  EXPECT_EQ(l3.gen, 0u);
+  EXPECT_EQ(l3.until_ns, 0u);
+  close(cache_fd);
+  close(lease_fd);
 }
 
 // The loader's resident set in KiB, from /proc (0 if it is gone).
