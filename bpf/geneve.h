@@ -196,9 +196,9 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	__u64 flags;
 	int v6 = peer->family == AF_INET6;
 	enum rg_fib_result fr;
-	struct rg_nexthop *nh;
-	const __u8 *dmac, *smac;
-	__u32 gen, hop_ifindex;
+	struct rg_nexthop *nh, found;
+	const struct rg_nexthop *hop; /* the cached hop, or the one just looked up */
+	__u32 gen;
 	struct ethhdr inner_eth;
 	struct rg_peer_stats *seq = NULL;
 	__u32 opt_len = 0;
@@ -233,6 +233,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		if (seg_ip_len > nh->mtu)
 			return RG_ENCAP_OVERSIZE;
 		fr = RG_FIB_OK;
+		hop = nh;
 	} else {
 		__be16 sport = rg_entropy_port(hash);
 		__be32 label = bpf_htonl(hash & RG_FLOW_LABEL_MASK);
@@ -245,18 +246,10 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 			rg_peer_count(ps, RG_PEER_EV_FIB_MISS, inner_len);
 			return RG_ENCAP_SKIPPED;
 		}
+		rg_nexthop_found(&found, &fib);
+		hop = &found;
 		if (fr == RG_FIB_OK && nh && gen)
-			rg_nexthop_fill(skb, peer, &fib, nh, gen, sport, label);
-	}
-	/* The hop this packet takes: the cache's, or the lookup's not cached. */
-	if (nh && gen && nh->gen == gen) {
-		hop_ifindex = nh->ifindex;
-		dmac = nh->dmac;
-		smac = nh->smac;
-	} else {
-		hop_ifindex = fib.ifindex;
-		dmac = fib.dmac;
-		smac = fib.smac;
+			rg_nexthop_fill(skb, peer, &fib, &found, nh, gen, sport, label);
 	}
 
 	flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
@@ -272,7 +265,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		struct rg_encap6 h;
 
 		rg_encap_headers_init(&h, sizeof(h));
-		rg_encap_eth(&h.eth, dmac, smac, ETH_P_IPV6);
+		rg_encap_eth(&h.eth, hop->dmac, hop->smac, ETH_P_IPV6);
 		rg_encap_ipv6(&h.ip6, peer, p->tos, hash, udp_len);
 		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth, seq);
 		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP6_LEN + opt_len, 0);
@@ -280,7 +273,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		struct rg_encap4 h;
 
 		rg_encap_headers_init(&h, sizeof(h));
-		rg_encap_eth(&h.eth, dmac, smac, ETH_P_IP);
+		rg_encap_eth(&h.eth, hop->dmac, hop->smac, ETH_P_IP);
 		rg_encap_ipv4(&h.ip, peer, p->tos, ip_len);
 		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth, seq);
 		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP4_LEN + opt_len, 0);
@@ -299,7 +292,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	rg_peer_count_n(ps, RG_PEER_EV_ENCAPSULATED, p->segs, p->wire_len);
 	if (seq)
 		rg_peer_count(ps, RG_PEER_EV_SEQ_SENT, p->wire_len);
-	*verdict = rg_fib_verdict(skb, &fib, fr, hop_ifindex);
+	*verdict = rg_fib_verdict(skb, &fib, fr, hop->ifindex);
 	return RG_ENCAP_DONE;
 }
 

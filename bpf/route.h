@@ -125,29 +125,39 @@ static __always_inline struct rg_nexthop *rg_nexthop_get(__u32 slot, __u32 *gen)
 	return bpf_map_lookup_elem(&rg_nexthops, &slot);
 }
 
+/* The hop a lookup found (fib): egress device and both MACs. */
+static __always_inline void rg_nexthop_found(struct rg_nexthop *hop, const struct bpf_fib_lookup *fib)
+{
+	hop->gen = 0;
+	hop->ifindex = fib->ifindex;
+	__builtin_memcpy(hop->dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(hop->smac, fib->smac, ETH_ALEN);
+	hop->mtu = 0;
+	hop->reserved = 0;
+}
+
 /*
- * Caches what a successful lookup (fib, RG_FIB_OK) found, under gen: the
- * device, both MACs and the route's MTU, which a second lookup of an outer
- * packet of 65535 bytes reports (BPF_FIB_LKUP_RET_FRAG_NEEDED says the MTU
- * in mtu_result; success means the route takes any IP packet). fib is
- * overwritten. A route changed between the two lookups raises an event
- * after them, so its generation is past gen and the entry never current.
+ * Caches the hop a successful lookup found (RG_FIB_OK) in nh under gen,
+ * with the route's MTU, which a second lookup of an outer packet of 65535
+ * bytes reports (BPF_FIB_LKUP_RET_FRAG_NEEDED says the MTU in mtu_result;
+ * success means the route takes any IP packet). That lookup overwrites
+ * fib; found keeps what the packet itself is sent by. A route changed
+ * between the two lookups raises an event after them, so its generation
+ * is past gen and the entry never current.
  */
 static __always_inline void rg_nexthop_fill(const struct __sk_buff *skb, const struct rg_peer *peer,
-					    struct bpf_fib_lookup *fib, struct rg_nexthop *nh,
-					    __u32 gen, __be16 sport, __be32 flow_label)
+					    struct bpf_fib_lookup *fib, const struct rg_nexthop *found,
+					    struct rg_nexthop *nh, __u32 gen, __be16 sport,
+					    __be32 flow_label)
 {
 	long rc;
 
-	nh->gen = 0;
-	nh->ifindex = fib->ifindex;
-	__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
-	__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
+	*nh = *found; /* generation 0 until complete */
 	rg_fib_init(fib, peer, 0xffff, sport, flow_label);
 	rc = bpf_fib_lookup((void *)skb, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		nh->mtu = fib->mtu_result;
-	else if (rc == BPF_FIB_LKUP_RET_SUCCESS && fib->ifindex == nh->ifindex)
+	else if (rc == BPF_FIB_LKUP_RET_SUCCESS && fib->ifindex == found->ifindex)
 		nh->mtu = 0xffff;
 	else
 		return;
@@ -156,7 +166,7 @@ static __always_inline void rg_nexthop_fill(const struct __sk_buff *skb, const s
 
 /*
  * The TC verdict that sends the built outer packet to the next hop: on this
- * device as it is, through another device (ifindex, from fib or the cache),
+ * device as it is, through another device (ifindex: the hop's),
  * or through the neighbour subsystem when the next hop's MAC is not known yet.
  */
 static __always_inline int rg_fib_verdict(const struct __sk_buff *skb,
