@@ -374,10 +374,13 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   }
   Runner runner(dp, exporter, st, present != 0, force);
   // Granted once the object is loaded (the first interface attached); on
-  // every event after that, a new generation.
+  // every event after that, a new generation. Without the rtnetlink
+  // socket no event would end a generation: no lease then, and every
+  // packet is routed by the lookup.
   std::unique_ptr<NexthopLeases> leases;
+  if (links.fd() < 0) spdlog::warn("next-hop cache off: no rtnetlink events to follow route changes by");
   auto start_leases = [&] {
-    if (leases || dp.map_fd(kMapNexthopLease) < 0) return;
+    if (leases || links.fd() < 0 || dp.map_fd(kMapNexthopLease) < 0) return;
     leases = std::make_unique<NexthopLeases>(dp.map_fd(kMapNexthopLease), cfg.peers);
     leases->invalidate();
     if (!cfg.peers.empty())
