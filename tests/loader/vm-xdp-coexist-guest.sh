@@ -28,7 +28,20 @@ grep -q "xdp dispatcher" <<<"$out" || die "not attached through the dispatcher: 
 # Re-attach adds the new program before it removes the old one, so the
 # interface never runs without roceguard: sample the chain while it runs
 # (libxdp serialises chain changes, so each sample is a state between two
-# of them) and compare program ids before and after.
+# of them) and compare program ids before and after. A status read that
+# races a chain change can fail to read the dispatcher's programs
+# ("Unable to read pinned progs") and list none: the foreign program is in
+# the chain throughout, so a sample without it is no state, and is kept
+# as "unreadable" rather than counted as a chain without roceguard.
+sample() {
+	local s
+	s=$(xdp-loader status rgv0 2>/dev/null | grep -oE 'foreign_xdp|rg_xdp_ingress' || true)
+	if grep -qx foreign_xdp <<<"$s"; then
+		grep -cx rg_xdp_ingress <<<"$s" || true
+	else
+		echo unreadable
+	fi
+}
 rg_id() { xdp-loader status rgv0 | awk '{for (i = 1; i < NF; i++) if ($i == "rg_xdp_ingress") {print $(i + 1); exit}}'; }
 old_id=$(rg_id)
 "$RG" attach -i rgv0 --ingress-hook xdp --pin-path "$PIN" --verbose >reattach.log 2>&1 &
@@ -36,7 +49,7 @@ reattach=$!
 : >samples
 for i in $(seq 1 400); do
 	kill -0 $reattach 2>/dev/null || break
-	count rg_xdp_ingress >>samples
+	sample >>samples
 done
 wait $reattach || die "second attach failed: $(cat reattach.log)"
 new_id=$(rg_id)
