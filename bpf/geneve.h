@@ -172,13 +172,167 @@ enum rg_encap_result {
 };
 
 /*
- * Geneve-encapsulates the frame (p parsed from it, flow its QP key) towards
- * peer: the room goes after the outer Ethernet header (BPF_ADJ_ROOM_MAC),
- * then outer Ethernet, IP, UDP, Geneve (with the sequence option when it is
- * on) and a copy of the original Ethernet header are written in one store.
- * slot is the peer's; ps is this CPU's slot of the peer's counters and
- * stream. The next hop is this CPU's cached one while it is current, else
- * bpf_fib_lookup's (which then refills the cache if the peer has a lease).
+ * What an encapsulating hook decides before it touches the frame: the
+ * sizes, the sequence stream (NULL: unnumbered) and the next hop, this
+ * CPU's cached one while it is current, else the lookup's (found; fr says
+ * whether its neighbour is resolved).
+ */
+struct rg_encap_plan {
+	const struct rg_nexthop *hop;
+	struct rg_nexthop found;
+	struct rg_peer_stats *seq;
+	__u32 hash, room, udp_len, ip_len, opt_len;
+	enum rg_fib_result fr;
+};
+
+/*
+ * Plans the encapsulation of an inner frame of inner_len bytes (p parsed
+ * from it, flow its QP key) towards peer (slot, ps: the peer's slot and
+ * this CPU's slot of its counters and stream). seg_len is the largest
+ * inner frame on the wire (a GSO skb leaves as segments, each in its own
+ * outer headers), numbered whether the frame may carry a sequence number
+ * (not a GSO skb: its segments would all carry one copy). ctx is the
+ * program's, for bpf_fib_lookup, which fib is scratch for. RG_ENCAP_DONE:
+ * e is ready; RG_ENCAP_SKIPPED: no route to the peer (nothing counted).
+ */
+static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struct rg_pkt *p,
+							  const struct rg_peer *peer, __u32 slot,
+							  const struct rg_qp_key *flow,
+							  __u32 inner_len, __u32 seg_len, int numbered,
+							  struct rg_peer_stats *ps,
+							  struct bpf_fib_lookup *fib,
+							  struct rg_encap_plan *e)
+{
+	int v6 = peer->family == AF_INET6;
+	struct rg_nexthop *nh;
+	__u32 gen, seg_ip_len;
+
+	e->hash = rg_flow_hash(flow);
+	e->seq = NULL;
+	e->opt_len = 0;
+	if ((rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ) && ps && numbered) {
+		e->seq = ps;
+		e->opt_len = RG_TUNNEL_OPT_LEN;
+	}
+	e->room = (v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM) + e->opt_len;
+	e->udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + e->opt_len + inner_len;
+	e->ip_len = e->udp_len + (v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
+	seg_ip_len = e->ip_len - inner_len + seg_len;
+	if (seg_ip_len > peer->mtu)
+		return RG_ENCAP_OVERSIZE;
+
+	nh = rg_nexthop_get(slot, &gen);
+	if (nh && gen && nh->gen == gen) {
+		if (seg_ip_len > nh->mtu)
+			return RG_ENCAP_OVERSIZE;
+		e->fr = RG_FIB_OK;
+		e->hop = nh;
+		return RG_ENCAP_DONE;
+	}
+
+	__be16 sport = rg_entropy_port(e->hash);
+	__be32 label = bpf_htonl(e->hash & RG_FLOW_LABEL_MASK);
+
+	e->fr = rg_fib_peer(ctx, peer, fib, seg_ip_len, sport, label);
+	if (e->fr == RG_FIB_TOO_BIG)
+		return RG_ENCAP_OVERSIZE;
+	if (e->fr == RG_FIB_FAIL)
+		return RG_ENCAP_SKIPPED;
+	rg_nexthop_found(&e->found, fib);
+	e->hop = &e->found;
+	if (e->fr == RG_FIB_OK && nh && gen)
+		rg_nexthop_fill(ctx, peer, fib, &e->found, nh, gen, sport, label);
+	return RG_ENCAP_DONE;
+}
+
+/*
+ * The outer headers of either family, as built before the one store. In a
+ * per-CPU buffer, not on the stack: with the plan, the lookup and the
+ * parsed packet, the 512-byte stack would not hold them.
+ */
+union rg_encap_hdr {
+	struct rg_encap4 v4;
+	struct rg_encap6 v6;
+};
+
+/* The headers, and a lookup for a caller whose stack is full (forward.h). */
+struct rg_encap_scratch {
+	union rg_encap_hdr h;
+	struct bpf_fib_lookup fib;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rg_encap_scratch);
+} rg_encap_buf SEC(".maps");
+
+static __always_inline struct rg_encap_scratch *rg_encap_buffer(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&rg_encap_buf, &zero);
+}
+
+/*
+ * Builds the outer headers e planned for the frame whose Ethernet header
+ * was inner_eth (numbering it when e says so) in h; returns the bytes to
+ * store at the frame's new start, from h's Ethernet header (hdr_eth).
+ */
+static __always_inline __u32 rg_encap_build(union rg_encap_hdr *h, const struct rg_encap_plan *e,
+					    const struct rg_pkt *p, const struct rg_peer *peer,
+					    const struct ethhdr *inner_eth)
+{
+	/* From the stream, not e->opt_len: the store needs a length the verifier can bound. */
+	__u32 opt_len = e->seq ? RG_TUNNEL_OPT_LEN : 0;
+
+	rg_encap_headers_init(h, sizeof(*h));
+	if (peer->family == AF_INET6) {
+		rg_encap_eth(&h->v6.eth, e->hop->dmac, e->hop->smac, ETH_P_IPV6);
+		rg_encap_ipv6(&h->v6.ip6, peer, p->tos, e->hash, e->udp_len);
+		rg_encap_tail(&h->v6.tail, peer, e->hash, e->udp_len, inner_eth, e->seq);
+		return RG_ENCAP6_LEN + opt_len;
+	}
+	rg_encap_eth(&h->v4.eth, e->hop->dmac, e->hop->smac, ETH_P_IP);
+	rg_encap_ipv4(&h->v4.ip, peer, p->tos, e->ip_len);
+	rg_encap_tail(&h->v4.tail, peer, e->hash, e->udp_len, inner_eth, e->seq);
+	return RG_ENCAP4_LEN + opt_len;
+}
+
+/* Where rg_encap_build's bytes start: both layouts put Ethernet at one offset. */
+#define RG_ENCAP_HDR_ETH(h) ((void *)&(h)->v4.eth)
+_Static_assert(__builtin_offsetof(struct rg_encap4, eth) == __builtin_offsetof(struct rg_encap6, eth),
+	       "one start for both outer families");
+
+/* The store failed: the frame was half built, and its number never sent. */
+static __always_inline void rg_encap_failed(const struct rg_encap_plan *e, struct rg_counters *c,
+					    struct rg_peer_stats *ps, __u32 inner_len)
+{
+	rg_count(c, RG_EV_ENCAP_ERROR, inner_len);
+	rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, inner_len);
+	/* The far end must not count it lost. */
+	if (e->seq)
+		e->seq->tx_seq--;
+}
+
+/* An encapsulated frame standing for segs RoCE packets, wire_len bytes inner. */
+static __always_inline void rg_encap_count(const struct rg_encap_plan *e, struct rg_counters *c,
+					   struct rg_peer_stats *ps, __u32 segs, __u32 wire_len)
+{
+	rg_count_n(c, RG_EV_ENCAPSULATED, segs, wire_len);
+	rg_peer_count_n(ps, RG_PEER_EV_ENCAPSULATED, segs, wire_len);
+	if (e->seq)
+		rg_peer_count(ps, RG_PEER_EV_SEQ_SENT, wire_len);
+}
+
+/*
+ * TC egress: Geneve-encapsulates the frame (p parsed from it, flow its QP
+ * key) towards peer: the room goes after the outer Ethernet header
+ * (BPF_ADJ_ROOM_MAC), then outer Ethernet, IP, UDP, Geneve (with the
+ * sequence option when it is on) and a copy of the original Ethernet header
+ * are written in one store. slot is the peer's; ps is this CPU's slot of
+ * the peer's counters and stream.
  */
 static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *skb,
 							    const struct rg_pkt *p,
@@ -191,108 +345,44 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	struct ethhdr *eth = data;
 	struct bpf_fib_lookup fib;
 	__u32 inner_len = skb->len;
-	__u32 hash = rg_flow_hash(flow);
-	__u32 room, udp_len, ip_len, seg_ip_len;
-	__u64 flags;
-	int v6 = peer->family == AF_INET6;
-	enum rg_fib_result fr;
-	struct rg_nexthop *nh, found;
-	const struct rg_nexthop *hop; /* the cached hop, or the one just looked up */
-	__u32 gen;
+	enum rg_encap_result r;
+	struct rg_encap_plan e;
+	struct rg_encap_scratch *scratch = rg_encap_buffer();
+	union rg_encap_hdr *h = scratch ? &scratch->h : NULL;
 	struct ethhdr inner_eth;
-	struct rg_peer_stats *seq = NULL;
-	__u32 opt_len = 0;
-	long err;
+	__u64 flags;
+	__u32 len;
 
-	if ((void *)(eth + 1) > data_end)
+	if ((void *)(eth + 1) > data_end || !h)
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
 
-	/*
-	 * A GSO packet's segments would all carry one copy of the option, that
-	 * is one sequence number many times: they go unnumbered.
-	 */
-	if ((rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ) && ps && skb->gso_segs <= 1) {
-		seq = ps;
-		opt_len = RG_TUNNEL_OPT_LEN;
+	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, skb->gso_segs <= 1, ps,
+			  &fib, &e);
+	if (r == RG_ENCAP_SKIPPED) {
+		rg_count(c, RG_EV_FIB_MISS, inner_len);
+		rg_peer_count(ps, RG_PEER_EV_FIB_MISS, inner_len);
 	}
-	room = (v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM) + opt_len;
-	udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + opt_len + inner_len;
-	ip_len = udp_len + (v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
-	/*
-	 * A GSO skb leaves as segments of p->seg_len bytes at most, each in its
-	 * own outer headers (the kernel's UDP tunnel segmentation): the MTU is
-	 * about one of those, not the whole skb.
-	 */
-	seg_ip_len = ip_len - inner_len + p->seg_len;
-	if (seg_ip_len > peer->mtu)
-		return RG_ENCAP_OVERSIZE;
-
-	nh = rg_nexthop_get(slot, &gen);
-	if (nh && gen && nh->gen == gen) {
-		if (seg_ip_len > nh->mtu)
-			return RG_ENCAP_OVERSIZE;
-		fr = RG_FIB_OK;
-		hop = nh;
-	} else {
-		__be16 sport = rg_entropy_port(hash);
-		__be32 label = bpf_htonl(hash & RG_FLOW_LABEL_MASK);
-
-		fr = rg_fib_peer(skb, peer, &fib, seg_ip_len, sport, label);
-		if (fr == RG_FIB_TOO_BIG)
-			return RG_ENCAP_OVERSIZE;
-		if (fr == RG_FIB_FAIL) {
-			rg_count(c, RG_EV_FIB_MISS, inner_len);
-			rg_peer_count(ps, RG_PEER_EV_FIB_MISS, inner_len);
-			return RG_ENCAP_SKIPPED;
-		}
-		rg_nexthop_found(&found, &fib);
-		hop = &found;
-		if (fr == RG_FIB_OK && nh && gen)
-			rg_nexthop_fill(skb, peer, &fib, &found, nh, gen, sport, label);
-	}
+	if (r != RG_ENCAP_DONE)
+		return r;
 
 	flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
 		BPF_F_ADJ_ROOM_ENCAP_L2(sizeof(struct ethhdr)) | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
-		(v6 ? BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 : BPF_F_ADJ_ROOM_ENCAP_L3_IPV4);
-	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_MAC, flags)) {
+		(peer->family == AF_INET6 ? BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 : BPF_F_ADJ_ROOM_ENCAP_L3_IPV4);
+	if (bpf_skb_adjust_room(skb, e.room, BPF_ADJ_ROOM_MAC, flags)) {
 		rg_count(c, RG_EV_ENCAP_ERROR, inner_len);
 		rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, inner_len);
 		return RG_ENCAP_SKIPPED;
 	}
-
-	if (v6) {
-		struct rg_encap6 h;
-
-		rg_encap_headers_init(&h, sizeof(h));
-		rg_encap_eth(&h.eth, hop->dmac, hop->smac, ETH_P_IPV6);
-		rg_encap_ipv6(&h.ip6, peer, p->tos, hash, udp_len);
-		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth, seq);
-		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP6_LEN + opt_len, 0);
-	} else {
-		struct rg_encap4 h;
-
-		rg_encap_headers_init(&h, sizeof(h));
-		rg_encap_eth(&h.eth, hop->dmac, hop->smac, ETH_P_IP);
-		rg_encap_ipv4(&h.ip, peer, p->tos, ip_len);
-		rg_encap_tail(&h.tail, peer, hash, udp_len, &inner_eth, seq);
-		err = bpf_skb_store_bytes(skb, 0, &h.eth, RG_ENCAP4_LEN + opt_len, 0);
-	}
-	if (err) {
-		/* The frame is half built: sending it would put garbage on the wire. */
-		rg_count(c, RG_EV_ENCAP_ERROR, inner_len);
-		rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, inner_len);
-		/* Its number was never sent: the far end must not count it lost. */
-		if (seq)
-			seq->tx_seq--;
+	len = rg_encap_build(h, &e, p, peer, &inner_eth);
+	if (bpf_skb_store_bytes(skb, 0, RG_ENCAP_HDR_ETH(h), len, 0)) {
+		/* Sending it would put garbage on the wire. */
+		rg_encap_failed(&e, c, ps, inner_len);
 		*verdict = TC_ACT_SHOT;
 		return RG_ENCAP_DONE;
 	}
-	rg_count_n(c, RG_EV_ENCAPSULATED, p->segs, p->wire_len);
-	rg_peer_count_n(ps, RG_PEER_EV_ENCAPSULATED, p->segs, p->wire_len);
-	if (seq)
-		rg_peer_count(ps, RG_PEER_EV_SEQ_SENT, p->wire_len);
-	*verdict = rg_fib_verdict(skb, &fib, fr, hop->ifindex);
+	rg_encap_count(&e, c, ps, p->segs, p->wire_len);
+	*verdict = rg_fib_verdict(skb, &fib, e.fr, e.hop->ifindex);
 	return RG_ENCAP_DONE;
 }
 

@@ -90,17 +90,16 @@ static __always_inline void rg_fib_init(struct bpf_fib_lookup *fib, const struct
 
 /*
  * Route to the tunnel peer. tot_len makes the kernel check the egress
- * device's MTU.
+ * device's MTU. ctx: the program's (an skb at TC, an xdp_md at XDP).
  */
-static __always_inline enum rg_fib_result rg_fib_peer(const struct __sk_buff *skb,
-						      const struct rg_peer *peer,
+static __always_inline enum rg_fib_result rg_fib_peer(void *ctx, const struct rg_peer *peer,
 						      struct bpf_fib_lookup *fib, __u16 tot_len,
 						      __be16 sport, __be32 flow_label)
 {
 	long rc;
 
 	rg_fib_init(fib, peer, tot_len, sport, flow_label);
-	rc = bpf_fib_lookup((void *)skb, fib, sizeof(*fib), 0);
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return RG_FIB_OK;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
@@ -145,7 +144,7 @@ static __always_inline void rg_nexthop_found(struct rg_nexthop *hop, const struc
  * between the two lookups raises an event after them, so its generation
  * is past gen and the entry never current.
  */
-static __always_inline void rg_nexthop_fill(const struct __sk_buff *skb, const struct rg_peer *peer,
+static __always_inline void rg_nexthop_fill(void *ctx, const struct rg_peer *peer,
 					    struct bpf_fib_lookup *fib, const struct rg_nexthop *found,
 					    struct rg_nexthop *nh, __u32 gen, __be16 sport,
 					    __be32 flow_label)
@@ -154,7 +153,7 @@ static __always_inline void rg_nexthop_fill(const struct __sk_buff *skb, const s
 
 	*nh = *found; /* generation 0 until complete */
 	rg_fib_init(fib, peer, 0xffff, sport, flow_label);
-	rc = bpf_fib_lookup((void *)skb, fib, sizeof(*fib), 0);
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		nh->mtu = fib->mtu_result;
 	else if (rc == BPF_FIB_LKUP_RET_SUCCESS && fib->ifindex == found->ifindex)
