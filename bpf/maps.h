@@ -96,6 +96,18 @@ struct {
 	__type(value, struct rg_nexthop_lease);
 } rg_nh_leases SEC(".maps");
 
+/*
+ * The devices the XDP fast path may redirect to (forward.h): the attached
+ * ones, written by the loader that attached this object's programs. Not
+ * pinned: it names the devices of one object's attachments.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, RG_MAX_IFACES);
+	__type(key, __u32);   /* ifindex */
+	__type(value, __u32); /* the same ifindex */
+} rg_xdp_tx SEC(".maps");
+
 /* The attached interfaces' own addresses; the loader writes one before attaching to it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

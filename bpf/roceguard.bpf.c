@@ -14,6 +14,9 @@
  *                Multi-buffer capable (xdp.frags), so it attaches natively
  *                at jumbo MTUs: every header it reads or writes is in the
  *                first buffer, and byte counts take the whole frame.
+ *                With the fast path on, forwards RoCE between attached
+ *                devices itself, encapsulating as TC egress would
+ *                (forward.h).
  *
  * rg_tc_ingress  (TC ingress): rg_xdp_ingress on an skb, for devices where
  *                XDP would not run before the skb exists (veth copies every
@@ -32,6 +35,7 @@
 #include "counters.h"
 #include "dscp.h"
 #include "flow.h"
+#include "forward.h"
 #include "geneve.h"
 #include "parse.h"
 #include "qp_accounting.h"
@@ -107,6 +111,21 @@ int rg_tc_egress(struct __sk_buff *skb)
 	}
 }
 
+/*
+ * The XDP fast path's program (below), which rg_xdp_ingress tail-calls;
+ * libbpf puts it in its slot when it loads the object.
+ */
+int rg_xdp_forward(struct xdp_md *ctx);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32)); /* sizes, not types: a program array takes no BTF */
+	__array(values, int(struct xdp_md *));
+} rg_xdp_next SEC(".maps") = {
+	.values = { [0] = (void *)&rg_xdp_forward },
+};
+
 /* libxdp dispatcher: run early, and let the next program see what we pass. */
 struct {
 	__uint(priority, 10);
@@ -161,8 +180,21 @@ int rg_xdp_ingress(struct xdp_md *ctx)
 		rg_count(c, RG_EV_DSCP_REPAIRED, len);
 	rg_qp_key_fill(&qp, &p, data_end);
 	rg_account(&p, &qp, c, RG_DIR_INGRESS, len);
+	if (rg_cfg.flags & RG_CFG_F_XDP_FORWARD)
+		bpf_tail_call(ctx, &rg_xdp_next, 0); /* returns only if the slot is empty */
 	return XDP_PASS;
 }
+
+/*
+ * The XDP fast path (forward.h), run by rg_xdp_ingress as a tail call
+ * (rg_xdp_next) once its own work on a RoCE frame is done; never attached.
+ */
+SEC("xdp.frags")
+int rg_xdp_forward(struct xdp_md *ctx)
+{
+	return rg_forward(ctx);
+}
+
 
 /*
  * The ingress program at TC, for what the loader's ingress hook choice

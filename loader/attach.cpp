@@ -140,6 +140,9 @@ class TunnelMaps {
 
 IngressHook planned_ingress_hook(const Config& cfg, const std::string& ifname) {
   if (cfg.ingress_hook != IngressHook::kAuto) return cfg.ingress_hook;
+  // The fast path forwards from the XDP hook: where XDP copies the frame
+  // first, skipping the stack still wins.
+  if (cfg.xdp_forward) return IngressHook::kXdp;
   // Generic XDP is an skb hook already; on veth native XDP first copies
   // the skb into a page. TC ingress sees the same skb for less.
   if (cfg.xdp_mode == XdpMode::kSkb || xdp_runs_on_skb(ifname)) return IngressHook::kTc;
@@ -195,6 +198,7 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   }
   obj_.load();
   obj_.ensure_loaded();
+  if (cfg_.xdp_forward) add_forward_target(st.ifindex, name, undo);
   st.tc_handle = cfg_.tc_handle;
   st.tc_priority = cfg_.tc_priority;
   if (ingress == IngressHook::kTc) {
@@ -207,6 +211,15 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   st.tc_prog_id =
       attach_tc(obj_, owner_, st.ifindex, name, TcHook::kEgress, cfg_.tc_handle, cfg_.tc_priority, force, undo);
   return st;
+}
+
+void Dataplane::add_forward_target(int ifindex, const std::string& name, Rollback& undo) {
+  int fd = obj_.map_fd(kMapXdpTx);
+  if (fd < 0) throw Error(std::string("internal: the loaded object has no ") + kMapXdpTx);
+  const uint32_t key = static_cast<uint32_t>(ifindex);
+  if (bpf_map_update_elem(fd, &key, &key, BPF_ANY) != 0)
+    throw Error("cannot make " + name + " a target of the XDP fast path (" + kMapXdpTx + "): " + errno_text(errno));
+  undo.add(name + "'s entry in " + std::string(kMapXdpTx), [fd, key] { bpf_map_delete_elem(fd, &key); });
 }
 
 State Dataplane::attach_all(bool force, bool skip_absent) {

@@ -63,6 +63,8 @@ class Dataplane {
  private:
   // Attaches one interface; undo learns how to put back what was there.
   IfaceState attach_interface(const std::string& name, bool force, Rollback& undo);
+  // Lets the XDP fast path redirect to the interface (dataplane.xdp_forward).
+  void add_forward_target(int ifindex, const std::string& name, Rollback& undo);
 
   // Removes what the previous record attached and this configuration does
   // not: an interface it dropped, or our filter at a handle/priority it

@@ -214,7 +214,10 @@ void BpfObject::pin_maps() const {
   try {
     configure(scratch, cfg_, pin_path_);
     bpf_program* prog;
-    bpf_object__for_each_program(prog, scratch->obj) bpf_program__set_autoload(prog, false);
+    // But the one libbpf puts into its program array (rg_xdp_next) as it
+    // creates it: an empty slot there fails the load.
+    bpf_object__for_each_program(prog, scratch->obj)
+        if (prog != scratch->progs.rg_xdp_forward) bpf_program__set_autoload(prog, false);
     err = bpf_object__load(scratch->obj);
   } catch (...) {
     roceguard__destroy(scratch);

@@ -314,6 +314,9 @@ void finish_config(Config& cfg, ConfigProblems& p) {
                          "; set a larger mtu for this peer");
   }
   check_peers(cfg, p);
+  if (cfg.xdp_forward && cfg.ingress_hook == IngressHook::kTc)
+    p.errors.push_back("dataplane.xdp_forward: the fast path runs in the XDP hook, but dataplane.ingress_hook is tc; "
+                       "set it to xdp or auto");
 }
 
 void read_config_file(const std::string& path, Config& cfg, ConfigProblems& p) {
@@ -370,6 +373,7 @@ rg_config Config::rodata() const {
   if (repair) c.flags |= RG_CFG_F_REPAIR;
   if (accounting) c.flags |= RG_CFG_F_ACCOUNT;
   if (tunnel_sequence) c.flags |= RG_CFG_F_TUNNEL_SEQ;
+  if (xdp_forward) c.flags |= RG_CFG_F_XDP_FORWARD;
   c.tunnel_opt_class = static_cast<__u16>(tunnel_opt_class);
   c.tunnel_opt_type = RG_TUNNEL_OPT_TYPE_DEFAULT;
   return c;

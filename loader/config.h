@@ -79,6 +79,9 @@ struct Config {
   uint32_t tc_priority = kDefaultTcPriority;
   XdpMode xdp_mode = XdpMode::kNative;
   IngressHook ingress_hook = IngressHook::kAuto;
+  // The XDP gateway fast path: RoCE forwarded between the attached
+  // interfaces from their XDP hooks (docs/design.md, "The XDP fast path").
+  bool xdp_forward = false;
   // false: `run` attaches nothing and exports the NIC half only (hosts whose
   // hardware RNIC sends RoCE past TC and XDP).
   bool attach_dataplane = true;

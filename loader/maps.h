@@ -39,10 +39,14 @@ inline constexpr const char* kMapIfaces = "rg_ifaces";
 inline constexpr const char* kMapPeerStats = "rg_peer_stats";
 // Private to the process that loaded the object (see loader/nexthop_lease.h).
 inline constexpr const char* kMapNexthopLease = "rg_nh_leases";
+inline constexpr const char* kMapXdpTx = "rg_xdp_tx";  // unpinned: the fast path's targets
 inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
-inline constexpr std::array<const char*, 10> kPinnedMaps{kMapCounters, kMapQp4,    kMapQp6,       kMapPeers,
-                                                         kMapRoute4,   kMapRoute6, kMapDecap,     kMapIfaces,
-                                                         kMapPeerStats, kMapTunnelStreams};
+// The ingress program's tail call into the fast path: pinned because the
+// kernel empties a program array no file descriptor or pin holds.
+inline constexpr const char* kMapXdpNext = "rg_xdp_next";
+inline constexpr std::array<const char*, 11> kPinnedMaps{
+    kMapCounters, kMapQp4,    kMapQp6,   kMapPeers,     kMapRoute4,        kMapRoute6,
+    kMapDecap,    kMapIfaces, kMapPeerStats, kMapTunnelStreams, kMapXdpNext};
 
 struct CounterRow {
   uint32_t ifindex = 0;

@@ -41,6 +41,7 @@ constexpr std::array<EventName, RG_EV_MAX> kEvents{{
     {RG_EV_GENEVE_CONTROL, "geneve_control", "geneve_untouched_packets", "Geneve control packets (O bit), left to the stack undecapsulated", {}, "reason", "control"},
     {RG_EV_GENEVE_CRITICAL, "geneve_critical", "geneve_critical_dropped_packets", "Geneve with critical options (C bit) on a configured tunnel, dropped", "geneve_critical_dropped_bytes"},
     {RG_EV_PSN_RESYNC, "psn_resync", "psn_resyncs", "PSN tracking restarted (QP idle, or a jump beyond any window)"},
+    {RG_EV_XDP_FORWARDED, "xdp_forwarded", "xdp_forwarded_packets", "RoCE packets forwarded out of this interface from an XDP hook (fast path), past its qdisc", "xdp_forwarded_bytes"},
 }};
 
 // Order must match enum rg_peer_event; names_test checks it.

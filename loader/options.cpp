@@ -311,6 +311,16 @@ std::vector<Option> make_options() {
                      "where the ingress program runs: xdp, tc (TC ingress), or auto: native XDP unless the "
                      "device is a veth, xdp_mode is skb or the driver refuses native XDP, TC ingress then"));
   {
+    Option forward = boolean("dataplane.xdp_forward", &Config::xdp_forward,
+                             "the XDP gateway fast path: RoCE that would be forwarded from one attached interface "
+                             "to another is forwarded by the XDP program itself (encapsulated as TC egress would), "
+                             "skipping the stack and the egress qdisc; needs the ingress program at XDP (auto picks "
+                             "it then), and a veth target whose peer runs XDP or GRO");
+    forward.flag = "--xdp-forward";
+    forward.flag_of = FlagOf::kDaemon;
+    o.push_back(forward);
+  }
+  {
     Option attach = boolean("dataplane.attach", &Config::attach_dataplane,
                             "false: exporter only, for hosts whose hardware RNIC sends RoCE past TC/XDP: `run` "
                             "serves NIC counters and the NIC profile state and attaches no program");

@@ -121,6 +121,7 @@ enum rg_event {
 	RG_EV_GENEVE_CONTROL,      /* Geneve control packet (O bit): payload not forwarded, untouched */
 	RG_EV_GENEVE_CRITICAL,     /* Geneve with critical options (C bit) on our tunnel: dropped */
 	RG_EV_PSN_RESYNC,          /* PSN tracking restarted: QP idle, or a jump no window allows */
+	RG_EV_XDP_FORWARDED,       /* egress: forwarded out of this device from an XDP hook (fast path) */
 	RG_EV_MAX,
 };
 
@@ -270,6 +271,7 @@ enum rg_mtu_policy {
 #define RG_CFG_F_ENCAP (1u << 3)      /* egress Geneve encapsulation */
 #define RG_CFG_F_DECAP (1u << 4)      /* ingress Geneve decapsulation */
 #define RG_CFG_F_TUNNEL_SEQ (1u << 5) /* egress: Geneve sequence/timestamp option */
+#define RG_CFG_F_XDP_FORWARD (1u << 6) /* XDP: forward RoCE between attached devices (fast path) */
 /*
  * Tests only: fill the outer headers with 0xff before writing them. It stays
  * in the ABI because the tests cannot work without it: bpf_skb_adjust_room()

@@ -1962,6 +1962,163 @@ TEST(ConcurrentQpHooks, EgressAndIngressEachCreateTheirEntryOnce) {
 
 // ---------------------------------------------------------------------------
 
+// The XDP gateway fast path (RG_CFG_F_XDP_FORWARD): a RoCE frame arriving
+// on one attached device that the stack would forward out of another is
+// forwarded by rg_xdp_ingress itself, and must leave exactly as the slow
+// path would send it: forwarded by the kernel (TTL down by one, the next
+// hop's MACs), then through rg_tc_egress on the device it went out of.
+
+rg_config forward_config() {
+  rg_config c = test_config();
+  c.flags |= RG_CFG_F_XDP_FORWARD;
+  return c;
+}
+
+// A harness data plane with the fast path on and both devices its targets.
+struct ForwardPlane {
+  Dataplane dp{forward_config()};
+  ForwardPlane() {
+    dp.tunnels();
+    dp.forward_to(dev_ifindex());
+    dp.forward_to(other_dev_ifindex());
+  }
+};
+
+// The inner prefixes of the tunnel routes, routed by the kernel too: out
+// of kDev towards the peer, where the tunnel starts.
+void route_remote_nets(KernelRoutes& routes, const char* via4 = kPeer4, const char* via6 = kPeer6) {
+  routes.add("-4 route", std::string(kRemoteNet4) + "/24 via " + via4 + " dev " + kDev);
+  routes.add("-6 route", std::string(kRemoteNet6) + "/48 via " + via6 + " dev " + kDev);
+}
+
+// inner as a LAN host behind kOtherDev hands it to this gateway, and as
+// the kernel forwards it out of kDev (after the ingress program's repair).
+PacketBuilder from_lan(PacketBuilder inner) { return inner.eth(kOtherDevMac, kOtherPeerMac).ttl(64); }
+PacketBuilder forwarded(PacketBuilder inner, uint8_t dscp) {
+  return inner.eth(kPeerMac, kDevMac).ttl(63).dscp(dscp);
+}
+
+Events without_forwarded(Events e) {
+  e.erase("xdp_forwarded");
+  return e;
+}
+
+TEST(XdpForward, EncapsulatesAsTheStackAndTcEgressWould) {
+  KernelRoutes routes;
+  route_remote_nets(routes);
+  ForwardPlane f;
+  Dataplane slow;
+  slow.tunnels();
+  uint64_t n = 0;
+  for (const EncapCase& c : encap_cases()) {
+    SCOPED_TRACE(c.name);
+    const Verdict got = f.dp.xdp_at(from_lan(c.inner).build(), other_dev_ifindex());
+    const Verdict want = slow.tc(forwarded(c.inner, c.want_dscp).build());
+    ASSERT_TRUE(parse(want.out).geneve);
+    EXPECT_EQ(got.ret, kXdpRedirect);
+    EXPECT_EQ(hex(got.out), hex(want.out));
+    ++n;
+  }
+  const Events egress = f.dp.events(RG_DIR_EGRESS);
+  EXPECT_EQ(egress.at("xdp_forwarded"), n);
+  EXPECT_EQ(egress.at("encapsulated"), n);
+  EXPECT_EQ(without_forwarded(egress), slow.events(RG_DIR_EGRESS)) << "TC egress's counters, no more";
+  EXPECT_EQ(f.dp.events(RG_DIR_INGRESS).at("roce_packets"), n) << "counted on arrival too, as at XDP today";
+}
+
+// The next-hop cache serves the fast path as it serves TC egress.
+TEST(XdpForward, UsesTheNextHopCache) {
+  KernelRoutes routes;
+  route_remote_nets(routes);
+  ForwardPlane f;
+  NexthopLeases leases(bpf_map__fd(f.dp.skel()->maps.rg_nh_leases), harness_peers());
+  leases.invalidate();
+  set_nexthops(f.dp, kPeerSlot4, planted(leases.generation()));
+  const Verdict r = f.dp.xdp_at(from_lan(tunneled4()).build(), other_dev_ifindex());
+  EXPECT_EQ(r.ret, kXdpRedirect);
+  View v = parse(r.out);
+  ASSERT_TRUE(v.geneve);
+  EXPECT_EQ(v.dst, kPlantedMac);
+}
+
+// Decapsulated RoCE for a host behind the other device goes there directly,
+// as the kernel would forward it: TTL down by one, that host's MAC.
+TEST(XdpForward, SendsDecapsulatedRoceOnToTheLan) {
+  ForwardPlane f;
+  for (bool v6 : {false, true}) {
+    SCOPED_TRACE(v6 ? "IPv6" : "IPv4");
+    PacketBuilder inner = roce4();
+    if (v6)
+      inner.ipv6("2001:db8:6::20", kOtherPeer6).flow_label(0x12345);
+    else
+      inner.ipv4("203.0.113.20", kOtherPeer4);
+    inner.eth(kPeerMac, kDevMac).ttl(20).dscp(0);
+    const Bytes enc = geneve_from(kPeer4, kLocal4, kVni4, inner.build()).build();
+    const Verdict r = f.dp.xdp_at(enc, dev_ifindex());
+    EXPECT_EQ(r.ret, kXdpRedirect);
+    EXPECT_EQ(hex(r.out), hex(inner.eth(kOtherPeerMac, kOtherDevMac).ttl(19).dscp(46).build()));
+  }
+  EXPECT_EQ(f.dp.events(RG_DIR_INGRESS).at("decapsulated"), 2u);
+  EXPECT_EQ(f.dp.events(RG_DIR_EGRESS).at("xdp_forwarded"), 2u);
+  EXPECT_EQ(f.dp.events(RG_DIR_EGRESS).count("encapsulated"), 0u);
+}
+
+// What the fast path cannot send as the slow path would goes to the stack
+// exactly as the ingress program without it leaves it.
+TEST(XdpForward, LeavesEverythingElseToTheStack) {
+  struct Case {
+    const char* name;
+    PacketBuilder in;
+    std::function<void(KernelRoutes&)> routes;
+    uint16_t tunnel_mtu = 1500;
+    bool targets = true;
+  };
+  auto plain = [](KernelRoutes& r) { route_remote_nets(r); };
+  PacketBuilder tagged = from_lan(tunneled4());
+  tagged.vlan(100);
+  std::vector<Case> cases = {
+      {"TtlRunsOut", from_lan(tunneled4()).ttl(1), plain},
+      {"HopLimitRunsOut", from_lan(tunneled6()).ttl(1), plain},
+      {"NoKernelRoute", from_lan(tunneled4()), [](KernelRoutes&) {}},
+      {"NeighbourUnresolved", from_lan(tunneled4()), [](KernelRoutes& r) { route_remote_nets(r, kNoNeigh4, kNoNeigh6); }},
+      {"OverTheTunnelMtu", from_lan(tunneled4().payload(1200)), plain, 1200},
+      {"EgressDeviceNotATarget", from_lan(tunneled6()), plain, 1500, false},
+      {"VlanTagged", tagged, plain},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    KernelRoutes routes;
+    c.routes(routes);
+    Dataplane fast(forward_config()), off;
+    fast.tunnels(c.tunnel_mtu);
+    off.tunnels(c.tunnel_mtu);
+    if (c.targets) fast.forward_to(dev_ifindex());
+    fast.forward_to(other_dev_ifindex());
+    const Bytes in = c.in.build();
+    const Verdict got = fast.xdp_at(in, other_dev_ifindex());
+    const Verdict want = off.xdp_at(in, other_dev_ifindex());
+    EXPECT_EQ(got.ret, kXdpPass);
+    EXPECT_EQ(hex(got.out), hex(want.out));
+    EXPECT_EQ(fast.events(RG_DIR_EGRESS), Events{}) << "nothing counted as sent";
+    EXPECT_EQ(fast.events(RG_DIR_INGRESS), off.events(RG_DIR_INGRESS));
+  }
+}
+
+// Off (the default), RoCE that the kernel would forward is passed to it.
+TEST(XdpForward, OffByDefault) {
+  KernelRoutes routes;
+  route_remote_nets(routes);
+  Dataplane dp;
+  dp.tunnels();
+  dp.forward_to(dev_ifindex());
+  dp.forward_to(other_dev_ifindex());
+  const Bytes in = from_lan(tunneled4().dscp(46)).build();
+  const Verdict r = dp.xdp_at(in, other_dev_ifindex());
+  EXPECT_EQ(r.ret, kXdpPass);
+  EXPECT_EQ(hex(r.out), hex(in));
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS), Events{});
+}
+
 TEST(Names, TableCoversEveryEventInOrder) {
   std::set<std::string_view> seen;
   for (int ev = 0; ev < RG_EV_MAX; ++ev) {

@@ -228,6 +228,21 @@ Verdict Dataplane::xdp(const Bytes& in, uint32_t repeat) {
   return {r.retval, buf};
 }
 
+Verdict Dataplane::xdp_at(const Bytes& in, int ifindex) {
+  Bytes buf(in.size() + 512);
+  TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_xdp_ingress), true, ifindex, in, buf, 1);
+  if (r.err) throw std::runtime_error("test_run xdp: " + std::string(std::strerror(-r.err)));
+  buf.resize(r.size_out);
+  if (r.retval != kXdpDrop) Capture::current().record(buf);
+  return {r.retval, buf};
+}
+
+void Dataplane::forward_to(int ifindex) {
+  const uint32_t key = static_cast<uint32_t>(ifindex);
+  if (bpf_map__update_elem(skel_->maps.rg_xdp_tx, &key, sizeof(key), &key, sizeof(key), 0))
+    throw std::runtime_error("rg_xdp_tx update: " + std::string(std::strerror(errno)));
+}
+
 void Dataplane::peer(uint32_t idx, const std::string& local, const std::string& remote,
                      uint32_t vni, uint16_t mtu) {
   rg_peer p{};

@@ -54,6 +54,7 @@ inline constexpr uint32_t kTcPass = static_cast<uint32_t>(-1);  // TC_ACT_UNSPEC
 inline constexpr uint32_t kTcShot = 2;                          // TC_ACT_SHOT
 inline constexpr uint32_t kXdpDrop = 1;
 inline constexpr uint32_t kXdpPass = 2;
+inline constexpr uint32_t kXdpRedirect = 4;
 
 int dev_ifindex();
 // Does this run put rg_tc_ingress where the cases name XDP (see Dataplane::xdp)?
@@ -87,6 +88,12 @@ class Dataplane {
   // then holds the TC ingress program to the same expectations.
   Verdict tc(const Bytes& in, uint32_t repeat = 1);
   Verdict xdp(const Bytes& in, uint32_t repeat = 1);
+  // rg_xdp_ingress on a frame arriving on ifindex, whatever
+  // ROCEGUARD_TEST_INGRESS says: the XDP fast path exists at XDP only.
+  Verdict xdp_at(const Bytes& in, int ifindex);
+  // Lets the fast path redirect to ifindex (rg_xdp_tx), as the loader does
+  // for each interface it attaches.
+  void forward_to(int ifindex);
   // rg_tc_egress on a packet the stack gave skb_priority.
   Verdict tc_with_priority(const Bytes& in, uint32_t skb_priority);
 

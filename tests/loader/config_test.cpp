@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "attach.h"
 #include "config.h"
 #include "error.h"
 #include "options.h"
@@ -504,6 +505,25 @@ TEST(SkbPriority, DefaultZeroAnyU32ReachesRodata) {
   ASSERT_EQ(errs.size(), 1u);
   EXPECT_EQ(errs[0], "dataplane.skb_priority: 4294967296 is out of range 0..4294967295");
   EXPECT_EQ(errors_of("[dataplane]\nskb_priority = -1\n").size(), 1u);
+}
+
+// dataplane.xdp_forward: off by default; on, it reaches the programs, puts
+// the ingress program at XDP where auto would pick TC ingress (a veth), and
+// refuses a configured TC ingress hook.
+TEST(XdpForward, OffByDefaultOnReachesRodataAndTakesXdp) {
+  EXPECT_FALSE(Config{}.xdp_forward);
+  EXPECT_EQ(Config{}.rodata().flags & RG_CFG_F_XDP_FORWARD, 0u);
+  const Config on = parse_ok("[dataplane]\nxdp_forward = true\n");
+  EXPECT_EQ(on.rodata().flags & RG_CFG_F_XDP_FORWARD, static_cast<__u32>(RG_CFG_F_XDP_FORWARD));
+  EXPECT_EQ(on.rodata().flags & RG_CFG_F_DEFAULT, static_cast<__u32>(RG_CFG_F_DEFAULT));
+  Config skb = parse_ok("[dataplane]\nxdp_forward = true\nxdp_mode = \"skb\"\n");
+  EXPECT_EQ(planned_ingress_hook(skb, "lo"), IngressHook::kXdp) << "auto takes XDP for the fast path";
+  skb.xdp_forward = false;
+  EXPECT_EQ(planned_ingress_hook(skb, "lo"), IngressHook::kTc) << "and TC ingress without it";
+  auto errs = errors_of("[dataplane]\nxdp_forward = true\ningress_hook = \"tc\"\n");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].find("dataplane.xdp_forward"), std::string::npos) << errs[0];
+  EXPECT_TRUE(errors_of("[dataplane]\nxdp_forward = true\ningress_hook = \"xdp\"\n").empty());
 }
 
 }  // namespace

@@ -6,15 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "direct_attach.h"
 #include "lab_fixture.h"
 #include "maps.h"
+#include "roceguard_proc.h"
+#include "state.h"
 
 namespace rg::test {
 namespace {
 
 using lab::Node;
+using nlohmann::json;
 
 constexpr uint32_t kVni = 4242;
 constexpr uint8_t kDscpAf31 = 26;  // what host A marks on the plain path
@@ -119,6 +123,67 @@ TEST_F(E2e, EncapWithoutDecapDoesNotDeliver) {
   report("encap_only", {{"sent", t.sent.packets},
                         {"received", t.received.packets},
                         {"wan_geneve", wan_seen_ab(*wan_, RG_WAN_GENEVE)}});
+}
+
+// The XDP fast path (dataplane.xdp_forward) on both gateways, attached to
+// lan0 and wan0 by `roceguard attach`, which exits (the fast path must
+// outlive the loader as the programs do): the lossy-tunnel scenario holds
+// on wan0 exactly as on the slow path (tshark decodes what gateway A's XDP
+// program built), and every RoCE frame took the fast path, both ways: what
+// was encapsulated out of a wan0 was forwarded there by XDP, and every
+// frame decapsulated on a wan0 left by its lan0 from XDP too.
+TEST_F(E2e, XdpFastPathCarriesTheLossyTunnel) {
+  topo_->accept_xdp_redirects();
+  const auto& a = topo_->addr();
+  auto config = [](const std::string& local, const std::string& remote, const std::string& route) {
+    return "interfaces = [\"wan0\", \"lan0\"]\n[dataplane]\nxdp_forward = true\n"
+           "[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" + local + "\"\nremote = \"" + remote +
+           "\"\nvni = " + std::to_string(kVni) + "\nroutes = [\"" + route + "\"]\n";
+  };
+  RoceguardRun gw_a(*topo_, Node::kGatewayA, config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24"), tmp_->path());
+  RoceguardRun gw_b(*topo_, Node::kGatewayB, config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24"), tmp_->path());
+  for (const RoceguardRun* gw : {&gw_a, &gw_b}) {
+    gw->cli({"attach", "--config", gw->config_path()});
+    const json st = json::parse(gw->cli({"status", "--json"}));
+    ASSERT_EQ(st.at("interfaces").size(), 2u) << st.dump(2);
+    for (const auto& is : st.at("interfaces")) EXPECT_EQ(is.at("ingress_hook"), kIngressXdp) << is.dump();
+  }
+  // One interface's rows of a gateway's counters.
+  auto rows_of = [this](const RoceguardRun& gw, Node n, const std::string& ifname) -> CounterSource {
+    const uint32_t ifindex = static_cast<uint32_t>(topo_->ifindex(n, ifname));
+    return [&gw, ifindex] {
+      std::vector<CounterRow> rows;
+      for (const CounterRow& r : MapReader(gw.pin_path()).counters())
+        if (r.ifindex == ifindex) rows.push_back(r);
+      return rows;
+    };
+  };
+  const LossyTunnel run =
+      run_lossy_tunnel(rows_of(gw_a, Node::kGatewayA, "wan0"), rows_of(gw_b, Node::kGatewayB, "wan0"));
+  expect_lossy_tunnel_delivered(run);
+
+  const auto lan_a = rows_of(gw_a, Node::kGatewayA, "lan0")();
+  const auto lan_b = rows_of(gw_b, Node::kGatewayB, "lan0")();
+  const auto wan_b = rows_of(gw_b, Node::kGatewayB, "wan0")();
+  // Requests: host A -> gateway A's wan0 (encapsulated there by XDP) ...
+  EXPECT_EQ(run.egress_a(RG_EV_XDP_FORWARDED), run.t.sent.packets);
+  // ... gateway B's wan0 -> its lan0 -> host B.
+  EXPECT_EQ(sum_packets(lan_b, RG_DIR_EGRESS, RG_EV_XDP_FORWARDED), run.t.received.packets);
+  // Responses: host B -> gateway B's wan0 (encapsulated by XDP) ...
+  const uint64_t responses = sum_packets(wan_b, RG_DIR_EGRESS, RG_EV_ENCAPSULATED);
+  EXPECT_GT(responses, 0u);
+  EXPECT_EQ(sum_packets(wan_b, RG_DIR_EGRESS, RG_EV_XDP_FORWARDED), responses);
+  EXPECT_EQ(sum_packets(lan_b, RG_DIR_INGRESS, RG_EV_ROCE_PACKETS), responses);
+  // ... gateway A's wan0 -> its lan0 -> host A.
+  const uint64_t back = run.ingress_a(RG_EV_DECAPSULATED);
+  EXPECT_GT(back, 0u);
+  EXPECT_EQ(sum_packets(lan_a, RG_DIR_EGRESS, RG_EV_XDP_FORWARDED), back);
+  EXPECT_EQ(sum_packets(lan_a, RG_DIR_INGRESS, RG_EV_ROCE_PACKETS), run.t.sent.packets);
+  report("xdp_fast_path", {{"sent", run.t.sent.packets},
+                           {"dropped", run.dropped},
+                           {"responses", responses},
+                           {"responses_at_a", back},
+                           {"retransmits", run.t.sent.retransmits}});
 }
 
 // The full data plane: TC egress on gateway A re-marks and encapsulates,

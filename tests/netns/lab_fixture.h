@@ -74,6 +74,7 @@ struct LossyTunnel {
   // Gateway A encapsulates (egress), gateway B decapsulates (ingress).
   uint64_t egress_a(rg_event ev) const { return sum_packets(gw_a, RG_DIR_EGRESS, ev); }
   uint64_t ingress_b(rg_event ev) const { return sum_packets(gw_b, RG_DIR_INGRESS, ev); }
+  uint64_t ingress_a(rg_event ev) const { return sum_packets(gw_a, RG_DIR_INGRESS, ev); }
 };
 
 // Reads one gateway's counters, from whatever attached its data plane.

@@ -25,6 +25,7 @@ class RoceguardRun {
   // The loader's pid (the namespace wrappers exec into it).
   pid_t pid() const { return child_ ? child_->pid() : -1; }
   const std::string& pin_path() const { return pin_path_; }
+  const std::string& config_path() const { return config_path_; }
   std::string log() const;
   // roceguard <args...> --pin-path <pin> in the node; returns stdout, throws on failure.
   std::string cli(std::vector<std::string> args) const;

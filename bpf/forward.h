@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The XDP gateway fast path (RG_CFG_F_XDP_FORWARD, dataplane.xdp_forward).
+ * A RoCE frame the ingress program would give the stack only for the stack
+ * to forward it out of another device roceguard is attached to is forwarded
+ * from the XDP hook instead, with no skb at all:
+ *
+ *   1. the stack's forwarding decision: bpf_fib_lookup of the frame from
+ *      the device it arrived on, as ip_forward makes it (policy rules, the
+ *      forwarding switch, the egress device's MTU, a resolved neighbour);
+ *   2. the stack's forwarding work: TTL or hop limit down by one, the
+ *      egress device's MAC and the next hop's on the frame;
+ *   3. what TC egress does on that device: DSCP re-mark, per-QP accounting
+ *      in the egress direction, and Geneve towards a tunnel peer by the
+ *      same plan (rg_encap_plan: the next-hop cache, else a lookup);
+ *   4. bpf_redirect_map into rg_xdp_tx, which holds the devices roceguard
+ *      is attached to; a redirected frame skips that device's qdisc.
+ *
+ * Whatever cannot go that way goes to the stack as before, untouched, and
+ * TC egress does the same work on an skb: no route, an unresolved
+ * neighbour, a TTL that would run out (the stack sends the ICMP), a frame
+ * over an MTU (the stack or the tunnel MTU policy decides), a VLAN tag, an
+ * egress device roceguard is not attached to.
+ */
+#ifndef RG_BPF_FORWARD_H
+#define RG_BPF_FORWARD_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "counters.h"
+#include "csum.h"
+#include "dscp.h"
+#include "geneve.h"
+#include "maps.h"
+#include "parse.h"
+#include "qp_accounting.h"
+#include "route.h"
+#include "tunnel_seq.h"
+
+#define RG_IPV6_FLOWINFO_MASK bpf_htonl(0x0fffffff)
+
+/*
+ * The stack's route for the frame p was parsed from, arriving on ifindex,
+ * into fib. Returns 0 when it would be forwarded with a resolved
+ * neighbour and its TTL or hop limit allows one more hop.
+ */
+static __always_inline int rg_forward_lookup(struct xdp_md *ctx, const struct rg_pkt *p,
+					     void *data_end, struct bpf_fib_lookup *fib)
+{
+	struct udphdr *udp = p->l4;
+
+	if ((void *)(udp + 1) > data_end)
+		return -1;
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = p->family;
+	fib->l4_protocol = IPPROTO_UDP;
+	fib->sport = udp->source;
+	fib->dport = udp->dest;
+	fib->ifindex = ctx->ingress_ifindex;
+	if (p->family == AF_INET) {
+		struct iphdr *ip = p->l3;
+
+		if ((void *)(ip + 1) > data_end || ip->ttl <= 1)
+			return -1;
+		fib->tos = ip->tos;
+		fib->tot_len = bpf_ntohs(ip->tot_len);
+		fib->ipv4_src = ip->saddr;
+		fib->ipv4_dst = ip->daddr;
+	} else {
+		struct ipv6hdr *ip6 = p->l3;
+
+		if ((void *)(ip6 + 1) > data_end || ip6->hop_limit <= 1)
+			return -1;
+		fib->flowinfo = *(__be32 *)ip6 & RG_IPV6_FLOWINFO_MASK;
+		fib->tot_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+		__builtin_memcpy(fib->ipv6_src, &ip6->saddr, 16);
+		__builtin_memcpy(fib->ipv6_dst, &ip6->daddr, 16);
+	}
+	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) == BPF_FIB_LKUP_RET_SUCCESS ? 0 : -1;
+}
+
+/* One hop less to live (the caller checked there is one), as ip_forward does. */
+static __always_inline void rg_forward_ttl(const struct rg_pkt *p, void *data_end)
+{
+	if (p->family == AF_INET) {
+		struct iphdr *ip = p->l3;
+		__be16 old;
+
+		if ((void *)(ip + 1) > data_end)
+			return;
+		old = *(__be16 *)&ip->ttl;
+		ip->ttl--;
+		rg_csum_replace2(&ip->check, old, *(__be16 *)&ip->ttl);
+	} else {
+		struct ipv6hdr *ip6 = p->l3;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return;
+		ip6->hop_limit--;
+	}
+}
+
+static __always_inline int rg_forward_target(__u32 ifindex)
+{
+	return bpf_map_lookup_elem(&rg_xdp_tx, &ifindex) != NULL;
+}
+
+/*
+ * Forwards the RoCE frame at ctx (the ingress side's work done on it) as
+ * described above, or answers XDP_PASS with the frame as it came. The body
+ * of a program of its own that the ingress program tail-calls: its stack
+ * and the ingress program's would not fit one 512-byte frame, nor its
+ * paths and the ingress program's the verifier's budget. So the frame is
+ * parsed again here: no packet pointer crosses a tail call.
+ */
+static __always_inline int rg_forward(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct rg_encap_scratch *scratch = rg_encap_buffer();
+	struct bpf_fib_lookup *fib;
+	const struct rg_peer *peer = NULL;
+	struct rg_peer_stats *ps = NULL;
+	struct rg_encap_plan e;
+	struct rg_counters *c;
+	struct ethhdr inner_eth;
+	union rg_encap_hdr *h;
+	__u32 slot = 0, dev, out, hdr_len;
+	struct rg_qp_key qp_key, *qp = &qp_key;
+	struct rg_pkt pkt, *p = &pkt;
+	__u32 len = bpf_xdp_get_buff_len(ctx);
+
+	if (!scratch || rg_parse(data, data_end, p) != RG_PKT_ROCE)
+		return XDP_PASS;
+	h = &scratch->h;
+	fib = &scratch->fib;
+	rg_qp_key_fill(qp, p, data_end);
+	if (p->vlan_depth || (void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (rg_forward_lookup(ctx, p, data_end, fib))
+		return XDP_PASS;
+	dev = out = fib->ifindex; /* fib is the plan's scratch from here on */
+	if (!rg_forward_target(dev))
+		return XDP_PASS;
+	/* What TC egress on out would do to the frame the stack forwarded there. */
+	__builtin_memcpy(inner_eth.h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(inner_eth.h_source, fib->smac, ETH_ALEN);
+	inner_eth.h_proto = eth->h_proto;
+	if (rg_cfg.flags & RG_CFG_F_ENCAP) {
+		peer = rg_route_lookup(p, data_end, &slot);
+		if (peer) {
+			ps = rg_peer_stats_get(slot);
+			/* An unresolved neighbour needs bpf_redirect_neigh: TC only. */
+			if (rg_encap_plan(ctx, p, peer, slot, qp, len, len, 1, ps, fib, &e) != RG_ENCAP_DONE ||
+			    e.fr != RG_FIB_OK || !rg_forward_target(e.hop->ifindex))
+				return XDP_PASS;
+			out = e.hop->ifindex;
+		}
+	}
+
+	/* Committed: from here on the frame leaves through rg_xdp_tx or not at all. */
+	c = rg_counters_get(dev, RG_DIR_EGRESS);
+	rg_forward_ttl(p, data_end);
+	__builtin_memcpy(eth, &inner_eth, sizeof(inner_eth));
+	if ((rg_cfg.flags & RG_CFG_F_REMARK) &&
+	    rg_remark(p, data_end, rg_target_dscp(p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
+		rg_count(c, RG_EV_DSCP_REWRITTEN, len);
+	rg_account(p, qp, c, RG_DIR_EGRESS, len);
+	if (peer) {
+		if (bpf_xdp_adjust_head(ctx, -(int)e.room)) {
+			rg_count(c, RG_EV_ENCAP_ERROR, len);
+			rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, len);
+			return XDP_DROP;
+		}
+		hdr_len = rg_encap_build(h, &e, p, peer, &inner_eth);
+		if (bpf_xdp_store_bytes(ctx, 0, RG_ENCAP_HDR_ETH(h), hdr_len)) {
+			rg_encap_failed(&e, c, ps, len);
+			return XDP_DROP;
+		}
+		rg_encap_count(&e, c, ps, 1, len);
+	}
+	rg_count(c, RG_EV_XDP_FORWARDED, len);
+	return bpf_redirect_map(&rg_xdp_tx, out, 0);
+}
+
+#endif
