@@ -15,6 +15,9 @@
 // BPF_F_TEST_XDP_LIVE_FRAMES is not used: it is meant for redirecting
 // programs (traffic generators); roceguard answers XDP_PASS, and live frames
 // passed on are injected into the stack, whose cost would then be measured.
+// The XDP fast path's rows do redirect: without live frames the run ends at
+// the verdict, so they time the program up to its bpf_redirect_map and not
+// the transmit that follows (bench_veth_throughput's geneve-fwd has it all).
 //
 //   bench_prog_cost [--rounds N] [--calls N] [--json FILE]
 #include <bpf/bpf.h>
@@ -25,10 +28,12 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <cstring>
 #include <memory>
 
 #include "bench_util.h"
 #include "empty.skel.h"
+#include "lab/proc.h"
 #include "maps.h"
 #include "names.h"
 #include "nexthop_lease.h"
@@ -128,6 +133,21 @@ int main(int argc, char** argv) {
     leases.invalidate();
     if (leases.granted() != 1) throw std::runtime_error("the route to the bench peer got no next-hop lease");
     Object account(config(RG_CFG_F_ACCOUNT));
+    // The XDP fast path (dataplane.xdp_forward): the frame arrives from a
+    // RoCE host and the kernel would forward it to the peer's prefix out of
+    // the same device, which is the fast path's one target; with and
+    // without a next-hop lease.
+    rg::lab::run_checked({"ip", "route", "add", "203.0.113.0/24", "via", kPeer4, "dev", kDev});
+    Object forward(config(RG_CFG_F_DEFAULT | RG_CFG_F_XDP_FORWARD));
+    Object forward_cached(config(RG_CFG_F_DEFAULT | RG_CFG_F_XDP_FORWARD));
+    for (const Object* o : {&forward, &forward_cached}) {
+      const uint32_t target = static_cast<uint32_t>(ifindex);
+      if (bpf_map__update_elem(o->skel()->maps.rg_xdp_tx, &target, sizeof(target), &target, sizeof(target), 0))
+        throw std::runtime_error("rg_xdp_tx update: " + std::string(std::strerror(errno)));
+    }
+    rg::NexthopLeases forward_leases(bpf_map__fd(forward_cached.skel()->maps.rg_nh_leases), {bench_peer});
+    forward_leases.invalidate();
+    if (forward_leases.granted() != 1) throw std::runtime_error("the fast path's bench peer got no next-hop lease");
     std::unique_ptr<empty, decltype(&empty__destroy)> floor(empty__open_and_load(), empty__destroy);
     if (!floor) throw std::runtime_error("empty.bpf.o: load failed");
     const int empty_tc = bpf_program__fd(floor->progs.empty_tc);
@@ -146,6 +166,11 @@ int main(int argc, char** argv) {
         {"xdp ingress: Geneve decap + DSCP repair + accounting", "xdp", full.xdp_fd(), geneve_frame(0, payload), true, true, -50},
         {"xdp ingress: accounting only", "xdp", account.xdp_fd(), roce_frame(RG_DEFAULT_DSCP << 2, payload), true, false, 0},
         {"xdp ingress: non-RoCE pass-through", "xdp", full.xdp_fd(), other_udp_frame(payload), false, false, 0},
+        // The fast path's own cost is each of these minus "xdp ingress: accounting only".
+        {"xdp fast path: forwarded + DSCP + accounting + Geneve encap", "xdp", forward.xdp_fd(),
+         roce_frame(host_tos, payload), true, false, 50},
+        {"xdp fast path: forwarded + DSCP + accounting + Geneve encap, cached next hop", "xdp",
+         forward_cached.xdp_fd(), roce_frame(host_tos, payload), true, false, 50},
         // The sequence option's cost is each of these minus its row without it.
         {"tc egress: DSCP + accounting + Geneve encap + sequence option", "tc", full_seq.tc_fd(),
          roce_frame(host_tos, payload), true, false, 50 + static_cast<int>(sizeof(rg_tunnel_opt))},
@@ -182,6 +207,7 @@ int main(int argc, char** argv) {
     for (unsigned r = 0; r < rounds; ++r)
       for (auto& c : cases) {
         leases.renew();
+        forward_leases.renew();
         for (unsigned i = 0; i < calls / 10; ++i) run_once(c);  // warm the caches for this case
         const auto t0 = std::chrono::steady_clock::now();
         for (unsigned i = 0; i < calls; ++i) c.kernel_ns.push_back(run_once(c).duration_ns);

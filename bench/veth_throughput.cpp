@@ -8,6 +8,13 @@
 //   dscp-tc   the same with the ingress program at TC ingress (ingress_hook tc)
 //   geneve-xdp roceguard on both gateways, DSCP + Geneve encap at A, XDP decap at B
 //   geneve-tc the same, decapsulated at gateway B's TC ingress
+//   geneve-fwd the XDP fast path (dataplane.xdp_forward): both gateways
+//             attach lan0 and wan0, encapsulate at gateway A's lan0 XDP
+//             hook and decapsulate at gateway B's wan0 XDP hook, each
+//             redirecting straight to the other device (no skb). A veth
+//             takes redirected frames only while its peer runs NAPI, so a
+//             run with this case turns GRO on at the far end of every
+//             gateway veth for every case (said in the output).
 //   xdp-floor empty XDP and TC programs at the hooks roceguard uses (both
 //             gateways' wan0): what merely having programs there costs. On
 //             veth it is much: a native XDP program makes the receiving veth
@@ -359,8 +366,8 @@ int main(int argc, char** argv) {
   unsigned rounds = 3, senders = 2, receivers = 1;
   bool bpf_stats = false;
   std::vector<size_t> payloads{1024, 4096};
-  const std::vector<std::string> all_cases{"baseline",   "xdp-floor", "tc-floor",  "dscp-xdp",
-                                           "dscp-tc",    "geneve-xdp", "geneve-tc", "vxlan"};
+  const std::vector<std::string> all_cases{"baseline", "xdp-floor", "tc-floor",   "dscp-xdp", "dscp-tc",
+                                           "geneve-xdp", "geneve-tc", "geneve-fwd", "vxlan"};
   std::vector<std::string> names = all_cases;
   std::string json_path = "veth_throughput.json", prefix = "rglb";
   app.add_option("--seconds", seconds, "measured seconds per run")->check(CLI::Range(0.5, 60.0));
@@ -395,6 +402,8 @@ int main(int argc, char** argv) {
     Topology::cleanup_stale(prefix);
     Topology topo(prefix);
     topo.check_path();
+    const bool redirects = has("geneve-fwd");
+    if (redirects) topo.accept_xdp_redirects();
     const Addresses& a = topo.addr();
     nlohmann::json out = nlohmann::json::array();
     for (size_t payload : payloads) {
@@ -410,12 +419,13 @@ int main(int argc, char** argv) {
           std::vector<std::pair<std::string, uint32_t>> progs;
           if (c.rfind("dscp-", 0) == 0 || c.rfind("geneve-", 0) == 0) {
             const bool tunnel = c.rfind("geneve-", 0) == 0;
+            const bool forward = c == "geneve-fwd";
             // Named, never "auto": on veth auto picks TC.
-            const std::string hook = c.substr(c.find('-') + 1);
+            const std::string hook = forward ? "xdp" : c.substr(c.find('-') + 1);
             gw_a.emplace(topo, Node::kGatewayA, pin_dir(Node::kGatewayA),
-                         gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", tunnel, xdp, mtu, hook));
+                         gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", tunnel, xdp, mtu, hook, forward));
             gw_b.emplace(topo, Node::kGatewayB, pin_dir(Node::kGatewayB),
-                         gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", tunnel, xdp, mtu, hook));
+                         gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", tunnel, xdp, mtu, hook, forward));
             for (const auto* g : {&*gw_a, &*gw_b})
               for (const auto& is : g->state().interfaces) {
                 const std::string gw = g == &*gw_a ? "gw A " : "gw B ";
@@ -455,6 +465,10 @@ int main(int argc, char** argv) {
               auto rows_b = rg::MapReader(gw_b->pin()).counters();
               check += "; gw B decapsulated " +
                        std::to_string(rg::sum_packets(rows_b, RG_DIR_INGRESS, RG_EV_DECAPSULATED));
+              if (c == "geneve-fwd")
+                check += "; forwarded from XDP: gw A " +
+                         std::to_string(rg::sum_packets(rows, RG_DIR_EGRESS, RG_EV_XDP_FORWARDED)) + ", gw B " +
+                         std::to_string(rg::sum_packets(rows_b, RG_DIR_EGRESS, RG_EV_XDP_FORWARDED));
             }
             if (vx) check += "; vx0 at gw A sent " + std::to_string(vx->tx_packets(Node::kGatewayA));
             if (!gw_a && !progs.empty()) {
@@ -477,7 +491,9 @@ int main(int argc, char** argv) {
       std::cout << "\npayload " << payload << " B, link MTU " << mtu << ", XDP (the *-xdp cases, xdp-floor) "
                 << (xdp == XdpMode::kSkb ? "generic (skb)" : "native") << ", " << senders << " senders, "
                 << receivers << " receiver(s), median of " << rounds << " x " << seconds << " s"
-                << (bpf_stats ? ", BPF statistics on (slower)" : "") << "\n";
+                << (bpf_stats ? ", BPF statistics on (slower)" : "")
+                << (redirects ? ", GRO on at the far end of every gateway veth (for geneve-fwd's redirects)" : "")
+                << "\n";
       Table t({"case", "rx pps", "rx Gbit/s", "tx pps", "x baseline", "x vxlan"});
       for (const std::string& name : names) {
         const double pps = med(name, [](const Measure& m) { return m.rx_pps; });
@@ -490,6 +506,7 @@ int main(int argc, char** argv) {
         nlohmann::json entry = {{"payload", payload},
                                 {"mtu", mtu},
                                 {"xdp_mode", xdp == XdpMode::kSkb ? "skb" : "native"},
+                                {"peer_gro", redirects},
                                 {"case", name},
                                 {"rx_pps_median", pps},
                                 {"rx_gbps_median", gbps},

@@ -45,6 +45,9 @@ void add_lab_options(CLI::App* lab) {
                   "ingress on the lab's veths")
       ->check(CLI::IsMember({"auto", "xdp", "tc"}))
       ->capture_default_str();
+  lab->add_flag("--xdp-forward", o.xdp_forward,
+                "the gateways run the XDP fast path (dataplane.xdp_forward) between their LAN and WAN "
+                "interfaces, both attached");
   lab->add_option("--report", o.report_dir, "report directory (default ./roceguard-lab-<UTC time>)");
   lab->add_option("--metrics-listen", o.metrics_listen,
                   "gateway A's Prometheus endpoint; gateway B's is on the next port (port 0: any free)")

@@ -9,11 +9,13 @@
 namespace rg::lab {
 
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
-                      bool tunnel, XdpMode xdp_mode, unsigned tunnel_mtu, const std::string& ingress_hook) {
+                      bool tunnel, XdpMode xdp_mode, unsigned tunnel_mtu, const std::string& ingress_hook,
+                      bool xdp_forward) {
   std::ostringstream toml;
-  toml << "interfaces = [\"wan0\"]\n"
+  toml << (xdp_forward ? "interfaces = [\"wan0\", \"lan0\"]\n" : "interfaces = [\"wan0\"]\n")
        << "[dataplane]\nxdp_mode = \"" << (xdp_mode == XdpMode::kSkb ? "skb" : "native") << "\"\n"
-       << "ingress_hook = \"" << ingress_hook << "\"\n";
+       << "ingress_hook = \"" << ingress_hook << "\"\n"
+       << "xdp_forward = " << (xdp_forward ? "true" : "false") << "\n";
   if (tunnel)
     toml << "[tunnel]\n[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" << local << "\"\nremote = \""
          << remote << "\"\nvni = " << kLabVni << "\nmtu = " << tunnel_mtu << "\nroutes = [\"" << route << "\"]\n";

@@ -19,10 +19,14 @@ inline constexpr uint32_t kLabVni = 4242;
 // The configuration a gateway runs with: its WAN interface, and with
 // tunnel a Geneve peer (the far gateway) carrying route; tunnel_mtu is the
 // largest outer packet the WAN link takes; ingress_hook is
-// dataplane.ingress_hook (auto: TC ingress on the lab's veths).
+// dataplane.ingress_hook (auto: TC ingress on the lab's veths). With
+// xdp_forward the gateway runs the XDP fast path between its LAN and WAN
+// interfaces, both attached (the lab's topology then lets the far ends of
+// its veths take redirected frames: Topology::accept_xdp_redirects).
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode = XdpMode::kNative,
-                      unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU, const std::string& ingress_hook = "auto");
+                      unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU, const std::string& ingress_hook = "auto",
+                      bool xdp_forward = false);
 
 class Gateway {
  public:

@@ -392,6 +392,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"qps", s.qps},
                    {"payload", s.payload},
                    {"tunnel", s.tunnel},
+                   {"xdp_forward", s.xdp_forward},
                    {"host_tos", s.host_tos},
                    {"metrics", {{"gw_a", s.metrics_a}, {"gw_b", s.metrics_b}}}};
   if (s.scheduler)

@@ -93,6 +93,7 @@ struct LabSettings {
   unsigned qps = 0;
   size_t payload = 0;
   bool tunnel = true;
+  bool xdp_forward = false;
   uint8_t host_tos = 0;
   std::string metrics_a, metrics_b;
 };

@@ -305,9 +305,9 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     // The lab measures the tunnel's exact loss against the WAN's drops: the
     // sequence option is on in both gateways.
     Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel, XdpMode::kNative,
-                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook);
+                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook, lab.opts.xdp_forward);
     Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel, XdpMode::kNative,
-                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook);
+                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook, lab.opts.xdp_forward);
     cfg_a.tunnel_sequence = cfg_b.tunnel_sequence = true;
     // RoCE into the uplink's priority class; gateway B's egress on wan0
     // (ACKs, NAKs, CNPs) gets the same, as a symmetric deployment would.
@@ -527,6 +527,7 @@ int run_lab(const LabOptions& opts) {
   settings.qps = opts.qps;
   settings.payload = opts.payload;
   settings.tunnel = opts.tunnel;
+  settings.xdp_forward = opts.xdp_forward;
   settings.host_tos = kHostTos;
 
   const std::string dir = opts.report_dir.empty() ? "roceguard-lab-" + timestamp() : opts.report_dir;
@@ -542,6 +543,7 @@ int run_lab(const LabOptions& opts) {
             << std::flush;
   Topology topo(opts.prefix, congestion);
   topo.check_path();
+  if (opts.xdp_forward) topo.accept_xdp_redirects();
   check_stop();
   std::optional<HtbScheduler> scheduler, uplink_scheduler;
   std::optional<SenderLineRate> line_rate;

@@ -23,6 +23,7 @@ struct LabOptions {
   size_t payload = 1024;      // RoCE path MTU 1024
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
   std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook
+  bool xdp_forward = false;  // the gateways' dataplane.xdp_forward (LAN and WAN attached)
   std::string report_dir;     // empty: ./roceguard-lab-<UTC timestamp>
   // Gateway A's exporter; gateway B's listens on the next port (port 0:
   // both pick a free one).

@@ -280,6 +280,19 @@ bool await(int fd, int ms) {
 
 }  // namespace
 
+void Topology::accept_xdp_redirects() const {
+  auto gateway = [](Node n) { return n == Node::kGatewayA || n == Node::kGatewayB; };
+  auto far_end = [&](Node n, const char* ifname) {
+    run_checked({"ip", "netns", "exec", netns(n), "ethtool", "-K", ifname, "gro", "on"});
+    if (n == Node::kHostA || n == Node::kHostB)
+      run_checked({"ip", "netns", "exec", netns(n), "ethtool", "-K", ifname, "tx", "off"});
+  };
+  for (const auto& l : kLinks) {
+    if (gateway(l.a) && !gateway(l.b)) far_end(l.b, l.b_if);
+    if (gateway(l.b) && !gateway(l.a)) far_end(l.a, l.a_if);
+  }
+}
+
 void Topology::check_path() const {
   // A datagram there and one back: proves both directions and leaves every
   // neighbour on the path resolved before a test's first measured packet.

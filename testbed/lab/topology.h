@@ -105,6 +105,15 @@ class Topology {
   // of times: proves the path and resolves every neighbour on it.
   void check_path() const;
 
+  // Readies the lab for the XDP fast path. GRO on at the far end of every
+  // gateway veth: a veth takes frames another device's XDP program
+  // redirects into it only while its peer runs NAPI, which an XDP program
+  // or GRO turns on. And the hosts' checksums complete, as a NIC puts them
+  // on a wire: a veth hands a local sender's UDP checksum on unfinished
+  // (CHECKSUM_PARTIAL), which only the skb knows; a frame redirected
+  // without its skb would arrive with it wrong.
+  void accept_xdp_redirects() const;
+
   // Deletes namespaces <prefix>-<pid>-* whose pid no longer runs: what a
   // crashed run left behind. Returns how many it removed.
   static int cleanup_stale(const std::string& prefix);
