@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Geneve (RFC 8926) carrying the whole inner Ethernet frame (protocol
- * 0x6558): rg_geneve_encap at TC egress, and its inverse at ingress:
- * rg_geneve_decap at XDP, rg_skb_geneve_decap at TC, one decision
- * (rg_geneve_match) and one delivery (rg_decap_deliver) for both. The outer headers are built on the stack
- * from shared pieces (Ethernet, IPv4 or IPv6, then the same UDP + Geneve +
- * inner Ethernet tail) and written in one store.
+ * 0x6558): rg_geneve_encap at TC egress (and the XDP fast path, forward.h),
+ * one plan (rg_encap_plan) and one header builder (rg_encap_build) for
+ * both; and its inverse at ingress: rg_geneve_decap at XDP,
+ * rg_skb_geneve_decap at TC, one decision (rg_geneve_match) and one
+ * delivery (rg_decap_deliver) for both. The outer headers are built in a
+ * per-CPU buffer from shared pieces (Ethernet, IPv4 or IPv6, then the same
+ * UDP + Geneve + inner Ethernet tail) and written in one store.
  */
 #ifndef RG_BPF_GENEVE_H
 #define RG_BPF_GENEVE_H
@@ -50,7 +52,7 @@ struct rg_geneve_tail {
 };
 
 /*
- * The outer headers as built on the stack. The 2 bytes in front put the IP
+ * The outer headers as built before the store. The 2 bytes in front put the IP
  * header on a 4-byte boundary (as NET_IP_ALIGN does for received frames), so
  * the pieces are written through aligned pointers; they are not stored.
  */

@@ -2041,6 +2041,42 @@ TEST(XdpForward, UsesTheNextHopCache) {
   EXPECT_EQ(v.dst, kPlantedMac);
 }
 
+// With the sequence option the fast path numbers what it encapsulates as
+// TC egress does: the same option, the same numbers (one CPU, so one
+// stream in each object), the same bytes around it; only the timestamp and
+// the stream (which CPU) are masked.
+class XdpForwardOnOneCpu : public OnOneCpu {};
+
+TEST_F(XdpForwardOnOneCpu, NumbersWhatItEncapsulatesAsTcEgress) {
+  KernelRoutes routes;
+  route_remote_nets(routes);
+  rg_config fast_cfg = forward_config(), slow_cfg = test_config();
+  fast_cfg.flags |= RG_CFG_F_TUNNEL_SEQ;
+  slow_cfg.flags |= RG_CFG_F_TUNNEL_SEQ;
+  Dataplane fast(fast_cfg), slow(slow_cfg);
+  fast.tunnels();
+  slow.tunnels();
+  fast.forward_to(dev_ifindex());
+  fast.forward_to(other_dev_ifindex());
+  // Outer Ethernet, IPv4, UDP and Geneve: then the option's class, type,
+  // length, stream (4), number (4) and timestamp (8).
+  constexpr size_t kOpt = 14 + 20 + 8 + 8, kStream = kOpt + 4, kSent = kOpt + 12;
+  auto masked = [](Bytes b) {
+    std::fill(b.begin() + kStream, b.begin() + kStream + 4, 0);
+    std::fill(b.begin() + kSent, b.begin() + kSent + 8, 0);
+    return b;
+  };
+  for (uint32_t psn : {100u, 101u}) {
+    SCOPED_TRACE(psn);
+    const Verdict got = fast.xdp_at(from_lan(tunneled4(0x11, psn)).build(), other_dev_ifindex());
+    const Verdict want = slow.tc(forwarded(tunneled4(0x11, psn), 46).build());
+    EXPECT_EQ(got.ret, kXdpRedirect);
+    ASSERT_EQ(got.out.size(), want.out.size()) << "the option is there";
+    ASSERT_GT(got.out.size(), kSent + 8);
+    EXPECT_EQ(hex(masked(got.out)), hex(masked(want.out)));
+  }
+}
+
 // Decapsulated RoCE for a host behind the other device goes there directly,
 // as the kernel would forward it: TTL down by one, that host's MAC.
 TEST(XdpForward, SendsDecapsulatedRoceOnToTheLan) {

@@ -6,7 +6,9 @@
 // without any traffic leaving the process. The namespace dies with it.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <linux/bpf.h>
+#include <sched.h>
 
 #include <map>
 #include <memory>
@@ -126,6 +128,23 @@ class Dataplane {
 
   roceguard* skel_ = nullptr;
   std::unique_ptr<MapReader> reader_;
+};
+
+// One CPU for the whole test: the stream a packet belongs to is its CPU,
+// and each CPU numbers its own packets.
+class OnOneCpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(sched_getaffinity(0, sizeof(saved_), &saved_), 0);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  }
+  void TearDown() override { sched_setaffinity(0, sizeof(saved_), &saved_); }
+
+ private:
+  cpu_set_t saved_{};
 };
 
 // Writes every frame the programs emit in the running test to a pcap file in

@@ -88,22 +88,6 @@ const TunnelPeer* peer_at(const std::vector<TunnelPeer>& peers, uint32_t slot) {
   return nullptr;
 }
 
-// One CPU for the whole test: the stream a packet belongs to is its CPU.
-class OnOneCpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_EQ(sched_getaffinity(0, sizeof(saved_), &saved_), 0);
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(sched_getcpu(), &one);
-    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-  }
-  void TearDown() override { sched_setaffinity(0, sizeof(saved_), &saved_); }
-
- private:
-  cpu_set_t saved_{};
-};
-
 using TunnelSeqEncap = OnOneCpu;
 
 TEST_F(TunnelSeqEncap, OptionFirstNumberedPerCpuAndTimestamped) {
