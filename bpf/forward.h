@@ -136,7 +136,6 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 		return XDP_PASS;
 	h = &scratch->h;
 	fib = &scratch->fib;
-	rg_qp_key_fill(qp, p, data_end);
 	if (p->vlan_depth || (void *)(eth + 1) > data_end)
 		return XDP_PASS;
 	if (rg_forward_lookup(ctx, p, data_end, fib))
@@ -144,6 +143,8 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	dev = out = fib->ifindex; /* fib is the plan's scratch from here on */
 	if (!rg_forward_target(dev))
 		return XDP_PASS;
+	/* Only for a frame that goes this way: the plan's hash and the accounting. */
+	rg_qp_key_fill(qp, p, data_end);
 	/* What TC egress on out would do to the frame the stack forwarded there. */
 	__builtin_memcpy(inner_eth.h_dest, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(inner_eth.h_source, fib->smac, ETH_ALEN);
