@@ -68,6 +68,12 @@ Object::Object(const rg_config& cfg, uint32_t qp_entries) {
     roceguard__destroy(skel_);
     throw std::runtime_error("roceguard__load: " + std::string(std::strerror(-err)));
   }
+  try {
+    rg::link_xdp_forward(skel_->obj);  // as the loader does for the fast path
+  } catch (...) {
+    roceguard__destroy(skel_);
+    throw;
+  }
   rg_peer p{};
   p.vni = kVni;
   p.mtu = 9000;

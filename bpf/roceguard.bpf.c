@@ -112,19 +112,18 @@ int rg_tc_egress(struct __sk_buff *skb)
 }
 
 /*
- * The XDP fast path's program (below), which rg_xdp_ingress tail-calls;
- * libbpf puts it in its slot when it loads the object.
+ * The slot of the XDP fast path's program (rg_xdp_forward, below), which
+ * rg_xdp_ingress tail-calls. The loader fills it, only when the fast path
+ * is on: a program array takes the type and flags of the first program
+ * that uses it, and an ingress program loaded as a libxdp dispatcher's
+ * extension is not of rg_xdp_forward's type on every kernel.
  */
-int rg_xdp_forward(struct xdp_md *ctx);
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 1);
 	__uint(key_size, sizeof(__u32)); /* sizes, not types: a program array takes no BTF */
-	__array(values, int(struct xdp_md *));
-} rg_xdp_next SEC(".maps") = {
-	.values = { [0] = (void *)&rg_xdp_forward },
-};
+	__uint(value_size, sizeof(__u32));
+} rg_xdp_next SEC(".maps");
 
 /* libxdp dispatcher: run early, and let the next program see what we pass. */
 struct {

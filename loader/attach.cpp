@@ -198,7 +198,10 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   }
   obj_.load();
   obj_.ensure_loaded();
-  if (cfg_.xdp_forward) add_forward_target(st.ifindex, name, undo);
+  if (cfg_.xdp_forward) {
+    link_forward(st, name);
+    add_forward_target(st.ifindex, name, undo);
+  }
   st.tc_handle = cfg_.tc_handle;
   st.tc_priority = cfg_.tc_priority;
   if (ingress == IngressHook::kTc) {
@@ -211,6 +214,22 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   st.tc_prog_id =
       attach_tc(obj_, owner_, st.ifindex, name, TcHook::kEgress, cfg_.tc_handle, cfg_.tc_priority, force, undo);
   return st;
+}
+
+void Dataplane::link_forward(const IfaceState& st, const std::string& name) const {
+  try {
+    obj_.link_forward();
+  } catch (const Error& e) {
+    if (st.xdp_mode != "dispatcher") throw;
+    // Linux 6.1 takes a program array's owner type as the extension's own,
+    // not its dispatcher's, and refuses an XDP program there.
+    throw Error(std::string(e.what()) + ": this kernel does not let " + kProgXdp +
+                    ", loaded into the libxdp dispatcher on " + name +
+                    " (another XDP program runs there, or roceguard's ran there before), tail-call the XDP fast "
+                    "path; with " + name + "'s XDP hook to itself roceguard attaches directly: detach the other "
+                    "program (or `roceguard detach`, then attach again), or turn dataplane.xdp_forward off",
+                kExitConflict);
+  }
 }
 
 void Dataplane::add_forward_target(int ifindex, const std::string& name, Rollback& undo) {
@@ -267,6 +286,8 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
                    describe_ingress(is), is.tc_handle, is.tc_priority, is.tc_prog_id);
       st.interfaces.push_back(is);
     }
+    // Every interface runs this load's programs now.
+    obj_.pin_forward();
     restrict_pins(pin_path_);
     write_state(pin_path_, st);
     // Carried over into rg_qp4/rg_qp6 when the object was opened; kept

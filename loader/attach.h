@@ -65,6 +65,10 @@ class Dataplane {
   IfaceState attach_interface(const std::string& name, bool force, Rollback& undo);
   // Lets the XDP fast path redirect to the interface (dataplane.xdp_forward).
   void add_forward_target(int ifindex, const std::string& name, Rollback& undo);
+  // Fills the fast path's slot once the interface's ingress program is
+  // loaded; says what to do where the kernel refuses it to a dispatcher's
+  // extension.
+  void link_forward(const IfaceState& st, const std::string& name) const;
 
   // Removes what the previous record attached and this configuration does
   // not: an interface it dropped, or our filter at a handle/priority it

@@ -8,6 +8,7 @@
 #include <xdp/libxdp.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdarg>
 #include <cstring>
 
@@ -51,6 +52,8 @@ int libxdp_log(enum libxdp_print_level level, const char* fmt, va_list ap) {
 void configure(struct roceguard* skel, const Config& cfg, const std::string& pin_path) {
   skel->rodata->rg_cfg = cfg.rodata();
   set_qp_entries(skel->obj, cfg.qp_entries);
+  // The fast path's program is verified only for a load that runs it.
+  bpf_program__set_autoload(skel->progs.rg_xdp_forward, cfg.xdp_forward);
   for (const char* name : kPinnedMaps) {
     bpf_map* m = bpf_object__find_map_by_name(skel->obj, name);
     if (!m) throw Error(std::string("BPF object has no map ") + name);
@@ -214,10 +217,7 @@ void BpfObject::pin_maps() const {
   try {
     configure(scratch, cfg_, pin_path_);
     bpf_program* prog;
-    // But the one libbpf puts into its program array (rg_xdp_next) as it
-    // creates it: an empty slot there fails the load.
-    bpf_object__for_each_program(prog, scratch->obj)
-        if (prog != scratch->progs.rg_xdp_forward) bpf_program__set_autoload(prog, false);
+    bpf_object__for_each_program(prog, scratch->obj) bpf_program__set_autoload(prog, false);
     err = bpf_object__load(scratch->obj);
   } catch (...) {
     roceguard__destroy(scratch);
@@ -225,6 +225,32 @@ void BpfObject::pin_maps() const {
   }
   roceguard__destroy(scratch);
   if (err) throw Error("cannot create the maps under " + pin_path_ + ": " + errno_text(err));
+}
+
+void BpfObject::link_forward() const {
+  if (!cfg_.xdp_forward) throw Error("internal: the XDP fast path is off in this load");
+  link_xdp_forward(skel_->obj);
+}
+
+void BpfObject::pin_forward() const {
+  const std::string path = pin_path_ + "/" + kMapXdpNext;
+  if (!cfg_.xdp_forward) {
+    // An earlier attach's, whose programs no longer run.
+    if (unlink(path.c_str()) == 0) spdlog::debug("removed {}: the XDP fast path is off", path);
+    return;
+  }
+  // Under another name first, then in the old one's place: the path never
+  // names no program array while the fast path runs.
+  const std::string next = path + "_new";  // bpffs refuses names with a dot
+  unlink(next.c_str());
+  if (bpf_obj_pin(map_fd(kMapXdpNext), next.c_str()) != 0)
+    throw Error("cannot pin " + next + ": " + errno_text(errno));
+  if (rename(next.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(next.c_str());
+    throw Error("cannot rename " + next + " to " + path + ": " + errno_text(err));
+  }
+  chmod(path.c_str(), 0600);
 }
 
 int BpfObject::xdp_prog_fd() const { return bpf_program__fd(skel_->progs.rg_xdp_ingress); }

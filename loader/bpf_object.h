@@ -63,6 +63,16 @@ class BpfObject {
   // libxdp's does when a kernel refuses its dispatcher).
   void reopen();
 
+  // The XDP fast path (dataplane.xdp_forward) is on in this load.
+  bool forwards() const { return cfg_.xdp_forward; }
+  // Puts rg_xdp_forward into this load's rg_xdp_next (again: idempotent).
+  void link_forward() const;
+  // With the fast path on, pins this load's rg_xdp_next in place of an
+  // earlier attach's (the pin keeps its slot filled once the loader
+  // exits); with it off, removes an earlier attach's. For when this load's
+  // programs run.
+  void pin_forward() const;
+
   int xdp_prog_fd() const;
   int tc_prog_fd() const;
   int tc_ingress_prog_fd() const;

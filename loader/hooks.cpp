@@ -399,7 +399,17 @@ XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, co
   }
 
   take_kernel_message();
-  int err = xdp_program__attach(obj.xdp(), ifindex, mode, 0);
+  int err = 0;
+  // The fast path is a tail call from the ingress program, which Linux 6.1
+  // refuses to a dispatcher's extension: with the hook to itself the
+  // program goes on directly.
+  const bool direct = !dispatcher_before && obj.forwards() && obj.load_direct();
+  if (direct) {
+    err = bpf_xdp_attach(ifindex, obj.xdp_prog_fd(), legacy_flags(mode), nullptr);
+    if (!err) spdlog::info("{}: attached {} directly, for the XDP fast path", name, kProgXdp);
+  } else {
+    err = xdp_program__attach(obj.xdp(), ifindex, mode, 0);
+  }
   if (err && !dispatcher_before && !obj.loaded()) {
     // libxdp loads the object as an extension of its dispatcher and, when
     // the kernel refuses that with anything but EPERM, gives up rather
@@ -438,7 +448,7 @@ XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, co
   });
 
   Multiprog now(ifindex);
-  if (now.legacy()) return {"direct", now.main_id(), true};
+  if (now.legacy()) return {"direct", now.main_id(), !direct};
   bool found = false;
   for (xdp_program* p : now.ours(owner)) found |= xdp_program__id(p) == new_id;
   if (!found)

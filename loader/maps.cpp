@@ -599,6 +599,17 @@ void set_qp_entries(struct bpf_object* obj, uint32_t entries) {
   }
 }
 
+void link_xdp_forward(struct bpf_object* obj) {
+  bpf_map* next = bpf_object__find_map_by_name(obj, kMapXdpNext);
+  bpf_program* prog = bpf_object__find_program_by_name(obj, "rg_xdp_forward");
+  if (!next || !prog) throw Error(std::string("BPF object has no ") + (next ? "rg_xdp_forward" : kMapXdpNext));
+  const uint32_t key = 0;
+  const int fd = bpf_program__fd(prog);
+  if (fd < 0) throw Error("internal: rg_xdp_forward was not loaded");
+  if (bpf_map_update_elem(bpf_map__fd(next), &key, &fd, BPF_ANY) != 0)
+    throw Error(std::string("cannot put rg_xdp_forward into ") + kMapXdpNext + ": " + errno_text(errno));
+}
+
 std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t entries) {
   const std::string path = pin_path + "/" + kMapQpLegacy;
   Owned old{bpf_obj_get(path.c_str())};

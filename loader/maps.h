@@ -41,12 +41,16 @@ inline constexpr const char* kMapPeerStats = "rg_peer_stats";
 inline constexpr const char* kMapNexthopLease = "rg_nh_leases";
 inline constexpr const char* kMapXdpTx = "rg_xdp_tx";  // unpinned: the fast path's targets
 inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
-// The ingress program's tail call into the fast path: pinned because the
-// kernel empties a program array no file descriptor or pin holds.
+// The ingress program's tail call into the fast path. Each load has its
+// own (a program array takes the type and flags of the first program that
+// uses it, so one reused across loads would tie every later load to the
+// first one's hook): pinned after an attach, replacing the previous
+// attach's, because the kernel empties a program array that no file
+// descriptor or pin holds.
 inline constexpr const char* kMapXdpNext = "rg_xdp_next";
-inline constexpr std::array<const char*, 11> kPinnedMaps{
-    kMapCounters, kMapQp4,    kMapQp6,   kMapPeers,     kMapRoute4,        kMapRoute6,
-    kMapDecap,    kMapIfaces, kMapPeerStats, kMapTunnelStreams, kMapXdpNext};
+inline constexpr std::array<const char*, 10> kPinnedMaps{
+    kMapCounters, kMapQp4,    kMapQp6,       kMapPeers,        kMapRoute4,
+    kMapRoute6,   kMapDecap,  kMapIfaces,    kMapPeerStats,    kMapTunnelStreams};
 
 struct CounterRow {
   uint32_t ifindex = 0;
@@ -219,6 +223,11 @@ static_assert(sizeof(LegacyQpState) == 184, "the legacy rg_qp value");
 // Sizes both per-QP tables (rg_qp4, rg_qp6) of an opened, not yet loaded
 // object; throws rg::Error naming the table it could not size.
 void set_qp_entries(struct bpf_object* obj, uint32_t entries);
+
+// Puts the loaded object's rg_xdp_forward into the slot of its rg_xdp_next,
+// where the ingress program tail-calls it (the XDP fast path); throws
+// rg::Error with the kernel's errno when the kernel refuses it.
+void link_xdp_forward(struct bpf_object* obj);
 
 // Carries the entries of an earlier build's pinned rg_qp (both directions
 // in one value, one table for both families) into new rg_qp4 and rg_qp6

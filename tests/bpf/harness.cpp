@@ -169,6 +169,14 @@ Dataplane::Dataplane(const rg_config& cfg) {
     roceguard__destroy(skel_);
     throw std::runtime_error("roceguard__load: " + std::string(std::strerror(-err)));
   }
+  // As the loader does when the fast path is on; with it off the ingress
+  // program never tail-calls.
+  try {
+    rg::link_xdp_forward(skel_->obj);
+  } catch (...) {
+    roceguard__destroy(skel_);
+    throw;
+  }
   reader_ = std::make_unique<MapReader>(bpf_map__fd(skel_->maps.rg_counters),
                                         QpMaps{bpf_map__fd(skel_->maps.rg_qp4), bpf_map__fd(skel_->maps.rg_qp6)});
   // As the loader registers every interface before attaching to it.

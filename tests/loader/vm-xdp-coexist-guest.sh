@@ -60,8 +60,42 @@ log "re-attach: rg_xdp_ingress id $old_id -> $new_id; chain samples (rg_xdp_ingr
 grep -q "rg_xdp_ingress id $new_id runs in the dispatcher beside id $old_id; removing id $old_id" reattach.log ||
 	die "re-attach did not add the new program before removing the old one: $(cat reattach.log)"
 
+# The XDP fast path is a tail call from rg_xdp_ingress, which Linux 6.1
+# refuses to a dispatcher's extension: behind another tool's dispatcher the
+# attach says what to do and leaves the chain as it was.
+if out=$("$RG" attach -i rgv0 --xdp-forward true --pin-path "$PIN" 2>&1); then
+	case $(uname -r) in 6.1.*) die "the fast path attached behind a dispatcher on $(uname -r): $out" ;; esac
+	log "fast path in the dispatcher accepted on $(uname -r)"
+else
+	grep -q "tail-call the XDP fast path" <<<"$out" || die "fast-path attach failed without saying why: $out"
+	log "fast path behind the dispatcher refused: $(grep -o 'this kernel does not let.*' <<<"$out" | head -1)"
+fi
+[ "$(count foreign_xdp)" = 1 ] && [ "$(count rg_xdp_ingress)" = 1 ] || die "after the fast-path attach: $(xdp-loader status rgv0)"
+
 out=$("$RG" detach --pin-path "$PIN" 2>&1) || die "detach failed: $out"
 log "$out"
 [ "$(count foreign_xdp)" = 1 ] && [ "$(count rg_xdp_ingress)" = 0 ] || die "after detach: $(xdp-loader status rgv0)"
 log "coexistence: foreign program kept through attach, re-attach and detach"
 xdp-loader status rgv0
+
+# With the hook to itself the fast path attaches directly, this kernel
+# verifies rg_xdp_forward, and the pinned program array holds it in its
+# slot after attach has exited.
+ip link add rgv2 type veth peer name rgv3
+ip link set rgv2 up
+ip link set rgv3 up
+out=$("$RG" attach -i rgv2 --xdp-forward true --pin-path "$PIN" 2>&1) || die "fast-path attach failed: $out"
+log "$out"
+grep -q "attached rg_xdp_ingress directly, for the XDP fast path" <<<"$out" || die "not attached directly: $out"
+"$RG" status --pin-path "$PIN" --json | jq -e '.interfaces[0].xdp.mode == "direct"' >/dev/null ||
+	die "status does not show a direct attach"
+# The value is the program's id, as little-endian hex bytes.
+slot=$(bpftool -j map dump pinned "$PIN/rg_xdp_next" | jq -r '.[0].value // empty | map(ltrimstr("0x")) | reverse | join("")')
+[ -n "$slot" ] && slot=$((16#$slot))
+[ -n "$slot" ] || die "rg_xdp_next holds no program after attach: $(bpftool map dump pinned "$PIN/rg_xdp_next" 2>&1)"
+prog=$(bpftool prog show id "$slot")
+grep -q "name rg_xdp_forward" <<<"$prog" || die "rg_xdp_next slot is not rg_xdp_forward: $prog"
+log "fast path: rg_xdp_next slot 0 -> program id $slot (rg_xdp_forward)"
+out=$("$RG" detach --pin-path "$PIN" 2>&1) || die "detach failed: $out"
+[ ! -e "$PIN/rg_xdp_next" ] || die "detach left $PIN/rg_xdp_next"
+ip link del rgv2
