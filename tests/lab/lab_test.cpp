@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -178,9 +179,13 @@ TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
   expect_nothing_left(report);
 }
 
-// The tunnel's own loss count, from gateway A's sequence numbers, is the
-// WAN's drop count exactly, in each direction: the lab compares them once
-// the senders stopped and the tunnel fell quiet, so nothing is in flight.
+// The tunnel's own loss count, from the sequence numbers, is the WAN's drop
+// count in each direction, but for what no sequence number can show: the
+// lab compares them once the senders stopped and the tunnel fell quiet, so
+// nothing is in flight, and every frame sent either arrived or was dropped
+// by the WAN. A drop is a hole only once a later frame of its stream
+// arrives, so the first and the last frame of a stream (one stream per
+// sending CPU) can go unseen: 1 % loss hides one every few runs.
 TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
@@ -200,8 +205,10 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
     EXPECT_GT(sent, 0u);
     EXPECT_GT(dropped, 0u) << "1 % of thousands of packets: the WAN drops some";
     EXPECT_EQ(t["unsettled"].get<uint64_t>(), 0u) << "quiet: every hole settled";
-    EXPECT_EQ(lost, dropped) << t;
-    EXPECT_EQ(received + lost, sent) << t;
+    EXPECT_EQ(received + dropped, sent) << t;
+    EXPECT_LE(lost, dropped) << t;
+    EXPECT_LE(dropped - std::min(lost, dropped), 2 * uint64_t{std::thread::hardware_concurrency()})
+        << "more unseen drops than streams have ends: " << t;
     EXPECT_EQ(t["duplicated"].get<uint64_t>(), 0u) << t;
     EXPECT_GT(t["delay_arrivals"].get<uint64_t>(), 0u);
   }
