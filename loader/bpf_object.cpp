@@ -8,8 +8,8 @@
 #include <xdp/libxdp.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 #include "error.h"
@@ -241,7 +241,7 @@ void BpfObject::pin_forward() const {
   }
   // Under another name first, then in the old one's place: the path never
   // names no program array while the fast path runs.
-  const std::string next = path + "_new";  // bpffs refuses names with a dot
+  const std::string next = pin_path_ + "/" + kMapXdpNextStaging;
   unlink(next.c_str());
   if (bpf_obj_pin(map_fd(kMapXdpNext), next.c_str()) != 0)
     throw Error("cannot pin " + next + ": " + errno_text(errno));

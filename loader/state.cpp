@@ -301,7 +301,7 @@ void remove_pins(const std::string& pin_path) {
   for (const char* name : kPinnedMaps) unlink((pin_path + "/" + name).c_str());
   unlink((pin_path + "/" + kMapQpLegacy).c_str());
   unlink((pin_path + "/" + kMapXdpNext).c_str());
-  unlink((pin_path + "/" + kMapXdpNext + "_new").c_str());
+  unlink((pin_path + "/" + kMapXdpNextStaging).c_str());
   unlink((pin_path + "/" + kMapState).c_str());
   rmdir(pin_path.c_str());  // fails, harmlessly, if someone else put files there
 }

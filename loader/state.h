@@ -19,6 +19,9 @@ namespace rg {
 
 inline constexpr const char* kDefaultPinPath = "/sys/fs/bpf/roceguard";
 inline constexpr const char* kMapState = "rg_state";
+// Where an attach pins its rg_xdp_next before renaming it over the previous
+// one (bpffs refuses names with a dot).
+inline constexpr const char* kMapXdpNextStaging = "rg_xdp_next_new";
 inline constexpr size_t kStateValueSize = 16384;
 // Layout of the record: 1 = before versioning (no "layout" field), 2 = now.
 // Raise it when a field changes meaning; a new field with a default does
