@@ -27,18 +27,6 @@ static __always_inline void rg_csum_replace2(__sum16 *sum, __be16 old, __be16 ne
 	*sum = rg_csum_fold(c);
 }
 
-/* Full checksum of a 20-byte IPv4 header (check field must be zero). */
-static __always_inline __sum16 rg_ipv4_csum(const void *iph)
-{
-	const __u16 *w = iph;
-	__u32 sum = 0;
-
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		sum += w[i];
-	return rg_csum_fold(sum);
-}
-
 /*
  * Whether an IPv4 header of ihl 32-bit words (5..15, all inside the packet:
  * the caller checked ip + ihl * 4 <= data_end) sums to all ones, as a

@@ -105,9 +105,28 @@ static __always_inline void rg_encap_eth(struct ethhdr *eth, const __u8 *dmac, c
 	eth->h_proto = bpf_htons(proto);
 }
 
-/* Outer DSCP and ECN are the inner ones (uniform model, RFC 6040 normal mode); DF set. */
+/*
+ * The words of the outer IPv4 header that are the same in every packet to
+ * peer, summed and folded (RFC 1071): identification 0, DF, TTL and
+ * protocol, and both addresses. The next hop keeps it (rg_nexthop.ip_csum),
+ * so a packet adds only its first word (DSCP and ECN) and its length.
+ */
+static __always_inline __u16 rg_ipv4_csum_fixed(const struct rg_peer *peer)
+{
+	const __u16 *s = (const __u16 *)peer->local, *d = (const __u16 *)peer->remote;
+	__u32 sum = bpf_htons(0x4000) + bpf_htons(((__u16)rg_cfg.outer_ttl << 8) | IPPROTO_UDP);
+
+	sum += (__u32)s[0] + s[1] + d[0] + d[1];
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (sum & 0xffff) + (sum >> 16);
+}
+
+/*
+ * Outer DSCP and ECN are the inner ones (uniform model, RFC 6040 normal
+ * mode); DF set. fixed is rg_ipv4_csum_fixed(peer), from the next hop.
+ */
 static __always_inline void rg_encap_ipv4(struct iphdr *ip, const struct rg_peer *peer,
-					  __u8 tos, __u16 tot_len)
+					  __u8 tos, __u16 tot_len, __u16 fixed)
 {
 	ip->version = 4;
 	ip->ihl = 5;
@@ -117,10 +136,9 @@ static __always_inline void rg_encap_ipv4(struct iphdr *ip, const struct rg_peer
 	ip->frag_off = bpf_htons(0x4000); /* DF */
 	ip->ttl = rg_cfg.outer_ttl;
 	ip->protocol = IPPROTO_UDP;
-	ip->check = 0;
 	__builtin_memcpy(&ip->saddr, peer->local, 4);
 	__builtin_memcpy(&ip->daddr, peer->remote, 4);
-	ip->check = rg_ipv4_csum(ip);
+	ip->check = rg_csum_fold((__u32)fixed + bpf_htons(0x4500 | tos) + bpf_htons(tot_len));
 }
 
 /* As IPv4, with the flow hash in the flow label (RFC 6438) for ECMP. */
@@ -241,6 +259,8 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	if (e->fr == RG_FIB_FAIL)
 		return RG_ENCAP_SKIPPED;
 	rg_nexthop_found(&e->found, fib);
+	if (!v6)
+		e->found.ip_csum = rg_ipv4_csum_fixed(peer);
 	e->hop = &e->found;
 	if (e->fr == RG_FIB_OK && nh && gen)
 		rg_nexthop_fill(ctx, peer, fib, &e->found, nh, gen, sport, label);
@@ -297,7 +317,7 @@ static __always_inline __u32 rg_encap_build(union rg_encap_hdr *h, const struct 
 		return RG_ENCAP6_LEN + opt_len;
 	}
 	rg_encap_eth(&h->v4.eth, e->hop->dmac, e->hop->smac, ETH_P_IP);
-	rg_encap_ipv4(&h->v4.ip, peer, p->tos, e->ip_len);
+	rg_encap_ipv4(&h->v4.ip, peer, p->tos, e->ip_len, e->hop->ip_csum);
 	rg_encap_tail(&h->v4.tail, peer, e->hash, e->udp_len, inner_eth, e->seq);
 	return RG_ENCAP4_LEN + opt_len;
 }

@@ -124,7 +124,7 @@ static __always_inline struct rg_nexthop *rg_nexthop_get(__u32 slot, __u32 *gen)
 	return bpf_map_lookup_elem(&rg_nexthops, &slot);
 }
 
-/* The hop a lookup found (fib): egress device and both MACs. */
+/* The hop a lookup found (fib): egress device and both MACs; the caller adds the checksum's part. */
 static __always_inline void rg_nexthop_found(struct rg_nexthop *hop, const struct bpf_fib_lookup *fib)
 {
 	hop->gen = 0;
@@ -132,7 +132,7 @@ static __always_inline void rg_nexthop_found(struct rg_nexthop *hop, const struc
 	__builtin_memcpy(hop->dmac, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(hop->smac, fib->smac, ETH_ALEN);
 	hop->mtu = 0;
-	hop->reserved = 0;
+	hop->ip_csum = 0;
 }
 
 /*

@@ -245,7 +245,7 @@ struct rg_nexthop {
 	__u8 dmac[6];
 	__u8 smac[6];
 	__u16 mtu;         /* the route's MTU towards the peer */
-	__u16 reserved;
+	__u16 ip_csum;     /* outer IPv4: its header's fixed words summed (rg_ipv4_csum_fixed); 0 for IPv6 */
 };
 
 struct rg_nexthop_lease {

@@ -6,8 +6,10 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -838,10 +840,24 @@ Mac mac_of(const uint8_t* b) {
 
 inline const Mac kPlantedMac = {0x02, 0x00, 0x00, 0x00, 0xee, 0x01};
 
+// The outer IPv4 header's fixed words to kPeer4 summed as RFC 1071 does
+// (identification 0, DF, the default TTL and UDP, both addresses), what a
+// cache entry's ip_csum holds, in the byte order it is stored in.
+uint16_t fixed_ip_csum4() {
+  auto word = [](const uint8_t* b) { return static_cast<uint32_t>(b[0] << 8 | b[1]); };
+  const Address local = *parse_address(kLocal4), remote = *parse_address(kPeer4);
+  uint32_t sum = 0x4000 + (RG_DEFAULT_OUTER_TTL << 8 | IPPROTO_UDP);
+  for (const Address* a : {&local, &remote}) sum += word(a->bytes.data()) + word(a->bytes.data() + 2);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return htons(static_cast<uint16_t>(sum));
+}
+
 // A cache entry that names kPlantedMac: a frame addressed to it was built
 // from the cache, not from a lookup (the kernel knows no such neighbour).
-rg_nexthop planted(uint32_t gen, uint16_t mtu = 0xffff) {
+// For kPeerSlot4 it carries the outer IPv4 header's checksum part.
+rg_nexthop planted(uint32_t gen, uint16_t mtu = 0xffff, uint16_t ip_csum = fixed_ip_csum4()) {
   rg_nexthop nh{};
+  nh.ip_csum = ip_csum;
   nh.gen = gen;
   nh.ifindex = if_nametoindex(kDev);
   std::copy(kPlantedMac.begin(), kPlantedMac.end(), nh.dmac);
@@ -871,10 +887,12 @@ TEST(NexthopCache, FilledByTheLookupThenUsedUntilTheGenerationMoves) {
     EXPECT_EQ(mac_of(f[0].smac), kDevMac);
     EXPECT_EQ(f[0].mtu, 1500) << "the device's MTU, from the second lookup";
   }
+  EXPECT_EQ(filled(dp, kPeerSlot4, g1)[0].ip_csum, fixed_ip_csum4());
+  EXPECT_EQ(filled(dp, kPeerSlot6, g1)[0].ip_csum, 0) << "IPv6 has no header checksum";
 
   // A planted entry of the current generation is what the next frames take.
   set_nexthops(dp, kPeerSlot4, planted(g1));
-  set_nexthops(dp, kPeerSlot6, planted(g1));
+  set_nexthops(dp, kPeerSlot6, planted(g1, 0xffff, 0));
   for (const Bytes& in : {tunneled4().build(), tunneled6().build()}) {
     Verdict r = dp.tc(in);
     EXPECT_EQ(r.ret, kTcPass) << "the cached device is this one";
@@ -882,6 +900,7 @@ TEST(NexthopCache, FilledByTheLookupThenUsedUntilTheGenerationMoves) {
     ASSERT_TRUE(v.geneve);
     EXPECT_EQ(v.dst, kPlantedMac);
     EXPECT_EQ(v.src, kDevMac);
+    if (v.family == AF_INET) EXPECT_TRUE(v.ipv4_csum_ok);
   }
 
   // A route, neighbour or link event: a new generation, so the next frame
@@ -900,6 +919,46 @@ TEST(NexthopCache, FilledByTheLookupThenUsedUntilTheGenerationMoves) {
     EXPECT_EQ(mac_of(f[0].dmac), kPeerMac);
   }
   EXPECT_EQ(dp.events(RG_DIR_EGRESS)["encapsulated"], 6u);
+}
+
+// The cached entry is the outer IPv4 header's template: a packet adds its
+// DSCP, ECN and length to the entry's fixed part and sums nothing else. A
+// planted part one off shows in every frame's checksum, by exactly that one,
+// whatever the frame's size and DSCP; the lookup path computes the part
+// itself, so its frames stay valid.
+TEST(NexthopCache, OuterIpv4ChecksumIsTheCachedPartPlusThePacketsWords) {
+  Dataplane dp;
+  dp.tunnels();
+  NexthopLeases leases(bpf_map__fd(dp.skel()->maps.rg_nh_leases), harness_peers());
+  leases.invalidate();
+  const uint16_t good = fixed_ip_csum4();
+  const uint16_t off = htons(static_cast<uint16_t>(ntohs(good) + 1));
+  set_nexthops(dp, kPeerSlot4, planted(leases.generation(), 0xffff, off));
+  for (size_t payload : {16u, 700u, 1300u}) {
+    for (uint8_t dscp : {0, 26, 46}) {
+      SCOPED_TRACE(::testing::Message() << payload << " bytes, DSCP " << int(dscp));
+      PacketBuilder b = tunneled4();
+      b.payload(payload).dscp(dscp);
+      const Bytes out = dp.tc(b.build()).out;
+      View v = parse(out);
+      ASSERT_TRUE(v.geneve);
+      ASSERT_EQ(v.dst, kPlantedMac) << "built from the cache";
+      EXPECT_FALSE(v.ipv4_csum_ok);
+      // The header as the program wrote it, checksum included, sums to
+      // 0xfffe (one's complement): one more than a valid header's 0xffff.
+      uint32_t sum = 0;
+      for (size_t i = 0; i < 20; i += 2) sum += out[v.l3 + i] << 8 | out[v.l3 + i + 1];
+      while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+      EXPECT_EQ(sum, 0xfffeu);
+    }
+  }
+  set_nexthops(dp, kPeerSlot4, planted(leases.generation()));
+  EXPECT_TRUE(parse(dp.tc(tunneled4().build()).out).ipv4_csum_ok);
+  leases.revoke();
+  set_nexthops(dp, kPeerSlot4, planted(0, 0xffff, off));
+  View v = parse(dp.tc(tunneled4().build()).out);
+  EXPECT_EQ(v.dst, kPeerMac) << "routed by the lookup";
+  EXPECT_TRUE(v.ipv4_csum_ok);
 }
 
 // Without a running lease (none granted, revoked, run out, or generation 0)
