@@ -799,15 +799,6 @@ INSTANTIATE_TEST_SUITE_P(Families, EncapOuterRoute,
 
 // The harness's two tunnels (slots kPeerSlot4, kPeerSlot6) as the loader
 // configures them, for NexthopLeases.
-std::vector<PeerConfig> harness_peers() {
-  std::vector<PeerConfig> peers(2);
-  peers[kPeerSlot4].local = *parse_address(kLocal4);
-  peers[kPeerSlot4].remote = *parse_address(kPeer4);
-  peers[kPeerSlot6].local = *parse_address(kLocal6);
-  peers[kPeerSlot6].remote = *parse_address(kPeer6);
-  return peers;
-}
-
 // One slot's cache entries, one per possible CPU.
 std::vector<rg_nexthop> nexthops(const Dataplane& dp, uint32_t slot) {
   std::vector<rg_nexthop> v(static_cast<size_t>(libbpf_num_possible_cpus()));

@@ -158,30 +158,198 @@ rg_config test_config() {
   return c;
 }
 
-Dataplane::Dataplane(const rg_config& cfg) {
-  skel_ = roceguard__open();
-  if (!skel_) throw std::runtime_error("roceguard__open: " + std::string(std::strerror(errno)));
-  skel_->rodata->rg_cfg = cfg;
-  // A small QP table keeps each test's load cheap; LRU behaviour is not
-  // what these tests are about.
-  rg::set_qp_entries(skel_->obj, 1024);
-  if (int err = roceguard__load(skel_)) {
-    roceguard__destroy(skel_);
+namespace {
+
+// The maps a case can write: a program array holds what the load linked
+// into it (link_xdp_forward), and the frozen .rodata the configuration.
+bool case_writable(const bpf_map* m) {
+  return bpf_map__type(m) != BPF_MAP_TYPE_PROG_ARRAY && !(bpf_map__map_flags(m) & BPF_F_RDONLY_PROG);
+}
+
+bool per_cpu(const bpf_map* m) {
+  switch (bpf_map__type(m)) {
+    case BPF_MAP_TYPE_PERCPU_ARRAY:
+    case BPF_MAP_TYPE_PERCPU_HASH:
+    case BPF_MAP_TYPE_LRU_PERCPU_HASH:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// One lookup's worth of value: per-CPU maps give one 8-byte aligned slot
+// per possible CPU.
+uint32_t value_bytes(const bpf_map* m) {
+  const uint32_t v = bpf_map__value_size(m);
+  if (!per_cpu(m)) return v;
+  return ((v + 7) & ~7u) * static_cast<uint32_t>(libbpf_num_possible_cpus());
+}
+
+bool is_array(const bpf_map* m) {
+  return bpf_map__type(m) == BPF_MAP_TYPE_ARRAY || bpf_map__type(m) == BPF_MAP_TYPE_PERCPU_ARRAY;
+}
+
+MapImage image_of(bpf_object* obj) {
+  MapImage img;
+  bpf_map* m;
+  bpf_object__for_each_map(m, obj) {
+    if (!case_writable(m)) continue;
+    auto& entries = img[bpf_map__name(m)];
+    const uint32_t ks = bpf_map__key_size(m);
+    const uint32_t vs = value_bytes(m);
+    walk_map(bpf_map__fd(m), ks, vs, bpf_map__max_entries(m), [&](const uint8_t* k, const uint8_t* v) {
+      entries.emplace(Bytes(k, k + ks), Bytes(v, v + vs));
+    });
+  }
+  return img;
+}
+
+// Puts every map back to what img holds: array slots rewritten, every other
+// map emptied and refilled.
+void restore(bpf_object* obj, const MapImage& img) {
+  bpf_map* m;
+  bpf_object__for_each_map(m, obj) {
+    if (!case_writable(m)) continue;
+    const std::string name = bpf_map__name(m);
+    const auto& want = img.at(name);
+    const int fd = bpf_map__fd(m);
+    if (!is_array(m)) {
+      std::vector<Bytes> keys;
+      const uint32_t ks = bpf_map__key_size(m);
+      walk_map(fd, ks, value_bytes(m), bpf_map__max_entries(m),
+               [&](const uint8_t* k, const uint8_t*) { keys.emplace_back(k, k + ks); });
+      for (const Bytes& k : keys)
+        if (bpf_map_delete_elem(fd, k.data()) && errno != ENOENT)
+          throw std::runtime_error(name + " delete: " + std::strerror(errno));
+    }
+    for (const auto& [k, v] : want)
+      if (bpf_map_update_elem(fd, k.data(), v.data(), BPF_ANY))
+        throw std::runtime_error(name + " restore: " + std::strerror(errno));
+  }
+}
+
+roceguard* load_object(const rg_config& cfg) {
+  roceguard* skel = roceguard__open();
+  if (!skel) throw std::runtime_error("roceguard__open: " + std::string(std::strerror(errno)));
+  skel->rodata->rg_cfg = cfg;
+  // A small QP table keeps each load cheap; LRU behaviour is not what
+  // these tests are about.
+  rg::set_qp_entries(skel->obj, 1024);
+  if (int err = roceguard__load(skel)) {
+    roceguard__destroy(skel);
     throw std::runtime_error("roceguard__load: " + std::string(std::strerror(-err)));
   }
   // As the loader does when the fast path is on; with it off the ingress
   // program never tail-calls.
   try {
-    rg::link_xdp_forward(skel_->obj);
+    rg::link_xdp_forward(skel->obj);
   } catch (...) {
-    roceguard__destroy(skel_);
+    roceguard__destroy(skel);
     throw;
   }
+  return skel;
+}
+
+}  // namespace
+
+struct LoadedObject {
+  explicit LoadedObject(const rg_config& c) : cfg(c), skel(load_object(c)), fresh(image_of(skel->obj)) {}
+  ~LoadedObject() { roceguard__destroy(skel); }
+  LoadedObject(const LoadedObject&) = delete;
+  LoadedObject& operator=(const LoadedObject&) = delete;
+
+  // Back to the load's state, and proof of it: a map the restore missed
+  // (a new map type, a key it cannot delete) fails the case that would
+  // have inherited it, naming the map.
+  void lend() {
+    restore(skel->obj, fresh);
+    const std::string left = image_difference(fresh, image_of(skel->obj));
+    if (!left.empty()) throw std::runtime_error("state left by an earlier case: " + left);
+    lent = true;
+  }
+
+  const rg_config cfg;
+  roceguard* const skel;
+  const MapImage fresh;  // every map as the load left it
+  bool lent = false;
+};
+
+namespace {
+
+// The objects loaded so far, for the life of the process.
+std::vector<std::unique_ptr<LoadedObject>>& pool() {
+  static std::vector<std::unique_ptr<LoadedObject>> objects;
+  return objects;
+}
+
+bool same_config(const rg_config& a, const rg_config& b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
+
+}  // namespace
+
+std::string image_difference(const MapImage& want, const MapImage& got) {
+  std::string out;
+  for (const auto& [name, entries] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) {
+      out += name + " (missing) ";
+      continue;
+    }
+    if (entries == it->second) continue;
+    out += name + " (" + std::to_string(it->second.size()) + " entries, " + std::to_string(entries.size()) +
+           " after a load";
+    for (const auto& [k, v] : it->second) {
+      auto w = entries.find(k);
+      if (w == entries.end() || w->second != v) {
+        std::string key = hex(k);
+        std::replace(key.begin(), key.end(), '\n', ' ');
+        out += "; first differing key " + key;
+        break;
+      }
+    }
+    out += ") ";
+  }
+  for (const auto& [name, entries] : got)
+    if (!want.count(name)) out += name + " (unexpected) ";
+  return out;
+}
+
+Dataplane::Dataplane(const rg_config& cfg) {
+  for (auto& o : pool())
+    if (!o->lent && same_config(o->cfg, cfg)) {
+      lent_ = o.get();
+      break;
+    }
+  if (!lent_) {
+    pool().push_back(std::make_unique<LoadedObject>(cfg));
+    lent_ = pool().back().get();
+  }
+  lent_->lend();
+  skel_ = lent_->skel;
+  attach_reader();
+}
+
+Dataplane::Dataplane(const rg_config& cfg, FreshLoad) : own_(std::make_unique<LoadedObject>(cfg)) {
+  skel_ = own_->skel;
+  attach_reader();
+}
+
+void Dataplane::attach_reader() {
   reader_ = std::make_unique<MapReader>(bpf_map__fd(skel_->maps.rg_counters),
                                         QpMaps{bpf_map__fd(skel_->maps.rg_qp4), bpf_map__fd(skel_->maps.rg_qp6)});
   // As the loader registers every interface before attaching to it.
   iface(dev_ifindex(), kDevMac);
 }
+
+std::vector<PeerConfig> harness_peers() {
+  std::vector<PeerConfig> peers(2);
+  peers[kPeerSlot4].local = *parse_address(kLocal4);
+  peers[kPeerSlot4].remote = *parse_address(kPeer4);
+  peers[kPeerSlot6].local = *parse_address(kLocal6);
+  peers[kPeerSlot6].remote = *parse_address(kPeer6);
+  return peers;
+}
+
+MapImage Dataplane::image() const { return image_of(skel_->obj); }
 
 void Dataplane::iface(int ifindex, const Mac& mac) {
   const uint32_t key = static_cast<uint32_t>(ifindex);
@@ -193,7 +361,7 @@ void Dataplane::iface(int ifindex, const Mac& mac) {
 
 Dataplane::~Dataplane() {
   reader_.reset();
-  roceguard__destroy(skel_);
+  if (lent_) lent_->lent = false;
 }
 
 Verdict Dataplane::tc(const Bytes& in, uint32_t repeat) { return run_tc(in, repeat, 0); }

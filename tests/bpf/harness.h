@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "config.h"
 #include "maps.h"
 #include "packet.h"
 #include "roceguard.skel.h"
@@ -63,6 +64,10 @@ int dev_ifindex();
 bool ingress_at_tc();
 int other_dev_ifindex();
 
+// The standard tunnels' two peers (kPeerSlot4, kPeerSlot6) as the loader
+// configures them, for the next-hop leases.
+std::vector<PeerConfig> harness_peers();
+
 // What the tests load: the compiled-in defaults, plus 0xff poison in every
 // header byte the program builds so a field it forgets to set shows.
 rg_config test_config();
@@ -76,9 +81,23 @@ struct Verdict {
 // Counter values that are not zero, by event name (readable when a test fails).
 using Events = std::map<std::string, uint64_t>;
 
+// The contents of every map a case can change (all but the program array
+// and the frozen configuration), by map name: key bytes -> value bytes.
+using MapImage = std::map<std::string, std::map<Bytes, Bytes>>;
+
+// A loaded object. Loading and verifying roceguard.bpf.o takes a second or
+// two and a case milliseconds, so each configuration is loaded once per
+// process and lent to one Dataplane at a time: a case gets it back with
+// every map as the load left it, checked (see LoadedObject::lend), as if it
+// had loaded the object itself.
+struct LoadedObject;
+
 class Dataplane {
  public:
   explicit Dataplane(const rg_config& cfg = test_config());
+  // An object loaded for this Dataplane alone and destroyed with it.
+  struct FreshLoad {};
+  Dataplane(const rg_config& cfg, FreshLoad);
   ~Dataplane();
   Dataplane(const Dataplane&) = delete;
   Dataplane& operator=(const Dataplane&) = delete;
@@ -122,13 +141,22 @@ class Dataplane {
   rg_qp_dir qp(rg_direction dir, uint32_t dest_qp) const;
 
   roceguard* skel() const { return skel_; }
+  // What every map holds now.
+  MapImage image() const;
 
  private:
   Verdict run_tc(const Bytes& in, uint32_t repeat, uint32_t skb_priority);
+  void attach_reader();
 
+  LoadedObject* lent_ = nullptr;         // from the pool, returned on destruction
+  std::unique_ptr<LoadedObject> own_;  // FreshLoad: this Dataplane's alone
   roceguard* skel_ = nullptr;
   std::unique_ptr<MapReader> reader_;
 };
+
+// The maps whose contents differ between two images, with the first
+// differing key of each: empty when they are the same.
+std::string image_difference(const MapImage& want, const MapImage& got);
 
 // One CPU for the whole test: the stream a packet belongs to is its CPU,
 // and each CPU numbers its own packets.
