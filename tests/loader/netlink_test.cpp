@@ -22,7 +22,9 @@
 #include <thread>
 #include <vector>
 
+#include "config.h"
 #include "netlink.h"
+#include "nexthop_lease.h"
 
 namespace {
 
@@ -352,6 +354,19 @@ TEST_F(Netlink, EventSocketOverrunReportsLostEvents) {
   Drained after = drain(events);
   EXPECT_GE(after.datagrams, 1);
   EXPECT_EQ(after.lost, 0);
+}
+
+// The next-hop lease's route query through the module: lo's local route
+// has one next hop; an address with no route has none.
+TEST_F(Netlink, SinglePathRouteAsksTheKernel) {
+  NetlinkSocket nl(NETLINK_ROUTE);
+  set_lo(nl, true);
+  const auto local = rg::parse_address("127.0.0.1");
+  const auto there = rg::parse_address("127.0.0.2");
+  const auto nowhere = rg::parse_address("192.0.2.1");
+  ASSERT_TRUE(local && there && nowhere);
+  EXPECT_TRUE(rg::single_path_route(*local, *there));
+  EXPECT_FALSE(rg::single_path_route(*local, *nowhere));  // the kernel answers ENETUNREACH
 }
 
 }  // namespace
