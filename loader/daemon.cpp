@@ -1,6 +1,5 @@
 #include "daemon.h"
 
-#include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <poll.h>
@@ -23,6 +22,7 @@
 #include "exporter.h"
 #include "hooks.h"
 #include "maps.h"
+#include "netlink.h"
 #include "nexthop_lease.h"
 #include "nic/apply.h"
 #include "pause_point.h"
@@ -54,64 +54,54 @@ struct Drained {
 class LinkEvents {
  public:
   LinkEvents() {
-    fd_ = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
-    if (fd_ < 0) {
-      spdlog::warn("no rtnetlink socket ({}): interfaces are re-checked every {} s only", errno_text(errno),
+    try {
+      nl_ = std::make_unique<NetlinkSocket>(
+          NETLINK_ROUTE, RTMGRP_LINK | RTMGRP_TC | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE);
+    } catch (const NetlinkError& e) {
+      spdlog::warn("no rtnetlink link events ({}): interfaces are re-checked every {} s only", e.what(),
                    kRecheckMs / 1000);
-      return;
-    }
-    sockaddr_nl addr{};
-    addr.nl_family = AF_NETLINK;
-    addr.nl_groups = RTMGRP_LINK | RTMGRP_TC | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      spdlog::warn("cannot join rtnetlink link events ({}): interfaces are re-checked every {} s only",
-                   errno_text(errno), kRecheckMs / 1000);
-      close(fd_);
-      fd_ = -1;
     }
   }
-  ~LinkEvents() {
-    if (fd_ >= 0) close(fd_);
-  }
-  LinkEvents(const LinkEvents&) = delete;
-  LinkEvents& operator=(const LinkEvents&) = delete;
 
-  int fd() const { return fd_; }
+  int fd() const { return nl_ ? nl_->fd() : -1; }
 
   // Reads every queued message; the links' names serve telling a rename
   // apart from a deletion.
   Drained drain() {
     Drained d;
-    auto& links = d.links;
-    alignas(nlmsghdr) char buf[16384];
+    if (!nl_) return d;
+    auto on_message = [&](const nlmsghdr& h) {
+      const auto t = h.nlmsg_type;
+      d.link_or_tc |= t == RTM_NEWLINK || t == RTM_DELLINK || t == RTM_NEWTFILTER || t == RTM_DELTFILTER ||
+                      t == RTM_NEWQDISC || t == RTM_DELQDISC;
+      if (t != RTM_NEWLINK) return;
+      const int ifindex = payload<ifinfomsg>(h)->ifi_index;
+      for_each_attr(h, sizeof(ifinfomsg), [&](const nlattr& a) {
+        if (attr_type(a) != IFLA_IFNAME) return true;
+        d.links[ifindex] = attr_string(a);
+        return false;
+      });
+    };
     // Bounded: a socket refilled faster than it is read waits for the next wake.
     for (int reads = 0; reads < 4096; ++reads) {
-      ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-      if (n < 0 && errno == ENOBUFS) {  // messages lost: whatever they said, both passes run
+      EventRead r = EventRead::kNone;
+      try {
+        r = nl_->read_events(on_message);
+      } catch (const NetlinkError& e) {
+        spdlog::debug("{}", e.what());
+      }
+      if (r == EventRead::kLost) {  // messages lost: whatever they said, both passes run
         d.any = d.link_or_tc = true;
         continue;
       }
-      if (n <= 0) break;  // EAGAIN: drained
+      if (r == EventRead::kNone) break;  // drained
       d.any = true;
-      for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, static_cast<unsigned>(n));
-           h = NLMSG_NEXT(h, n)) {
-        const auto t = h->nlmsg_type;
-        d.link_or_tc |= t == RTM_NEWLINK || t == RTM_DELLINK || t == RTM_NEWTFILTER || t == RTM_DELTFILTER ||
-                        t == RTM_NEWQDISC || t == RTM_DELQDISC;
-        if (t != RTM_NEWLINK) continue;
-        auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(h));
-        int len = static_cast<int>(IFLA_PAYLOAD(h));
-        for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len))
-          if (a->rta_type == IFLA_IFNAME)
-            links[ifi->ifi_index] = std::string(static_cast<const char*>(RTA_DATA(a)),
-                                                strnlen(static_cast<const char*>(RTA_DATA(a)), RTA_PAYLOAD(a)));
-      }
     }
     return d;
   }
 
  private:
-  int fd_ = -1;
+  std::unique_ptr<NetlinkSocket> nl_;
 };
 
 class Runner {

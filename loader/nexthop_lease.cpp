@@ -1,19 +1,15 @@
 #include "nexthop_lease.h"
 
 #include <bpf/bpf.h>
-#include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
-#include <cstring>
 #include <ctime>
 
 #include "error.h"
+#include "netlink.h"
 #include "roceguard/roceguard.h"
 
 namespace rg {
@@ -27,60 +23,39 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-void put_attr(nlmsghdr* h, uint16_t type, const void* data, size_t n) {
-  auto* a = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(h) + NLMSG_ALIGN(h->nlmsg_len));
-  a->rta_type = type;
-  a->rta_len = static_cast<uint16_t>(RTA_LENGTH(n));
-  std::memcpy(RTA_DATA(a), data, n);
-  h->nlmsg_len = NLMSG_ALIGN(h->nlmsg_len) + RTA_ALIGN(a->rta_len);
-}
-
 }  // namespace
 
 bool single_path_route(const Address& local, const Address& remote) {
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0) return false;
-  timeval tv{2, 0};  // the kernel answers at once; never hang on a lost reply
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  alignas(NLMSG_ALIGNTO) char req[256] = {};
-  auto* h = reinterpret_cast<nlmsghdr*>(req);
-  h->nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
-  h->nlmsg_type = RTM_GETROUTE;
-  h->nlmsg_flags = NLM_F_REQUEST;
-  h->nlmsg_seq = 1;
-  auto* rt = static_cast<rtmsg*>(NLMSG_DATA(h));
   const size_t alen = remote.family == AF_INET ? 4 : 16;
+  NetlinkRequest req("RTM_GETROUTE (RTM_F_FIB_MATCH) of the route to a peer", RTM_GETROUTE);
+  auto* rt = req.header<rtmsg>();
   rt->rtm_family = static_cast<unsigned char>(remote.family);
   rt->rtm_dst_len = static_cast<unsigned char>(alen * 8);
   rt->rtm_src_len = static_cast<unsigned char>(alen * 8);
   rt->rtm_flags = RTM_F_FIB_MATCH;
-  put_attr(h, RTA_DST, remote.bytes.data(), alen);
-  put_attr(h, RTA_SRC, local.bytes.data(), alen);
-  const uint8_t proto = IPPROTO_UDP;
-  const uint16_t dport = htons(RG_GENEVE_UDP_PORT);
-  put_attr(h, RTA_IP_PROTO, &proto, sizeof(proto));
-  put_attr(h, RTA_DPORT, &dport, sizeof(dport));
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
+  req.put(RTA_DST, remote.bytes.data(), alen);
+  req.put(RTA_SRC, local.bytes.data(), alen);
+  req.put_u8(RTA_IP_PROTO, IPPROTO_UDP);
+  req.put_u16(RTA_DPORT, htons(RG_GENEVE_UDP_PORT));
   bool single = false;
-  if (sendto(fd, h, h->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) >= 0) {
-    alignas(NLMSG_ALIGNTO) char buf[8192];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    for (auto* m = reinterpret_cast<nlmsghdr*>(buf); n > 0 && NLMSG_OK(m, static_cast<size_t>(n));
-         m = NLMSG_NEXT(m, n)) {
-      if (m->nlmsg_type != RTM_NEWROUTE) break;  // NLMSG_ERROR: no route
-      auto* r = static_cast<rtmsg*>(NLMSG_DATA(m));
-      int len = static_cast<int>(RTM_PAYLOAD(m));
+  try {
+    NetlinkSocket nl(NETLINK_ROUTE);
+    nl.request(req, [&](const nlmsghdr& m) {
+      if (m.nlmsg_type != RTM_NEWROUTE) return;
       bool oif = false, spread = false;
-      for (auto* a = RTM_RTA(r); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-        oif |= a->rta_type == RTA_OIF;
-        spread |= a->rta_type == RTA_MULTIPATH || a->rta_type == RTA_NH_ID;
-      }
+      for_each_attr(m, sizeof(rtmsg), [&](const nlattr& a) {
+        const uint16_t t = attr_type(a);
+        oif |= t == RTA_OIF;
+        spread |= t == RTA_MULTIPATH || t == RTA_NH_ID;
+        return true;
+      });
       single = oif && !spread;
-      break;
-    }
+    });
+  } catch (const NetlinkError&) {
+    // No route (the kernel's error answer), or no answer: no single path,
+    // so no lease and the peer's packets take the lookup.
+    return false;
   }
-  close(fd);
   return single;
 }
 

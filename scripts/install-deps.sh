@@ -10,7 +10,7 @@ packages=(
   libibverbs-dev librdmacm-dev
   prometheus-cpp-dev libcivetweb-dev
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libsystemd-dev
+  libsystemd-dev libmnl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libclang-rt-14-dev
   # run and test
   iproute2 ethtool tshark libpcap-dev prometheus gnuplot-nox xdp-tools iperf3
