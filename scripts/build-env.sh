@@ -7,12 +7,23 @@
 #   rg_configure_tests BUILD   configure for the test suites, benchmarks and fuzzers
 #   rg_ctest [ARGS...]         ctest as the test command runs it (in the build dir)
 
+# Every build goes through ccache where it is installed (install-deps.sh
+# installs it). Paths below the source tree are hashed relative to the
+# build directory and the directory itself not at all, so a second build
+# tree at the same depth (the package's, build-pkg beside build) finds the
+# first one's objects: the package test then compiles nothing twice.
+rg_launcher=()
+if command -v ccache >/dev/null; then
+  rg_launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+fi
+
 rg_configure_lab() {
-  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${rg_launcher[@]}" >/dev/null
 }
 
 rg_configure_tests() {
-  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${rg_launcher[@]}" \
     -DROCEGUARD_TESTS=ON -DROCEGUARD_BENCH=ON -DROCEGUARD_FUZZ=ON >/dev/null
 }
 

@@ -6,6 +6,9 @@ set -euo pipefail
 packages=(
   # build
   build-essential cmake pkg-config clang llvm
+  # the compiler cache: the package test's build of the shipped parts
+  # reuses the objects of the main build instead of compiling them again
+  ccache
   libbpf-dev libxdp-dev bpftool linux-libc-dev libelf-dev zlib1g-dev
   libibverbs-dev librdmacm-dev
   prometheus-cpp-dev libcivetweb-dev

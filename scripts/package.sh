@@ -15,12 +15,9 @@ scripts/install-deps.sh
 
 build=${PKG_BUILD_DIR:-build-pkg}
 dist=${DIST_DIR:-dist}
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-fi
+. scripts/build-env.sh
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
-  -DROCEGUARD_TESTS=OFF -DROCEGUARD_BENCH=OFF -DROCEGUARD_FUZZ=OFF "${launcher[@]}"
+  -DROCEGUARD_TESTS=OFF -DROCEGUARD_BENCH=OFF -DROCEGUARD_FUZZ=OFF "${rg_launcher[@]}"
 cmake --build "$build" -j"$(nproc)"
 rm -f "$build"/dist/roceguard_*.deb
 (cd "$build" && cpack -G DEB)

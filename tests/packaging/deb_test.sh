@@ -4,8 +4,9 @@
 # (mmdebstrap), run it there, purge it and check that no file is left.
 # Needs root and Debian's archive. Takes about 5 minutes on a loaded 2-core
 # machine once the package's build tree exists (the root: ~2 min, apt and
-# lintian the rest); the first build of that tree adds ~15 minutes.
-# Usage: deb_test.sh SOURCE_DIR WORK_PARENT
+# lintian the rest); the first build of that tree takes its objects from
+# the main build through ccache (scripts/build-env.sh).
+# Usage: deb_test.sh SOURCE_DIR WORK_PARENT PKG_BUILD_DIR
 set -euo pipefail
 src=$1
 work=$(mktemp -d "$2/deb-test.XXXXXX")
@@ -19,7 +20,7 @@ trap cleanup EXIT
 
 # The package build tree is kept between runs (incremental builds); the
 # tests using it run serially.
-PKG_BUILD_DIR=$2/pkg-build DIST_DIR=$work/dist "$src/scripts/package.sh"
+PKG_BUILD_DIR=$3 DIST_DIR=$work/dist "$src/scripts/package.sh"
 deb=$(ls "$work"/dist/roceguard_*.deb)
 echo "== package contents"
 dpkg-deb --info "$deb" | sed -n '/Depends:/p'

@@ -8,7 +8,7 @@
 # and that `detach` from the image removes everything.
 # Needs root, podman and Debian's runc. Takes about 4 minutes on a 2-core
 # machine with a warm ccache (package ~2 min, image ~30 s).
-# Usage: image_test.sh SOURCE_DIR WORK_PARENT
+# Usage: image_test.sh SOURCE_DIR WORK_PARENT PKG_BUILD_DIR
 set -euo pipefail
 # No `| grep -q` below: grep -q exits at the first match, the writer gets
 # SIGPIPE, and pipefail turns a match into a failure.
@@ -44,7 +44,7 @@ trap cleanup EXIT
 
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 # The package build tree is shared with deb_test.sh (both run serially).
-PKG_BUILD_DIR=$2/pkg-build DIST_DIR=$work/dist IMAGE=$image "$src/scripts/image.sh"
+PKG_BUILD_DIR=$3 DIST_DIR=$work/dist IMAGE=$image "$src/scripts/image.sh"
 
 ip netns add "$ns"
 ip -n "$ns" link set lo up
