@@ -13,7 +13,7 @@
 #include <cstring>
 #include <optional>
 
-#include "error.h"
+#include "common/error.h"
 
 namespace rg::nic {
 

@@ -19,15 +19,15 @@
 #include <set>
 #include <thread>
 
-#include "error.h"
-#include "exporter.h"
-#include "maps.h"
-#include "names.h"
+#include "common/error.h"
+#include "dataplane/maps.h"
+#include "dataplane/names.h"
+#include "dataplane/state.h"
+#include "metrics/exporter.h"
+#include "metrics/presentation.h"
 #include "packet.h"
-#include "presentation.h"
 #include "roceguard.skel.h"
 #include "scrape.h"
-#include "state.h"
 
 namespace rg::test {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <filesystem>
 
-#include "exporter.h"
+#include "metrics/exporter.h"
 #include "scrape.h"
 
 namespace rg::test {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "presentation.h"
+#include "metrics/presentation.h"
 
 namespace rg::test {
 namespace {

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "maps.h"
+#include "dataplane/maps.h"
 #include "packet.h"
 #include "roceguard/roceguard.h"
 

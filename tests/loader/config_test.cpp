@@ -12,10 +12,11 @@
 #include <set>
 #include <sstream>
 
-#include "attach.h"
-#include "config.h"
-#include "error.h"
-#include "options.h"
+#include "cli/config_check.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "config/options.h"
+#include "dataplane/attach.h"
 
 namespace rg {
 namespace {

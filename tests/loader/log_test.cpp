@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "log.h"
+#include "common/log.h"
 
 namespace {
 

@@ -25,10 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include "config.h"
-#include "error.h"
-#include "maps.h"
-#include "state.h"
+#include "cli/config_check.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "dataplane/maps.h"
+#include "dataplane/state.h"
 
 namespace {
 
