@@ -6,5 +6,5 @@ set -euo pipefail
 . "$(dirname "$0")/../vm/vm.sh"
 foreign=$1
 rgvm_setup
-rgvm_start a none ../../loader/vm-xdp-coexist-guest.sh "RG_FOREIGN_OBJ=$foreign"
+rgvm_start a none ../../cli/vm-xdp-coexist-guest.sh "RG_FOREIGN_OBJ=$foreign"
 rgvm_wait a
