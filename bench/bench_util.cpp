@@ -1,6 +1,6 @@
 #include "bench_util.h"
 
-#include "maps.h"
+#include "dataplane/maps.h"
 #include "test_run.h"
 
 #include <bpf/bpf.h>

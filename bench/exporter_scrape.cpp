@@ -4,7 +4,7 @@
 //
 // The roceguard object is loaded with its maps pinned in a private bpffs
 // directory, rg_qp is filled from userspace with QPs that carry traffic and
-// a few counter rows are written; the exporter (loader/exporter.cpp, as
+// a few counter rows are written; the exporter (loader/metrics/exporter.cpp, as
 // `roceguard run` starts it) serves them on a loopback port and this
 // process scrapes it over HTTP. Allocations are counted by replacing the
 // global operator new, which sees every C++ allocation in the process: the
@@ -32,10 +32,10 @@
 #include <new>
 
 #include "bench_util.h"
-#include "exporter.h"
-#include "maps.h"
+#include "dataplane/maps.h"
+#include "dataplane/state.h"
+#include "metrics/exporter.h"
 #include "roceguard.skel.h"
-#include "state.h"
 
 namespace {
 std::atomic<uint64_t> g_allocs{0}, g_alloc_bytes{0};

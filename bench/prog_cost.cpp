@@ -32,11 +32,11 @@
 #include <memory>
 
 #include "bench_util.h"
+#include "dataplane/maps.h"
+#include "dataplane/names.h"
+#include "dataplane/nexthop_lease.h"
 #include "empty.skel.h"
 #include "lab/proc.h"
-#include "maps.h"
-#include "names.h"
-#include "nexthop_lease.h"
 #include "roceguard.skel.h"
 
 namespace {

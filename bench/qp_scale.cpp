@@ -34,8 +34,8 @@
 #include <random>
 
 #include "bench_util.h"
+#include "dataplane/maps.h"
 #include "empty.skel.h"
-#include "maps.h"
 #include "roceguard.skel.h"
 
 namespace {

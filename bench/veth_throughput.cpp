@@ -64,13 +64,13 @@
 #include <thread>
 
 #include "bench_util.h"
-#include "attach.h"
-#include "error.h"
+#include "common/error.h"
+#include "dataplane/attach.h"
+#include "dataplane/maps.h"
 #include "lab/lab_gateway.h"
 #include "lab/proc.h"
 #include "lab/roce_gen.h"
 #include "lab/topology.h"
-#include "maps.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "maps.h"
+#include "dataplane/maps.h"
 #include "model.h"
 
 struct roceguard;

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "config.h"
+#include "config/config.h"
 
 namespace {
 

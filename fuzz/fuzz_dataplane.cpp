@@ -16,9 +16,9 @@
 #include <unordered_map>
 
 #include "dataplane.h"
+#include "dataplane/names.h"
 #include "frames.h"
 #include "model.h"
-#include "names.h"
 
 using namespace rg::fuzz;
 

@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "error.h"
+#include "common/error.h"
 #include "lab/lab_run.h"
 
 namespace rg {

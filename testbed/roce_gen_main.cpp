@@ -17,7 +17,7 @@
 #include <optional>
 #include <thread>
 
-#include "error.h"
+#include "common/error.h"
 #include "lab/roce_gen.h"
 #include "lab/topology.h"
 #include "lab/wan.h"

@@ -81,7 +81,7 @@ enum rg_direction {
 };
 
 /*
- * Counter events. Userspace names them with rg_event_names (loader/names.cpp);
+ * Counter events. Userspace names them with rg_event_names (loader/dataplane/names.cpp);
  * a unit test checks that table against RG_EV_MAX. Append only: the index is
  * the position in the pinned per-CPU value, so reordering would shift
  * counters carried over from an earlier loader.

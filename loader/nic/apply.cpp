@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "error.h"
+#include "common/error.h"
 #include "nic/configfs.h"
 #include "nic/vendor.h"
 

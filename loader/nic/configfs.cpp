@@ -9,9 +9,9 @@
 #include <fstream>
 #include <linux/magic.h>
 
-#include "error.h"
+#include "common/error.h"
+#include "common/process.h"
 #include "nic/sysfs.h"
-#include "process.h"
 
 namespace fs = std::filesystem;
 

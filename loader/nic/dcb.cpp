@@ -1,4 +1,4 @@
-// DCB netlink (rtnetlink RTM_GETDCB/RTM_SETDCB) through netlink.h: two
+// DCB netlink (rtnetlink RTM_GETDCB/RTM_SETDCB) through common/netlink.h: two
 // small messages, one nested attribute each.
 #include "nic/dcb.h"
 
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <optional>
 
-#include "error.h"
-#include "netlink.h"
+#include "common/error.h"
+#include "common/netlink.h"
 
 namespace rg::nic {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "error.h"
+#include "common/error.h"
 
 namespace rg::nic {
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "error.h"
+#include "common/error.h"
 
 namespace rg::nic {
 

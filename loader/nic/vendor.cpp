@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "process.h"
+#include "common/process.h"
 
 namespace fs = std::filesystem;
 

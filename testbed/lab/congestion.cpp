@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "error.h"
+#include "common/error.h"
 
 namespace rg::lab {
 

@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "error.h"
+#include "common/error.h"
 
 namespace rg::lab {
 

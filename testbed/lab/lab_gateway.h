@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
-#include "attach.h"
-#include "config.h"
+#include "config/config.h"
+#include "dataplane/attach.h"
+#include "dataplane/state.h"
 #include "lab/topology.h"
-#include "state.h"
 
 namespace rg::lab {
 

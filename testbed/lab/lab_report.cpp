@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "error.h"
-#include "process.h"
+#include "common/error.h"
+#include "common/process.h"
 #include "roceguard/roceguard.h"
 
 namespace rg::lab {

@@ -18,10 +18,11 @@
 #include <sstream>
 #include <thread>
 
-#include "attach.h"
-#include "config.h"
-#include "error.h"
-#include "exporter.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "dataplane/attach.h"
+#include "dataplane/maps.h"
+#include "dataplane/state.h"
 #include "lab/congestion.h"
 #include "lab/lab_gateway.h"
 #include "lab/lab_report.h"
@@ -29,9 +30,8 @@
 #include "lab/roce_gen.h"
 #include "lab/topology.h"
 #include "lab/wan.h"
-#include "maps.h"
-#include "presentation.h"
-#include "state.h"
+#include "metrics/exporter.h"
+#include "metrics/presentation.h"
 
 namespace rg::lab {
 namespace {

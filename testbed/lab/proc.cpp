@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <thread>
 
-#include "error.h"
+#include "common/error.h"
 
 namespace rg::lab {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "process.h"
+#include "common/process.h"
 
 namespace rg::lab {
 

@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "error.h"
+#include "common/error.h"
 
 namespace rg::lab {
 

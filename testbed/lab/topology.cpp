@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <algorithm>
 
-#include "error.h"
+#include "common/error.h"
 #include "lab/proc.h"
 
 namespace rg::lab {

@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-#include "error.h"
+#include "common/error.h"
 #include "lab/topology.h"
 #include "wan.skel.h"
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "harness.h"
-#include "names.h"
-#include "nexthop_lease.h"
+#include "dataplane/names.h"
+#include "dataplane/nexthop_lease.h"
 
 namespace rg::test {
 namespace {

@@ -24,7 +24,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "names.h"
+#include "dataplane/names.h"
 
 namespace rg::test {
 namespace {

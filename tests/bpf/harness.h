@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
-#include "maps.h"
+#include "config/config.h"
+#include "dataplane/maps.h"
 #include "packet.h"
 #include "roceguard.skel.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "harness.h"
-#include "nexthop_lease.h"
+#include "dataplane/nexthop_lease.h"
 
 namespace rg::test {
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "harness.h"
-#include "names.h"
-#include "presentation.h"
+#include "dataplane/names.h"
+#include "metrics/presentation.h"
 
 namespace rg::test {
 namespace {

@@ -20,8 +20,8 @@
 #include <iostream>
 #include <thread>
 
-#include "exporter.h"
-#include "maps.h"
+#include "dataplane/maps.h"
+#include "metrics/exporter.h"
 #include "packet.h"
 #include "roceguard.skel.h"
 #include "scrape.h"

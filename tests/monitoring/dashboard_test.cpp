@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "exporter.h"
+#include "metrics/exporter.h"
 #include "scrape.h"
 
 namespace rg::test {

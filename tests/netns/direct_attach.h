@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "maps.h"
+#include "dataplane/maps.h"
 
 struct roceguard;  // the generated skeleton
 

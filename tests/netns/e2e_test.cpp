@@ -8,11 +8,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "dataplane/maps.h"
+#include "dataplane/state.h"
 #include "direct_attach.h"
 #include "lab_fixture.h"
-#include "maps.h"
 #include "roceguard_proc.h"
-#include "state.h"
 
 namespace rg::test {
 namespace {

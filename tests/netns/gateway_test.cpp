@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/maps.h"
 #include "direct_attach.h"
 #include "lab_fixture.h"
-#include "maps.h"
 #include "packet.h"
 
 namespace rg::test {

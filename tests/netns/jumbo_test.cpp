@@ -11,11 +11,11 @@
 #include <string>
 #include <thread>
 
+#include "dataplane/maps.h"
 #include "lab/proc.h"
 #include "lab/roce_gen.h"
 #include "lab/topology.h"
 #include "lab_fixture.h"
-#include "maps.h"
 #include "roceguard/roceguard.h"
 
 namespace rg::test {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/maps.h"
 #include "lab/proc.h"
 #include "lab/roce_gen.h"
 #include "lab/topology.h"
 #include "lab/wan.h"
-#include "maps.h"
 
 namespace rg::test {
 

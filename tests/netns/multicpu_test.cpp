@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
+#include "dataplane/maps.h"
 #include "lab/proc.h"
 #include "lab/topology.h"
 #include "lab_fixture.h"
-#include "maps.h"
 #include "packet.h"
 #include "roceguard/roceguard.h"
 

@@ -22,9 +22,9 @@
 #include <optional>
 #include <thread>
 
+#include "dataplane/maps.h"
+#include "dataplane/names.h"
 #include "lab_fixture.h"
-#include "maps.h"
-#include "names.h"
 #include "roceguard_proc.h"
 
 namespace rg::test {

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "error.h"
+#include "common/error.h"
 #include "nic/apply.h"
 
 namespace fs = std::filesystem;

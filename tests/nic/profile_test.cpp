@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <ostream>
 
-#include "error.h"
+#include "common/error.h"
 #include "nic/configfs.h"
 #include "nic/dcb.h"
 #include "nic/env.h"

@@ -8,8 +8,8 @@
 #include <regex>
 #include <string>
 
+#include "common/version.h"
 #include "scrape.h"
-#include "version.h"
 
 namespace {
 

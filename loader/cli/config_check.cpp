@@ -1,0 +1,157 @@
+// The one validation run, attach and `config check` share: a configuration
+// `config check` accepts is one run starts with, and the other way round.
+// Kept apart from config/config.cpp because it looks at this machine (interfaces,
+// addresses), at this build's HTTP server, which the config fuzzer does
+// not link, and at the data plane's attach record (config_check.h).
+#include <civetweb.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "cli/config_check.h"
+#include "common/error.h"
+#include "dataplane/state.h"
+
+namespace rg {
+namespace {
+
+// civetweb's feature bit for IPv6 listening sockets (civetweb.h, mg_check_feature).
+constexpr unsigned kCivetwebIpv6 = 8;
+
+std::vector<Address> host_addresses() {
+  std::vector<Address> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    Address a;
+    a.family = i->ifa_addr->sa_family;
+    if (a.family == AF_INET)
+      std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, 4);
+    else if (a.family == AF_INET6)
+      std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
+    else
+      continue;
+    out.push_back(a);
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool is_local(const Address& a, const std::vector<Address>& local) {
+  for (const auto& l : local)
+    if (l.family == a.family && l.bytes == a.bytes) return true;
+  return false;
+}
+
+// "[::]:9741" -> "::", "0.0.0.0:9741" -> "0.0.0.0"; the form was checked
+// when the option was read.
+std::string listen_host(const std::string& listen) {
+  if (!listen.empty() && listen[0] == '[') return listen.substr(1, listen.find(']') - 1);
+  return listen.substr(0, listen.rfind(':'));
+}
+
+// What the data plane and the attach record can hold, checked here so that a
+// configuration past them is refused before anything is attached, not
+// halfway through an attach. Peer and route counts against rg_peers,
+// rg_decap and rg_route4/6 are checked where the peers are read
+// (config/config.cpp).
+void check_limits(const Config& cfg, ConfigProblems& p) {
+  // rg_counters holds one entry per {ifindex, direction}.
+  constexpr size_t kMaxInterfaces = RG_MAX_COUNTER_KEYS / RG_DIR_MAX;
+  if (cfg.interfaces.size() > kMaxInterfaces)
+    p.errors.push_back("interfaces: " + std::to_string(cfg.interfaces.size()) + " interfaces, at most " +
+                       std::to_string(kMaxInterfaces) + " (the counter map holds " +
+                       std::to_string(RG_MAX_COUNTER_KEYS) + " interface and direction pairs)");
+
+  // The record as attach will write it, every number at its widest: the
+  // configuration, and per interface its name, the largest ifindex and
+  // program ids, and the longer XDP mode.
+  State worst;
+  worst.version = ROCEGUARD_VERSION;
+  worst.config = cfg.to_json();
+  worst.config_hash = cfg.hash();
+  for (const auto& name : cfg.interfaces) {
+    IfaceState is;
+    is.name = name;
+    is.ifindex = std::numeric_limits<int>::min();
+    is.xdp_mode = "dispatcher";
+    is.xdp_prog_id = is.tc_prog_id = is.tc_ingress_prog_id = is.tc_handle = std::numeric_limits<uint32_t>::max();
+    is.tc_priority = std::numeric_limits<uint32_t>::max();
+    worst.interfaces.push_back(is);
+  }
+  const size_t size = state_record_size(worst);
+  if (size >= kStateValueSize)
+    p.errors.push_back("tunnel.peer, interfaces: the attach record of this configuration takes up to " +
+                       std::to_string(size) + " bytes, more than the " + std::to_string(kStateValueSize - 1) +
+                       " the pinned record (" + kMapState + ") holds; use fewer peers, routes or interfaces");
+}
+
+}  // namespace
+
+void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
+  if (cfg.interfaces.empty())
+    p.errors.push_back(
+        "interfaces: none given; use --interface IF, ROCEGUARD_INTERFACES or interfaces = [...] in the config");
+
+  // Debian's civetweb is built without IPv6. Refusing "[::]:port" here,
+  // rather than serving 0.0.0.0 in its place, keeps a scrape over IPv6 from
+  // failing with nothing on this side saying why.
+  const bool ipv6_listen = !cfg.metrics_listen.empty() && cfg.metrics_listen[0] == '[';
+  if (ipv6_listen && !mg_check_feature(kCivetwebIpv6))
+    p.errors.push_back("metrics.listen: " + in_quotes(cfg.metrics_listen) +
+                       " is IPv6, but this build's HTTP server (civetweb) has no IPv6; use 0.0.0.0:PORT for "
+                       "every IPv4 address or 127.0.0.1:PORT");
+  check_limits(cfg, p);
+  if (offline) return;
+
+  for (size_t i = 0; i < cfg.interfaces.size(); ++i)
+    if (if_nametoindex(cfg.interfaces[i].c_str()) == 0)
+      p.absent_interfaces.push_back("interfaces[" + std::to_string(i) + "]: interface " + cfg.interfaces[i] +
+                          " does not exist (check `ip link`; in a container, use the host network)");
+
+  const std::vector<Address> local = host_addresses();
+  for (size_t i = 0; i < cfg.peers.size(); ++i) {
+    const Address& a = cfg.peers[i].local;
+    if (a.family && !is_local(a, local))
+      p.missing.push_back("tunnel.peer[" + std::to_string(i) + "].local: " + a.text +
+                          " is not an address of this host (the outer source; check `ip addr`)");
+  }
+  auto host = parse_address(listen_host(cfg.metrics_listen));
+  const bool wildcard = host && std::all_of(host->bytes.begin(), host->bytes.end(), [](uint8_t b) { return b == 0; });
+  // Loopback is this host's on every host, listed or not: a fresh network
+  // namespace or a minimal guest has lo down and no address on it yet.
+  const bool loopback = host && ((host->family == AF_INET && host->bytes[0] == 127) ||
+                                 (host->family == AF_INET6 && host->bytes[15] == 1 &&
+                                  std::all_of(host->bytes.begin(), host->bytes.begin() + 15,
+                                              [](uint8_t b) { return b == 0; })));
+  if (host && !wildcard && !loopback && !is_local(*host, local))
+    p.missing.push_back("metrics.listen: " + host->text +
+                        " is not an address of this host (use one from `ip addr`, 127.0.0.1 or 0.0.0.0)");
+}
+
+Config load_config(const ConfigSources& sources, bool offline, bool wait_for_interfaces) {
+  ConfigProblems p;
+  Config cfg = resolve_config(sources, p);
+  check_config(cfg, offline, p);
+  if (!wait_for_interfaces) p.missing.insert(p.missing.begin(), p.absent_interfaces.begin(), p.absent_interfaces.end());
+  if (!p.errors.empty()) {
+    std::string msg = sources.file.empty() ? "invalid options:" : "invalid configuration " + sources.file + ":";
+    for (const auto& e : p.errors) msg += "\n  " + e;
+    for (const auto& e : p.missing) msg += "\n  " + e;
+    throw Error(msg, kExitUsage);
+  }
+  if (!p.missing.empty()) {
+    std::string msg = p.missing.front();
+    for (size_t i = 1; i < p.missing.size(); ++i) msg += "\n  " + p.missing[i];
+    throw Error(msg, kExitNotFound);
+  }
+  return cfg;
+}
+
+}  // namespace rg

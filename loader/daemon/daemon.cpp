@@ -1,0 +1,486 @@
+#include "daemon/daemon.h"
+
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <memory>
+
+#include "common/error.h"
+#include "common/netlink.h"
+#include "common/pause_point.h"
+#include "dataplane/attach.h"
+#include "dataplane/hooks.h"
+#include "dataplane/maps.h"
+#include "dataplane/nexthop_lease.h"
+#include "dataplane/pin_scope.h"
+#include "metrics/exporter.h"
+#include "nic/apply.h"
+
+namespace rg {
+namespace {
+
+// Hooks someone else removed raise no link event (an XDP detach sends none
+// on every kernel), so the interfaces are also re-checked this often.
+constexpr int kRecheckMs = 5000;
+
+// How often the next-hop leases are renewed; a lease runs
+// NexthopLeases::kLeaseNs, three of these.
+constexpr int kLeaseRenewMs = 1000;
+
+// Notifications from rtnetlink: link and TC (a link added, deleted, renamed
+// or changed, a TC filter changed), which wake the watch, and besides them
+// route and neighbour changes, which with every other message end the
+// next-hop cache's generation. What changed is read back from the system,
+// so a lost message (ENOBUFS when the socket overflows) costs one pass and
+// one generation done anyway.
+struct Drained {
+  std::map<int, std::string> links;  // names by ifindex of the links announced
+  bool link_or_tc = false;
+  bool any = false;  // any message, or some lost
+};
+
+class LinkEvents {
+ public:
+  LinkEvents() {
+    try {
+      nl_ = std::make_unique<NetlinkSocket>(
+          NETLINK_ROUTE, RTMGRP_LINK | RTMGRP_TC | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE);
+    } catch (const NetlinkError& e) {
+      spdlog::warn("no rtnetlink link events ({}): interfaces are re-checked every {} s only", e.what(),
+                   kRecheckMs / 1000);
+    }
+  }
+
+  int fd() const { return nl_ ? nl_->fd() : -1; }
+
+  // Reads every queued message; the links' names serve telling a rename
+  // apart from a deletion.
+  Drained drain() {
+    Drained d;
+    if (!nl_) return d;
+    auto on_message = [&](const nlmsghdr& h) {
+      const auto t = h.nlmsg_type;
+      d.link_or_tc |= t == RTM_NEWLINK || t == RTM_DELLINK || t == RTM_NEWTFILTER || t == RTM_DELTFILTER ||
+                      t == RTM_NEWQDISC || t == RTM_DELQDISC;
+      if (t != RTM_NEWLINK) return;
+      const int ifindex = payload<ifinfomsg>(h)->ifi_index;
+      for_each_attr(h, sizeof(ifinfomsg), [&](const nlattr& a) {
+        if (attr_type(a) != IFLA_IFNAME) return true;
+        d.links[ifindex] = attr_string(a);
+        return false;
+      });
+    };
+    // Bounded: a socket refilled faster than it is read waits for the next wake.
+    for (int reads = 0; reads < 4096; ++reads) {
+      EventRead r = EventRead::kNone;
+      try {
+        r = nl_->read_events(on_message);
+      } catch (const NetlinkError& e) {
+        spdlog::debug("{}", e.what());
+      }
+      if (r == EventRead::kLost) {  // messages lost: whatever they said, both passes run
+        d.any = d.link_or_tc = true;
+        continue;
+      }
+      if (r == EventRead::kNone) break;  // drained
+      d.any = true;
+    }
+    return d;
+  }
+
+ private:
+  std::unique_ptr<NetlinkSocket> nl_;
+};
+
+class Runner {
+ public:
+  // st lists every configured interface, those not there yet with ifindex
+  // 0; attached is false when none existed, so nothing is loaded yet.
+  Runner(Dataplane& dp, Exporter& ex, State st, bool attached, bool force)
+      : dp_(dp), ex_(ex), st_(std::move(st)), loaded_(attached), force_(force) {
+    for (const auto& i : st_.interfaces) {
+      set_state(i, i.ifindex != 0);
+      if (!i.ifindex)
+        spdlog::warn("interface {} does not exist yet: roceguard attaches it when it appears", i.name);
+    }
+  }
+
+  // Says which configured interface was renamed: the watch pass then sees
+  // the old name gone (and the new one, if configured, appear).
+  void note_links(const std::map<int, std::string>& links) {
+    for (const auto& is : st_.interfaces) {
+      if (!is.ifindex || !up_[is.name]) continue;
+      auto it = links.find(is.ifindex);
+      if (it != links.end() && it->second != is.name)
+        spdlog::info("interface {} (ifindex {}) was renamed to {}", is.name, is.ifindex, it->second);
+    }
+  }
+
+  // Keeps every configured interface attached: one that appears is
+  // attached, one that vanished is reported once and re-attached when it
+  // (or a namesake) comes back; a hook someone removed is put back.
+  void watch() {
+    if (!loaded_) {
+      first_attach();
+      return;
+    }
+    bool changed = false;
+    for (auto& is : st_.interfaces) {
+      unsigned idx = if_nametoindex(is.name.c_str());
+      if (!idx) {
+        if (up_[is.name]) {
+          spdlog::warn("interface {} disappeared; roceguard keeps running and re-attaches when it returns",
+                       is.name);
+          set_state(is, false);
+        }
+        continue;
+      }
+      check_mtu(is.name);
+      try {
+        if (static_cast<int>(idx) == is.ifindex && ingress_present(dp_.owner(), is) && tc_present(dp_.owner(), is)) {
+          // A MAC address change leaves the hooks in place; the address
+          // decapsulated frames are given must follow it.
+          dp_.refresh_address(is);
+          // Renamed away and back: the hooks stayed on the device.
+          if (!up_[is.name]) {
+            spdlog::info("interface {} is back (ifindex {}), its hooks still attached", is.name, is.ifindex);
+            set_state(is, true);
+          }
+          continue;
+        }
+        const bool first_time = is.ifindex == 0 && is.xdp_prog_id == 0;
+        IfaceState fresh = dp_.attach_interface(is.name, false);
+        spdlog::info("{} {} (ifindex {}): {}, tc id {}", first_time ? "interface appeared: attached to"
+                     : "re-attached to", is.name, fresh.ifindex, describe_ingress(fresh), fresh.tc_prog_id);
+        is = fresh;
+        changed = true;
+        last_error_[is.name].clear();
+        set_state(is, true);
+      } catch (const std::exception& e) {
+        // A link event can wake this pass while the device is being
+        // deleted: it was there for the check above and is gone for the
+        // attach. That is a disappearance, not an attach failure.
+        if (!if_nametoindex(is.name.c_str())) {
+          if (up_[is.name])
+            spdlog::warn("interface {} disappeared; roceguard keeps running and re-attaches when it returns",
+                         is.name);
+          set_state(is, false);
+          continue;
+        }
+        if (last_error_[is.name] != e.what()) spdlog::error("cannot re-attach to {}: {}", is.name, e.what());
+        last_error_[is.name] = e.what();
+        set_state(is, false);
+      }
+    }
+    if (changed) {
+      try {
+        write_state(dp_.pin_path(), st_);
+      } catch (const Error& e) {
+        spdlog::error("{}", e.what());
+      }
+      // A re-attach under a new ifindex means the old one is gone for good.
+      dp_.prune_stale_counters(st_);
+    }
+  }
+
+ private:
+  // No configured interface existed at start, so the object was never
+  // loaded nor the tunnel maps written: the first to appear gets the whole
+  // attach, all or nothing as at start.
+  void first_attach() {
+    bool any = false;
+    for (const auto& is : st_.interfaces) any |= if_nametoindex(is.name.c_str()) != 0;
+    if (!any) return;
+    try {
+      st_ = dp_.attach_all(force_, true);
+      loaded_ = true;
+      last_error_.clear();
+      for (const auto& is : st_.interfaces) {
+        if (is.ifindex) check_mtu(is.name);
+        set_state(is, is.ifindex != 0);
+      }
+    } catch (const std::exception& e) {
+      if (last_error_[""] != e.what()) spdlog::error("cannot attach: {}", e.what());
+      last_error_[""] = e.what();
+    }
+  }
+
+  // A device MTU below the tunnel's means full-size packets can no longer be
+  // encapsulated: the data plane applies the oversize policy to them (pass
+  // unencapsulated, or drop). Said once per change of the device's MTU.
+  void check_mtu(const std::string& name) {
+    uint32_t tunnel_mtu = 0;
+    std::string peer;
+    for (const auto& p : dp_.config().peers)
+      if (p.mtu > tunnel_mtu) tunnel_mtu = p.mtu, peer = p.name;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    ifreq ifr{};
+    std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name.c_str());
+    int rc = ioctl(fd, SIOCGIFMTU, &ifr);
+    close(fd);
+    if (rc != 0) return;
+    const auto mtu = static_cast<uint32_t>(ifr.ifr_mtu);
+    auto& seen = mtu_seen_[name];
+    if (seen == mtu) return;
+    if (seen) spdlog::info("interface {} MTU changed from {} to {}", name, seen, mtu);
+    if (tunnel_mtu && mtu < tunnel_mtu)
+      spdlog::warn("interface {} has MTU {}, below the tunnel MTU {} of peer {}: larger encapsulated packets "
+                   "follow the oversize policy ({}); raise the interface MTU or lower tunnel.mtu",
+                   name, mtu, tunnel_mtu, peer, dp_.config().mtu_policy == RG_MTU_DROP ? "drop" : "pass");
+    else if (tunnel_mtu && seen && seen < tunnel_mtu)
+      spdlog::info("interface {} has MTU {} again: the tunnel MTU {} fits", name, mtu, tunnel_mtu);
+    seen = mtu;
+  }
+
+  // The ingress series is the hook the interface uses (or, before its
+  // first attach, the one it is planned to use); the other is not exported.
+  void set_state(const IfaceState& is, bool up) {
+    up_[is.name] = up;
+    const bool tc = is.ifindex ? is.ingress_hook == kIngressTc
+                               : planned_ingress_hook(dp_.config(), is.name) == IngressHook::kTc;
+    ex_.set_ingress_hook(is.name, tc ? "tc_ingress" : "xdp_ingress");
+    ex_.set_attach_state(is.name, tc ? "tc_ingress" : "xdp_ingress", up);
+    ex_.set_attach_state(is.name, "tc_egress", up);
+  }
+
+  Dataplane& dp_;
+  Exporter& ex_;
+  State st_;
+  bool loaded_;
+  bool force_;
+  std::map<std::string, bool> up_;
+  std::map<std::string, std::string> last_error_;
+  std::map<std::string, uint32_t> mtu_seen_;
+};
+
+// `run` with dataplane.attach = false: nothing attached, nothing pinned, no
+// bpffs needed; the exporter serves the NIC counters and profile state.
+void run_exporter_only(const Config& cfg, const StopSignals& signals) {
+  ExporterOptions eo;
+  eo.listen = cfg.metrics_listen;
+  eo.interfaces = cfg.interfaces;
+  eo.dataplane = false;
+  eo.nic_state_dir = nic::kDefaultNicStateDir;
+  Exporter exporter(eo);
+  spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on "
+               "http://{}/metrics",
+               exporter.listen_address());
+  sd_notifyf(0, "READY=1\nSTATUS=exporter only, metrics on %s", exporter.listen_address().c_str());
+  for (;;) {
+    bool unused = false;
+    const int sig = signals.wait(-1, kRecheckMs, unused);
+    if (sig == SIGTERM || sig == SIGINT) {
+      sd_notify(0, "STOPPING=1");
+      spdlog::info("{}: exiting", strsignal(sig));
+      return;
+    }
+    if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
+  }
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGTERM);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  fd_ = signalfd(-1, &set_, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+StopSignals::~StopSignals() {
+  if (fd_ >= 0) close(fd_);
+}
+
+int StopSignals::wait(int other_fd, int timeout_ms, bool& other_ready) const {
+  other_ready = false;
+  if (fd_ < 0) {  // no signalfd: signals alone, as sigtimedwait allows
+    timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+    int sig = sigtimedwait(&set_, nullptr, &t);
+    return sig > 0 ? sig : 0;
+  }
+  pollfd fds[2] = {{fd_, POLLIN, 0}, {other_fd, POLLIN, 0}};
+  if (poll(fds, other_fd >= 0 ? 2 : 1, timeout_ms) <= 0) return 0;
+  if (fds[0].revents & POLLIN) {
+    signalfd_siginfo info{};
+    if (read(fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) return static_cast<int>(info.ssi_signo);
+  }
+  other_ready = other_fd >= 0 && (fds[1].revents & POLLIN);
+  return 0;
+}
+
+State attach(const Config& cfg, const std::string& pin_path, bool reset_state, bool force) {
+  ensure_bpffs(pin_path);
+  PinLock lock(pin_path, true);
+  Dataplane dp(cfg, pin_path, reset_state);
+  return dp.attach_all(force);
+}
+
+void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state, bool force,
+                const StopSignals& signals) {
+  if (!cfg.attach_dataplane) return run_exporter_only(cfg, signals);
+  ensure_bpffs(pin_path);
+  PinLock lock(pin_path, true);
+  const PinScope scope = pin_scope(pin_path);
+  if (!scope.outlives_process) spdlog::warn("PINS DO NOT SURVIVE THIS PROCESS: {}", scope.why);
+
+  // Bind the exporter before touching the interfaces: a busy port fails
+  // the start without side effects.
+  ExporterOptions eo;
+  eo.listen = cfg.metrics_listen;
+  eo.pin_path = pin_path;
+  eo.interfaces = cfg.interfaces;
+  eo.per_qp = cfg.per_qp;
+  eo.top_qps = cfg.top_qps;
+  eo.pins_outlive_process = scope.outlives_process;
+  eo.nic_state_dir = nic::kDefaultNicStateDir;
+  Exporter exporter(eo);
+
+  Dataplane dp(cfg, pin_path, reset_state);
+  // Link events from before the first attach are not lost: the socket
+  // queues them until the loop reads it.
+  LinkEvents links;
+  size_t present = 0;
+  for (const auto& name : cfg.interfaces) present += if_nametoindex(name.c_str()) != 0;
+  State st;
+  if (present) {
+    st = dp.attach_all(force, true);
+  } else {
+    for (const auto& name : cfg.interfaces) st.interfaces.emplace_back().name = name;
+  }
+  Runner runner(dp, exporter, st, present != 0, force);
+  // Granted once the object is loaded (the first interface attached); on
+  // every event after that, a new generation. Without the rtnetlink
+  // socket no event would end a generation: no lease then, and every
+  // packet is routed by the lookup.
+  std::unique_ptr<NexthopLeases> leases;
+  if (links.fd() < 0) spdlog::warn("next-hop cache off: no rtnetlink events to follow route changes by");
+  auto start_leases = [&] {
+    if (leases || links.fd() < 0 || dp.map_fd(kMapNexthopLease) < 0) return;
+    leases = std::make_unique<NexthopLeases>(dp.map_fd(kMapNexthopLease), cfg.peers);
+    leases->invalidate();
+    if (!cfg.peers.empty())
+      spdlog::info("next-hop cache: {} of {} peer(s) on a single-path route, cached while this process runs",
+                   leases->granted(), cfg.peers.size());
+  };
+  start_leases();
+  spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
+  sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
+             cfg.interfaces.size(), exporter.listen_address().c_str());
+
+  // Bounded by signals only: this is the daemon's main loop: a new
+  // next-hop generation per rtnetlink event, the leases renewed every
+  // kLeaseRenewMs, a watch pass per link event and at least every
+  // kRecheckMs.
+  timespec last_watch{};
+  clock_gettime(CLOCK_MONOTONIC, &last_watch);
+  for (;;) {
+    bool readable = false;
+    int sig = signals.wait(links.fd(), kLeaseRenewMs, readable);
+    if (sig == SIGTERM || sig == SIGINT) {
+      sd_notify(0, "STOPPING=1");
+      if (leases) leases->revoke();
+      spdlog::info("{}: exiting; programs stay attached and maps pinned (`roceguard detach` removes them)",
+                   strsignal(sig));
+      return;
+    }
+    if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
+    Drained d;
+    if (readable) d = links.drain();
+    if (leases) {
+      const size_t before = leases->granted();
+      if (d.any)
+        leases->invalidate();
+      else
+        leases->renew();
+      if (leases->granted() != before)
+        spdlog::info("next-hop cache: {} of {} peer(s) on a single-path route now", leases->granted(),
+                     cfg.peers.size());
+    }
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long since_ms = (now.tv_sec - last_watch.tv_sec) * 1000 + (now.tv_nsec - last_watch.tv_nsec) / 1000000;
+    if (!d.link_or_tc && since_ms < kRecheckMs) continue;
+    last_watch = now;
+    runner.note_links(d.links);
+    runner.watch();
+    start_leases();
+  }
+}
+
+DetachResult detach(const std::string& pin_path, const std::vector<std::string>& only,
+                    const std::function<void(const std::string&)>& say) {
+  if (!pin_dir_exists(pin_path) && only.empty())
+    throw Error("nothing attached with pin path " + pin_path, kExitNotFound);
+  std::unique_ptr<PinLock> lock;
+  if (pin_dir_exists(pin_path)) lock = std::make_unique<PinLock>(pin_path, false);
+  State st = read_state(pin_path).value_or(State{});
+  // Ours are the programs using the maps pinned here: never another
+  // instance's (another pin path) on the same interface.
+  HookOwner owner(pin_path);
+
+  std::vector<IfaceState> targets, remaining;
+  for (const auto& is : st.interfaces) {
+    bool selected = only.empty();
+    for (const auto& n : only) selected |= n == is.name;
+    (selected ? targets : remaining).push_back(is);
+  }
+  // Interfaces named on the command line but missing from the record (it
+  // was lost): still remove our programs, found by name and the default
+  // (or recorded) TC handle/priority.
+  for (const auto& n : only) {
+    bool known = false;
+    for (const auto& t : targets) known |= t.name == n;
+    if (known) continue;
+    IfaceState is;
+    is.name = n;
+    is.ifindex = static_cast<int>(if_nametoindex(n.c_str()));
+    if (!is.ifindex) throw Error("interface " + n + " does not exist", kExitNotFound);
+    is.tc_handle = kDefaultTcHandle;
+    is.tc_priority = kDefaultTcPriority;
+    targets.push_back(is);
+  }
+
+  DetachResult result;
+  for (auto& is : targets) {
+    if (&is != &targets.front()) pause_point("detach-between-interfaces");
+    // The record's ifindex is only trusted while it still carries the name.
+    char buf[IF_NAMESIZE] = {};
+    if (!is.ifindex || !if_indextoname(static_cast<unsigned>(is.ifindex), buf) || is.name != buf)
+      is.ifindex = static_cast<int>(if_nametoindex(is.name.c_str()));
+    if (!is.ifindex) {
+      say(is.name + ": gone (nothing to remove)");
+      continue;
+    }
+    DetachLines lines = detach_interface(owner, is.ifindex, is.name, is.tc_handle, is.tc_priority);
+    for (const auto& line : lines.removed) {
+      say(line);
+      ++result.programs_removed;
+    }
+    for (const auto& line : lines.left) say(line);
+  }
+  if (remaining.empty()) {
+    remove_pins(pin_path);
+    result.pins_removed = true;
+  } else {
+    st.interfaces = remaining;
+    write_state(pin_path, st);
+  }
+  return result;
+}
+
+}  // namespace rg

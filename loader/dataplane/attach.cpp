@@ -1,0 +1,352 @@
+#include "dataplane/attach.h"
+
+#include <bpf/bpf.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "common/error.h"
+#include "common/pause_point.h"
+#include "dataplane/map_writer.h"
+#include "dataplane/maps.h"
+
+namespace rg {
+namespace {
+
+// Some kernels (Debian 12's 6.1 among them) answer bpf_fib_lookup with
+// "forwarding disabled" on an interface that does not forward, output
+// lookups included: every encapsulation would then fall back to sending the
+// packet as it is (counted as fib_miss). Gateways forward anyway; say so
+// where one does not.
+void warn_if_not_forwarding(const Config& cfg) {
+  bool v4 = false, v6 = false;
+  for (const auto& p : cfg.peers) (p.remote.family == AF_INET ? v4 : v6) = true;
+  auto forwarding = [](const std::string& family, const std::string& ifname) {
+    std::ifstream f("/proc/sys/net/" + family + "/conf/" + ifname + "/forwarding");
+    int on = 1;
+    return !(f >> on) || on != 0;  // unreadable: assume fine, say nothing
+  };
+  for (const auto& name : cfg.interfaces) {
+    if (v4 && !forwarding("ipv4", name))
+      spdlog::warn("{}: net.ipv4.conf.{}.forwarding is 0; on some kernels bpf_fib_lookup then refuses to route "
+                   "to IPv4 tunnel peers and packets leave unencapsulated (counted as fib_miss): enable forwarding",
+                   name, name);
+    if (v6 && !forwarding("ipv6", name))
+      spdlog::warn("{}: net.ipv6.conf.{}.forwarding is 0; on some kernels bpf_fib_lookup then refuses to route "
+                   "to IPv6 tunnel peers and packets leave unencapsulated (counted as fib_miss): enable forwarding",
+                   name, name);
+  }
+}
+
+int ifindex_of(const std::string& name) {
+  int ifindex = static_cast<int>(if_nametoindex(name.c_str()));
+  if (!ifindex) throw Error("interface " + name + " does not exist", kExitNotFound);
+  return ifindex;
+}
+
+// The device's own MAC address (SIOCGIFHWADDR); nullopt for a device
+// without an Ethernet address.
+std::optional<rg_iface> iface_address(const std::string& name) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error("socket: " + errno_text(errno));
+  ifreq req{};
+  name.copy(req.ifr_name, IFNAMSIZ - 1);
+  int rc = ioctl(fd, SIOCGIFHWADDR, &req);
+  int err = errno;
+  close(fd);
+  if (rc != 0) throw Error("cannot read the address of " + name + ": " + errno_text(err));
+  if (req.ifr_hwaddr.sa_family != ARPHRD_ETHER) return std::nullopt;
+  rg_iface value{};
+  std::memcpy(value.mac, req.ifr_hwaddr.sa_data, sizeof(value.mac));
+  return value;
+}
+
+// Writes ifindex's entry of rg_ifaces, the address the XDP program gives
+// the frames it decapsulates there.
+struct IfaceAddressWrite {
+  std::optional<rg_iface> before, now;
+};
+
+IfaceAddressWrite write_iface_address(const std::string& pin_path, int ifindex, const std::string& name) {
+  const std::string path = pin_path + "/" + kMapIfaces;
+  IfaceAddressWrite w{rg_iface{}, iface_address(name)};
+  int fd = bpf_obj_get(path.c_str());
+  if (fd < 0) throw Error("cannot open " + path + ": " + errno_text(errno));
+  const uint32_t key = static_cast<uint32_t>(ifindex);
+  if (bpf_map_lookup_elem(fd, &key, &*w.before) != 0) w.before.reset();
+  int rc = 0;
+  if (w.now)
+    rc = bpf_map_update_elem(fd, &key, &*w.now, BPF_ANY);
+  else if (w.before)
+    rc = bpf_map_delete_elem(fd, &key);
+  int err = errno;
+  close(fd);
+  if (rc != 0) throw Error("cannot write the address of " + name + " to " + path + ": " + errno_text(err));
+  return w;
+}
+
+void restore_iface_address(const std::string& pin_path, int ifindex, const std::optional<rg_iface>& before) {
+  const std::string path = pin_path + "/" + kMapIfaces;
+  int fd = bpf_obj_get(path.c_str());
+  if (fd < 0) throw Error("cannot open " + path + ": " + errno_text(errno));
+  const uint32_t key = static_cast<uint32_t>(ifindex);
+  if (before)
+    bpf_map_update_elem(fd, &key, &*before, BPF_ANY);
+  else
+    bpf_map_delete_elem(fd, &key);
+  close(fd);
+}
+
+// The four tunnel maps, opened from their pins.
+class TunnelMaps {
+ public:
+  explicit TunnelMaps(const std::string& pin_path) {
+    for (size_t i = 0; i < kNames.size(); ++i) {
+      fds_[i] = bpf_obj_get((pin_path + "/" + kNames[i]).c_str());
+      if (fds_[i] < 0) {
+        int err = errno;
+        close_all();
+        throw Error("cannot open " + pin_path + "/" + kNames[i] + ": " + errno_text(err));
+      }
+    }
+  }
+  ~TunnelMaps() { close_all(); }
+  TunnelMaps(const TunnelMaps&) = delete;
+  TunnelMaps& operator=(const TunnelMaps&) = delete;
+
+  MapWriter writer() const { return MapWriter(fds_[0], fds_[1], fds_[2], fds_[3]); }
+
+ private:
+  static constexpr std::array<const char*, 4> kNames{kMapPeers, kMapRoute4, kMapRoute6, kMapDecap};
+  void close_all() {
+    for (int& fd : fds_)
+      if (fd >= 0) close(fd), fd = -1;
+  }
+  std::array<int, 4> fds_{-1, -1, -1, -1};
+};
+
+}  // namespace
+
+IngressHook planned_ingress_hook(const Config& cfg, const std::string& ifname) {
+  if (cfg.ingress_hook != IngressHook::kAuto) return cfg.ingress_hook;
+  // The fast path forwards from the XDP hook: where XDP copies the frame
+  // first, skipping the stack still wins.
+  if (cfg.xdp_forward) return IngressHook::kXdp;
+  // Generic XDP is an skb hook already; on veth native XDP first copies
+  // the skb into a page. TC ingress sees the same skb for less.
+  if (cfg.xdp_mode == XdpMode::kSkb || xdp_runs_on_skb(ifname)) return IngressHook::kTc;
+  return IngressHook::kXdp;
+}
+
+std::string describe_ingress(const IfaceState& is) {
+  if (is.ingress_hook == kIngressTc) return "tc ingress id " + std::to_string(is.tc_ingress_prog_id);
+  return "xdp " + is.xdp_mode + " id " + std::to_string(is.xdp_prog_id);
+}
+
+Dataplane::Dataplane(const Config& cfg, const std::string& pin_path, bool reset_state)
+    : cfg_(cfg), pin_path_(pin_path), owner_(pin_path_), obj_(cfg_, pin_path_, reset_state) {}
+
+IfaceState Dataplane::attach_interface(const std::string& name, bool force) {
+  Rollback undo;
+  try {
+    return attach_interface(name, force, undo);
+  } catch (...) {
+    undo.run();
+    throw;
+  }
+}
+
+IfaceState Dataplane::attach_interface(const std::string& name, bool force, Rollback& undo) {
+  IfaceState st;
+  st.name = name;
+  st.ifindex = ifindex_of(name);
+  // Before the programs, like the tunnel maps: the first Geneve frame
+  // decapsulated here already gets this device's address.
+  auto before = write_iface_address(pin_path_, st.ifindex, name).before;
+  undo.add(name + "'s previous entry in " + std::string(kMapIfaces),
+           [pin = pin_path_, ifindex = st.ifindex, before] { restore_iface_address(pin, ifindex, before); });
+  IngressHook ingress = planned_ingress_hook(cfg_, name);
+  if (ingress == IngressHook::kXdp) {
+    try {
+      XdpAttachment xdp = attach_xdp(obj_, owner_, st.ifindex, name, cfg_.xdp_mode, force, undo);
+      st.xdp_mode = xdp.mode;
+      st.xdp_prog_id = xdp.prog_id;
+      if (xdp.no_dispatcher && !warned_no_dispatcher_)
+        spdlog::warn(
+            "libxdp dispatcher unavailable on this kernel: attached {} directly to {}; other XDP "
+            "programs cannot coexist on it",
+            kProgXdp, name);
+      warned_no_dispatcher_ |= xdp.no_dispatcher;
+    } catch (const Error& e) {
+      // TC ingress takes any driver and any MTU; only a configured "xdp"
+      // makes the refusal final.
+      if (cfg_.ingress_hook != IngressHook::kAuto || e.exit_code() == kExitConflict) throw;
+      spdlog::warn("{}; ingress_hook is auto: using TC ingress on {} instead", e.what(), name);
+      ingress = IngressHook::kTc;
+    }
+  }
+  obj_.load();
+  obj_.ensure_loaded();
+  if (cfg_.xdp_forward) {
+    link_forward(st, name);
+    add_forward_target(st.ifindex, name, undo);
+  }
+  st.tc_handle = cfg_.tc_handle;
+  st.tc_priority = cfg_.tc_priority;
+  if (ingress == IngressHook::kTc) {
+    st.ingress_hook = kIngressTc;
+    st.tc_ingress_prog_id =
+        attach_tc(obj_, owner_, st.ifindex, name, TcHook::kIngress, cfg_.tc_handle, cfg_.tc_priority, force, undo);
+  }
+  // Only now that the new hook runs does the other one give its program up.
+  remove_other_ingress(owner_, st.ifindex, name, ingress, cfg_.tc_handle, cfg_.tc_priority, undo);
+  st.tc_prog_id =
+      attach_tc(obj_, owner_, st.ifindex, name, TcHook::kEgress, cfg_.tc_handle, cfg_.tc_priority, force, undo);
+  return st;
+}
+
+void Dataplane::link_forward(const IfaceState& st, const std::string& name) const {
+  try {
+    obj_.link_forward();
+  } catch (const Error& e) {
+    if (st.xdp_mode != "dispatcher") throw;
+    // Linux 6.1 takes a program array's owner type as the extension's own,
+    // not its dispatcher's, and refuses an XDP program there.
+    throw Error(std::string(e.what()) + ": this kernel does not let " + kProgXdp +
+                    ", loaded into the libxdp dispatcher on " + name +
+                    " (another XDP program runs there, or roceguard's ran there before), tail-call the XDP fast "
+                    "path; with " + name + "'s XDP hook to itself roceguard attaches directly: detach the other "
+                    "program (or `roceguard detach`, then attach again), or turn dataplane.xdp_forward off",
+                kExitConflict);
+  }
+}
+
+void Dataplane::add_forward_target(int ifindex, const std::string& name, Rollback& undo) {
+  int fd = obj_.map_fd(kMapXdpTx);
+  if (fd < 0) throw Error(std::string("internal: the loaded object has no ") + kMapXdpTx);
+  const uint32_t key = static_cast<uint32_t>(ifindex);
+  if (bpf_map_update_elem(fd, &key, &key, BPF_ANY) != 0)
+    throw Error("cannot make " + name + " a target of the XDP fast path (" + kMapXdpTx + "): " + errno_text(errno));
+  undo.add(name + "'s entry in " + std::string(kMapXdpTx), [fd, key] { bpf_map_delete_elem(fd, &key); });
+}
+
+State Dataplane::attach_all(bool force, bool skip_absent) {
+  auto absent = [&](const std::string& name) { return skip_absent && !if_nametoindex(name.c_str()); };
+  auto prev = read_state(pin_path_);
+  bool fresh_pins = !any_map_pinned(pin_path_);
+
+  // Refuse conflicts before changing anything.
+  for (const auto& name : cfg_.interfaces) {
+    if (absent(name)) continue;
+    int ifindex = ifindex_of(name);
+    if (!force)
+      refuse_foreign_hooks(owner_, ifindex, name, cfg_.tc_handle, cfg_.tc_priority, planned_ingress_hook(cfg_, name));
+  }
+
+  State st;
+  st.version = ROCEGUARD_VERSION;
+  st.config = cfg_.to_json();
+  st.config_hash = cfg_.hash();
+  Rollback undo;
+  try {
+    // The maps first: a program attached from here on finds its peers and
+    // routes from its first packet.
+    obj_.pin_maps();
+    owner_.add_pinned(pin_path_);
+    {
+      TunnelMaps maps(pin_path_);
+      MapWriter writer = maps.writer();
+      auto before = std::make_shared<MapWriter::Snapshot>(writer.snapshot());
+      // Reopened on rollback: this scope's fds are closed by then.
+      undo.add("the tunnel maps' previous entries", [pin = pin_path_, before] {
+        TunnelMaps again(pin);
+        again.writer().restore(*before);
+      });
+      writer.write_tunnels(cfg_.peers);
+    }
+    for (const auto& name : cfg_.interfaces) {
+      if (absent(name)) {
+        st.interfaces.emplace_back().name = name;
+        continue;
+      }
+      if (!st.interfaces.empty()) pause_point("attach-between-interfaces");
+      IfaceState is = attach_interface(name, force, undo);
+      spdlog::info("attached to {} (ifindex {}): {}, tc egress handle {:#x} prio {} id {}", name, is.ifindex,
+                   describe_ingress(is), is.tc_handle, is.tc_priority, is.tc_prog_id);
+      st.interfaces.push_back(is);
+    }
+    // Every interface runs this load's programs now.
+    obj_.pin_forward();
+    restrict_pins(pin_path_);
+    write_state(pin_path_, st);
+    // Carried over into rg_qp4/rg_qp6 when the object was opened; kept
+    // until now so that a failed upgrade leaves the earlier build its table.
+    try {
+      remove_legacy_qp_table(pin_path_);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}", e.what());
+    }
+    prune_stale_counters(st);
+    warn_if_not_forwarding(cfg_);
+  } catch (const std::exception& e) {
+    spdlog::error("attach failed: {}; putting every interface back as it was", e.what());
+    undo.run();
+    if (fresh_pins) remove_pins(pin_path_);
+    throw;
+  }
+  if (prev) detach_unconfigured(*prev);
+  return st;
+}
+
+void Dataplane::refresh_address(const IfaceState& is) const {
+  try {
+    auto w = write_iface_address(pin_path_, is.ifindex, is.name);
+    if (w.before && w.now && std::memcmp(w.before->mac, w.now->mac, sizeof(w.now->mac)) != 0)
+      spdlog::info("{}: address changed; decapsulated frames now go to the new one", is.name);
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: {}", is.name, e.what());
+  }
+}
+
+void Dataplane::prune_stale_counters(const State& st) const {
+  std::set<uint32_t> keep;
+  for (const auto& is : st.interfaces) keep.insert(static_cast<uint32_t>(is.ifindex));
+  try {
+    if (size_t n = prune_counters(obj_.map_fd(kMapCounters), keep))
+      spdlog::info("removed the counters of {} interface/direction pair(s) whose interface no longer exists", n);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot prune {}: {}", kMapCounters, e.what());
+  }
+}
+
+void Dataplane::detach_unconfigured(const State& prev) const {
+  for (const auto& old : prev.interfaces) {
+    bool kept = false;
+    for (const auto& n : cfg_.interfaces) kept |= n == old.name;
+    char buf[IF_NAMESIZE] = {};
+    if (!old.ifindex || !if_indextoname(static_cast<unsigned>(old.ifindex), buf) || old.name != buf) continue;
+    if (!kept) {
+      auto lines = detach_interface(owner_, old.ifindex, old.name, old.tc_handle, old.tc_priority);
+      for (const auto& line : lines.removed) spdlog::info("{} (no longer configured)", line);
+      for (const auto& line : lines.left) spdlog::warn("{}", line);
+    } else if (old.tc_handle != cfg_.tc_handle || old.tc_priority != cfg_.tc_priority) {
+      for (TcHook h : {TcHook::kEgress, TcHook::kIngress})
+        if (detach_tc(owner_, old.ifindex, h, old.tc_handle, old.tc_priority))
+          spdlog::info("{}: removed the TC {} filter at the previous handle {:#x} priority {}", old.name,
+                       tc_hook_name(h), old.tc_handle, old.tc_priority);
+    }
+  }
+}
+
+}  // namespace rg

@@ -1,0 +1,87 @@
+// Attaching roceguard as configured: the BPF object (bpf_object.h) on every
+// configured interface's hooks (hooks.h), the tunnel maps written
+// (map_writer.h), the attach record stored beside the pinned maps.
+// Attachments outlive the process: XDP and TC hold the programs, the maps
+// stay pinned, and a later attach or run replaces exactly its own programs.
+#pragma once
+
+#include <string>
+
+#include "config/config.h"
+#include "dataplane/bpf_object.h"
+#include "dataplane/hooks.h"
+#include "dataplane/state.h"
+
+namespace rg {
+
+// The ingress hook cfg gives ifname before anything is tried: the
+// configured one, or for auto TC ingress on a veth or with xdp_mode skb
+// and XDP elsewhere (an auto XDP attach the driver refuses falls back to
+// TC ingress).
+IngressHook planned_ingress_hook(const Config& cfg, const std::string& ifname);
+// "xdp dispatcher id 12" or "tc ingress id 13", for logs.
+std::string describe_ingress(const IfaceState& is);
+
+class Dataplane {
+ public:
+  // Opens the BPF object for cfg; see BpfObject for the pinned-map policy.
+  Dataplane(const Config& cfg, const std::string& pin_path, bool reset_state);
+
+  // Attaches to every configured interface, all or nothing: on any failure
+  // every interface, the tunnel maps and the attach record end as they were
+  // before (the previous programs put back, ours or the ones force
+  // replaced), the log says what was restored, and rg::Error is thrown.
+  // Programs not ours on our hooks (foreign ones, or another roceguard
+  // instance's) are refused with kExitConflict unless force. The tunnel
+  // maps are written before any program is attached, so the first packets
+  // already see them. Detaches interfaces the previous record had but cfg
+  // no longer lists.
+  // With skip_absent (`run`), an interface that does not exist yet is no
+  // failure: it is recorded unattached (ifindex 0) for the caller to attach
+  // when it appears.
+  State attach_all(bool force, bool skip_absent = false);
+
+  // (Re-)attaches one configured interface, e.g. after it came back; on
+  // failure it is left as it was.
+  IfaceState attach_interface(const std::string& name, bool force);
+
+  // Rewrites an attached interface's address in rg_ifaces, so that frames
+  // decapsulated there follow a MAC address change; never throws.
+  void refresh_address(const IfaceState& is) const;
+
+  // Drops the counter entries of interfaces that are gone for good (none
+  // of st's), so rg_counters never fills up over restarts; never throws.
+  void prune_stale_counters(const State& st) const;
+
+  const Config& config() const { return cfg_; }
+  // A map of the loaded object by name, or -1 (not loaded yet).
+  int map_fd(const char* name) const { return obj_.map_fd(name); }
+  const std::string& pin_path() const { return pin_path_; }
+  // Which programs on the hooks are this pin path's.
+  const HookOwner& owner() const { return owner_; }
+
+ private:
+  // Attaches one interface; undo learns how to put back what was there.
+  IfaceState attach_interface(const std::string& name, bool force, Rollback& undo);
+  // Lets the XDP fast path redirect to the interface (dataplane.xdp_forward).
+  void add_forward_target(int ifindex, const std::string& name, Rollback& undo);
+  // Fills the fast path's slot once the interface's ingress program is
+  // loaded; says what to do where the kernel refuses it to a dispatcher's
+  // extension.
+  void link_forward(const IfaceState& st, const std::string& name) const;
+
+  // Removes what the previous record attached and this configuration does
+  // not: an interface it dropped, or our filter at a handle/priority it
+  // moved.
+  void detach_unconfigured(const State& prev) const;
+
+  Config cfg_;
+  std::string pin_path_;
+  // Before obj_: the maps pinned when this command started own the hooks,
+  // even after --reset-state replaced them.
+  HookOwner owner_;
+  BpfObject obj_;
+  bool warned_no_dispatcher_ = false;
+};
+
+}  // namespace rg

@@ -1,0 +1,99 @@
+// The embedded BPF object: opened with the configuration applied, its
+// persistent maps pinned under the pin path. A compatible pinned map is
+// reused, so counters carry over a restart; an incompatible one is refused
+// unless the caller resets the state. libxdp loads the object, so that the
+// XDP program can become an extension of its dispatcher.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+struct roceguard;
+struct xdp_program;
+
+namespace rg {
+
+inline constexpr const char* kProgTc = "rg_tc_egress";
+inline constexpr const char* kProgXdp = "rg_xdp_ingress";
+inline constexpr const char* kProgTcIngress = "rg_tc_ingress";
+
+// A pinned map that cannot be reused by this build/config.
+struct MapMismatch {
+  std::string name;
+  std::string differences;  // "max_entries 1024 pinned, 2048 wanted"
+};
+
+// Compares the pinned maps under pin_path with what the object would create.
+std::vector<MapMismatch> check_pinned_maps(struct roceguard* skel, const std::string& pin_path);
+
+// Is any of roceguard's maps pinned under pin_path?
+bool any_map_pinned(const std::string& pin_path);
+
+class BpfObject {
+ public:
+  // Opens the embedded object and applies cfg (rodata, qp_entries, pin
+  // paths). Incompatible pinned maps are refused (kExitConflict) unless
+  // reset_state, which unlinks every roceguard map pin first.
+  BpfObject(const Config& cfg, const std::string& pin_path, bool reset_state);
+  ~BpfObject();
+  BpfObject(const BpfObject&) = delete;
+  BpfObject& operator=(const BpfObject&) = delete;
+
+  // Creates and pins the maps that are not pinned yet, without loading any
+  // program, so that they can be filled before a program runs: libxdp
+  // loads the object only while attaching it (as a dispatcher extension
+  // when it can). The object's own load then reuses the pins.
+  void pin_maps() const;
+
+  // libxdp's handle of the XDP program, for attaching it.
+  struct xdp_program* xdp() const { return xdp_; }
+  // Loads the object without libxdp (XDP type, for a direct attach);
+  // false when libxdp already loaded it as a dispatcher extension.
+  bool load_direct();
+  // Throws unless the object is loaded (libxdp loads it on first attach).
+  void ensure_loaded() const;
+  // Loads the object unless libxdp already did: an attach with no XDP
+  // program (every ingress at TC) has no XDP attach to load it.
+  void load();
+  bool loaded() const { return tc_prog_fd() >= 0; }
+  // Opens the object afresh, configured as before, when no load succeeded:
+  // libbpf refuses a second load of an object whose first one failed (as
+  // libxdp's does when a kernel refuses its dispatcher).
+  void reopen();
+
+  // The XDP fast path (dataplane.xdp_forward) is on in this load.
+  bool forwards() const { return cfg_.xdp_forward; }
+  // Puts rg_xdp_forward into this load's rg_xdp_next (again: idempotent).
+  void link_forward() const;
+  // With the fast path on, pins this load's rg_xdp_next in place of an
+  // earlier attach's (the pin keeps its slot filled once the loader
+  // exits); with it off, removes an earlier attach's. For when this load's
+  // programs run.
+  void pin_forward() const;
+
+  int xdp_prog_fd() const;
+  int tc_prog_fd() const;
+  int tc_ingress_prog_fd() const;
+  int map_fd(const char* name) const;
+
+ private:
+  void prepare_xdp();
+
+  Config cfg_;
+  std::string pin_path_;
+  struct roceguard* skel_ = nullptr;
+  struct xdp_program* xdp_ = nullptr;
+};
+
+// Routes libbpf and libxdp messages into spdlog.
+void setup_bpf_logging();
+
+// libxdp's text for one of its (negative) error codes.
+std::string xdp_error_text(long err);
+// The kernel's message for the last netlink request libbpf saw refused on
+// this thread ("" when none), cleared by the call.
+std::string take_kernel_message();
+
+}  // namespace rg

@@ -1,0 +1,120 @@
+// roceguard's programs on an interface's hooks: XDP through libxdp (its
+// multi-program dispatcher when the kernel allows, a direct attach when not)
+// and a TC egress filter on clsact at a fixed handle/priority. Each hook
+// operation exists once: refuse a foreign owner, attach (recording how to
+// undo it), detach ours and nothing else, tell whether ours is still there.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "dataplane/bpf_object.h"
+#include "dataplane/state.h"
+
+namespace rg {
+
+// Steps that undo an attach, run newest first. Every step runs even when
+// one fails: a step that throws must not leave the others' attachments
+// behind. Each step says what it puts back; run() logs it.
+class Rollback {
+ public:
+  void add(std::string what, std::function<void()> step) { steps_.push_back({std::move(what), std::move(step)}); }
+  void run() noexcept;
+
+ private:
+  struct Step {
+    std::string what;
+    std::function<void()> fn;
+  };
+  std::vector<Step> steps_;
+};
+
+// Which roceguard programs are this pin path's: those using a map pinned
+// under it. A program name cannot tell two roceguard instances (two pin
+// paths) apart; their maps can, as each instance has its own.
+class HookOwner {
+ public:
+  // Records the ids of the maps pinned under pin_path now.
+  explicit HookOwner(const std::string& pin_path) { add_pinned(pin_path); }
+  // Adds the ids of the maps pinned there now (after they were replaced).
+  void add_pinned(const std::string& pin_path);
+  // Is program id named name one of ours?
+  bool owns(uint32_t prog_id, const std::string& name) const;
+
+ private:
+  std::vector<uint32_t> map_ids_;
+};
+
+// The two TC hooks roceguard uses: egress always, ingress when the
+// interface's ingress program runs there instead of at XDP.
+enum class TcHook { kEgress, kIngress };
+const char* tc_hook_name(TcHook h);  // "egress", "ingress"
+
+// Throws kExitConflict when a hook roceguard is about to take holds a
+// program not ours: with ingress at XDP, a program attached directly
+// (libxdp cannot chain ours beside it); a TC egress filter (and, with
+// ingress at TC, a TC ingress filter) at tc_handle/tc_priority. Another
+// roceguard instance's programs are named as such.
+void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
+                          uint32_t tc_priority, IngressHook ingress);
+
+// Does native XDP on this device run on an skb the stack already built,
+// so that TC ingress does the same work for less? veth copies every skb
+// into a page for its native XDP.
+bool xdp_runs_on_skb(const std::string& ifname);
+
+struct XdpAttachment {
+  std::string mode;  // "dispatcher" or "direct"
+  uint32_t prog_id = 0;
+  // libxdp attached directly because this kernel offers no dispatcher:
+  // other XDP programs cannot share the interface.
+  bool no_dispatcher = false;
+};
+
+// Attaches obj's XDP program in mode, replacing our previous one; a program
+// not ours attached directly is replaced only with force. In a dispatcher
+// the new program joins before the previous one leaves, so ingress is never
+// without one. undo puts the previous programs back: it holds them, so the
+// kernel does not free them once they are off the hook.
+XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,
+                         XdpMode mode, bool force, Rollback& undo);
+
+// Attaches obj's TC program for hook h (rg_tc_egress, rg_tc_ingress) at
+// handle/priority, replacing our previous filter there; one not ours only
+// with force. Creates the clsact qdisc if missing (and undo removes it
+// again). Returns the program's id.
+uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name, TcHook h,
+                   uint32_t handle, uint32_t priority, bool force, Rollback& undo);
+
+// Once the ingress program is attached at kept (kXdp or kTc), removes our
+// ingress program from the other hook, where an earlier attach put it; undo
+// puts it back. Until then both run: a packet may be counted twice, none is
+// missed.
+void remove_other_ingress(const HookOwner& owner, int ifindex, const std::string& name, IngressHook kept,
+                          uint32_t handle, uint32_t priority, Rollback& undo);
+
+// Are our programs still where st says they are?
+bool xdp_present(const HookOwner& owner, const IfaceState& st);
+bool tc_present(const HookOwner& owner, const IfaceState& st, TcHook h = TcHook::kEgress);
+// The ingress program at the hook st records (XDP or TC ingress).
+bool ingress_present(const HookOwner& owner, const IfaceState& st);
+
+// Removes our TC filter at hook h, handle/priority; the removed program's
+// id, 0 when there was none of ours.
+uint32_t detach_tc(const HookOwner& owner, int ifindex, TcHook h, uint32_t handle, uint32_t priority);
+
+// Removes owner's programs from one interface: its rg_xdp_ingress (direct,
+// or its dispatcher slot) and its TC filters at handle/priority. Never
+// touches anything else; another roceguard instance's programs are reported
+// and left alone. Returns one line per thing removed or left.
+struct DetachLines {
+  std::vector<std::string> removed;
+  std::vector<std::string> left;  // another instance's programs
+};
+DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
+                             uint32_t tc_priority);
+
+}  // namespace rg

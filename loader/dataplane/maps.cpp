@@ -1,0 +1,661 @@
+#include "dataplane/maps.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <net/if.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/error.h"
+
+namespace rg {
+
+namespace {
+
+// The kernel's ENOTSUPP (include/linux/errno.h), not a userspace errno: what
+// BPF_MAP_LOOKUP_BATCH answers for a map type without batch operations.
+constexpr int kKernelEnotsupp = 524;
+
+// Entries one batched lookup asks for: large enough that a scrape of a
+// million QPs is a few hundred system calls, small enough that a walk
+// holds little memory beyond what its caller keeps.
+constexpr uint32_t kBatchEntries = 4096;
+
+struct Owned {
+  int fd = -1;
+  ~Owned() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+int open_pinned(const std::string& path) {
+  int fd = bpf_obj_get(path.c_str());
+  if (fd < 0)
+    throw Error("cannot open pinned map " + path + ": " + errno_text(errno) +
+                    " (is roceguard attached with this --pin-path? run `roceguard attach`)",
+                kExitNotFound);
+  return fd;
+}
+
+std::string type_name(uint32_t type) {
+  const char* s = libbpf_bpf_map_type_str(static_cast<bpf_map_type>(type));
+  return s ? s : "type " + std::to_string(type);
+}
+
+bool is_percpu(uint32_t type) {
+  return type == BPF_MAP_TYPE_PERCPU_HASH || type == BPF_MAP_TYPE_LRU_PERCPU_HASH ||
+         type == BPF_MAP_TYPE_PERCPU_ARRAY;
+}
+
+uint32_t round8(uint32_t n) { return (n + 7) & ~7u; }
+
+int possible_cpus() {
+  int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) throw Error("cannot count possible CPUs: " + errno_text(-ncpu));
+  return ncpu;
+}
+
+// Size of one lookup result of a map: per-CPU maps return one 8-byte
+// aligned slot per possible CPU.
+uint32_t lookup_bytes(const MapUsage& u, uint32_t type) {
+  return is_percpu(type) ? round8(u.value_size) * static_cast<uint32_t>(possible_cpus()) : u.value_size;
+}
+
+uint32_t map_type_of(int fd) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.type : 0;
+}
+
+// get_next_key from a cursor that was deleted restarts at the first bucket,
+// so a plain walk under LRU churn returns keys again, or never ends; this
+// one returns each key once and takes a bounded number of steps.
+size_t walk_by_next_key(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_entries,
+                        const EntryVisitor& visit) {
+  std::unordered_set<std::string> returned;
+  std::vector<uint8_t> key(key_size), next(key_size), value(std::max<uint32_t>(value_bytes, 1));
+  const void* prev = nullptr;
+  size_t visited = 0;
+  const uint64_t max_steps = 4ull * max_entries + 16;
+  for (uint64_t step = 0; visited < max_entries && step < max_steps; ++step) {
+    if (bpf_map_get_next_key(fd, prev, next.data()) != 0) break;
+    key.swap(next);
+    prev = key.data();
+    if (!returned.emplace(reinterpret_cast<const char*>(key.data()), key.size()).second) continue;
+    if (bpf_map_lookup_elem(fd, key.data(), value.data()) != 0) continue;  // deleted meanwhile
+    visit(key.data(), value.data());
+    ++visited;
+  }
+  return visited;
+}
+
+// Pins fd at path, replacing what is there: pinned beside it and renamed
+// over it, so the path always holds one whole map, the old or the new.
+// No dot in the staged name: bpffs refuses names with one (reserved,
+// kernel/bpf/inode.c).
+void pin_replacing(int fd, const std::string& path) {
+  const std::string staged = path + "_migrating";
+  unlink(staged.c_str());
+  if (bpf_obj_pin(fd, staged.c_str()) != 0) throw Error("cannot pin the migrated " + path + ": " + errno_text(errno));
+  if (std::rename(staged.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(staged.c_str());
+    throw Error("cannot replace " + path + " with its migrated copy: " + errno_text(err));
+  }
+}
+
+}  // namespace
+
+const MapLayout* pinned_map_layout(const std::string& name) {
+  // Events are appended to rg_counters (roceguard.h), so an older, shorter
+  // value of whole rg_counter slots is readable: the newer events read 0.
+  static const MapLayout counters{BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), sizeof(rg_counters),
+                                  sizeof(rg_counter), sizeof(rg_counter)};
+  static const MapLayout qp4{BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), sizeof(rg_qp_dir), 1};
+  static const MapLayout qp6{BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), sizeof(rg_qp_dir), 1};
+  static const MapLayout peers{BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_peer), sizeof(rg_peer), 1};
+  static const MapLayout route4{BPF_MAP_TYPE_LPM_TRIE, sizeof(rg_route4_key), sizeof(uint32_t),
+                                sizeof(uint32_t), 1};
+  static const MapLayout route6{BPF_MAP_TYPE_LPM_TRIE, sizeof(rg_route6_key), sizeof(uint32_t),
+                                sizeof(uint32_t), 1};
+  static const MapLayout decap{BPF_MAP_TYPE_HASH, sizeof(rg_decap_key), sizeof(uint32_t), sizeof(uint32_t), 1};
+  static const MapLayout ifaces{BPF_MAP_TYPE_HASH, sizeof(uint32_t), sizeof(rg_iface), sizeof(rg_iface), 1};
+  static const MapLayout peer_stats{BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(uint32_t), sizeof(rg_peer_stats),
+                                    sizeof(rg_peer_stats), 1};
+  static const MapLayout streams{BPF_MAP_TYPE_HASH, sizeof(rg_tunnel_stream_key), sizeof(rg_tunnel_stream),
+                                 sizeof(rg_tunnel_stream), 1};
+  if (name == kMapPeerStats) return &peer_stats;
+  if (name == kMapTunnelStreams) return &streams;
+  if (name == kMapCounters) return &counters;
+  if (name == kMapQp4) return &qp4;
+  if (name == kMapQp6) return &qp6;
+  if (name == kMapPeers) return &peers;
+  if (name == kMapRoute4) return &route4;
+  if (name == kMapRoute6) return &route6;
+  if (name == kMapDecap) return &decap;
+  if (name == kMapIfaces) return &ifaces;
+  return nullptr;
+}
+
+MapUsage map_info(int fd, const std::string& name) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0)
+    throw Error("cannot read info of map " + name + ": " + errno_text(errno));
+  MapUsage u;
+  u.name = name;
+  u.max_entries = info.max_entries;
+  u.key_size = info.key_size;
+  u.value_size = info.value_size;
+  u.id = info.id;
+  return u;
+}
+
+void check_map_layout(int fd, const std::string& name, const MapLayout& layout) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0)
+    throw Error("cannot read info of map " + name + ": " + errno_text(errno));
+  std::string diff;
+  auto add = [&diff](const std::string& what) { diff += (diff.empty() ? "" : ", ") + what; };
+  if (info.type != layout.type)
+    add("type " + type_name(info.type) + ", expected " + type_name(layout.type));
+  if (info.key_size != layout.key_size)
+    add("key_size " + std::to_string(info.key_size) + ", expected " + std::to_string(layout.key_size));
+  const bool value_ok = info.value_size >= layout.value_size_min && info.value_size <= layout.value_size &&
+                        info.value_size % layout.value_step == 0;
+  if (!value_ok)
+    add("value_size " + std::to_string(info.value_size) + ", expected " + std::to_string(layout.value_size));
+  if (diff.empty()) return;
+  throw Error("map " + name + " does not have the layout this roceguard reads (" + diff +
+                  "): it was not created by this version of roceguard; refusing to read it. "
+                  "`roceguard attach --reset-state` (or `run --reset-state`) replaces it; its contents are lost",
+              kExitConflict);
+}
+
+size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_entries,
+                const EntryVisitor& visit) {
+  if (max_entries == 0) return 0;
+  uint32_t chunk = std::min(max_entries, kBatchEntries);
+  // The batch cursor is opaque: a bucket index for hash maps, a key for
+  // arrays; either fits in the larger of the two.
+  std::vector<uint8_t> cursor(std::max<size_t>(key_size, 8)), next_cursor(cursor.size());
+  std::vector<uint8_t> keys, values;
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  size_t visited = 0;
+  bool first = true;
+  // The kernel walks a hash map bucket by bucket and never revisits one, so
+  // churn cannot repeat a key; every call returns at least one entry or
+  // ends the walk, which bounds the rounds. A bucket larger than the chunk
+  // (ENOSPC) doubles it, at most up to max_entries.
+  const uint64_t max_rounds = static_cast<uint64_t>(max_entries) + 64;
+  for (uint64_t round = 0; visited < max_entries && round < max_rounds; ++round) {
+    keys.resize(static_cast<size_t>(chunk) * key_size);
+    values.resize(static_cast<size_t>(chunk) * std::max<uint32_t>(value_bytes, 1));
+    uint32_t count = chunk;
+    int rc = bpf_map_lookup_batch(fd, first ? nullptr : cursor.data(), next_cursor.data(), keys.data(),
+                                  values.data(), &count, &opts);
+    int err = rc ? errno : 0;
+    if (err == ENOSPC && count == 0 && chunk < max_entries) {
+      chunk = static_cast<uint32_t>(std::min<uint64_t>(2ull * chunk, max_entries));
+      continue;
+    }
+    if (err && err != ENOENT) {
+      if (first && (err == EINVAL || err == kKernelEnotsupp || err == EOPNOTSUPP))
+        return walk_by_next_key(fd, key_size, value_bytes, max_entries, visit);
+      throw Error("cannot read map entries: " + errno_text(err));
+    }
+    for (uint32_t i = 0; i < count && visited < max_entries; ++i, ++visited)
+      visit(keys.data() + static_cast<size_t>(i) * key_size,
+            values.data() + static_cast<size_t>(i) * std::max<uint32_t>(value_bytes, 1));
+    if (err == ENOENT) break;
+    cursor.swap(next_cursor);
+    first = false;
+  }
+  return visited;
+}
+
+MapReader::MapReader(const std::string& pin_path) : owned_(true), pin_path_(pin_path) {
+  try {
+    counters_fd_ = open_pinned(pin_path + "/" + kMapCounters);
+    qp_.v4 = open_pinned(pin_path + "/" + kMapQp4);
+    qp_.v6 = open_pinned(pin_path + "/" + kMapQp6);
+    check_map_layout(counters_fd_, pin_path + "/" + kMapCounters, *pinned_map_layout(kMapCounters));
+    check_map_layout(qp_.v4, pin_path + "/" + kMapQp4, *pinned_map_layout(kMapQp4));
+    check_map_layout(qp_.v6, pin_path + "/" + kMapQp6, *pinned_map_layout(kMapQp6));
+  } catch (...) {
+    for (int fd : {counters_fd_, qp_.v4, qp_.v6})
+      if (fd >= 0) close(fd);
+    throw;
+  }
+  counters_value_size_ = map_info(counters_fd_, kMapCounters).value_size;
+  counters_max_ = map_info(counters_fd_, kMapCounters).max_entries;
+  qp_max_ = {map_info(qp_.v4, kMapQp4).max_entries, map_info(qp_.v6, kMapQp6).max_entries};
+}
+
+MapReader::MapReader(int counters_fd, QpMaps qp) : counters_fd_(counters_fd), qp_(qp) {
+  check_map_layout(counters_fd_, kMapCounters, *pinned_map_layout(kMapCounters));
+  const MapUsage c = map_info(counters_fd_, kMapCounters);
+  counters_value_size_ = c.value_size;
+  counters_max_ = c.max_entries;
+  if (qp_.v4 >= 0) {
+    check_map_layout(qp_.v4, kMapQp4, *pinned_map_layout(kMapQp4));
+    qp_max_.v4 = map_info(qp_.v4, kMapQp4).max_entries;
+  }
+  if (qp_.v6 >= 0) {
+    check_map_layout(qp_.v6, kMapQp6, *pinned_map_layout(kMapQp6));
+    qp_max_.v6 = map_info(qp_.v6, kMapQp6).max_entries;
+  }
+}
+
+MapReader::~MapReader() {
+  if (!owned_) return;
+  for (int fd : {counters_fd_, qp_.v4, qp_.v6})
+    if (fd >= 0) close(fd);
+}
+
+std::vector<CounterRow> MapReader::counters() const {
+  std::vector<CounterRow> rows;
+  const int ncpu = possible_cpus();
+  const uint32_t stride = round8(counters_value_size_);
+  const size_t events = std::min<size_t>(counters_value_size_ / sizeof(rg_counter), RG_EV_MAX);
+  walk_map(counters_fd_, sizeof(rg_counter_key), stride * static_cast<uint32_t>(ncpu), counters_max_,
+           [&](const uint8_t* k, const uint8_t* v) {
+             rg_counter_key key;
+             std::memcpy(&key, k, sizeof(key));
+             CounterRow row;
+             row.ifindex = key.ifindex;
+             row.direction = static_cast<rg_direction>(key.direction);
+             for (int cpu = 0; cpu < ncpu; ++cpu)
+               for (size_t e = 0; e < events; ++e) {
+                 rg_counter c;
+                 std::memcpy(&c, v + static_cast<size_t>(cpu) * stride + e * sizeof(rg_counter), sizeof(c));
+                 row.ev[e].packets += c.packets;
+                 row.ev[e].bytes += c.bytes;
+               }
+             rows.push_back(row);
+           });
+  return rows;
+}
+
+namespace {
+
+rg_direction direction_of(uint32_t d) { return d == RG_DIR_INGRESS ? RG_DIR_INGRESS : RG_DIR_EGRESS; }
+
+std::string qp_identity(const rg_qp_key& k) { return std::string(reinterpret_cast<const char*>(&k), sizeof(k)); }
+
+// The per-family table key (rg_qp4_key or rg_qp6_key) of a QP direction, and
+// the QP a table key names.
+template <typename Key>
+Key qp_table_key(const rg_qp_key& k, uint32_t direction) {
+  Key key{};
+  std::memcpy(key.src, k.src, sizeof(key.src));
+  std::memcpy(key.dst, k.dst, sizeof(key.dst));
+  key.dest_qp = k.dest_qp;
+  key.direction = direction;
+  return key;
+}
+
+template <typename Key>
+rg_qp_key qp_of(const Key& key) {
+  rg_qp_key k{};
+  k.family = sizeof(key.src) == 4 ? AF_INET : AF_INET6;
+  std::memcpy(k.src, key.src, sizeof(key.src));
+  std::memcpy(k.dst, key.dst, sizeof(key.dst));
+  k.dest_qp = key.dest_qp;
+  return k;
+}
+
+// Calls fn(key, fd) with the table key of QP k's direction in the table of
+// its family: v4 or v6.
+template <typename Fn>
+auto in_qp_table(const rg_qp_key& k, uint32_t direction, int v4, int v6, Fn fn) {
+  return k.family == AF_INET ? fn(qp_table_key<rg_qp4_key>(k, direction), v4)
+                             : fn(qp_table_key<rg_qp6_key>(k, direction), v6);
+}
+
+template <typename Key>
+uint32_t walk_qp_table(int fd, uint32_t max_entries, const std::function<void(const QpRow&, rg_direction)>& visit) {
+  if (fd < 0) return 0;
+  return static_cast<uint32_t>(
+      walk_map(fd, sizeof(Key), sizeof(rg_qp_dir), max_entries, [&](const uint8_t* k, const uint8_t* v) {
+        Key key;
+        std::memcpy(&key, k, sizeof(key));
+        QpRow row;
+        row.key = qp_of(key);
+        const rg_direction d = direction_of(key.direction);
+        std::memcpy(&row.state.dir[d], v, sizeof(rg_qp_dir));
+        visit(row, d);
+      }));
+}
+
+}  // namespace
+
+QpEntries MapReader::walk_qps(const std::function<void(const QpRow&, rg_direction)>& visit) const {
+  return {walk_qp_table<rg_qp4_key>(qp_.v4, qp_max_.v4, visit), walk_qp_table<rg_qp6_key>(qp_.v6, qp_max_.v6, visit)};
+}
+
+void MapReader::join_other_direction(QpRow& row, rg_direction have) const {
+  const uint32_t other = have == RG_DIR_EGRESS ? RG_DIR_INGRESS : RG_DIR_EGRESS;
+  rg_qp_dir& out = row.state.dir[other];
+  const bool found = in_qp_table(row.key, other, qp_.v4, qp_.v6, [&out](const auto& key, int fd) {
+    return fd >= 0 && bpf_map_lookup_elem(fd, &key, &out) == 0;
+  });
+  if (!found) out = {};
+}
+
+std::vector<QpRow> MapReader::qps() const {
+  std::vector<QpRow> rows;
+  std::unordered_map<std::string, size_t> index;
+  walk_qps([&](const QpRow& half, rg_direction d) {
+    auto [it, added] = index.emplace(qp_identity(half.key), rows.size());
+    if (added)
+      rows.push_back(half);
+    else
+      rows[it->second].state.dir[d] = half.state.dir[d];
+  });
+  return rows;
+}
+
+std::vector<QpRow> MapReader::top_qps(size_t top, bool (*ranks_before)(const QpRow&, const QpRow&),
+                                      QpEntries* entries) const {
+  // A heap whose front is the kept entry that ranks last: the one a better
+  // entry replaces. Twice top entries: both directions of one QP may be
+  // among them.
+  struct Half {
+    QpRow row;
+    rg_direction dir;
+  };
+  std::vector<Half> kept;
+  const size_t keep = 2 * top;
+  auto later = [ranks_before](const Half& a, const Half& b) { return ranks_before(a.row, b.row); };
+  QpEntries walked;
+  if (top > 0)
+    walked = walk_qps([&](const QpRow& row, rg_direction d) {
+      if (kept.size() < keep) {
+        kept.push_back({row, d});
+        std::push_heap(kept.begin(), kept.end(), later);
+      } else if (ranks_before(row, kept.front().row)) {
+        std::pop_heap(kept.begin(), kept.end(), later);
+        kept.back() = {row, d};
+        std::push_heap(kept.begin(), kept.end(), later);
+      }
+    });
+  std::vector<QpRow> out;
+  std::unordered_set<std::string> seen;
+  for (Half& h : kept) {
+    if (!seen.insert(qp_identity(h.row.key)).second) continue;
+    join_other_direction(h.row, h.dir);
+    out.push_back(h.row);
+  }
+  std::sort(out.begin(), out.end(), ranks_before);
+  if (out.size() > top) out.resize(top);
+  if (entries) *entries = walked;
+  return out;
+}
+
+std::vector<PeerStatsRow> read_peer_stats(int fd) {
+  check_map_layout(fd, kMapPeerStats, *pinned_map_layout(kMapPeerStats));
+  const MapUsage u = map_info(fd, kMapPeerStats);
+  const int ncpu = possible_cpus();
+  const uint32_t stride = round8(u.value_size);
+  std::vector<PeerStatsRow> rows;
+  walk_map(fd, sizeof(uint32_t), stride * static_cast<uint32_t>(ncpu), u.max_entries,
+           [&](const uint8_t* k, const uint8_t* v) {
+             PeerStatsRow row;
+             std::memcpy(&row.slot, k, sizeof(row.slot));
+             bool any = false;
+             for (int cpu = 0; cpu < ncpu; ++cpu) {
+               rg_peer_stats s;
+               std::memcpy(&s, v + static_cast<size_t>(cpu) * stride, sizeof(s));
+               for (size_t e = 0; e < RG_PEER_EV_MAX; ++e) {
+                 row.ev[e].packets += s.ev[e].packets;
+                 row.ev[e].bytes += s.ev[e].bytes;
+                 any |= s.ev[e].packets != 0;
+               }
+             }
+             if (any) rows.push_back(row);
+           });
+  return rows;
+}
+
+std::vector<TunnelStreamRow> read_tunnel_streams(int fd) {
+  check_map_layout(fd, kMapTunnelStreams, *pinned_map_layout(kMapTunnelStreams));
+  const MapUsage u = map_info(fd, kMapTunnelStreams);
+  std::vector<rg_tunnel_stream_key> keys;
+  walk_map(fd, sizeof(rg_tunnel_stream_key), sizeof(rg_tunnel_stream), u.max_entries,
+           [&](const uint8_t* k, const uint8_t*) {
+             rg_tunnel_stream_key key;
+             std::memcpy(&key, k, sizeof(key));
+             keys.push_back(key);
+           });
+  // Read again under the value's lock: the window and the counters that
+  // settle it must come from the same instant.
+  std::vector<TunnelStreamRow> rows;
+  for (const auto& key : keys) {
+    TunnelStreamRow row;
+    row.key = key;
+    if (bpf_map_lookup_elem_flags(fd, &key, &row.state, BPF_F_LOCK) == 0) rows.push_back(row);
+  }
+  return rows;
+}
+
+std::vector<PeerStatsRow> MapReader::peer_stats() const {
+  if (pin_path_.empty()) return {};
+  Owned map{bpf_obj_get((pin_path_ + "/" + kMapPeerStats).c_str())};
+  return map.fd < 0 ? std::vector<PeerStatsRow>{} : read_peer_stats(map.fd);
+}
+
+std::vector<TunnelStreamRow> MapReader::tunnel_streams() const {
+  if (pin_path_.empty()) return {};
+  Owned map{bpf_obj_get((pin_path_ + "/" + kMapTunnelStreams).c_str())};
+  return map.fd < 0 ? std::vector<TunnelStreamRow>{} : read_tunnel_streams(map.fd);
+}
+
+MapUsage MapReader::info(int fd, const std::string& name) const { return map_info(fd, name); }
+
+MapUsage MapReader::usage(int fd, const std::string& name) const {
+  if (const MapLayout* layout = pinned_map_layout(name)) check_map_layout(fd, name, *layout);
+  MapUsage u = info(fd, name);
+  const uint32_t value_bytes = lookup_bytes(u, map_type_of(fd));
+  if (name == kMapPeers) {
+    // An array holds every key from creation: a peer slot is in use when
+    // its family is set.
+    walk_map(fd, u.key_size, value_bytes, u.max_entries, [&u](const uint8_t*, const uint8_t* v) {
+      if (v[offsetof(rg_peer, family)] != 0) ++u.entries;
+    });
+    return u;
+  }
+  u.entries = static_cast<uint32_t>(
+      walk_map(fd, u.key_size, value_bytes, u.max_entries, [](const uint8_t*, const uint8_t*) {}));
+  return u;
+}
+
+std::vector<MapUsage> MapReader::usage_all(std::optional<QpEntries> qp_entries,
+                                           std::optional<uint32_t> counters_entries) const {
+  MapUsage counters = counters_entries ? info(counters_fd_, kMapCounters) : usage(counters_fd_, kMapCounters);
+  if (counters_entries) counters.entries = *counters_entries;
+  std::vector<MapUsage> out{counters};
+  for (auto [fd, name, walked] : {std::tuple{qp_.v4, kMapQp4, qp_entries ? qp_entries->v4 : 0u},
+                                  std::tuple{qp_.v6, kMapQp6, qp_entries ? qp_entries->v6 : 0u}}) {
+    if (fd < 0) continue;
+    MapUsage qp = qp_entries ? info(fd, name) : usage(fd, name);
+    if (qp_entries) qp.entries = walked;
+    out.push_back(qp);
+  }
+  if (pin_path_.empty()) return out;
+  for (const char* name : kPinnedMaps) {
+    if (name == kMapCounters || name == kMapQp4 || name == kMapQp6) continue;
+    Owned map{bpf_obj_get((pin_path_ + "/" + name).c_str())};
+    if (map.fd < 0) continue;
+    out.push_back(usage(map.fd, name));
+  }
+  return out;
+}
+
+uint64_t sum_packets(const std::vector<CounterRow>& rows, rg_direction dir, rg_event ev) {
+  uint64_t n = 0;
+  for (const auto& r : rows)
+    if (r.direction == dir) n += r.ev[ev].packets;
+  return n;
+}
+
+size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep) {
+  check_map_layout(counters_fd, kMapCounters, *pinned_map_layout(kMapCounters));
+  const MapUsage u = map_info(counters_fd, kMapCounters);
+  const uint32_t value_bytes = round8(u.value_size) * static_cast<uint32_t>(possible_cpus());
+  // Collected first and deleted after: deleting under the walk's cursor
+  // would move it.
+  std::vector<rg_counter_key> stale;
+  walk_map(counters_fd, sizeof(rg_counter_key), value_bytes, u.max_entries, [&](const uint8_t* k, const uint8_t*) {
+    rg_counter_key key;
+    std::memcpy(&key, k, sizeof(key));
+    char name[IF_NAMESIZE];
+    if (keep.count(key.ifindex) || if_indextoname(key.ifindex, name)) return;
+    stale.push_back(key);
+  });
+  size_t removed = 0;
+  for (const auto& key : stale) removed += bpf_map_delete_elem(counters_fd, &key) == 0;
+  return removed;
+}
+
+bool migrate_counters(const std::string& pin_path, uint32_t value_size) {
+  const std::string path = pin_path + "/" + kMapCounters;
+  Owned old{bpf_obj_get(path.c_str())};
+  if (old.fd < 0) return false;
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return false;
+  // Anything but a shorter value of whole counters is for the compatibility
+  // check to name.
+  if (info.type != BPF_MAP_TYPE_PERCPU_HASH || info.key_size != sizeof(rg_counter_key) ||
+      info.value_size >= value_size || info.value_size % sizeof(rg_counter) != 0 || info.value_size == 0)
+    return false;
+
+  const int ncpu = possible_cpus();
+  const uint32_t old_stride = round8(info.value_size), new_stride = round8(value_size);
+  std::vector<std::pair<rg_counter_key, std::vector<uint8_t>>> entries;
+  walk_map(old.fd, sizeof(rg_counter_key), old_stride * static_cast<uint32_t>(ncpu), info.max_entries,
+           [&](const uint8_t* k, const uint8_t* v) {
+             rg_counter_key key;
+             std::memcpy(&key, k, sizeof(key));
+             std::vector<uint8_t> value(static_cast<size_t>(new_stride) * ncpu, 0);
+             for (int cpu = 0; cpu < ncpu; ++cpu)
+               std::memcpy(value.data() + static_cast<size_t>(cpu) * new_stride,
+                           v + static_cast<size_t>(cpu) * old_stride, info.value_size);
+             entries.emplace_back(key, std::move(value));
+           });
+
+  LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = info.map_flags);
+  Owned fresh{bpf_map_create(BPF_MAP_TYPE_PERCPU_HASH, kMapCounters, sizeof(rg_counter_key), value_size,
+                             info.max_entries, &opts)};
+  if (fresh.fd < 0) throw Error("cannot create the migrated " + path + ": " + errno_text(errno));
+  for (const auto& [key, value] : entries)
+    if (bpf_map_update_elem(fresh.fd, &key, value.data(), BPF_NOEXIST) != 0)
+      throw Error("cannot copy a counter into the migrated " + path + ": " + errno_text(errno));
+  pin_replacing(fresh.fd, path);
+  return true;
+}
+
+namespace {
+
+uint32_t saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
+
+rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {
+  rg_qp_dir d{};
+  d.packets = o.packets;
+  d.bytes = o.bytes;
+  d.max_psn = o.max_psn;
+  d.flags = o.flags;
+  d.last_seen_ns = last_seen_ns;
+  d.retransmits = o.retransmits;
+  d.lost = o.lost;
+  d.cnp = o.cnp;
+  d.ecn_ce = o.ecn_ce;
+  d.gaps = saturate32(o.gaps);
+  d.nak_seq_err = saturate32(o.nak_seq_err);
+  d.nak_other = saturate32(o.nak_other);
+  d.rnr_nak = saturate32(o.rnr_nak);
+  return d;
+}
+
+}  // namespace
+
+void set_qp_entries(struct bpf_object* obj, uint32_t entries) {
+  for (const char* name : {kMapQp4, kMapQp6}) {
+    bpf_map* m = bpf_object__find_map_by_name(obj, name);
+    if (!m) throw Error(std::string("BPF object has no map ") + name);
+    if (int err = bpf_map__set_max_entries(m, entries))
+      throw Error(std::string("cannot size ") + name + " to " + std::to_string(entries) + ": " + errno_text(err));
+  }
+}
+
+void link_xdp_forward(struct bpf_object* obj) {
+  bpf_map* next = bpf_object__find_map_by_name(obj, kMapXdpNext);
+  bpf_program* prog = bpf_object__find_program_by_name(obj, "rg_xdp_forward");
+  if (!next || !prog) throw Error(std::string("BPF object has no ") + (next ? "rg_xdp_forward" : kMapXdpNext));
+  const uint32_t key = 0;
+  const int fd = bpf_program__fd(prog);
+  if (fd < 0) throw Error("internal: rg_xdp_forward was not loaded");
+  if (bpf_map_update_elem(bpf_map__fd(next), &key, &fd, BPF_ANY) != 0)
+    throw Error(std::string("cannot put rg_xdp_forward into ") + kMapXdpNext + ": " + errno_text(errno));
+}
+
+std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t entries) {
+  const std::string path = pin_path + "/" + kMapQpLegacy;
+  Owned old{bpf_obj_get(path.c_str())};
+  if (old.fd < 0) return std::nullopt;
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0)
+    throw Error("cannot read info of map " + path + ": " + errno_text(errno));
+  if (info.type != BPF_MAP_TYPE_LRU_HASH || info.key_size != sizeof(rg_qp_key) ||
+      info.value_size != sizeof(LegacyQpState))
+    throw Error("map " + path + " is no per-QP table of an earlier roceguard (type " + type_name(info.type) +
+                    ", key_size " + std::to_string(info.key_size) + ", value_size " +
+                    std::to_string(info.value_size) +
+                    "); refusing to read it. `roceguard attach --reset-state` (or `run --reset-state`) removes it",
+                kExitConflict);
+
+  Owned v4{bpf_map_create(BPF_MAP_TYPE_LRU_HASH, kMapQp4, sizeof(rg_qp4_key), sizeof(rg_qp_dir), entries, nullptr)};
+  if (v4.fd < 0) throw Error(std::string("cannot create ") + kMapQp4 + ": " + errno_text(errno));
+  Owned v6{bpf_map_create(BPF_MAP_TYPE_LRU_HASH, kMapQp6, sizeof(rg_qp6_key), sizeof(rg_qp_dir), entries, nullptr)};
+  if (v6.fd < 0) throw Error(std::string("cannot create ") + kMapQp6 + ": " + errno_text(errno));
+  size_t carried = 0;
+  walk_map(old.fd, sizeof(rg_qp_key), sizeof(LegacyQpState), info.max_entries, [&](const uint8_t* k, const uint8_t* v) {
+    rg_qp_key key;
+    LegacyQpState st;
+    std::memcpy(&key, k, sizeof(key));
+    std::memcpy(&st, v, sizeof(st));
+    for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
+      const LegacyQpDir& o = st.dir[d];
+      if (o.packets == 0 && o.flags == 0) continue;  // this direction never seen
+      const rg_qp_dir value = from_legacy(o, st.last_seen_ns);
+      const int rc = in_qp_table(key, d, v4.fd, v6.fd, [&value](const auto& table_key, int fd) {
+        return bpf_map_update_elem(fd, &table_key, &value, BPF_ANY);
+      });
+      if (rc != 0) throw Error("cannot copy a QP of " + path + " into its new table: " + errno_text(errno));
+      ++carried;
+    }
+  });
+  pin_replacing(v4.fd, pin_path + "/" + kMapQp4);
+  pin_replacing(v6.fd, pin_path + "/" + kMapQp6);
+  return carried;
+}
+
+void remove_legacy_qp_table(const std::string& pin_path) {
+  const std::string path = pin_path + "/" + kMapQpLegacy;
+  if (unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw Error("cannot remove the earlier per-QP table " + path + ": " + errno_text(errno));
+}
+
+}  // namespace rg

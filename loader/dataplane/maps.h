@@ -1,0 +1,242 @@
+// The one reader of roceguard's BPF maps, for the CLI and the exporter.
+// Values are read from the kernel on every call and never cached, so a
+// loader restart neither resets nor double-counts anything.
+//
+// Every map is checked against the layout this build reads (type, key size,
+// value size) before a byte is copied out of it: a pin planted by someone
+// else, or left by another version, is refused by name instead of being
+// read into buffers of the wrong size.
+#pragma once
+
+#include <linux/bpf.h>
+
+struct bpf_object;
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "roceguard/roceguard.h"
+
+namespace rg {
+
+// Names of the maps in the BPF object; pinned as <pin_path>/<name>.
+inline constexpr const char* kMapCounters = "rg_counters";
+inline constexpr const char* kMapQp4 = "rg_qp4";
+inline constexpr const char* kMapQp6 = "rg_qp6";
+// The per-QP table of builds before the per-family, per-direction tables:
+// an upgrade carries its entries over (migrate_qp_table) and removes it.
+inline constexpr const char* kMapQpLegacy = "rg_qp";
+inline constexpr const char* kMapPeers = "rg_peers";
+inline constexpr const char* kMapRoute4 = "rg_route4";
+inline constexpr const char* kMapRoute6 = "rg_route6";
+inline constexpr const char* kMapDecap = "rg_decap";
+inline constexpr const char* kMapIfaces = "rg_ifaces";
+inline constexpr const char* kMapPeerStats = "rg_peer_stats";
+// Private to the process that loaded the object (see dataplane/nexthop_lease.h).
+inline constexpr const char* kMapNexthopLease = "rg_nh_leases";
+inline constexpr const char* kMapXdpTx = "rg_xdp_tx";  // unpinned: the fast path's targets
+inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
+// The ingress program's tail call into the fast path. Each load has its
+// own (a program array takes the type and flags of the first program that
+// uses it, so one reused across loads would tie every later load to the
+// first one's hook): pinned after an attach, replacing the previous
+// attach's, because the kernel empties a program array that no file
+// descriptor or pin holds.
+inline constexpr const char* kMapXdpNext = "rg_xdp_next";
+inline constexpr std::array<const char*, 10> kPinnedMaps{
+    kMapCounters, kMapQp4,    kMapQp6,       kMapPeers,        kMapRoute4,
+    kMapRoute6,   kMapDecap,  kMapIfaces,    kMapPeerStats,    kMapTunnelStreams};
+
+struct CounterRow {
+  uint32_t ifindex = 0;
+  rg_direction direction = RG_DIR_EGRESS;
+  std::array<rg_counter, RG_EV_MAX> ev{};  // summed over CPUs
+};
+
+// Both directions of one QP, joined from their entries in rg_qp4/rg_qp6.
+struct QpState {
+  std::array<rg_qp_dir, RG_DIR_MAX> dir{};
+};
+
+struct QpRow {
+  rg_qp_key key{};
+  QpState state{};
+};
+
+// The per-QP tables of a reader that borrows fds; -1 for one it does not read.
+struct QpMaps {
+  int v4 = -1;
+  int v6 = -1;
+};
+
+// Entries walked in each per-QP table.
+struct QpEntries {
+  uint32_t v4 = 0;
+  uint32_t v6 = 0;
+};
+
+// One peer slot's counters, summed over CPUs.
+struct PeerStatsRow {
+  uint32_t slot = 0;
+  std::array<rg_counter, RG_PEER_EV_MAX> ev{};
+};
+
+// One sequence stream a receiving gateway tracks, read under its lock.
+struct TunnelStreamRow {
+  rg_tunnel_stream_key key{};
+  rg_tunnel_stream state{};
+};
+
+struct MapUsage {
+  std::string name;
+  uint32_t max_entries = 0;
+  uint32_t entries = 0;
+  uint32_t key_size = 0;
+  uint32_t value_size = 0;
+  uint32_t id = 0;
+};
+
+// The layout a reader expects of one map. value_size_min below value_size
+// accepts an older, shorter value that is read with zeros appended (the
+// counter value grows by appending events).
+struct MapLayout {
+  bpf_map_type type;
+  uint32_t key_size;
+  uint32_t value_size;
+  uint32_t value_size_min;
+  uint32_t value_step;  // an accepted value size is a multiple of this
+};
+
+// The layout of each pinned map this build reads; nullptr for a name it
+// does not know.
+const MapLayout* pinned_map_layout(const std::string& name);
+
+// Type, capacity and sizes of an open map; throws rg::Error naming it.
+MapUsage map_info(int fd, const std::string& name);
+
+// Throws rg::Error (kExitConflict) naming the map and every difference
+// from layout, and the way out (--reset-state replaces the map).
+void check_map_layout(int fd, const std::string& name, const MapLayout& layout);
+
+// Visits every entry of a hash or array map at most once, and at most
+// max_entries of them, whatever the data path inserts or evicts meanwhile.
+// Batched lookups (one bucket at a time in the kernel) where the map type
+// has them; otherwise a get_next_key walk that stops after max_entries steps
+// and skips keys it has already returned (a deleted cursor restarts the
+// kernel's walk from the first bucket). value_bytes is the size of one
+// lookup result (per-CPU maps: one slot per possible CPU, 8-byte aligned),
+// the size of the buffers the kernel writes into. Returns the number of
+// entries visited.
+using EntryVisitor = std::function<void(const uint8_t* key, const uint8_t* value)>;
+size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_entries,
+                const EntryVisitor& visit);
+
+class MapReader {
+ public:
+  // Opens the maps pinned under pin_path and checks their layout; throws
+  // rg::Error naming the missing or mismatched pin and how to fix it.
+  explicit MapReader(const std::string& pin_path);
+  // Borrows already-open fds (tests, a running loader). Not closed; checked
+  // like pins.
+  explicit MapReader(int counters_fd, QpMaps qp = {});
+  ~MapReader();
+  MapReader(const MapReader&) = delete;
+  MapReader& operator=(const MapReader&) = delete;
+
+  std::vector<CounterRow> counters() const;
+  // Every tracked QP, its two directions joined into one row.
+  std::vector<QpRow> qps() const;
+  // The top QPs by ranks_before, best first, holding no more than 2 * top
+  // rows at a time however large the tables: each direction's entry is
+  // ranked on its own, and the kept ones are joined with their other
+  // direction and ranked again. *entries gets the entries walked.
+  std::vector<QpRow> top_qps(size_t top, bool (*ranks_before)(const QpRow&, const QpRow&),
+                             QpEntries* entries) const;
+  // Per-peer counters and tracked tunnel streams; empty when the pins are
+  // absent (maps of a build before them) or the reader borrows fds.
+  std::vector<PeerStatsRow> peer_stats() const;
+  std::vector<TunnelStreamRow> tunnel_streams() const;
+  // Type and capacity only: usage() also counts entries.
+  MapUsage info(int fd, const std::string& name) const;
+  MapUsage usage(int fd, const std::string& name) const;
+  // counters_entries/qp_entries: a map's fill when the caller has just read
+  // it with counters()/top_qps(), which spares a second walk.
+  std::vector<MapUsage> usage_all(std::optional<QpEntries> qp_entries = std::nullopt,
+                                  std::optional<uint32_t> counters_entries = std::nullopt) const;
+
+  int counters_fd() const { return counters_fd_; }
+
+ private:
+  // Visits every entry of both per-QP tables as a half-filled row: the
+  // entry's direction set, the other one zero.
+  QpEntries walk_qps(const std::function<void(const QpRow&, rg_direction)>& visit) const;
+  // The other direction's entry of row's QP, when there is one.
+  void join_other_direction(QpRow& row, rg_direction have) const;
+
+  int counters_fd_ = -1;
+  QpMaps qp_{};
+  uint32_t counters_value_size_ = sizeof(rg_counters);
+  uint32_t counters_max_ = 0;
+  QpEntries qp_max_{};
+  bool owned_ = false;
+  std::string pin_path_;
+};
+
+// The same from open fds (rg_peer_stats, rg_tunnel_streams); each checks
+// the map's layout first. Slots whose counters are all zero are left out.
+std::vector<PeerStatsRow> read_peer_stats(int fd);
+std::vector<TunnelStreamRow> read_tunnel_streams(int fd);
+
+// Sum of one event over all rows with the given direction (any interface).
+uint64_t sum_packets(const std::vector<CounterRow>& rows, rg_direction dir, rg_event ev);
+
+// Deletes the counter entries of interfaces that no longer exist (in this
+// network namespace) and are not in keep: an ifindex, once gone, never
+// comes back, and rg_counters holds RG_MAX_COUNTER_KEYS entries in all, so
+// without pruning restarts on changing interfaces would fill it and the
+// data path would stop counting new ones. Returns the entries removed.
+size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep);
+
+// Brings a pinned rg_counters with a shorter value (a build with fewer
+// events) to value_size: a new map holding every entry with the new events
+// at zero replaces the pin. Returns true when it migrated. Events are
+// append-only (roceguard.h), so an old event keeps its offset.
+bool migrate_counters(const std::string& pin_path, uint32_t value_size);
+
+// The value of kMapQpLegacy (key: rg_qp_key): both directions of a QP and
+// one last-seen time.
+struct LegacyQpDir {
+  uint64_t packets, bytes, retransmits, gaps, lost, nak_seq_err, nak_other, rnr_nak, cnp, ecn_ce;
+  uint32_t max_psn, flags;
+};
+struct LegacyQpState {
+  LegacyQpDir dir[RG_DIR_MAX];
+  uint64_t last_seen_ns;
+};
+static_assert(sizeof(LegacyQpState) == 184, "the legacy rg_qp value");
+
+// Sizes both per-QP tables (rg_qp4, rg_qp6) of an opened, not yet loaded
+// object; throws rg::Error naming the table it could not size.
+void set_qp_entries(struct bpf_object* obj, uint32_t entries);
+
+// Puts the loaded object's rg_xdp_forward into the slot of its rg_xdp_next,
+// where the ingress program tail-calls it (the XDP fast path); throws
+// rg::Error with the kernel's errno when the kernel refuses it.
+void link_xdp_forward(struct bpf_object* obj);
+
+// Carries the entries of an earlier build's pinned rg_qp (both directions
+// in one value, one table for both families) into new rg_qp4 and rg_qp6
+// pins of the given capacity, replacing any there, so the object being
+// loaded reuses them. The old pin stays until remove_legacy_qp_table(): an
+// upgrade that fails before its attach completes leaves the earlier build
+// its table. Returns the QP directions carried over, or nullopt without an
+// old pin.
+std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t entries);
+void remove_legacy_qp_table(const std::string& pin_path);
+
+}  // namespace rg

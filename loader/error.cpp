@@ -1,9 +1,0 @@
-#include "error.h"
-
-#include <cstring>
-
-namespace rg {
-
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
-
-}  // namespace rg

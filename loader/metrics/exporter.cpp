@@ -1,0 +1,422 @@
+#include "metrics/exporter.h"
+
+#include <CivetServer.h>
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "common/error.h"
+#include "dataplane/maps.h"
+#include "dataplane/names.h"
+#include "metrics/presentation.h"
+#include "nic/apply.h"
+#include "nic/counters.h"
+
+namespace rg {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+constexpr const char* kMetricsPath = "/metrics";
+// What a new exporter reports for each interface until the loader says
+// where its ingress program runs (one of kIngressHooks).
+constexpr const char* kHooks[] = {"tc_egress", "xdp_ingress"};
+constexpr const char* kIngressHooks[] = {"xdp_ingress", "tc_ingress"};
+
+// Families in first-use order; samples of one family stay together, which
+// the text format requires.
+class FamilySet {
+ public:
+  void add(const std::string& name, const std::string& help, MetricType type,
+           const Labels& labels, double value) {
+    auto [it, fresh] = index_.try_emplace(name, families_.size());
+    if (fresh) families_.push_back(MetricFamily{name, help, type, {}});
+    ClientMetric m;
+    for (const auto& [k, v] : labels) m.label.push_back({k, v});
+    if (type == MetricType::Counter)
+      m.counter.value = value;
+    else
+      m.gauge.value = value;
+    families_[it->second].metric.push_back(std::move(m));
+  }
+  // buckets: (upper bound, cumulative count), +Inf last.
+  void add_histogram(const std::string& name, const std::string& help, const Labels& labels,
+                     const std::vector<std::pair<double, uint64_t>>& buckets, uint64_t count, double sum) {
+    auto [it, fresh] = index_.try_emplace(name, families_.size());
+    if (fresh) families_.push_back(MetricFamily{name, help, MetricType::Histogram, {}});
+    ClientMetric m;
+    for (const auto& [k, v] : labels) m.label.push_back({k, v});
+    for (const auto& [le, n] : buckets) m.histogram.bucket.push_back({n, le});
+    m.histogram.sample_count = count;
+    m.histogram.sample_sum = sum;
+    families_[it->second].metric.push_back(std::move(m));
+  }
+  std::vector<MetricFamily> take() { return std::move(families_); }
+
+ private:
+  std::vector<MetricFamily> families_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+std::string counter_name(std::string_view metric) {
+  return "roceguard_" + std::string(metric) + "_total";
+}
+
+// HELP of a family that several events share says what each label value
+// counts, so one line documents the whole family.
+const std::map<std::string, std::string>& family_help() {
+  static const std::map<std::string, std::string> help = [] {
+    std::map<std::string, std::string> h;
+    auto append = [&h](std::string_view family, const EventName& e, std::string_view suffix) {
+      std::string text = std::string(e.help) + std::string(suffix);
+      if (!e.label.empty())
+        text = std::string(e.label) + "=" + std::string(e.label_value) + ": " + text;
+      auto& slot = h[std::string(family)];
+      slot += slot.empty() ? text : "; " + text;
+    };
+    for (size_t i = 0; i < RG_EV_MAX; ++i) {
+      const EventName& e = event_name(static_cast<rg_event>(i));
+      append(e.metric, e, "");
+      if (!e.bytes_metric.empty()) append(e.bytes_metric, e, ", in bytes");
+    }
+    return h;
+  }();
+  return help;
+}
+
+// Everything a scrape shows, gathered when it is asked for.
+class MetricsCollector : public prometheus::Collectable {
+ public:
+  explicit MetricsCollector(ExporterOptions opts) : opts_(std::move(opts)) {
+    for (const auto& ifname : opts_.interfaces)
+      for (const char* hook : kHooks) attached_[{ifname, hook}] = false;
+  }
+
+  void set_attach_state(const std::string& ifname, const std::string& hook, bool attached) {
+    std::lock_guard lock(mu_);
+    attached_[{ifname, hook}] = attached;
+  }
+
+  void set_ingress_hook(const std::string& ifname, const std::string& hook) {
+    std::lock_guard lock(mu_);
+    for (const char* h : kIngressHooks)
+      if (hook != h) attached_.erase({ifname, h});
+    attached_.try_emplace({ifname, hook}, false);
+  }
+
+  std::vector<MetricFamily> Collect() const override {
+    const auto start = std::chrono::steady_clock::now();
+    FamilySet out;
+    out.add("roceguard_build_info", "roceguard version; the value is always 1", MetricType::Gauge,
+            {{"version", ROCEGUARD_VERSION}}, 1);
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [key, on] : attached_)
+        out.add("roceguard_attached",
+                "1 when roceguard's program is attached to the interface at the hook",
+                MetricType::Gauge, {{"interface", key.first}, {"hook", key.second}}, on ? 1 : 0);
+    }
+    out.add("roceguard_pins_persistent",
+            "1 when the pinned maps outlive the loader; 0 when their bpffs is private to its mount namespace",
+            MetricType::Gauge, {}, opts_.pins_outlive_process ? 1 : 0);
+
+    bool maps_up = collect_maps(out);
+    out.add("roceguard_maps_up",
+            "1 when the pinned BPF maps were read in this scrape, 0 when they could not be",
+            MetricType::Gauge, {}, maps_up ? 1 : 0);
+    out.add("roceguard_scrape_errors_total",
+            "Scrapes in which the pinned BPF maps could not be read, since the exporter started",
+            MetricType::Counter, {}, static_cast<double>(scrape_errors_.load()));
+
+    collect_nic(out);
+
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    out.add("roceguard_scrape_duration_seconds",
+            "Time this scrape took to read the maps and sysfs", MetricType::Gauge, {},
+            took.count());
+    return out.take();
+  }
+
+ private:
+  bool collect_maps(FamilySet& out) const {
+    if (!opts_.dataplane) return false;  // exporter-only: roceguard_maps_up stays 0
+    std::vector<CounterRow> rows;
+    std::vector<QpRow> qps;
+    std::vector<MapUsage> usage;
+    std::vector<TunnelPeer> tunnels;
+    try {
+      // Opened per scrape: a loader restarted with --reset-state replaces
+      // the pinned maps, and an fd kept open would read the orphaned ones.
+      MapReader reader(opts_.pin_path);
+      // Each map is walked once per scrape, and a walk is bounded by the
+      // map's capacity however fast the data path churns it.
+      rows = reader.counters();
+      const auto counter_entries = static_cast<uint32_t>(rows.size());
+      if (opts_.per_qp) {
+        // Only the exported rows are held, not the whole table.
+        QpEntries qp_entries;
+        qps = reader.top_qps(opts_.top_qps, qp_ranks_before, &qp_entries);
+        usage = reader.usage_all(qp_entries, counter_entries);
+      } else {
+        usage = reader.usage_all(std::nullopt, counter_entries);
+      }
+      tunnels = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(opts_.pin_path),
+                             monotonic_now_ns());
+    } catch (const std::exception& e) {
+      ++scrape_errors_;
+      if (!failing_.exchange(true)) spdlog::warn("metrics: {}", e.what());
+      return false;
+    }
+    if (failing_.exchange(false)) spdlog::info("metrics: pinned maps under {} readable again",
+                                               opts_.pin_path);
+
+    for (const auto& u : usage) {
+      out.add("roceguard_map_max_entries", "Capacity of the pinned BPF map", MetricType::Gauge,
+              {{"map", u.name}}, u.max_entries);
+      out.add("roceguard_map_entries", "Entries in the pinned BPF map", MetricType::Gauge,
+              {{"map", u.name}}, u.entries);
+    }
+    add_counters(out, rows);
+    if (opts_.per_qp) add_top_qps(out, qps);
+    add_tunnels(out, tunnels);
+    return true;
+  }
+
+  // Per peer (bounded by RG_MAX_PEERS): its counters, and on the receiving
+  // gateway what its sequence streams say about the WAN.
+  void add_tunnels(FamilySet& out, const std::vector<TunnelPeer>& tunnels) const {
+    for (const TunnelPeer& t : tunnels) {
+      for (size_t e = 0; e < RG_PEER_EV_MAX; ++e) {
+        const PeerEventName& n = peer_event_name(static_cast<rg_peer_event>(e));
+        Labels labels{{"peer", t.name}};
+        if (!n.label.empty()) labels.emplace_back(n.label, n.label_value);
+        out.add(std::string(n.metric), std::string(n.help), MetricType::Counter, labels,
+                static_cast<double>(t.ev[e].packets));
+      }
+      if (!t.streams) continue;
+      const Labels peer{{"peer", t.name}};
+      const char* from = " from the peer's tunnel sequence option (receiving gateway)";
+      out.add("roceguard_tunnel_received_packets_total", std::string("Packets that arrived") + from,
+              MetricType::Counter, peer, static_cast<double>(t.received));
+      out.add("roceguard_tunnel_lost_packets_total",
+              std::string("Sequence numbers that never arrived: a hole counts once 64 newer packets came, or once "
+                          "its stream was silent for a second") + from,
+              MetricType::Counter, peer, static_cast<double>(t.lost));
+      out.add("roceguard_tunnel_reordered_packets_total",
+              std::string("Packets that arrived behind a newer one (a hole they fill)") + from,
+              MetricType::Counter, peer, static_cast<double>(t.reordered));
+      out.add("roceguard_tunnel_duplicated_packets_total", std::string("Sequence numbers that arrived twice") + from,
+              MetricType::Counter, peer, static_cast<double>(t.duplicated));
+      std::vector<std::pair<double, uint64_t>> buckets;
+      uint64_t cumulative = 0;
+      for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) {
+        cumulative += t.delay[k];
+        buckets.emplace_back(k + 1 < RG_TUNNEL_DELAY_BUCKETS ? tunnel_delay_bucket_le(k)
+                                                              : std::numeric_limits<double>::infinity(),
+                             cumulative);
+      }
+      out.add_histogram("roceguard_tunnel_delay_seconds",
+                        "One-way delay from the peer, from its send timestamp (CLOCK_TAI; CLOCK_MONOTONIC on "
+                        "kernels before 6.2, comparable within one host only): exact when both "
+                        "gateways share a clock, offset by the difference of their clocks otherwise (a delay "
+                        "that comes out negative counts as 0)",
+                        peer, buckets, cumulative, static_cast<double>(t.delay_sum_ns) * 1e-9);
+    }
+  }
+
+  void add_counters(FamilySet& out, const std::vector<CounterRow>& rows) const {
+    const auto& help = family_help();
+    std::unordered_map<uint32_t, std::string> ifnames;
+    for (const auto& row : rows) {
+      auto [it, fresh] = ifnames.try_emplace(row.ifindex);
+      if (fresh) it->second = interface_name(row.ifindex, opts_.interface_names);
+      const std::string dir(direction_name(row.direction));
+      for (size_t i = 0; i < RG_EV_MAX; ++i) {
+        const EventName& e = event_name(static_cast<rg_event>(i));
+        Labels labels{{"interface", it->second}, {"direction", dir}};
+        if (!e.label.empty()) labels.emplace_back(e.label, e.label_value);
+        out.add(counter_name(e.metric), help.at(std::string(e.metric)), MetricType::Counter,
+                labels, static_cast<double>(row.ev[i].packets));
+        if (!e.bytes_metric.empty())
+          out.add(counter_name(e.bytes_metric), help.at(std::string(e.bytes_metric)),
+                  MetricType::Counter, labels, static_cast<double>(row.ev[i].bytes));
+      }
+    }
+  }
+
+  void add_top_qps(FamilySet& out, std::vector<QpRow>& qps) const {
+    keep_worst_qps(qps, opts_.top_qps);
+    for (const QpRow& q : qps) {
+      const std::string src = address_text(q.key.family, q.key.src);
+      const std::string dst = address_text(q.key.family, q.key.dst);
+      const std::string qpn = std::to_string(q.key.dest_qp);
+      for (int d = 0; d < RG_DIR_MAX; ++d) {
+        const rg_qp_dir& s = q.state.dir[d];
+        if (!s.packets) continue;
+        const Labels l{{"src", src}, {"dst", dst}, {"qp", qpn},
+                       {"direction", std::string(direction_name(static_cast<rg_direction>(d)))}};
+        for (const QpField& f : qp_fields()) {
+          if (f.metric.empty()) continue;
+          Labels labels = l;
+          if (!f.label.empty()) labels.emplace_back(f.label, f.label_value);
+          out.add(std::string(f.metric), std::string(f.help), MetricType::Counter, labels,
+                  static_cast<double>(f.value(s)));
+        }
+      }
+    }
+  }
+
+  void collect_nic(FamilySet& out) const {
+    if (!opts_.nic_state_dir.empty()) {
+      nic::NicSystem sys;
+      sys.state_dir = opts_.nic_state_dir;
+      for (const auto& device : nic::saved_devices(sys))
+        out.add("roceguard_nic_profile_applied",
+                "1 for each RDMA device the NIC profile is applied to (`roceguard nic apply` saved its values)",
+                MetricType::Gauge, {{"device", device}}, 1);
+    }
+    for (const auto& c : nic::read_nic_counters(opts_.interfaces, opts_.sysfs_root))
+      out.add("roceguard_nic_" + c.name + "_total",
+              "RDMA NIC counter " + c.file + " of the port (sysfs class/infiniband)" +
+                  (c.scale != 1 ? ", times " + std::to_string(c.scale) + " to bytes" : ""),
+              MetricType::Counter,
+              {{"device", c.device}, {"port", std::to_string(c.port)}, {"interface", c.interface}},
+              static_cast<double>(c.value));
+  }
+
+  const ExporterOptions opts_;
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, bool> attached_;
+  mutable std::atomic<uint64_t> scrape_errors_{0};
+  mutable std::atomic<bool> failing_{false};
+};
+
+// Liveness and readiness probes: answering proves the process and its HTTP
+// workers are alive without the cost of a scrape (175 ms at 64 k QPs, most
+// of a probe's 1 s timeout), so the map-walking collector is not called.
+constexpr const char* kHealthPath = "/healthz";
+
+void serve_health(mg_connection* conn) {
+  static constexpr char kBody[] = "ok\n";
+  mg_printf(conn,
+            "HTTP/1.1 200 OK\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\n"
+            "Content-Length: %zu\r\n"
+            "Connection: close\r\n\r\n",
+            sizeof(kBody) - 1);
+  mg_write(conn, kBody, sizeof(kBody) - 1);
+}
+
+// prometheus-cpp's Exposer would add its own process-side series
+// (exposer_scrapes_total, ...) that reset on every restart; serving the
+// collector directly keeps every series under roceguard_.
+class MetricsHandler : public CivetHandler {
+ public:
+  explicit MetricsHandler(const MetricsCollector& collector) : collector_(collector) {}
+
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    // Registered on "/" so that civetweb's prefix routing cannot serve
+    // /metrics/<anything>: only the exact path answers.
+    const mg_request_info* ri = mg_get_request_info(conn);
+    if (ri && ri->local_uri && std::strcmp(ri->local_uri, kHealthPath) == 0) {
+      serve_health(conn);
+      return true;
+    }
+    if (!ri || !ri->local_uri || std::strcmp(ri->local_uri, kMetricsPath) != 0) {
+      mg_send_http_error(conn, 404, "%s", "roceguard serves /metrics and /healthz only\n");
+      return true;
+    }
+    std::string body;
+    try {
+      body = prometheus::TextSerializer().Serialize(collector_.Collect());
+    } catch (const std::exception& e) {
+      mg_send_http_error(conn, 500, "%s\n", e.what());
+      return true;
+    }
+    mg_printf(conn,
+              "HTTP/1.1 200 OK\r\n"
+              "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+              "Content-Length: %zu\r\n"
+              "Connection: close\r\n\r\n",
+              body.size());
+    mg_write(conn, body.data(), body.size());
+    return true;
+  }
+
+ private:
+  const MetricsCollector& collector_;
+};
+
+}  // namespace
+
+struct Exporter::Impl {
+  ExporterOptions opts;
+  std::unique_ptr<MetricsCollector> collector;
+  std::unique_ptr<MetricsHandler> handler;
+  std::unique_ptr<CivetServer> server;  // last: stops before what it calls
+};
+
+Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
+  impl_->opts = std::move(opts);
+  impl_->collector = std::make_unique<MetricsCollector>(impl_->opts);
+  impl_->handler = std::make_unique<MetricsHandler>(*impl_->collector);
+  const std::vector<std::string> civet_options{
+      "listening_ports", impl_->opts.listen,
+      "num_threads", std::to_string(std::max<size_t>(1, impl_->opts.threads)),
+      // A stalled client must not hold one of the few workers for long:
+      // a scrape is one small GET, and with the default 4 workers a handful
+      // of stalled connections must still leave a scrape inside
+      // Prometheus's default 10 s scrape timeout.
+      "request_timeout_ms", "2000"};
+  // Debian's civetweb is built without IPv6 (mg_check_feature bit 8).
+  if (impl_->opts.listen.starts_with("[") && !mg_check_feature(8))
+    throw Error("cannot serve metrics on " + impl_->opts.listen +
+                    ": the HTTP server library (civetweb) was built without IPv6; "
+                    "listen on an IPv4 address such as 127.0.0.1:9741",
+                kExitUsage);
+  try {
+    impl_->server = std::make_unique<CivetServer>(civet_options);
+  } catch (const std::exception& e) {
+    throw Error("cannot serve metrics on " + impl_->opts.listen + ": " + e.what() +
+                    " (is the address local and the port free? set --metrics-listen)",
+                kExitFailure);
+  }
+  impl_->server->addHandler("/", impl_->handler.get());
+}
+
+Exporter::~Exporter() {
+  if (impl_ && impl_->server) impl_->server->close();
+}
+
+void Exporter::set_ingress_hook(const std::string& ifname, const std::string& hook) {
+  impl_->collector->set_ingress_hook(ifname, hook);
+}
+
+void Exporter::set_attach_state(const std::string& ifname, const std::string& hook,
+                                bool attached) {
+  impl_->collector->set_attach_state(ifname, hook, attached);
+}
+
+std::string Exporter::listen_address() const {
+  const std::string& listen = impl_->opts.listen;
+  const auto ports = impl_->server->getListeningPorts();
+  const auto colon = listen.rfind(':');
+  if (ports.empty() || colon == std::string::npos) return listen;
+  return listen.substr(0, colon) + ":" + std::to_string(ports.front());
+}
+
+}  // namespace rg

@@ -1,0 +1,57 @@
+// Prometheus exporter (prometheus-cpp). Serves /metrics, and /healthz for
+// liveness probes; every /metrics value is read from the pinned maps (and
+// sysfs for NIC counters) at scrape time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rg {
+
+struct ExporterOptions {
+  std::string listen = "127.0.0.1:9741";  // host:port; [v6]:port if civetweb has IPv6
+  std::string pin_path = "/sys/fs/bpf/roceguard";
+  std::vector<std::string> interfaces;    // for attach-state and NIC counters
+  bool per_qp = false;                    // per-QP series (bounded by top_qps)
+  size_t top_qps = 50;
+  std::string sysfs_root = "/sys";        // where class/infiniband is looked up
+  size_t threads = 4;                     // HTTP worker threads
+  // Interface names by ifindex for maps whose programs run in another
+  // network namespace (the lab's gateways): there if_indextoname() in the
+  // exporter's namespace would name an unrelated interface.
+  std::map<uint32_t, std::string> interface_names;
+  // false when the pins live in a private mount namespace (dataplane/pin_scope.h).
+  bool pins_outlive_process = true;
+  // false: exporter-only mode (`run --dataplane false`), no pinned maps to
+  // read; the NIC counters and the NIC profile state only.
+  bool dataplane = true;
+  // `nic apply`'s state directory, for roceguard_nic_profile_applied; ""
+  // exports no profile state.
+  std::string nic_state_dir;
+};
+
+class Exporter {
+ public:
+  explicit Exporter(ExporterOptions opts);  // binds; throws rg::Error
+  ~Exporter();
+  Exporter(const Exporter&) = delete;
+  Exporter& operator=(const Exporter&) = delete;
+
+  // The loader reports what it attached; exported as roceguard_attached.
+  void set_attach_state(const std::string& ifname, const std::string& hook, bool attached);
+  // Where ifname's ingress program runs, "xdp_ingress" or "tc_ingress":
+  // roceguard_attached has a series for that hook only.
+  void set_ingress_hook(const std::string& ifname, const std::string& hook);
+  // Bound address (useful with port 0).
+  std::string listen_address() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rg

@@ -1,0 +1,203 @@
+#include "metrics/presentation.h"
+
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <sys/socket.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "dataplane/names.h"
+#include "dataplane/state.h"
+
+namespace rg {
+
+uint64_t qp_badness(const QpState& s) {
+  uint64_t n = 0;
+  for (const auto& d : s.dir) n += d.retransmits + d.lost;
+  return n;
+}
+
+uint64_t qp_packets(const QpState& s) {
+  uint64_t n = 0;
+  for (const auto& d : s.dir) n += d.packets;
+  return n;
+}
+
+bool qp_ranks_before(const QpRow& a, const QpRow& b) {
+  const uint64_t ba = qp_badness(a.state), bb = qp_badness(b.state);
+  if (ba != bb) return ba > bb;
+  const uint64_t pa = qp_packets(a.state), pb = qp_packets(b.state);
+  if (pa != pb) return pa > pb;
+  return std::memcmp(&a.key, &b.key, sizeof(a.key)) < 0;
+}
+
+void keep_worst_qps(std::vector<QpRow>& qps, size_t top) {
+  const size_t n = std::min(top, qps.size());
+  std::partial_sort(qps.begin(), qps.begin() + static_cast<ptrdiff_t>(n), qps.end(), qp_ranks_before);
+  qps.resize(n);
+}
+
+namespace {
+
+template <auto Member>
+uint64_t field(const rg_qp_dir& d) {
+  return d.*Member;
+}
+
+}  // namespace
+
+const std::vector<QpField>& qp_fields() {
+  static const std::vector<QpField> fields{
+      {"packets", field<&rg_qp_dir::packets>, "roceguard_qp_packets_total", "RoCE packets of the QP (top QPs only)"},
+      {"bytes", field<&rg_qp_dir::bytes>, "roceguard_qp_bytes_total", "RoCE bytes of the QP (top QPs only)"},
+      {"retransmits", field<&rg_qp_dir::retransmits>, "roceguard_qp_retransmitted_packets_total",
+       "Packets at or behind the QP's highest PSN (top QPs only)"},
+      {"gaps", field<&rg_qp_dir::gaps>, "roceguard_qp_psn_gaps_total", "Forward PSN jumps of the QP (top QPs only)"},
+      {"lost", field<&rg_qp_dir::lost>, "roceguard_qp_estimated_lost_packets_total",
+       "Packets missing in the QP's PSN jumps (top QPs only)"},
+      {"nak_seq_err", field<&rg_qp_dir::nak_seq_err>, "roceguard_qp_naks_total",
+       "AETH NAKs of the QP by type (top QPs only)", "type", "seq_err"},
+      {"nak_other", field<&rg_qp_dir::nak_other>, "roceguard_qp_naks_total", "AETH NAKs of the QP by type (top QPs only)",
+       "type", "other"},
+      {"rnr_nak", field<&rg_qp_dir::rnr_nak>, "roceguard_qp_naks_total", "AETH NAKs of the QP by type (top QPs only)",
+       "type", "rnr"},
+      {"cnp", field<&rg_qp_dir::cnp>, "roceguard_qp_cnp_packets_total", "CNPs of the QP (top QPs only)"},
+      {"ecn_ce", field<&rg_qp_dir::ecn_ce>, "roceguard_qp_ecn_ce_packets_total", "ECN CE packets of the QP (top QPs only)"},
+      // A PSN, not a count: no counter family.
+      {"max_psn", field<&rg_qp_dir::max_psn>},
+  };
+  return fields;
+}
+
+nlohmann::json qp_dir_json(const rg_qp_dir& d) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& f : qp_fields()) out[std::string(f.name)] = f.value(d);
+  return out;
+}
+
+std::string address_text(uint32_t family, const uint8_t* addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (!inet_ntop(family == AF_INET6 ? AF_INET6 : AF_INET, addr, buf, sizeof(buf))) return "";
+  return buf;
+}
+
+std::string interface_name(uint32_t ifindex, const InterfaceNames& names) {
+  if (auto it = names.find(ifindex); it != names.end()) return it->second;
+  char buf[IF_NAMESIZE] = {};
+  return if_indextoname(ifindex, buf) ? std::string(buf) : std::to_string(ifindex);
+}
+
+uint64_t tunnel_window_holes(const rg_tunnel_stream& s) {
+  return RG_TUNNEL_WINDOW - static_cast<uint64_t>(std::popcount(s.window));
+}
+
+uint64_t tunnel_stream_lost(const rg_tunnel_stream& s, uint64_t now_ns) {
+  const bool settled = s.received && now_ns > s.last_ns && now_ns - s.last_ns >= RG_TUNNEL_SETTLE_NS;
+  return s.lost + (settled ? tunnel_window_holes(s) : 0);
+}
+
+double tunnel_delay_bucket_le(size_t k) { return static_cast<double>(uint64_t{1} << k) * 1e-6; }
+
+uint64_t monotonic_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::vector<std::string> peer_names(const std::string& pin_path) {
+  std::vector<std::string> names;
+  std::optional<State> st;
+  try {
+    st = read_state(pin_path);
+  } catch (const std::exception&) {
+    return names;  // `status` names the problem; counters still show by slot
+  }
+  if (!st || !st->config.is_object()) return names;
+  const auto tunnel = st->config.find("tunnel");
+  if (tunnel == st->config.end() || !tunnel->is_object()) return names;
+  const auto peers = tunnel->find("peer");
+  if (peers == tunnel->end() || !peers->is_array()) return names;
+  for (const auto& p : *peers) {
+    const auto name = p.is_object() ? p.find("name") : p.end();
+    names.push_back(p.is_object() && name != p.end() && name->is_string() ? name->get<std::string>() : "");
+  }
+  return names;
+}
+
+std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
+                                     const std::vector<TunnelStreamRow>& streams,
+                                     const std::vector<std::string>& names, uint64_t now_ns) {
+  std::map<uint32_t, TunnelPeer> by_slot;
+  auto peer = [&](uint32_t slot) -> TunnelPeer& {
+    auto [it, fresh] = by_slot.try_emplace(slot);
+    if (fresh) {
+      it->second.slot = slot;
+      it->second.name = slot < names.size() && !names[slot].empty() ? names[slot] : std::to_string(slot);
+    }
+    return it->second;
+  };
+  for (const auto& row : stats) peer(row.slot).ev = row.ev;
+  for (const auto& row : streams) {
+    TunnelPeer& t = peer(row.key.peer);
+    const rg_tunnel_stream& s = row.state;
+    const uint64_t lost = tunnel_stream_lost(s, now_ns);
+    ++t.streams;
+    t.received += s.received;
+    t.lost += lost;
+    t.unsettled += s.lost + tunnel_window_holes(s) - lost;
+    t.reordered += s.reordered;
+    t.duplicated += s.duplicated;
+    t.resyncs += s.resyncs;
+    for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) t.delay[k] += s.delay[k];
+    t.delay_sum_ns += s.delay_sum_ns;
+  }
+  std::vector<TunnelPeer> out;
+  for (auto& [slot, t] : by_slot) out.push_back(std::move(t));
+  return out;
+}
+
+nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
+  nlohmann::json events = nlohmann::json::object();
+  for (size_t e = 0; e < RG_PEER_EV_MAX; ++e)
+    events[std::string(peer_event_name(static_cast<rg_peer_event>(e)).name)] = {{"packets", t.ev[e].packets},
+                                                                                {"bytes", t.ev[e].bytes}};
+  nlohmann::json buckets = nlohmann::json::array();
+  uint64_t cumulative = 0;
+  for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) {
+    cumulative += t.delay[k];
+    buckets.push_back({{"le", k + 1 < RG_TUNNEL_DELAY_BUCKETS ? nlohmann::json(tunnel_delay_bucket_le(k))
+                                                                : nlohmann::json("+Inf")},
+                       {"count", cumulative}});
+  }
+  return {{"peer", t.name},
+          {"slot", t.slot},
+          {"events", events},
+          {"streams", t.streams},
+          {"received", t.received},
+          {"lost", t.lost},
+          {"unsettled", t.unsettled},
+          {"reordered", t.reordered},
+          {"duplicated", t.duplicated},
+          {"resyncs", t.resyncs},
+          {"delay", {{"count", cumulative}, {"sum_seconds", static_cast<double>(t.delay_sum_ns) * 1e-9},
+                     {"buckets", buckets}}}};
+}
+
+nlohmann::json counter_row_json(const CounterRow& row, const std::string& ifname, bool with_zero) {
+  nlohmann::json events = nlohmann::json::object();
+  for (size_t e = 0; e < RG_EV_MAX; ++e) {
+    if (!with_zero && !row.ev[e].packets && !row.ev[e].bytes) continue;
+    events[std::string(event_name(static_cast<rg_event>(e)).name)] = {{"packets", row.ev[e].packets},
+                                                                      {"bytes", row.ev[e].bytes}};
+  }
+  return {{"ifindex", row.ifindex},
+          {"interface", ifname},
+          {"direction", std::string(direction_name(row.direction))},
+          {"events", events}};
+}
+
+}  // namespace rg

@@ -1,0 +1,104 @@
+// What `stats`, /metrics and the lab show of the maps, decided once: which
+// QPs count as the worst, what each per-QP field is called (in JSON and as a
+// Prometheus family), how addresses and interfaces are written, and what a
+// tunnel peer's sequence streams add up to.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dataplane/maps.h"
+
+namespace rg {
+
+// Retransmits plus estimated losses over both directions: what the QP lost
+// to the network.
+uint64_t qp_badness(const QpState& s);
+uint64_t qp_packets(const QpState& s);
+
+// The ranking order: more badness first; ties (often all zero) by more
+// traffic, then by key, so the same QPs stay selected from one read to the
+// next.
+bool qp_ranks_before(const QpRow& a, const QpRow& b);
+
+// Keeps the top worst QPs of qps, worst first.
+void keep_worst_qps(std::vector<QpRow>& qps, size_t top);
+
+// One per-direction QP field: its JSON key and, where it is exported, its
+// Prometheus family. Fields sharing a family are told apart by label.
+struct QpField {
+  std::string_view name;
+  uint64_t (*value)(const rg_qp_dir&);
+  std::string_view metric = {};  // full family name; empty: JSON only
+  std::string_view help = {};
+  std::string_view label = {};
+  std::string_view label_value = {};
+};
+
+// Every field of rg_qp_dir, in the order they are shown.
+const std::vector<QpField>& qp_fields();
+
+nlohmann::json qp_dir_json(const rg_qp_dir& d);
+
+// "192.0.2.1" or "2001:db8::1" for a map key's address.
+std::string address_text(uint32_t family, const uint8_t* addr);
+
+// Interface names by ifindex, for counters taken in another network
+// namespace (the lab's gateways), where if_indextoname() here would name an
+// unrelated interface.
+using InterfaceNames = std::map<uint32_t, std::string>;
+
+// The interface's name from names, else from this namespace, else the
+// ifindex as a number: a deleted interface keeps its counters.
+std::string interface_name(uint32_t ifindex, const InterfaceNames& names = {});
+
+// One tunnel peer as a gateway sees it: its counters (both directions) and
+// the sequence streams it receives from the peer, summed.
+struct TunnelPeer {
+  uint32_t slot = 0;
+  std::string name;  // the configured name, else the slot number
+  std::array<rg_counter, RG_PEER_EV_MAX> ev{};
+  uint64_t streams = 0;
+  uint64_t received = 0;
+  uint64_t lost = 0;       // settled, and holes of streams silent RG_TUNNEL_SETTLE_NS
+  uint64_t unsettled = 0;  // holes of the other streams: late, or lost once settled
+  uint64_t reordered = 0;
+  uint64_t duplicated = 0;
+  uint64_t resyncs = 0;
+  std::array<uint64_t, RG_TUNNEL_DELAY_BUCKETS> delay{};  // per bucket, not cumulative
+  uint64_t delay_sum_ns = 0;
+};
+
+// Holes in a stream's window (RG_TUNNEL_WINDOW numbers behind its newest).
+uint64_t tunnel_window_holes(const rg_tunnel_stream& s);
+// What the stream lost by now (CLOCK_MONOTONIC ns): what the data path
+// settled, and its window's holes once the stream was silent long enough
+// that the data path would count them too on the next arrival.
+uint64_t tunnel_stream_lost(const rg_tunnel_stream& s, uint64_t now_ns);
+// Upper bound of delay bucket k in seconds; the last bucket has none (+Inf).
+double tunnel_delay_bucket_le(size_t k);
+
+// The configured peer names by slot, from the attach record under pin_path
+// (empty when there is none).
+std::vector<std::string> peer_names(const std::string& pin_path);
+
+// Peers with any counter or stream, by slot; now_ns is CLOCK_MONOTONIC.
+std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
+                                     const std::vector<TunnelStreamRow>& streams,
+                                     const std::vector<std::string>& names, uint64_t now_ns);
+uint64_t monotonic_now_ns();
+
+nlohmann::json tunnel_peer_json(const TunnelPeer& t);
+
+// One counter row as JSON: interface, ifindex, direction and per-event
+// packets/bytes; events that are zero only when with_zero.
+nlohmann::json counter_row_json(const CounterRow& row, const std::string& ifname, bool with_zero);
+
+}  // namespace rg

@@ -1,0 +1,531 @@
+// Configuration parser: defaults, every table, environment and flag
+// overrides, the messages that must name the offending key, and the option
+// table every one of them (and --help, to_json, the README) derives from.
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "cli/config_check.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "config/options.h"
+#include "dataplane/attach.h"
+
+namespace rg {
+namespace {
+
+Config parse_ok(std::string_view text) {
+  ConfigProblems p;
+  Config cfg = parse_config_string(text, p);
+  EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors.front());
+  return cfg;
+}
+
+std::vector<std::string> errors_of(std::string_view text) {
+  ConfigProblems p;
+  parse_config_string(text, p);
+  return p.errors;
+}
+
+TEST(Config, EmptyFileGivesDefaults) {
+  Config cfg = parse_ok("");
+  EXPECT_TRUE(cfg.interfaces.empty());
+  EXPECT_EQ(cfg.dscp, 46u);
+  EXPECT_EQ(cfg.cnp_dscp, 48u);
+  EXPECT_EQ(cfg.qp_entries, static_cast<uint32_t>(RG_DEFAULT_QP_ENTRIES));
+  EXPECT_EQ(cfg.tunnel_mtu, 1500u);
+  EXPECT_EQ(cfg.mtu_policy, RG_MTU_PASS);
+  EXPECT_EQ(cfg.metrics_listen, "127.0.0.1:9741");
+  EXPECT_EQ(cfg.tc_handle, kDefaultTcHandle);
+  EXPECT_EQ(cfg.tc_priority, kDefaultTcPriority);
+  rg_config ro = cfg.rodata();
+  EXPECT_EQ(ro.flags, static_cast<__u32>(RG_CFG_F_DEFAULT));
+  EXPECT_EQ(ro.outer_ttl, RG_DEFAULT_OUTER_TTL);
+}
+
+TEST(Config, EveryTable) {
+  Config cfg = parse_ok(R"(
+interfaces = ["eth1", "eth2"]
+[dataplane]
+dscp = 26
+cnp_dscp = 40
+remark = false
+repair = true
+accounting = false
+qp_entries = 4096
+outer_ttl = 32
+tc_handle = 0x1234
+tc_priority = 7
+xdp_mode = "skb"
+[tunnel]
+mtu = 9000
+mtu_policy = "drop"
+[[tunnel.peer]]
+name = "west"
+local = "192.0.2.1"
+remote = "203.0.113.1"
+vni = 16777215
+routes = ["198.51.100.0/24", "2001:db8:2::/48"]
+[[tunnel.peer]]
+name = "east"
+local = "2001:db8::1"
+remote = "2001:db8::2"
+vni = 0
+mtu = 1400
+[metrics]
+listen = "[::1]:9999"
+per_qp = true
+top_qps = 5
+[nic]
+retry_cnt = 5
+)");
+  EXPECT_EQ(cfg.interfaces, (std::vector<std::string>{"eth1", "eth2"}));
+  EXPECT_EQ(cfg.dscp, 26u);
+  EXPECT_EQ(cfg.qp_entries, 4096u);
+  EXPECT_EQ(cfg.tc_handle, 0x1234u);
+  EXPECT_EQ(cfg.xdp_mode, XdpMode::kSkb);
+  ASSERT_EQ(cfg.peers.size(), 2u);
+  EXPECT_EQ(cfg.peers[0].mtu, 9000u) << "a peer inherits tunnel.mtu";
+  EXPECT_EQ(cfg.peers[0].vni, 16777215u);
+  EXPECT_EQ(cfg.peers[0].remote.family, AF_INET);
+  ASSERT_EQ(cfg.peers[0].routes.size(), 2u);
+  EXPECT_EQ(cfg.peers[0].routes[1].addr.family, AF_INET6);
+  EXPECT_EQ(cfg.peers[0].routes[1].len, 48);
+  EXPECT_EQ(cfg.peers[1].mtu, 1400u);
+  EXPECT_EQ(cfg.peers[1].local.family, AF_INET6);
+  EXPECT_TRUE(cfg.per_qp);
+  EXPECT_EQ(cfg.top_qps, 5u);
+  EXPECT_EQ(cfg.nic.retry_cnt, 5);
+
+  rg_config ro = cfg.rodata();
+  EXPECT_EQ(ro.dscp, 26);
+  EXPECT_EQ(ro.cnp_dscp, 40);
+  EXPECT_EQ(ro.outer_ttl, 32);
+  EXPECT_EQ(ro.mtu_policy, RG_MTU_DROP);
+  EXPECT_FALSE(ro.flags & RG_CFG_F_REMARK);
+  EXPECT_TRUE(ro.flags & RG_CFG_F_REPAIR);
+  EXPECT_FALSE(ro.flags & RG_CFG_F_ACCOUNT);
+  EXPECT_TRUE(ro.flags & RG_CFG_F_ENCAP);
+  EXPECT_TRUE(ro.flags & RG_CFG_F_DECAP);
+}
+
+TEST(Config, InterfaceTables) {
+  Config cfg = parse_ok("[[interface]]\nname = \"eth3\"\n[[interface]]\nname = \"eth4\"\n");
+  EXPECT_EQ(cfg.interfaces, (std::vector<std::string>{"eth3", "eth4"}));
+}
+
+TEST(Config, PeerVniOutOfRangeMessage) {
+  auto errs = errors_of(R"(
+[[tunnel.peer]]
+name = "a"
+local = "192.0.2.1"
+remote = "203.0.113.1"
+vni = 1
+[[tunnel.peer]]
+name = "b"
+local = "192.0.2.1"
+remote = "203.0.113.2"
+vni = 16777216
+)");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0], "tunnel.peer[1].vni: 16777216 is out of range 0..16777215");
+}
+
+TEST(Config, ReportsEveryProblemAtOnce) {
+  auto errs = errors_of("bogus = 1\n[dataplane]\ndscp = 99\ncnp_dscp = \"x\"\n");
+  ASSERT_EQ(errs.size(), 3u);
+  auto has = [&](const std::string& key) {
+    for (const auto& e : errs)
+      if (e.rfind(key + ":", 0) == 0) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("bogus"));
+  EXPECT_TRUE(has("dataplane.dscp"));
+  EXPECT_TRUE(has("dataplane.cnp_dscp"));
+}
+
+TEST(Config, Prefixes) {
+  std::string why;
+  auto p = parse_prefix("2001:db8:2::/48", why);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->len, 48);
+  EXPECT_TRUE(parse_prefix("0.0.0.0/0", why));
+  EXPECT_TRUE(parse_prefix("198.51.100.7/32", why));
+  EXPECT_FALSE(parse_prefix("198.51.100.7/31", why));
+  EXPECT_NE(why.find("host bits"), std::string::npos);
+  EXPECT_FALSE(parse_prefix("198.51.100.0/33", why));
+  EXPECT_FALSE(parse_prefix("198.51.100.0/", why));
+  EXPECT_FALSE(parse_prefix("198.51.100.0/2x", why));
+  EXPECT_FALSE(parse_prefix("example.org/24", why));
+}
+
+TEST(Config, FlagsOverrideTheFile) {
+  ConfigProblems p;
+  Config cfg = parse_config_string("interfaces = [\"eth1\"]\n[dataplane]\ndscp = 10\n", p);
+  apply_flags(cfg,
+              {{"interfaces", {"eth7"}},
+               {"dataplane.dscp", {"46"}},
+               {"tunnel.mtu_policy", {"drop"}},
+               {"metrics.listen", {"127.0.0.1:0"}}},
+              p);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(cfg.interfaces, (std::vector<std::string>{"eth7"}));
+  EXPECT_EQ(cfg.dscp, 46u);
+  EXPECT_EQ(cfg.mtu_policy, RG_MTU_DROP);
+  EXPECT_EQ(cfg.metrics_listen, "127.0.0.1:0");
+
+  apply_flags(cfg, {{"dataplane.cnp_dscp", {"64"}}, {"tunnel.mtu_policy", {"maybe"}}}, p);
+  ASSERT_EQ(p.errors.size(), 2u);
+  EXPECT_EQ(p.errors[0], "--cnp-dscp: 64 is out of range 0..63");
+}
+
+TEST(Config, LoadConfigExitCodes) {
+  ConfigSources none;
+  none.environment = false;
+  try {
+    load_config(none);
+    FAIL() << "no interface must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("interfaces"), std::string::npos);
+  }
+  ConfigSources absent = none;
+  absent.flags = {{"interfaces", {"rgld-absent9"}}};
+  try {
+    load_config(absent);
+    FAIL() << "a missing interface must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitNotFound);
+    EXPECT_NE(std::string(e.what()).find("interface rgld-absent9 does not exist"), std::string::npos);
+  }
+  EXPECT_NO_THROW(load_config(absent, true)) << "--offline does not look for interfaces";
+  ConfigSources lo = none;
+  lo.flags = {{"interfaces", {"lo"}}};
+  EXPECT_EQ(load_config(lo).interfaces.front(), "lo");
+}
+
+TEST(Config, HashFollowsTheConfiguration) {
+  Config a = parse_ok("interfaces = [\"eth1\"]\n");
+  Config b = parse_ok("[[interface]]\nname = \"eth1\"\n");
+  Config c = parse_ok("interfaces = [\"eth1\"]\n[dataplane]\ndscp = 45\n");
+  EXPECT_EQ(a.hash(), b.hash()) << "the two spellings are the same configuration";
+  EXPECT_NE(a.hash(), c.hash());
+  EXPECT_EQ(a.hash().size(), 16u);
+}
+
+// An environment for apply_environment: only these variables exist.
+EnvLookup env_of(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+bool has_error(const ConfigProblems& p, const std::string& text) {
+  for (const auto& e : p.errors)
+    if (e.find(text) != std::string::npos) return true;
+  return false;
+}
+
+TEST(Environment, DefaultFileEnvironmentFlagInThatOrder) {
+  ConfigProblems p;
+  Config cfg = parse_config_string("[dataplane]\ndscp = 10\ncnp_dscp = 11\nqp_entries = 1024\n", p);
+  apply_environment(cfg, p,
+                    env_of({{"ROCEGUARD_DATAPLANE_DSCP", "20"},
+                            {"ROCEGUARD_DATAPLANE_CNP_DSCP", "21"},
+                            {"ROCEGUARD_INTERFACES", "eth1, eth2"},
+                            {"ROCEGUARD_DATAPLANE_REMARK", "false"},
+                            {"ROCEGUARD_DATAPLANE_TC_HANDLE", "0x99"},
+                            {"ROCEGUARD_NIC_ACK_TIMEOUT", "500us"},
+                            {"ROCEGUARD_TUNNEL_PEER",
+                             R"([{ name = "west", local = "192.0.2.1", remote = "203.0.113.1", vni = 7 }])"}}));
+  apply_flags(cfg, {{"dataplane.dscp", {"30"}}}, p);
+  finish_config(cfg, p);
+  ASSERT_TRUE(p.ok()) << p.errors.front();
+  EXPECT_EQ(cfg.dscp, 30u) << "a flag beats the environment";
+  EXPECT_EQ(cfg.cnp_dscp, 21u) << "the environment beats the file";
+  EXPECT_EQ(cfg.qp_entries, 1024u) << "the file beats the default";
+  EXPECT_EQ(cfg.interfaces, (std::vector<std::string>{"eth1", "eth2"}));
+  EXPECT_FALSE(cfg.remark);
+  EXPECT_EQ(cfg.tc_handle, 0x99u);
+  EXPECT_EQ(cfg.nic.ack_timeout.exponent, 7);
+  ASSERT_EQ(cfg.peers.size(), 1u);
+  EXPECT_EQ(cfg.peers[0].vni, 7u);
+  EXPECT_EQ(cfg.peers[0].mtu, cfg.tunnel_mtu);
+}
+
+TEST(Environment, ValidatedLikeFlagsAndNamed) {
+  ConfigProblems from_env, from_flag;
+  Config a, b;
+  apply_environment(a, from_env, env_of({{"ROCEGUARD_DATAPLANE_DSCP", "64"}, {"ROCEGUARD_DATAPLANE_XDP_MODE", "offload"}}));
+  apply_flags(b, {{"dataplane.dscp", {"64"}}, {"dataplane.xdp_mode", {"offload"}}}, from_flag);
+  ASSERT_EQ(from_env.errors.size(), 2u);
+  ASSERT_EQ(from_flag.errors.size(), 2u);
+  EXPECT_EQ(from_env.errors[0], "ROCEGUARD_DATAPLANE_DSCP: 64 is out of range 0..63");
+  EXPECT_EQ(from_flag.errors[0], "--dscp: 64 is out of range 0..63");
+  EXPECT_EQ(from_env.errors[1], "ROCEGUARD_DATAPLANE_XDP_MODE: \"offload\" is not one of \"native\", \"skb\"");
+  EXPECT_EQ(from_flag.errors[1], "--xdp-mode: \"offload\" is not one of \"native\", \"skb\"");
+
+  ConfigProblems p;
+  Config c;
+  apply_environment(c, p,
+                    env_of({{"ROCEGUARD_METRICS_PER_QP", "maybe"},
+                            {"ROCEGUARD_NIC_RETRY_CNT", "9"},
+                            {"ROCEGUARD_TUNNEL_PEER", R"([{ name = "w", local = "192.0.2.1", remote = "2001:db8::1", vni = 1 }])"}}));
+  EXPECT_TRUE(has_error(p, "ROCEGUARD_METRICS_PER_QP: expected true or false, got \"maybe\"")) << p.errors.front();
+  EXPECT_TRUE(has_error(p, "ROCEGUARD_NIC_RETRY_CNT: 9 is out of range 0..7"));
+  EXPECT_TRUE(has_error(p, "ROCEGUARD_TUNNEL_PEER[0].remote: \"2001:db8::1\" and local"));
+}
+
+// Every option's path, from the table.
+std::set<std::string> table_paths() {
+  std::set<std::string> out;
+  for (const auto& o : options()) out.insert(std::string(o.path));
+  return out;
+}
+
+void flatten(const nlohmann::json& j, const std::string& prefix, std::set<std::string>& out) {
+  if (!j.is_object()) {
+    out.insert(prefix);
+    return;
+  }
+  for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+}
+
+// The same configuration written back as TOML (JSON null: not written).
+void to_toml(const nlohmann::json& j, toml::table& out) {
+  for (const auto& [k, v] : j.items()) {
+    if (v.is_object()) {
+      toml::table t;
+      to_toml(v, t);
+      out.insert(k, t);
+    } else if (v.is_array()) {
+      toml::array a;
+      for (const auto& e : v) {
+        if (e.is_object()) {
+          toml::table t;
+          to_toml(e, t);
+          a.push_back(t);
+        } else {
+          a.push_back(e.get<std::string>());
+        }
+      }
+      out.insert(k, a);
+    } else if (v.is_boolean()) {
+      out.insert(k, v.get<bool>());
+    } else if (v.is_number()) {
+      out.insert(k, v.get<int64_t>());
+    } else if (v.is_string()) {
+      out.insert(k, v.get<std::string>());
+    }
+  }
+}
+
+std::string run_help() {
+  std::string out;
+  FILE* f = popen((std::string(RG_BIN) + " run --help 2>&1").c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+TEST(OptionSet, HelpReaderJsonAndEnvironmentAgree) {
+  const std::set<std::string> paths = table_paths();
+  ASSERT_GT(paths.size(), 20u);
+
+  // to_json: exactly the table's options.
+  ConfigProblems p;
+  Config full = parse_config_string(R"(
+interfaces = ["eth1"]
+[[tunnel.peer]]
+name = "west"
+local = "192.0.2.1"
+remote = "203.0.113.1"
+vni = 7
+mtu = 1400
+routes = ["198.51.100.0/24"]
+[nic]
+gid_index = 3
+)", p);
+  ASSERT_TRUE(p.ok()) << p.errors.front();
+  const nlohmann::json j = full.to_json();
+  std::set<std::string> json_paths;
+  flatten(j, "", json_paths);
+  EXPECT_EQ(json_paths, paths);
+  std::set<std::string> peer_keys, field_keys;
+  for (const auto& [k, v] : j["tunnel"]["peer"][0].items()) peer_keys.insert(k);
+  for (const auto& f : peer_fields()) field_keys.insert(std::string(f.key));
+  EXPECT_EQ(peer_keys, field_keys);
+
+  // The reader: takes every key to_json writes and gives the same back ...
+  toml::table doc;
+  to_toml(j, doc);
+  ConfigProblems again;
+  Config reread = parse_config(doc, again);
+  ASSERT_TRUE(again.ok()) << again.errors.front();
+  EXPECT_EQ(reread.to_json(), j);
+  // ... reads each (a wrong type is refused under that key) and knows no other.
+  for (const auto& path : paths) {
+    const auto dot = path.find('.');
+    const std::string text = dot == std::string::npos
+                                 ? path + " = {}\n"
+                                 : "[" + path.substr(0, dot) + "]\n" + path.substr(dot + 1) + " = {}\n";
+    ConfigProblems wrong;
+    parse_config_string(text, wrong);
+    ASSERT_FALSE(wrong.errors.empty()) << path;
+    EXPECT_EQ(wrong.errors[0].rfind(path + ":", 0), 0u) << wrong.errors[0];
+    ConfigProblems unknown;
+    parse_config_string(dot == std::string::npos ? path + "x = 1\n"
+                                                 : "[" + path.substr(0, dot) + "]\n" + path.substr(dot + 1) + "x = 1\n",
+                        unknown);
+    ASSERT_EQ(unknown.errors.size(), 1u) << path;
+    EXPECT_NE(unknown.errors[0].find(path + "x: unknown key"), std::string::npos) << unknown.errors[0];
+  }
+
+  // The environment: ROCEGUARD_<PATH> for every option, each one read.
+  std::set<std::string> env_named;
+  for (const auto& path : paths) {
+    std::string var = "ROCEGUARD_" + path;
+    for (auto& c : var) c = c == '.' ? '_' : static_cast<char>(toupper(c));
+    ConfigProblems bad;
+    Config c;
+    apply_environment(c, bad, env_of({{var, "a/b"}}));
+    ASSERT_FALSE(bad.errors.empty()) << var << " is not read";
+    EXPECT_EQ(bad.errors[0].rfind(var, 0), 0u) << bad.errors[0];
+    env_named.insert(path);
+  }
+  EXPECT_EQ(env_named, paths);
+
+  // --help of run: every option with its variable, and the table's flags.
+  const std::string help = run_help();
+  std::set<std::string> help_paths;
+  const std::regex row(R"(^  ([a-z_.]+)  (ROCEGUARD_[A-Z_]+)\b)");
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, row)) continue;
+    help_paths.insert(m[1]);
+    const Option* o = find_option(m[1].str());
+    ASSERT_NE(o, nullptr) << line;
+    EXPECT_EQ(o->env(), m[2].str());
+  }
+  EXPECT_EQ(help_paths, paths) << help;
+  std::set<std::string> help_flags, table_flags;
+  const std::regex flag(R"(--[a-z][a-z-]+)");
+  const std::string options_part = help.substr(0, help.find("Configuration options"));
+  for (std::sregex_iterator it(options_part.begin(), options_part.end(), flag), end; it != end; ++it)
+    help_flags.insert(it->str());
+  for (const auto& o : options())
+    if (o.flag_of == FlagOf::kDaemon) table_flags.insert(o.long_flag());
+  for (const char* other : {"--help", "--config", "--pin-path", "--reset-state", "--force", "--verbose"})
+    table_flags.insert(other);
+  EXPECT_EQ(help_flags, table_flags) << options_part;
+}
+
+TEST(OptionSet, ReadmeTableIsGenerated) {
+  std::ifstream in(RG_OPERATOR_README);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string begin = "<!-- options: generated by `roceguard config options --markdown` -->\n";
+  const std::string end = "<!-- options: end -->";
+  const auto from = text.find(begin), to = text.find(end);
+  ASSERT_NE(from, std::string::npos) << RG_OPERATOR_README;
+  ASSERT_NE(to, std::string::npos);
+  EXPECT_EQ(text.substr(from + begin.size(), to - from - begin.size()), options_markdown())
+      << "regenerate the table with `roceguard config options --markdown`";
+}
+
+TEST(Validation, PackagedConfigPassesOffline) {
+  ConfigProblems p;
+  Config cfg = parse_config_file(RG_DEFAULT_CONFIG, p);
+  check_config(cfg, true, p);
+  EXPECT_TRUE(p.ok()) << (p.errors.empty() ? p.missing.front() : p.errors.front());
+}
+
+TEST(Validation, RunsWhatRunRefuses) {
+  auto offline_errors = [](std::string_view text) {
+    ConfigProblems p;
+    Config cfg = parse_config_string(text, p);
+    check_config(cfg, true, p);
+    return p;
+  };
+  EXPECT_TRUE(has_error(offline_errors("interfaces = []\n"), "interfaces: none given"));
+  ConfigProblems v6 = offline_errors("interfaces = [\"lo\"]\n[metrics]\nlisten = \"[::]:9741\"\n");
+  ConfigSources sources;
+  sources.environment = false;
+  sources.flags = {{"interfaces", {"lo"}}, {"metrics.listen", {"[::]:9741"}}};
+  bool run_refuses = false;
+  try {
+    load_config(sources);
+  } catch (const Error& e) {
+    run_refuses = true;
+    EXPECT_NE(std::string(e.what()).find("metrics.listen"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(run_refuses, !v6.ok()) << "config check and run disagree on [::]:9741";
+}
+
+TEST(Validation, PeerLocalMustBeThisHost) {
+  ConfigProblems p;
+  Config cfg = parse_config_string(R"(
+interfaces = ["lo"]
+[[tunnel.peer]]
+name = "here"
+local = "127.0.0.1"
+remote = "203.0.113.1"
+vni = 1
+[[tunnel.peer]]
+name = "elsewhere"
+local = "192.0.2.77"
+remote = "203.0.113.2"
+vni = 2
+)", p);
+  check_config(cfg, false, p);
+  ASSERT_EQ(p.missing.size(), 1u);
+  EXPECT_EQ(p.missing[0].rfind("tunnel.peer[1].local: 192.0.2.77 is not an address of this host", 0), 0u) << p.missing[0];
+  ConfigProblems offline;
+  check_config(cfg, true, offline);
+  EXPECT_TRUE(offline.ok());
+}
+
+// dataplane.skb_priority: 0 (the default) leaves skb->priority alone; any
+// u32 reaches the programs, an HTB class id written in hex as TOML allows.
+TEST(SkbPriority, DefaultZeroAnyU32ReachesRodata) {
+  EXPECT_EQ(Config{}.rodata().skb_priority, 0u);
+  EXPECT_EQ(parse_ok("[dataplane]\nskb_priority = 0x10010\n").rodata().skb_priority, 0x10010u);
+  EXPECT_EQ(parse_ok("[dataplane]\nskb_priority = 0xffffffff\n").rodata().skb_priority, 0xffffffffu);
+  auto errs = errors_of("[dataplane]\nskb_priority = 0x100000000\n");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0], "dataplane.skb_priority: 4294967296 is out of range 0..4294967295");
+  EXPECT_EQ(errors_of("[dataplane]\nskb_priority = -1\n").size(), 1u);
+}
+
+// dataplane.xdp_forward: off by default; on, it reaches the programs, puts
+// the ingress program at XDP where auto would pick TC ingress (a veth), and
+// refuses a configured TC ingress hook.
+TEST(XdpForward, OffByDefaultOnReachesRodataAndTakesXdp) {
+  EXPECT_FALSE(Config{}.xdp_forward);
+  EXPECT_EQ(Config{}.rodata().flags & RG_CFG_F_XDP_FORWARD, 0u);
+  const Config on = parse_ok("[dataplane]\nxdp_forward = true\n");
+  EXPECT_EQ(on.rodata().flags & RG_CFG_F_XDP_FORWARD, static_cast<__u32>(RG_CFG_F_XDP_FORWARD));
+  EXPECT_EQ(on.rodata().flags & RG_CFG_F_DEFAULT, static_cast<__u32>(RG_CFG_F_DEFAULT));
+  Config skb = parse_ok("[dataplane]\nxdp_forward = true\nxdp_mode = \"skb\"\n");
+  EXPECT_EQ(planned_ingress_hook(skb, "lo"), IngressHook::kXdp) << "auto takes XDP for the fast path";
+  skb.xdp_forward = false;
+  EXPECT_EQ(planned_ingress_hook(skb, "lo"), IngressHook::kTc) << "and TC ingress without it";
+  auto errs = errors_of("[dataplane]\nxdp_forward = true\ningress_hook = \"tc\"\n");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].find("dataplane.xdp_forward"), std::string::npos) << errs[0];
+  EXPECT_TRUE(errors_of("[dataplane]\nxdp_forward = true\ningress_hook = \"xdp\"\n").empty());
+}
+
+}  // namespace
+}  // namespace rg

@@ -1,0 +1,564 @@
+// What roceguard reads back from its pin path when that state is not what
+// it wrote: maps of another type or size, an attach record of another
+// layout or shape, a counter map left by a build with fewer events, a
+// counter map full of interfaces that are gone, and a QP table churned by
+// the data path while it is walked. Every map here is created by the test in
+// a private bpffs directory of its own, removed even when a case fails; no
+// packet is sent.
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/config_check.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "dataplane/maps.h"
+#include "dataplane/state.h"
+
+namespace {
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
+  int st = pclose(f);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+int create_map(bpf_map_type type, uint32_t key_size, uint32_t value_size, uint32_t max_entries,
+               const char* name = "rg_test") {
+  LIBBPF_OPTS(bpf_map_create_opts, opts);
+  return bpf_map_create(type, name, key_size, value_size, max_entries, &opts);
+}
+
+class PinnedState : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int seq = 0;
+    ASSERT_EQ(system("mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf"), 0);
+    pin_ = "/sys/fs/bpf/rgst-" + std::to_string(getpid()) + "-" + std::to_string(seq++);
+    ASSERT_EQ(mkdir(pin_.c_str(), 0700), 0) << pin_ << ": " << strerror(errno);
+  }
+
+  void TearDown() override {
+    for (int fd : fds_) close(fd);
+    sh("rm -rf " + pin_);
+  }
+
+  // Creates a map and pins it as <pin>/<name>; the fd stays open.
+  int pin(const std::string& name, bpf_map_type type, uint32_t key_size, uint32_t value_size,
+          uint32_t max_entries) {
+    int fd = create_map(type, key_size, value_size, max_entries, name.c_str());
+    EXPECT_GE(fd, 0) << name << ": " << strerror(errno);
+    if (fd < 0) return fd;
+    fds_.push_back(fd);
+    EXPECT_EQ(bpf_obj_pin(fd, (pin_ + "/" + name).c_str()), 0) << name << ": " << strerror(errno);
+    return fd;
+  }
+
+  int pin_counters(uint32_t value_size = sizeof(rg_counters)) {
+    return pin(rg::kMapCounters, BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), value_size,
+               RG_MAX_COUNTER_KEYS);
+  }
+  void pin_qp() {
+    pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), 1024);
+    pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), 1024);
+  }
+
+  // rg_state holding text, in the layout roceguard writes.
+  void pin_record(const std::string& text) {
+    int fd = pin(rg::kMapState, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), rg::kStateValueSize, 1);
+    std::string value(rg::kStateValueSize, '\0');
+    std::memcpy(value.data(), text.data(), text.size());
+    uint32_t key = 0;
+    ASSERT_EQ(bpf_map_update_elem(fd, &key, value.data(), BPF_ANY), 0) << strerror(errno);
+  }
+
+  Result rg(const std::string& args) { return sh(std::string(RG_BIN) + " " + args + " --pin-path " + pin_); }
+
+  std::string pin_;
+  std::vector<int> fds_;
+};
+
+// The message of the rg::Error fn throws, or "" when it throws none.
+template <typename Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const rg::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// --- Maps of another layout are refused by name, never read ---------------
+
+TEST_F(PinnedState, CounterMapOfAnotherTypeIsRefusedByName) {
+  pin(rg::kMapCounters, BPF_MAP_TYPE_HASH, sizeof(rg_counter_key), sizeof(rg_counters), RG_MAX_COUNTER_KEYS);
+  pin_qp();
+  std::string msg = error_of([&] { rg::MapReader reader(pin_); });
+  EXPECT_NE(msg.find(rg::kMapCounters), std::string::npos) << msg;
+  EXPECT_NE(msg.find("type hash, expected percpu_hash"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--reset-state"), std::string::npos) << msg;
+
+  Result r = rg("stats --json");
+  EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
+  EXPECT_NE(r.out.find(rg::kMapCounters), std::string::npos) << r.out;
+}
+
+TEST_F(PinnedState, QpMapOfAnotherKeyOrValueSizeIsRefusedByName) {
+  pin_counters();
+  pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key) + 8, 65536, 1024);
+  pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), 1024);
+  std::string msg = error_of([&] { rg::MapReader reader(pin_); });
+  EXPECT_NE(msg.find(rg::kMapQp4), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key_size 24, expected 16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 65536, expected 80"), std::string::npos) << msg;
+
+  Result r = rg("stats --qp");
+  EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
+  EXPECT_NE(r.out.find(rg::kMapQp4), std::string::npos) << r.out;
+}
+
+TEST_F(PinnedState, Ipv6QpMapOfAnotherValueSizeIsRefusedByName) {
+  pin_counters();
+  pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), 1024);
+  pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir) + 8, 1024);
+  std::string msg = error_of([&] { rg::MapReader reader(pin_); });
+  EXPECT_NE(msg.find(rg::kMapQp6), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 88, expected 80"), std::string::npos) << msg;
+
+  Result r = rg("stats --qp");
+  EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
+  EXPECT_NE(r.out.find(rg::kMapQp6), std::string::npos) << r.out;
+}
+
+// A counter value longer than this build's (a later build with more events)
+// cannot be read into this build's rows.
+TEST_F(PinnedState, LongerCounterValueIsRefused) {
+  pin_counters(sizeof(rg_counters) + 4 * sizeof(rg_counter));
+  pin_qp();
+  std::string msg = error_of([&] { rg::MapReader reader(pin_); });
+  EXPECT_NE(msg.find("value_size"), std::string::npos) << msg;
+}
+
+// The other pinned maps are checked before status counts their entries.
+TEST_F(PinnedState, PeerMapOfAnotherValueSizeIsRefusedByStatus) {
+  pin_counters();
+  pin_qp();
+  pin(rg::kMapPeers, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), 65536, RG_MAX_PEERS);
+  pin_record(R"({"layout":2,"version":"0","interfaces":[]})");
+  Result r = rg("status --json");
+  EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
+  EXPECT_NE(r.out.find(rg::kMapPeers), std::string::npos) << r.out;
+}
+
+// --- The attach record -----------------------------------------------------
+
+// Status and detach read the record first: a 64 KiB value read into a
+// 16 KiB buffer corrupted the heap.
+TEST_F(PinnedState, RecordMapOfAnotherSizeIsRefusedByStatusAndDetach) {
+  pin_counters();
+  pin_qp();
+  pin(rg::kMapState, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), 65536, 1);
+  std::string msg = error_of([&] { rg::read_state(pin_); });
+  EXPECT_NE(msg.find(rg::kMapState), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 65536, expected 16384"), std::string::npos) << msg;
+  EXPECT_EQ(rg::state_map_mismatch(pin_), "value_size 65536, expected 16384");
+
+  for (const char* cmd : {"status", "status --json", "detach"}) {
+    Result r = rg(cmd);
+    EXPECT_EQ(r.rc, rg::kExitConflict) << cmd << ":\n" << r.out;
+    EXPECT_NE(r.out.find(rg::kMapState), std::string::npos) << cmd << ":\n" << r.out;
+    EXPECT_NE(r.out.find("--reset-state"), std::string::npos) << cmd << ":\n" << r.out;
+  }
+}
+
+TEST_F(PinnedState, RecordWithAFieldOfTheWrongTypeNamesTheField) {
+  pin_counters();
+  pin_qp();
+  pin_record(R"({"version":"0","interfaces":[{"name":5,"ifindex":"x"}]})");
+  for (const char* cmd : {"status", "detach"}) {
+    Result r = rg(cmd);
+    EXPECT_EQ(r.rc, rg::kExitConflict) << cmd << ":\n" << r.out;
+    EXPECT_NE(r.out.find("record.interfaces[0].name is number"), std::string::npos) << cmd << ":\n" << r.out;
+    EXPECT_NE(r.out.find("--reset-state"), std::string::npos) << cmd << ":\n" << r.out;
+    EXPECT_EQ(r.out.find("json.exception"), std::string::npos) << cmd << ":\n" << r.out;
+  }
+}
+
+TEST_F(PinnedState, RecordThatIsNotJsonIsRefused) {
+  pin_record("{\"version\": ");
+  std::string msg = error_of([&] { rg::read_state(pin_); });
+  EXPECT_NE(msg.find("is not JSON"), std::string::npos) << msg;
+}
+
+// A record from before the layout was versioned, without the fields added
+// since, is read with their defaults.
+TEST_F(PinnedState, OlderRecordIsReadWithDefaults) {
+  pin_record(R"({"version":"0.1","config_hash":"abc","interfaces":[{"name":"eth9","ifindex":7}]})");
+  auto st = rg::read_state(pin_);
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->layout, 1);
+  EXPECT_EQ(st->version, "0.1");
+  ASSERT_EQ(st->interfaces.size(), 1u);
+  EXPECT_EQ(st->interfaces[0].name, "eth9");
+  EXPECT_EQ(st->interfaces[0].ifindex, 7);
+  EXPECT_EQ(st->interfaces[0].tc_handle, 0u);
+  EXPECT_TRUE(st->config.is_object());
+
+  // Written back in this build's layout.
+  rg::write_state(pin_, *st);
+  auto again = rg::read_state(pin_);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->layout, rg::kStateLayout);
+  EXPECT_EQ(again->interfaces[0].name, "eth9");
+}
+
+TEST_F(PinnedState, RecordOfALaterLayoutIsRefused) {
+  pin_record(R"({"layout":99,"version":"9.0","interfaces":[]})");
+  std::string msg = error_of([&] { rg::read_state(pin_); });
+  EXPECT_NE(msg.find("layout 99"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--reset-state"), std::string::npos) << msg;
+}
+
+TEST_F(PinnedState, WriteRefusesARecordMapOfAnotherSize) {
+  pin(rg::kMapState, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), 65536, 1);
+  std::string msg = error_of([&] { rg::write_state(pin_, rg::State{}); });
+  EXPECT_NE(msg.find(rg::kMapState), std::string::npos) << msg;
+}
+
+// --- Counters across an upgrade that adds events ---------------------------
+
+TEST_F(PinnedState, ShorterCounterValueIsMigratedKeepingEveryCount) {
+  const uint32_t old_events = RG_EV_MAX - 2;
+  const uint32_t old_size = old_events * sizeof(rg_counter);
+  int fd = pin_counters(old_size);
+  pin_qp();
+  const int ncpu = libbpf_num_possible_cpus();
+  ASSERT_GT(ncpu, 0);
+  // Event e on CPU c of interface i counts 1000*i + 10*e + c packets.
+  for (uint32_t ifindex = 1; ifindex <= 3; ++ifindex) {
+    std::vector<rg_counter> value(static_cast<size_t>(ncpu) * old_events);
+    for (int c = 0; c < ncpu; ++c)
+      for (uint32_t e = 0; e < old_events; ++e)
+        value[static_cast<size_t>(c) * old_events + e] = {1000ull * ifindex + 10 * e + c, 64};
+    rg_counter_key key{ifindex, RG_DIR_EGRESS};
+    ASSERT_EQ(bpf_map_update_elem(fd, &key, value.data(), BPF_NOEXIST), 0) << strerror(errno);
+  }
+  const uint64_t cpu_sum = static_cast<uint64_t>(ncpu) * (ncpu - 1) / 2;
+
+  // The old, shorter value is readable as it is: the new events read zero.
+  auto before = rg::MapReader(pin_).counters();
+  ASSERT_EQ(before.size(), 3u);
+
+  ASSERT_TRUE(rg::migrate_counters(pin_, sizeof(rg_counters)));
+  rg::MapUsage u = rg::map_info(fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapCounters).c_str())),
+                                rg::kMapCounters);
+  EXPECT_EQ(u.value_size, sizeof(rg_counters));
+  EXPECT_EQ(u.max_entries, static_cast<uint32_t>(RG_MAX_COUNTER_KEYS));
+
+  auto after = rg::MapReader(pin_).counters();
+  ASSERT_EQ(after.size(), 3u);
+  for (const auto& row : after) {
+    for (uint32_t e = 0; e < old_events; ++e) {
+      EXPECT_EQ(row.ev[e].packets, ncpu * (1000ull * row.ifindex + 10 * e) + cpu_sum) << row.ifindex << " " << e;
+      EXPECT_EQ(row.ev[e].bytes, 64ull * ncpu);
+    }
+    for (uint32_t e = old_events; e < RG_EV_MAX; ++e) EXPECT_EQ(row.ev[e].packets, 0u);
+  }
+  for (const auto& row : before) {
+    for (const auto& a : after) {
+      if (a.ifindex != row.ifindex) continue;
+      for (uint32_t e = 0; e < RG_EV_MAX; ++e) EXPECT_EQ(a.ev[e].packets, row.ev[e].packets);
+    }
+  }
+  // Nothing is left beside it.
+  struct stat st {};
+  EXPECT_NE(stat((pin_ + "/" + rg::kMapCounters + "_migrating").c_str(), &st), 0);
+  // The same length again is nothing to migrate.
+  EXPECT_FALSE(rg::migrate_counters(pin_, sizeof(rg_counters)));
+}
+
+// --- QPs across the upgrade to per-family, per-direction tables ------------
+
+using rg::LegacyQpDir;
+using rg::LegacyQpState;
+
+TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
+  pin_counters();
+  int legacy = pin(rg::kMapQpLegacy, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 4096);
+  // An IPv4 QP seen both ways, and an IPv6 one seen only leaving.
+  rg_qp_key k4{};
+  k4.family = AF_INET;
+  inet_pton(AF_INET, "192.0.2.1", k4.src);
+  inet_pton(AF_INET, "198.51.100.2", k4.dst);
+  k4.dest_qp = 0x11;
+  LegacyQpState v4{};
+  v4.dir[RG_DIR_EGRESS] = {100, 102400, 3, 2, 7, 1, 0, 4, 5, 6, 0x123456, RG_QP_F_SEEN};
+  v4.dir[RG_DIR_INGRESS] = {50, 51200, 1, 1ull << 33, 9, 0, 2, 0, 0, 8, 0x654321, RG_QP_F_SEEN};
+  v4.last_seen_ns = 777;
+  ASSERT_EQ(bpf_map_update_elem(legacy, &k4, &v4, BPF_NOEXIST), 0) << strerror(errno);
+  rg_qp_key k6{};
+  k6.family = AF_INET6;
+  inet_pton(AF_INET6, "2001:db8::1", k6.src);
+  inet_pton(AF_INET6, "2001:db8::2", k6.dst);
+  k6.dest_qp = 0x22;
+  LegacyQpState v6{};
+  v6.dir[RG_DIR_EGRESS] = {10, 10240, 0, 0, 0, 0, 0, 0, 0, 0, 9, RG_QP_F_SEEN};
+  v6.last_seen_ns = 888;
+  ASSERT_EQ(bpf_map_update_elem(legacy, &k6, &v6, BPF_NOEXIST), 0) << strerror(errno);
+
+  auto carried = rg::migrate_qp_table(pin_, 2048);
+  ASSERT_TRUE(carried);
+  EXPECT_EQ(*carried, 3u);  // the IPv6 QP's ingress was never seen
+  // Until the attach completes the earlier build keeps its table.
+  struct stat st {};
+  EXPECT_EQ(stat((pin_ + "/" + rg::kMapQpLegacy).c_str(), &st), 0);
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) {
+    rg::MapUsage u = rg::map_info(fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())), name);
+    EXPECT_EQ(u.max_entries, 2048u) << name;
+    EXPECT_NE(stat((pin_ + "/" + name + "_migrating").c_str(), &st), 0) << name;
+  }
+
+  auto rows = rg::MapReader(pin_).qps();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    if (row.key.family == AF_INET) {
+      EXPECT_EQ(std::memcmp(&row.key, &k4, sizeof(k4)), 0);
+      for (int d = 0; d < RG_DIR_MAX; ++d) {
+        const LegacyQpDir& o = v4.dir[d];
+        const rg_qp_dir& n = row.state.dir[d];
+        EXPECT_EQ(n.packets, o.packets) << d;
+        EXPECT_EQ(n.bytes, o.bytes) << d;
+        EXPECT_EQ(n.retransmits, o.retransmits) << d;
+        EXPECT_EQ(n.lost, o.lost) << d;
+        EXPECT_EQ(n.nak_seq_err, o.nak_seq_err) << d;
+        EXPECT_EQ(n.nak_other, o.nak_other) << d;
+        EXPECT_EQ(n.rnr_nak, o.rnr_nak) << d;
+        EXPECT_EQ(n.cnp, o.cnp) << d;
+        EXPECT_EQ(n.ecn_ce, o.ecn_ce) << d;
+        EXPECT_EQ(n.max_psn, o.max_psn) << d;
+        EXPECT_EQ(n.flags, o.flags) << d;
+        EXPECT_EQ(n.last_seen_ns, 777u) << d;
+      }
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].gaps, 2u);
+      EXPECT_EQ(row.state.dir[RG_DIR_INGRESS].gaps, UINT32_MAX);  // 32 bits now: saturated, not wrapped
+    } else {
+      EXPECT_EQ(std::memcmp(&row.key, &k6, sizeof(k6)), 0);
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].packets, 10u);
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].max_psn, 9u);
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].last_seen_ns, 888u);
+      EXPECT_EQ(row.state.dir[RG_DIR_INGRESS].packets, 0u);
+    }
+  }
+
+  // Again (an upgrade that failed and is retried): the tables are rebuilt
+  // from the earlier build's, not added to.
+  ASSERT_TRUE(rg::migrate_qp_table(pin_, 2048));
+  rows = rg::MapReader(pin_).qps();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows)
+    if (row.key.family == AF_INET) {
+      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].packets, 100u);
+    }
+
+  rg::remove_legacy_qp_table(pin_);
+  EXPECT_NE(stat((pin_ + "/" + rg::kMapQpLegacy).c_str(), &st), 0);
+  EXPECT_FALSE(rg::migrate_qp_table(pin_, 2048));
+  EXPECT_NO_THROW(rg::remove_legacy_qp_table(pin_));
+}
+
+TEST_F(PinnedState, LegacyQpTableOfAnotherLayoutIsRefusedByName) {
+  pin_counters();
+  pin(rg::kMapQpLegacy, BPF_MAP_TYPE_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 64);
+  std::string msg = error_of([&] { rg::migrate_qp_table(pin_, 1024); });
+  EXPECT_NE(msg.find(std::string(pin_) + "/" + rg::kMapQpLegacy), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--reset-state"), std::string::npos) << msg;
+  struct stat st {};
+  EXPECT_NE(stat((pin_ + "/" + rg::kMapQp4).c_str(), &st), 0);
+}
+
+// --- Pruning counters of interfaces that are gone --------------------------
+
+TEST_F(PinnedState, StaleInterfacesArePrunedSoANewOneStillCounts) {
+  int fd = pin_counters();
+  const int ncpu = libbpf_num_possible_cpus();
+  std::vector<rg_counters> zero(static_cast<size_t>(ncpu));
+  // Ifindexes far above any this machine hands out; checked below.
+  const uint32_t first_stale = 0x7fff0000;
+  for (uint32_t i = 0; i < RG_MAX_COUNTER_KEYS / RG_DIR_MAX; ++i) {
+    char name[IF_NAMESIZE];
+    ASSERT_EQ(if_indextoname(first_stale + i, name), nullptr);
+    for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
+      rg_counter_key key{first_stale + i, d};
+      ASSERT_EQ(bpf_map_update_elem(fd, &key, zero.data(), BPF_NOEXIST), 0) << strerror(errno);
+    }
+  }
+  const uint32_t lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  rg_counter_key fresh{lo, RG_DIR_EGRESS};
+  EXPECT_NE(bpf_map_update_elem(fd, &fresh, zero.data(), BPF_NOEXIST), 0) << "the map should be full";
+
+  // A configured ifindex is kept even when it is not there (yet).
+  const uint32_t kept = first_stale + 3;
+  EXPECT_EQ(rg::prune_counters(fd, {kept}), static_cast<size_t>(RG_MAX_COUNTER_KEYS - RG_DIR_MAX));
+  EXPECT_EQ(bpf_map_update_elem(fd, &fresh, zero.data(), BPF_NOEXIST), 0) << strerror(errno);
+  std::set<uint32_t> left;
+  for (const auto& row : rg::MapReader(fd).counters()) left.insert(row.ifindex);
+  EXPECT_EQ(left, (std::set<uint32_t>{lo, kept}));
+  // An interface that exists is never pruned.
+  EXPECT_EQ(rg::prune_counters(fd, {}), static_cast<size_t>(RG_DIR_MAX));
+  EXPECT_EQ(rg::MapReader(fd).counters().size(), 1u);
+}
+
+// --- Walks under churn ------------------------------------------------------
+
+// One thread inserts random QP keys into a small LRU table, evicting as it
+// goes, while walks run: every walk ends and returns each key at most once,
+// never more keys than the table holds.
+TEST(MapWalk, LruChurnNeverRepeatsOrExceedsCapacity) {
+  constexpr uint32_t kCapacity = 1024;
+  int counters = create_map(BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), sizeof(rg_counters),
+                            RG_MAX_COUNTER_KEYS);
+  int qp = create_map(BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), kCapacity);
+  ASSERT_GE(counters, 0) << strerror(errno);
+  ASSERT_GE(qp, 0) << strerror(errno);
+  auto insert = [qp](std::mt19937& rng) {
+    rg_qp4_key key{};
+    key.dest_qp = rng();
+    key.src[0] = static_cast<uint8_t>(rng());
+    key.direction = rng() & 1;
+    rg_qp_dir value{};
+    value.packets = 1;
+    bpf_map_update_elem(qp, &key, &value, BPF_ANY);
+  };
+  std::mt19937 fill(1);
+  for (uint32_t i = 0; i < 4 * kCapacity; ++i) insert(fill);
+
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    std::mt19937 rng(2);
+    while (!stop.load(std::memory_order_relaxed)) insert(rng);
+  });
+  rg::MapReader reader(counters, rg::QpMaps{qp, -1});
+  size_t worst = 0;
+  bool repeated = false;
+  for (int walk = 0; walk < 200; ++walk) {
+    // The walk itself: the reader joins a QP's two directions into a row.
+    std::vector<std::string> walked;
+    rg::walk_map(qp, sizeof(rg_qp4_key), sizeof(rg_qp_dir), kCapacity, [&](const uint8_t* k, const uint8_t*) {
+      walked.emplace_back(reinterpret_cast<const char*>(k), sizeof(rg_qp4_key));
+    });
+    std::set<std::string> keys(walked.begin(), walked.end());
+    repeated |= keys.size() != walked.size();
+    worst = std::max(worst, walked.size());
+    worst = std::max(worst, reader.qps().size());
+    auto usage = reader.usage(qp, rg::kMapQp4);
+    worst = std::max<size_t>(worst, usage.entries);
+  }
+  stop = true;
+  churn.join();
+  close(counters);
+  close(qp);
+  EXPECT_FALSE(repeated);
+  EXPECT_LE(worst, kCapacity);
+}
+
+// walk_map stops at max_entries even when asked for fewer than the map
+// holds, batched (hash) or not (LPM trie).
+TEST(MapWalk, StopsAtMaxEntries) {
+  int hash = create_map(BPF_MAP_TYPE_HASH, sizeof(uint32_t), sizeof(uint32_t), 64);
+  ASSERT_GE(hash, 0);
+  for (uint32_t i = 0; i < 64; ++i) ASSERT_EQ(bpf_map_update_elem(hash, &i, &i, BPF_NOEXIST), 0);
+  std::set<uint32_t> seen;
+  size_t n = rg::walk_map(hash, sizeof(uint32_t), sizeof(uint32_t), 64, [&](const uint8_t* k, const uint8_t*) {
+    uint32_t key;
+    std::memcpy(&key, k, sizeof(key));
+    seen.insert(key);
+  });
+  EXPECT_EQ(n, 64u);
+  EXPECT_EQ(seen.size(), 64u);
+  EXPECT_EQ(rg::walk_map(hash, sizeof(uint32_t), sizeof(uint32_t), 10, [](const uint8_t*, const uint8_t*) {}), 10u);
+  close(hash);
+
+  LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+  int trie = bpf_map_create(BPF_MAP_TYPE_LPM_TRIE, "rg_test", sizeof(rg_route4_key), sizeof(uint32_t), 16, &opts);
+  ASSERT_GE(trie, 0) << strerror(errno);
+  for (uint8_t i = 0; i < 16; ++i) {
+    rg_route4_key key{24, {198, 51, i, 0}};
+    uint32_t slot = i;
+    ASSERT_EQ(bpf_map_update_elem(trie, &key, &slot, BPF_NOEXIST), 0);
+  }
+  EXPECT_EQ(rg::walk_map(trie, sizeof(rg_route4_key), sizeof(uint32_t), 16, [](const uint8_t*, const uint8_t*) {}),
+            16u);
+  EXPECT_EQ(rg::walk_map(trie, sizeof(rg_route4_key), sizeof(uint32_t), 5, [](const uint8_t*, const uint8_t*) {}), 5u);
+  close(trie);
+}
+
+// --- Limits are checked before anything changes ----------------------------
+
+TEST(Limits, PeersThatOverflowTheAttachRecordAreRefusedOffline) {
+  char dir[] = "/tmp/rgst-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/peers.toml";
+  {
+    std::ofstream out(file);
+    out << "interfaces = [\"eth0\"]\n[tunnel]\npeer = [\n";
+    for (int i = 0; i < RG_MAX_PEERS; ++i)
+      out << "  { name = \"peer" << i << "\", local = \"192.0.2.1\", remote = \"203.0.113." << 1 + i % 254
+          << "\", vni = " << 1000 + i << " },\n";
+    out << "]\n";
+  }
+  Result r = sh(std::string(RG_BIN) + " config check --offline " + file);
+  sh(std::string("rm -rf ") + dir);
+  EXPECT_EQ(r.rc, rg::kExitUsage) << r.out;
+  EXPECT_NE(r.out.find("the attach record of this configuration takes up to"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("16383"), std::string::npos) << r.out;
+}
+
+TEST(Limits, MoreInterfacesThanTheCounterMapHoldsAreRefused) {
+  rg::Config cfg;
+  for (int i = 0; i <= RG_MAX_COUNTER_KEYS / RG_DIR_MAX; ++i) cfg.interfaces.push_back("rg" + std::to_string(i));
+  rg::ConfigProblems p;
+  rg::check_config(cfg, true, p);
+  bool named = false;
+  for (const auto& e : p.errors) named |= e.find("interfaces: 257 interfaces, at most 256") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
+// Every limit check passes the shipped, small configuration.
+TEST(Limits, OneInterfaceNoPeersFits) {
+  rg::Config cfg;
+  cfg.interfaces = {"eth0"};
+  rg::ConfigProblems p;
+  rg::check_config(cfg, true, p);
+  EXPECT_TRUE(p.errors.empty());
+}
+
+}  // namespace

@@ -1,0 +1,598 @@
+// The exporter against real pinned maps: the skeleton is loaded with its maps
+// pinned under a private bpffs directory (as the loader pins them), packets
+// run through both programs with BPF_PROG_TEST_RUN, and every scrape must
+// say exactly what the maps hold.
+#include <bpf/bpf.h>
+#include <civetweb.h>
+#include <bpf/libbpf.h>
+#include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <net/if.h>
+#include <nlohmann/json.hpp>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "common/error.h"
+#include "dataplane/maps.h"
+#include "dataplane/names.h"
+#include "dataplane/state.h"
+#include "metrics/exporter.h"
+#include "metrics/presentation.h"
+#include "packet.h"
+#include "roceguard.skel.h"
+#include "scrape.h"
+
+namespace rg::test {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+void ensure_bpffs() {
+  struct statfs st{};
+  if (statfs("/sys/fs/bpf", &st) == 0 && st.f_type == BPF_FS_MAGIC) return;
+  ASSERT_EQ(mount("bpf", "/sys/fs/bpf", "bpf", 0, nullptr), 0)
+      << "bpffs is not mounted on /sys/fs/bpf and mounting it failed: " << strerror(errno);
+}
+
+// The BPF object loaded with its maps pinned under /sys/fs/bpf/rgex-<pid>-<n>,
+// removed again (programs, maps, pins, directory) on destruction.
+class PinnedDataPlane {
+ public:
+  PinnedDataPlane() : PinnedDataPlane(next_dir()) {}
+  explicit PinnedDataPlane(std::string dir) : dir_(std::move(dir)) {
+    if (mkdir(dir_.c_str(), 0700) != 0) throw std::runtime_error("mkdir " + dir_);
+    skel_ = roceguard__open();
+    if (!skel_) throw std::runtime_error("open the BPF object");
+    for (const char* name : kPinnedMaps) {
+      bpf_map* map = bpf_object__find_map_by_name(skel_->obj, name);
+      if (!map || bpf_map__set_pin_path(map, (dir_ + "/" + name).c_str()) != 0)
+        throw std::runtime_error(std::string("set pin path of ") + name);
+    }
+    if (int err = roceguard__load(skel_); err != 0)
+      throw std::runtime_error("load the BPF object: " + std::to_string(err));
+  }
+  ~PinnedDataPlane() {
+    if (skel_) roceguard__destroy(skel_);
+    for (const char* name : kPinnedMaps) unlink((dir_ + "/" + name).c_str());
+    rmdir(dir_.c_str());
+  }
+  PinnedDataPlane(const PinnedDataPlane&) = delete;
+  PinnedDataPlane& operator=(const PinnedDataPlane&) = delete;
+
+  static std::string next_dir() {
+    static int seq = 0;
+    return "/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-" + std::to_string(seq++);
+  }
+  const std::string& pin_path() const { return dir_; }
+  int counters_fd() const { return bpf_map__fd(skel_->maps.rg_counters); }
+
+  void egress(const Bytes& frame) { run(skel_->progs.rg_tc_egress, frame); }
+  void ingress(const Bytes& frame) { run(skel_->progs.rg_xdp_ingress, frame); }
+
+ private:
+  static void run(bpf_program* prog, const Bytes& frame) {
+    Bytes out(frame.size() + 256);
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+                .data_out = out.data(), .data_size_in = static_cast<__u32>(frame.size()),
+                .data_size_out = static_cast<__u32>(out.size()), .repeat = 1);
+    if (bpf_prog_test_run_opts(bpf_program__fd(prog), &opts) != 0)
+      throw std::runtime_error(std::string("test run of ") + bpf_program__name(prog) + ": " +
+                               strerror(errno));
+  }
+
+  std::string dir_;
+  roceguard* skel_ = nullptr;
+};
+
+Bytes roce(uint32_t qp, uint32_t psn, uint8_t opcode = kOpSendOnly, uint8_t tos = 0,
+           const std::string& src = "192.0.2.1", const std::string& dst = "198.51.100.1",
+           std::optional<uint8_t> syndrome = std::nullopt) {
+  Bth b;
+  b.opcode = opcode;
+  b.dest_qp = qp;
+  b.psn = psn;
+  PacketBuilder p;
+  p.ipv4(src, dst).tos(tos).udp(49152, kRoceV2Port).bth(b);
+  if (syndrome) p.aeth(*syndrome, 0);
+  return p.payload(opcode == kOpSendOnly ? 64 : 0).build();
+}
+
+// Known traffic: egress QP 0x11 sends PSN 0..3 and resends 2; ingress QP
+// 0x22 skips PSN 12..14, then gets a NAK, a CNP, a CE-marked packet and a
+// frame cut short inside the BTH.
+void send_traffic(PinnedDataPlane& dp) {
+  for (uint32_t psn : {0u, 1u, 2u, 3u, 2u}) dp.egress(roce(0x11, psn));
+  const std::string a = "198.51.100.1", b = "192.0.2.1";
+  for (uint32_t psn : {10u, 11u, 15u, 16u}) dp.ingress(roce(0x22, psn, kOpSendOnly, 0, a, b));
+  dp.ingress(roce(0x22, 17, kOpAck, 0, a, b, kSynNakSeqErr));
+  dp.ingress(roce(0x22, 0, kOpCnp, 0, a, b));
+  dp.ingress(roce(0x22, 17, kOpSendOnly, 0x03, a, b));
+  Bytes cut = roce(0x22, 18, kOpSendOnly, 0, a, b);
+  cut.resize(14 + 20 + 8 + 6);
+  dp.ingress(cut);
+}
+
+std::string ifname_of(uint32_t ifindex) {
+  char buf[IF_NAMESIZE] = {};
+  return if_indextoname(ifindex, buf) ? buf : std::to_string(ifindex);
+}
+
+struct Scrape {
+  int status = 0;
+  std::string body;
+  std::vector<Sample> samples;
+};
+
+Scrape scrape(const Exporter& ex, const std::string& path = "/metrics") {
+  const std::string addr = ex.listen_address();
+  const auto colon = addr.rfind(':');
+  HttpReply r = http_get(addr.substr(0, colon),
+                         static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))), path);
+  Scrape s{r.status, r.body, {}};
+  if (r.status == 200) s.samples = parse_exposition(r.body);
+  return s;
+}
+
+ExporterOptions options_for(const std::string& pin_path) {
+  ExporterOptions o;
+  o.listen = "127.0.0.1:0";
+  o.pin_path = pin_path;
+  return o;
+}
+
+// Every event of every {interface, direction} row, packets and bytes, as the
+// exporter must show it.
+void expect_matches_maps(const std::vector<Sample>& samples, const std::string& pin_path) {
+  MapReader reader(pin_path);
+  const auto rows = reader.counters();
+  ASSERT_FALSE(rows.empty());
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < RG_EV_MAX; ++i) {
+      const EventName& e = event_name(static_cast<rg_event>(i));
+      Labels l{{"interface", ifname_of(row.ifindex)},
+               {"direction", std::string(direction_name(row.direction))}};
+      if (!e.label.empty()) l[std::string(e.label)] = std::string(e.label_value);
+      const std::string packets = "roceguard_" + std::string(e.metric) + "_total";
+      EXPECT_EQ(value_of(samples, packets, l), static_cast<double>(row.ev[i].packets))
+          << packets << " " << e.name << " " << l["interface"] << " " << l["direction"];
+      if (e.bytes_metric.empty()) continue;
+      const std::string bytes = "roceguard_" + std::string(e.bytes_metric) + "_total";
+      EXPECT_EQ(value_of(samples, bytes, l), static_cast<double>(row.ev[i].bytes))
+          << bytes << " " << e.name;
+    }
+  }
+  for (const auto& u : reader.usage_all()) {
+    EXPECT_EQ(value_of(samples, "roceguard_map_entries", {{"map", u.name}}), u.entries) << u.name;
+    EXPECT_EQ(value_of(samples, "roceguard_map_max_entries", {{"map", u.name}}), u.max_entries)
+        << u.name;
+  }
+}
+
+class ExporterBpf : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { ensure_bpffs(); }
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "needs root: loads BPF programs and pins maps";
+    dp_ = std::make_unique<PinnedDataPlane>();
+  }
+  void TearDown() override { dp_.reset(); }
+
+  std::unique_ptr<PinnedDataPlane> dp_;
+};
+
+TEST_F(ExporterBpf, ScrapeShowsExactlyWhatTheMapsHold) {
+  send_traffic(*dp_);
+  ExporterOptions o = options_for(dp_->pin_path());
+  o.interfaces = {"lo"};
+  Exporter ex(o);
+  ex.set_attach_state("lo", "tc_egress", true);
+
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  expect_matches_maps(s.samples, dp_->pin_path());
+
+  // And the same figures worked out by hand from send_traffic().
+  const Labels eg{{"interface", "lo"}, {"direction", "egress"}};
+  const Labels in{{"interface", "lo"}, {"direction", "ingress"}};
+  EXPECT_EQ(value_of(s.samples, "roceguard_roce_packets_total", eg), 5);
+  EXPECT_EQ(value_of(s.samples, "roceguard_retransmitted_packets_total", eg), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_dscp_rewritten_packets_total", eg), 5);
+  EXPECT_EQ(value_of(s.samples, "roceguard_roce_packets_total", in), 7);
+  EXPECT_EQ(value_of(s.samples, "roceguard_psn_gaps_total", in), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_estimated_lost_packets_total", in), 3);
+  Labels nak = in;
+  nak["type"] = "seq_err";
+  EXPECT_EQ(value_of(s.samples, "roceguard_naks_total", nak), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_cnp_packets_total", in), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_ecn_ce_packets_total", in), 1);
+  Labels trunc = in;
+  trunc["reason"] = "trunc_bth";
+  EXPECT_EQ(value_of(s.samples, "roceguard_parse_errors_total", trunc), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp4"}}), 2);
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp6"}}), 0);
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_counters"}}), 2);
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_peers"}}), 0)
+      << "unused peer slots of the array are not fill";
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_max_entries", {{"map", "rg_peers"}}), RG_MAX_PEERS);
+
+  EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 0);
+  EXPECT_EQ(value_of(s.samples, "roceguard_build_info", {{"version", ROCEGUARD_VERSION}}), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_attached", {{"interface", "lo"}, {"hook", "tc_egress"}}),
+            1);
+  EXPECT_EQ(
+      value_of(s.samples, "roceguard_attached", {{"interface", "lo"}, {"hook", "xdp_ingress"}}), 0);
+  EXPECT_TRUE(value_of(s.samples, "roceguard_scrape_duration_seconds").has_value());
+  EXPECT_TRUE(find(s.samples, "roceguard_qp_packets_total").empty()) << "per-QP is off by default";
+
+  ex.set_attach_state("lo", "tc_egress", false);
+  EXPECT_EQ(value_of(scrape(ex).samples, "roceguard_attached",
+                     {{"interface", "lo"}, {"hook", "tc_egress"}}),
+            0);
+
+  int peers = bpf_obj_get((dp_->pin_path() + "/" + kMapPeers).c_str());
+  ASSERT_GE(peers, 0);
+  rg_peer peer{};
+  peer.family = AF_INET;
+  peer.vni = 7;
+  uint32_t slot = 3;
+  EXPECT_EQ(bpf_map_update_elem(peers, &slot, &peer, BPF_ANY), 0);
+  close(peers);
+  EXPECT_EQ(value_of(scrape(ex).samples, "roceguard_map_entries", {{"map", "rg_peers"}}), 1);
+}
+
+TEST_F(ExporterBpf, InterfaceWithoutNameIsLabelledByIndex) {
+  uint32_t gone = 0x7ffffff0;
+  char buf[IF_NAMESIZE];
+  ASSERT_EQ(if_indextoname(gone, buf), nullptr);
+  // A per-CPU value for every possible CPU, as the kernel expects it.
+  const int ncpu = libbpf_num_possible_cpus();
+  ASSERT_GT(ncpu, 0);
+  std::vector<rg_counters> v(static_cast<size_t>(ncpu));
+  v[0].ev[RG_EV_ROCE_PACKETS] = {7, 700};
+  v[static_cast<size_t>(ncpu) - 1].ev[RG_EV_ROCE_PACKETS].packets += 3;
+  rg_counter_key key{gone, RG_DIR_INGRESS};
+  ASSERT_EQ(bpf_map_update_elem(dp_->counters_fd(), &key, v.data(), BPF_ANY), 0);
+
+  Exporter ex(options_for(dp_->pin_path()));
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200);
+  const Labels l{{"interface", std::to_string(gone)}, {"direction", "ingress"}};
+  EXPECT_EQ(value_of(s.samples, "roceguard_roce_packets_total", l), 10) << "summed over CPUs";
+  EXPECT_EQ(value_of(s.samples, "roceguard_roce_bytes_total", l), 700);
+
+  // Programs in another network namespace: the loader names their ifindexes.
+  ExporterOptions named = options_for(dp_->pin_path());
+  named.interface_names[gone] = "rgexgw0";
+  Exporter ex2(named);
+  EXPECT_EQ(value_of(scrape(ex2).samples, "roceguard_roce_packets_total",
+                     {{"interface", "rgexgw0"}, {"direction", "ingress"}}),
+            10);
+}
+
+TEST_F(ExporterBpf, FollowsPinsThatComeGoAndAreReplaced) {
+  const std::string dir = PinnedDataPlane::next_dir();
+  Exporter ex(options_for(dir));
+  const Labels eg{{"interface", "lo"}, {"direction", "egress"}};
+  Scrape s = scrape(ex);
+  EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 0);
+  EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 1);
+  {
+    PinnedDataPlane late(dir);
+    late.egress(roce(0x11, 0));
+    s = scrape(ex);
+    EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 1);
+    EXPECT_EQ(value_of(s.samples, "roceguard_roce_packets_total", eg), 1);
+  }
+  s = scrape(ex);
+  EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 0);
+  EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 2);
+  // New maps under the same path (what --reset-state does): read, not the old ones.
+  PinnedDataPlane fresh(dir);
+  for (int i = 0; i < 3; ++i) fresh.egress(roce(0x11, static_cast<uint32_t>(i)));
+  EXPECT_EQ(value_of(scrape(ex).samples, "roceguard_roce_packets_total", eg), 3);
+}
+
+TEST_F(ExporterBpf, PromtoolAcceptsTheOutput) {
+  send_traffic(*dp_);
+  ExporterOptions o = options_for(dp_->pin_path());
+  o.interfaces = {"lo"};
+  o.per_qp = true;
+  Exporter ex(o);
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200);
+  TempDir tmp("scrape");
+  write_file(tmp.path() + "/metrics.txt", s.body);
+  CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+  EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;
+  EXPECT_EQ(r.output, "") << "promtool has lint remarks";
+}
+
+// Per-peer tunnel series: labelled with the configured peer name from the
+// attach record, the counters summed over CPUs, the receiving side's
+// stream figures and the delay histogram as the maps hold them.
+TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
+  const std::string pin = dp_->pin_path();
+  State st;
+  st.config = nlohmann::json::parse(R"({"tunnel": {"peer": [{"name": "gw-x"}, {"name": "gw-b"}]}})");
+  write_state(pin, st);
+  struct StateUnpin {
+    std::string path;
+    ~StateUnpin() { unlink(path.c_str()); }
+  } unpin{pin + "/" + kMapState};
+
+  const int ncpu = libbpf_num_possible_cpus();
+  ASSERT_GT(ncpu, 0);
+  const size_t stride = (sizeof(rg_peer_stats) + 7) & ~size_t{7};
+  std::vector<uint8_t> per_cpu(stride * static_cast<size_t>(ncpu), 0);
+  for (int cpu = 0; cpu < ncpu; ++cpu) {
+    rg_peer_stats v{};
+    v.ev[RG_PEER_EV_SEQ_SENT].packets = 5;
+    v.ev[RG_PEER_EV_ENCAPSULATED].packets = 6;
+    v.ev[RG_PEER_EV_OVERSIZE_DROPPED].packets = 1;
+    std::memcpy(per_cpu.data() + stride * static_cast<size_t>(cpu), &v, sizeof(v));
+  }
+  const int stats = bpf_obj_get((pin + "/" + kMapPeerStats).c_str());
+  ASSERT_GE(stats, 0);
+  uint32_t slot = 1;
+  ASSERT_EQ(bpf_map_update_elem(stats, &slot, per_cpu.data(), BPF_ANY), 0) << strerror(errno);
+  close(stats);
+
+  // Two streams of peer 1; one silent for longer than the settle time, so
+  // its open hole counts as lost already.
+  const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
+  ASSERT_GE(streams, 0);
+  const uint64_t now = monotonic_now_ns();
+  for (uint32_t cpu : {0u, 1u}) {
+    rg_tunnel_stream_key k{1, cpu};
+    rg_tunnel_stream v{};
+    v.received = 10;
+    v.lost = 2;
+    v.reordered = 1;
+    v.duplicated = 3;
+    v.window = ~0ull & ~(1ull << 4);
+    v.last_ns = cpu == 0 ? now : now - 2 * RG_TUNNEL_SETTLE_NS;
+    v.max_seq = 20;
+    v.delay[3] = 10;  // up to 8 us
+    v.delay_sum_ns = 50000;
+    ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
+  }
+  close(streams);
+
+  Exporter ex(options_for(pin));
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const Labels peer{{"peer", "gw-b"}};
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_sent_packets_total", peer), 5.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_encapsulated_packets_total", peer), 6.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_oversize_packets_total", {{"peer", "gw-b"}, {"policy", "drop"}}),
+            1.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_received_packets_total", peer), 20);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_lost_packets_total", peer), 2 + 2 + 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_reordered_packets_total", peer), 2);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_duplicated_packets_total", peer), 6);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_count", peer), 20);
+  EXPECT_NEAR(*value_of(s.samples, "roceguard_tunnel_delay_seconds_sum", peer), 100e-6, 1e-12);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_bucket", {{"peer", "gw-b"}, {"le", "+Inf"}}), 20);
+  size_t buckets = 0;
+  for (const auto& sample : find(s.samples, "roceguard_tunnel_delay_seconds_bucket")) {
+    ++buckets;
+    const double le = sample.labels.at("le") == "+Inf" ? 1e9 : std::stod(sample.labels.at("le"));
+    EXPECT_EQ(sample.value, le >= 8e-6 * (1 - 1e-9) ? 20 : 0) << "le " << sample.labels.at("le");
+  }
+  EXPECT_EQ(buckets, static_cast<size_t>(RG_TUNNEL_DELAY_BUCKETS));
+  EXPECT_TRUE(find(s.samples, "roceguard_tunnel_received_packets_total").size() == 1)
+      << "peers without streams have no receiving-side series";
+
+  TempDir tmp("tunnel-scrape");
+  write_file(tmp.path() + "/metrics.txt", s.body);
+  CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+  EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;
+  EXPECT_EQ(r.output, "") << "promtool has lint remarks";
+}
+
+TEST_F(ExporterBpf, RestartNeitherResetsNorDoubleCounts) {
+  send_traffic(*dp_);
+  std::vector<Sample> before;
+  {
+    Exporter ex(options_for(dp_->pin_path()));
+    before = scrape(ex).samples;
+    // Scraping twice must not add anything up in the process.
+    EXPECT_EQ(value_of(scrape(ex).samples, "roceguard_roce_packets_total",
+                       {{"interface", "lo"}, {"direction", "egress"}}),
+              value_of(before, "roceguard_roce_packets_total",
+                       {{"interface", "lo"}, {"direction", "egress"}}));
+  }
+  Exporter again(options_for(dp_->pin_path()));
+  std::vector<Sample> after = scrape(again).samples;
+  for (const auto& s : before) {
+    if (s.name.rfind("roceguard_scrape_duration", 0) == 0) continue;
+    EXPECT_EQ(value_of(after, s.name, s.labels), s.value) << s.name;
+  }
+  // Counting goes on from there.
+  dp_->egress(roce(0x11, 4));
+  EXPECT_EQ(value_of(scrape(again).samples, "roceguard_roce_packets_total",
+                     {{"interface", "lo"}, {"direction", "egress"}}),
+            6);
+}
+
+TEST_F(ExporterBpf, PerQpSeriesAreOffByDefaultAndCappedWhenOn) {
+  // QP 0x100 + k resends k times: QPs 0x104 and 0x103 are the two worst.
+  for (uint32_t k = 0; k < 5; ++k) {
+    dp_->egress(roce(0x100 + k, 5));
+    for (uint32_t i = 0; i < k; ++i) dp_->egress(roce(0x100 + k, 5));
+  }
+  {
+    Exporter off(options_for(dp_->pin_path()));
+    for (const auto& s : scrape(off).samples) EXPECT_FALSE(s.labels.count("qp")) << s.name;
+  }
+  ExporterOptions o = options_for(dp_->pin_path());
+  o.per_qp = true;
+  o.top_qps = 2;
+  Exporter on(o);
+  Scrape s = scrape(on);
+  ASSERT_EQ(s.status, 200);
+  std::set<std::string> qps;
+  for (const auto& x : s.samples)
+    if (x.labels.count("qp"))
+      qps.insert(x.labels.at("src") + ">" + x.labels.at("dst") + "#" + x.labels.at("qp"));
+  EXPECT_EQ(qps, (std::set<std::string>{"192.0.2.1>198.51.100.1#259",
+                                        "192.0.2.1>198.51.100.1#260"}));
+  const Labels worst{{"qp", "260"}, {"direction", "egress"}, {"src", "192.0.2.1"}};
+  EXPECT_EQ(value_of(s.samples, "roceguard_qp_retransmitted_packets_total", worst), 4);
+  EXPECT_EQ(value_of(s.samples, "roceguard_qp_packets_total", worst), 5);
+  EXPECT_EQ(value_of(s.samples, "roceguard_map_entries", {{"map", "rg_qp4"}}), 5)
+      << "fill counted from the one read of the QP map";
+}
+
+TEST_F(ExporterBpf, StatsAndMetricsPickTheSameWorstQps) {
+  // Four QPs alike in everything but their number: only the ranking's last
+  // tie-break (the key) decides which two are the "worst".
+  for (uint32_t k = 0; k < 4; ++k) dp_->egress(roce(0x104 - k, 1));
+  ExporterOptions o = options_for(dp_->pin_path());
+  o.per_qp = true;
+  o.top_qps = 2;
+  Exporter ex(o);
+  std::set<std::string> from_metrics;
+  for (const auto& x : scrape(ex).samples)
+    if (x.labels.count("qp")) from_metrics.insert(x.labels.at("qp"));
+
+  CommandResult r =
+      run_command({ROCEGUARD_BIN, "stats", "--pin-path", dp_->pin_path(), "--json", "--qp", "--top", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json stats = nlohmann::json::parse(r.output);
+  std::set<std::string> from_stats;
+  for (const auto& q : stats.at("qps"))
+    from_stats.insert(std::to_string(q["dest_qp"].get<uint32_t>()));
+
+  EXPECT_EQ(from_metrics, (std::set<std::string>{"257", "258"}));
+  EXPECT_EQ(from_stats, from_metrics);
+}
+
+TEST_F(ExporterBpf, RealPrometheusScrapesTheSameNumbers) {
+  send_traffic(*dp_);
+  Exporter ex(options_for(dp_->pin_path()));
+  TempDir tmp("prometheus");
+  const uint16_t prom_port = free_port();
+  write_file(tmp.path() + "/prometheus.yml",
+             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+             "scrape_configs:\n  - job_name: roceguard\n    static_configs:\n"
+             "      - targets: ['" + ex.listen_address() + "']\n");
+  const std::string log = tmp.path() + "/prometheus.log";
+  Child prom({"prometheus", "--config.file=" + tmp.path() + "/prometheus.yml",
+              "--storage.tsdb.path=" + tmp.path() + "/data",
+              "--web.listen-address=127.0.0.1:" + std::to_string(prom_port), "--log.level=warn"},
+             log);
+
+  const auto rows = MapReader(dp_->pin_path()).counters();
+  std::map<std::string, double> want;  // "<interface>/<direction>" -> packets
+  for (const auto& r : rows)
+    want[ifname_of(r.ifindex) + "/" + std::string(direction_name(r.direction))] =
+        static_cast<double>(r.ev[RG_EV_ROCE_PACKETS].packets);
+
+  std::map<std::string, double> got;
+  std::string last;
+  // Bounded: up to 240 polls half a second apart, while Prometheus starts
+  // and scrapes its first samples.
+  for (int i = 0; i < 240 && got != want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ASSERT_TRUE(prom.running()) << "prometheus exited:\n" << read_file(log);
+    HttpReply r;
+    try {
+      r = http_get("127.0.0.1", prom_port, "/api/v1/query?query=roceguard_roce_packets_total");
+    } catch (const std::exception&) {
+      continue;  // not listening yet
+    }
+    last = r.body;
+    if (r.status != 200) continue;
+    auto j = nlohmann::json::parse(r.body);
+    got.clear();
+    for (const auto& res : j["data"]["result"])
+      got[res["metric"]["interface"].get<std::string>() + "/" +
+          res["metric"]["direction"].get<std::string>()] =
+          std::stod(res["value"][1].get<std::string>());
+  }
+  EXPECT_EQ(got, want) << "last answer: " << last << "\nlog:\n" << read_file(log);
+  EXPECT_EQ(got["lo/egress"], 5);
+  EXPECT_EQ(got["lo/ingress"], 7);
+}
+
+TEST(Exporter, MissingPinsGiveNoBpfSeriesAndCountErrors) {
+  Exporter ex(options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent"));
+  for (int i = 1; i <= 2; ++i) {
+    Scrape s = scrape(ex);
+    ASSERT_EQ(s.status, 200) << s.body;
+    EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 0);
+    EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), i);
+    EXPECT_TRUE(find(s.samples, "roceguard_roce_packets_total").empty());
+    EXPECT_TRUE(find(s.samples, "roceguard_map_entries").empty());
+    EXPECT_EQ(value_of(s.samples, "roceguard_build_info", {{"version", ROCEGUARD_VERSION}}), 1);
+  }
+}
+
+TEST(Exporter, ServesOnlyTheMetricsPath) {
+  Exporter ex(options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent"));
+  EXPECT_EQ(scrape(ex, "/metrics").status, 200);
+  EXPECT_EQ(scrape(ex, "/metrics?debug=1").status, 200);
+  for (const char* path : {"/", "/metrics/", "/metrics/x", "/metricsx", "/index.html", "/-/ready"})
+    EXPECT_EQ(scrape(ex, path).status, 404) << path;
+}
+
+// Kubernetes probes hit /healthz every few seconds: it must answer without
+// walking the maps, which is what a /metrics scrape with missing pins
+// counts as an error (MissingPinsGiveNoBpfSeriesAndCountErrors).
+TEST(Exporter, HealthzAnswersWithoutCollecting) {
+  Exporter ex(options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent"));
+  const std::string addr = ex.listen_address();
+  const auto colon = addr.rfind(':');
+  const auto port = static_cast<uint16_t>(std::stoi(addr.substr(colon + 1)));
+  for (int i = 0; i < 3; ++i) {
+    HttpReply r = http_get(addr.substr(0, colon), port, "/healthz");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, "ok\n");
+  }
+  for (const char* path : {"/healthz/", "/healthzx", "/health"})
+    EXPECT_EQ(scrape(ex, path).status, 404) << path;
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 1);
+}
+
+TEST(Exporter, BusyPortIsAnErrorNamingTheAddress) {
+  Exporter first(options_for("/nonexistent"));
+  ExporterOptions o = options_for("/nonexistent");
+  o.listen = first.listen_address();
+  try {
+    Exporter second(o);
+    FAIL() << "second exporter bound " << o.listen << " too";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(o.listen), std::string::npos) << e.what();
+  }
+}
+
+TEST(Exporter, Ipv6ListenServesOrSaysWhyNot) {
+  ExporterOptions o = options_for("/nonexistent");
+  o.listen = "[::1]:0";
+  if (mg_check_feature(8)) {
+    Exporter ex(o);
+    EXPECT_EQ(scrape(ex).status, 200);
+    return;
+  }
+  try {
+    Exporter ex(o);
+    FAIL() << "civetweb has no IPv6, yet " << o.listen << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("IPv6"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rg::test
