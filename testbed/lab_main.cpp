@@ -30,6 +30,22 @@ void add_lab_options(CLI::App* lab) {
   lab->add_option("--loss", o.loss_pct, "percent of RoCE packets the WAN drops")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
+  lab->add_option("--loss-burst", o.loss_burst,
+                  "mean length of a WAN loss burst, packets (a Gilbert-Elliott chain per direction); 1: each "
+                  "packet lost on its own")
+      ->check(CLI::Range(1.0, 10000.0))
+      ->capture_default_str();
+  static std::string wan_delay = "2ms", wan_jitter = "0";
+  lab->add_option("--wan-delay", wan_delay,
+                  "one-way WAN delay, each direction, e.g. 500us, 2ms, 10ms (0: none); UDP crosses a delay line")
+      ->capture_default_str();
+  lab->add_option("--wan-jitter", wan_jitter,
+                  "each packet's delay varies uniformly by up to this much, order kept (at most --wan-delay)")
+      ->capture_default_str();
+  lab->add_option("--reorder", o.reorder_pct,
+                  "percent of UDP packets the WAN sends after the packet behind them (default: it never reorders)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
   lab->add_option("--ce", o.ce_pct, "percent of ECN-capable RoCE packets the WAN marks CE")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
@@ -85,6 +101,8 @@ void add_lab_options(CLI::App* lab) {
   lab->add_flag("-v,--verbose", o.verbose, "debug log, including libbpf and libxdp messages");
   lab->callback([] {
     o.tunnel = !no_tunnel;
+    o.wan_delay = lab::parse_wan_duration("--wan-delay", wan_delay);
+    o.wan_jitter = lab::parse_wan_duration("--wan-jitter", wan_jitter);
     lab_exit_code = lab::run_lab(o);
   });
 }

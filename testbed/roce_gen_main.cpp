@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
   bool no_cnp = false;
   recv->add_flag("--no-cnp", no_cnp, "do not answer ECN CE with CNPs");
 
-  rg_wan_config wcfg{0, 0, RG_WAN_F_BLEACH, 0};
+  rg_wan_config wcfg{};
+  wcfg.flags = RG_WAN_F_BLEACH;
   std::vector<std::string> ifnames;
   bool no_bleach = false, roce_only = false;
   auto* wan = app.add_subcommand("wan", "attach the lossy WAN until --duration or a signal");

@@ -236,14 +236,24 @@ std::string dscp_text(const std::array<uint64_t, 64>& h) {
   return s;
 }
 
+std::string wan_text(const LabSettings& s) {
+  std::string t = s.wan_delay_ms > 0 ? fmt("one-way delay %.3g ms each direction", s.wan_delay_ms) : "no delay";
+  if (s.wan_jitter_ms > 0) t += fmt(" (+- %.3g ms jitter, order kept)", s.wan_jitter_ms);
+  t += fmt(", loss %.3g %% ", s.loss_pct);
+  t += s.loss_burst > 1 ? fmt("in bursts of %.3g packets on average (Gilbert-Elliott)", s.loss_burst)
+                        : std::string("(independent)");
+  t += s.reorder_pct > 0 ? fmt(", %.3g %% of packets reordered", s.reorder_pct) : std::string(", no reordering");
+  if (s.ce_pct > 0) t += fmt(", CE on %.3g %%", s.ce_pct);
+  return t + ", DSCP bleached";
+}
+
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count) {
   std::string what = phase.roceguard
                          ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN"
                                      : "roceguard on both gateways: DSCP re-mark and repair, no tunnel")
                          : "no roceguard: RoCE crosses the WAN as it is";
-  return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs, WAN loss %.3g %%, CE %.3g %%)\n   %s\n",
-             index, count, phase.roceguard ? "with" : "without", s.duration_s, s.qps, s.loss_pct,
-             s.ce_pct, what.c_str());
+  return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs; WAN: %s)\n   %s\n", index, count,
+             phase.roceguard ? "with" : "without", s.duration_s, s.qps, wan_text(s).c_str(), what.c_str());
 }
 
 std::string view_header(bool scheduler) {
@@ -275,7 +285,7 @@ std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duratio
 std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& phases) {
   std::ostringstream out;
   out << "\n== summary (" << s.duration_s << " s per phase, " << s.qps << " QPs, " << s.payload
-      << " B payload, WAN loss " << s.loss_pct << " %, DSCP bleached by the WAN)\n";
+      << " B payload)\n   the WAN: " << wan_text(s) << "\n";
   if (s.scheduler)
     out << "   host A's line rate " << s.sender_mbit << " Mbit/s; congestion at gateway B towards host B: " << s.scheduler->link_mbit << " Mbit/s, DSCP 46 guaranteed "
         << s.scheduler->priority_mbit << ", best effort " << s.scheduler->link_mbit - s.scheduler->priority_mbit

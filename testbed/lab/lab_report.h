@@ -89,6 +89,10 @@ struct LabSettings {
   std::string mode;
   unsigned duration_s = 0;
   double loss_pct = 0;
+  double loss_burst = 1;
+  double wan_delay_ms = 0;   // one way
+  double wan_jitter_ms = 0;
+  double reorder_pct = 0;
   double ce_pct = 0;
   unsigned qps = 0;
   size_t payload = 0;
@@ -104,6 +108,10 @@ struct LabSettings {
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count);
 std::string view_header(bool scheduler);
 std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s, bool scheduler);
+
+// What the WAN does: "one-way delay 2 ms each direction, loss 0.1 % (independent), no reordering, DSCP
+// bleached".
+std::string wan_text(const LabSettings& s);
 
 // "46:100%" or "0:99.9% 46:0.1%": the classes of request packets at host B.
 std::string dscp_text(const std::array<uint64_t, 64>& h);

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <ctime>
 #include <filesystem>
@@ -32,6 +33,7 @@
 #include "lab/wan.h"
 #include "metrics/exporter.h"
 #include "metrics/presentation.h"
+#include "nic/profile.h"
 
 namespace rg::lab {
 namespace {
@@ -480,6 +482,14 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
 
 }  // namespace
 
+std::chrono::microseconds parse_wan_duration(const std::string& option, const std::string& text) {
+  if (text == "0") return std::chrono::microseconds{0};
+  std::string why;
+  auto us = nic::parse_duration_us(text, &why);
+  if (!us) throw Error("lab: " + option + " " + text + ": " + why, kExitUsage);
+  return std::chrono::microseconds{static_cast<int64_t>(std::llround(*us))};
+}
+
 void remove_stale_pins(const std::string& prefix) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(kBpffs, ec)) {
@@ -494,8 +504,13 @@ int run_lab(const LabOptions& opts) {
   if (geteuid() != 0) throw Error("lab: run as root (network namespaces and BPF programs)", kExitUsage);
   if (opts.mode != "with" && opts.mode != "without" && opts.mode != "both")
     throw Error("lab: --mode is one of with, without, both", kExitUsage);
-  if (opts.loss_pct < 0 || opts.loss_pct > 100 || opts.ce_pct < 0 || opts.ce_pct > 100)
-    throw Error("lab: --loss and --ce are percentages, 0..100", kExitUsage);
+  if (opts.loss_pct < 0 || opts.loss_pct > 100 || opts.ce_pct < 0 || opts.ce_pct > 100 || opts.reorder_pct < 0 ||
+      opts.reorder_pct > 100)
+    throw Error("lab: --loss, --ce and --reorder are percentages, 0..100", kExitUsage);
+  if (opts.wan_delay.count() < 0 || opts.wan_jitter > opts.wan_delay || opts.wan_delay > std::chrono::seconds(1))
+    throw Error("lab: --wan-delay is 0..1s and --wan-jitter at most --wan-delay", kExitUsage);
+  rg_wan_config wan_cfg{};
+  set_loss(wan_cfg, opts.loss_pct, opts.loss_burst);
   if (opts.scenario != "congestion" && opts.scenario != "bleach")
     throw Error("lab: --scenario is congestion or bleach", kExitUsage);
   const bool congestion = opts.scenario == "congestion";
@@ -523,6 +538,10 @@ int run_lab(const LabOptions& opts) {
   settings.mode = opts.mode;
   settings.duration_s = opts.duration_s;
   settings.loss_pct = opts.loss_pct;
+  settings.loss_burst = opts.loss_burst;
+  settings.wan_delay_ms = static_cast<double>(opts.wan_delay.count()) / 1000.0;
+  settings.wan_jitter_ms = static_cast<double>(opts.wan_jitter.count()) / 1000.0;
+  settings.reorder_pct = opts.reorder_pct;
   settings.ce_pct = opts.ce_pct;
   settings.qps = opts.qps;
   settings.payload = opts.payload;
@@ -590,15 +609,26 @@ int run_lab(const LabOptions& opts) {
   std::cout << "metrics while it runs: gateway A http://" << settings.metrics_a
             << "/metrics, gateway B http://" << settings.metrics_b << "/metrics\n"
             << "report: " << std::filesystem::absolute(dir).string() << "\n"
-            << "the WAN has no reordering or jitter: it bleaches DSCP, drops and CE-marks (testbed/wan/wan.bpf.c)\n"
+            << "the WAN: " << wan_text(settings) << "\n"
             << std::flush;
 
-  const uint32_t loss_ppm = static_cast<uint32_t>(opts.loss_pct * RG_WAN_PPM / 100.0 + 0.5);
-  const uint32_t ce_ppm = static_cast<uint32_t>(opts.ce_pct * RG_WAN_PPM / 100.0 + 0.5);
+  wan_cfg.ce_ppm = static_cast<uint32_t>(opts.ce_pct * RG_WAN_PPM / 100.0 + 0.5);
   // Loss and CE only on RoCE and Geneve: the lab's control traffic (ARP,
   // neighbour discovery) stays intact.
-  Wan wan(topo.netns(Node::kWan), {"to-a", "to-b"},
-          rg_wan_config{loss_ppm, ce_ppm, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});
+  wan_cfg.flags = RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY;
+  Wan wan(topo.netns(Node::kWan), {"to-a", "to-b"}, wan_cfg);
+  if (opts.wan_delay.count() || opts.reorder_pct > 0) {
+    DelayLineConfig dl;
+    dl.delay = opts.wan_delay;
+    dl.jitter = opts.wan_jitter;
+    dl.reorder_ppm = static_cast<uint32_t>(opts.reorder_pct * RG_WAN_PPM / 100.0 + 0.5);
+    wan.start_delay_line({{"a_to_b", "to-a", "to-b", parse_mac(topo.mac(Node::kGatewayB, "wan0"))},
+                          {"b_to_a", "to-b", "to-a", parse_mac(topo.mac(Node::kGatewayA, "wan0"))}},
+                         dl);
+    // Neighbours resolved again through the line: the first measured
+    // packets find it running.
+    topo.check_path();
+  }
 
   Lab lab{opts, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}, scheduler ? &*scheduler : nullptr, {},
           uplink_scheduler ? &*uplink_scheduler : nullptr, {}};

@@ -8,6 +8,7 @@
 // return, on error and on SIGINT/SIGTERM/SIGHUP.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 
@@ -18,6 +19,11 @@ struct LabOptions {
   std::string mode = "both";  // "without", "with" or "both" (without first)
   unsigned duration_s = 10;   // per phase
   double loss_pct = 0.1;      // WAN loss, percent of RoCE/Geneve packets
+  double loss_burst = 1;      // mean length of a loss burst, packets; 1: independent loss
+  // One way, each direction: a metro or inter-zone path (README, "The lab").
+  std::chrono::microseconds wan_delay{2000};
+  std::chrono::microseconds wan_jitter{0};
+  double reorder_pct = 0;     // WAN reordering, percent of UDP packets (off: the lab never reorders)
   double ce_pct = 0.0;        // WAN ECN CE marks, percent of ECN-capable packets
   unsigned qps = 4;
   size_t payload = 1024;      // RoCE path MTU 1024
@@ -41,6 +47,10 @@ struct LabOptions {
   unsigned uplink_mbit = 200;
   unsigned uplink_priority_mbit = 125;
 };
+
+// "0", "500us", "2ms", "1.5s" (the durations the NIC profile takes, or 0)
+// -> microseconds; throws rg::Error (kExitUsage) naming option otherwise.
+std::chrono::microseconds parse_wan_duration(const std::string& option, const std::string& text);
 
 // Pin directories <prefix>-<pid>-<node> of runs that died without cleaning
 // up (SIGKILL): their namespaces, and so their interfaces and programs, are

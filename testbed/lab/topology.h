@@ -105,10 +105,11 @@ class Topology {
   // of times: proves the path and resolves every neighbour on it.
   void check_path() const;
 
-  // Readies the lab for the XDP fast path. GRO on at the far end of every
-  // gateway veth: a veth takes frames another device's XDP program
-  // redirects into it only while its peer runs NAPI, which an XDP program
-  // or GRO turns on. And the hosts' checksums complete, as a NIC puts them
+  // Readies the lab for the XDP fast path. A veth takes frames another
+  // device's XDP program redirects into it only while its peer runs NAPI,
+  // which an XDP program or GRO turns on: every veth of the path has GRO on
+  // from the start (against reordering, see build()). What is left: the
+  // hosts' checksums complete, as a NIC puts them
   // on a wire: a veth hands a local sender's UDP checksum on unfinished
   // (CHECKSUM_PARTIAL), which only the skb knows; a frame redirected
   // without its skb would arrive with it wrong.

@@ -6,7 +6,11 @@
 
 #include <cerrno>
 
+#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
+#include "lab/proc.h"
 #include "lab/topology.h"
 #include "wan.skel.h"
 
@@ -60,8 +64,113 @@ Wan::Wan(const std::string& netns, const std::vector<std::string>& ifnames,
 }
 
 Wan::~Wan() {
+  stop_delay_line();
   detach_all();
   wan__destroy(skel_);
+}
+
+std::string loss_run_bound(size_t i) {
+  return i + 1 >= RG_WAN_RUN_BUCKETS ? "+Inf" : std::to_string(1u << i);
+}
+
+void set_loss(rg_wan_config& cfg, double loss_pct, double burst) {
+  if (!(loss_pct >= 0 && loss_pct <= 100)) throw Error("WAN loss is a percentage, 0..100", kExitUsage);
+  if (!(burst >= 1)) throw Error("WAN loss bursts are at least 1 packet long on average", kExitUsage);
+  const double loss = loss_pct / 100.0;
+  cfg.loss_ppm = static_cast<uint32_t>(std::lround(loss * RG_WAN_PPM));
+  cfg.burst_enter_ppm = cfg.burst_leave_ppm = 0;
+  if (burst == 1 || loss == 0) return;
+  if (loss >= 1) throw Error("a WAN that loses every packet has no bursts: --loss below 100 with --loss-burst", kExitUsage);
+  // Mean burst 1/leave; stationary loss enter / (enter + leave).
+  const double leave = 1.0 / burst;
+  const double enter = loss * leave / (1.0 - loss);
+  if (enter > 1) throw Error("WAN loss too high for bursts that short: the chain would leave its good state more "
+                             "often than every packet", kExitUsage);
+  cfg.burst_leave_ppm = static_cast<uint32_t>(std::lround(leave * RG_WAN_PPM));
+  cfg.burst_enter_ppm = std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(enter * RG_WAN_PPM)));
+}
+
+int Wan::hook_ifindex(const std::string& ifname) const {
+  for (const auto& h : hooks_)
+    if (h.ifname == ifname) return h.ifindex;
+  throw Error("the WAN is not attached to " + ifname, kExitNotFound);
+}
+
+void Wan::start_delay_line(const std::vector<WanPath>& paths, const DelayLineConfig& dcfg) {
+  if (delay_) throw Error("the WAN's delay line already runs");
+  std::vector<DelayDirection> dirs;
+  try {
+    for (const auto& p : paths) {
+      const int in_ifindex = hook_ifindex(p.in_ifname);
+      hook_ifindex(p.out_ifname);
+      // hold-<in> is where the program redirects; the delay line reads its
+      // peer held-<in>. Jumbo-sized, so any frame the WAN's ports take fits;
+      // no IPv6, so the kernel's own neighbour and listener messages never
+      // enter the line; GRO on the reading end gives it NAPI, so frames
+      // redirected from several CPUs queue in the order they were sent.
+      const std::string hold = "hold-" + p.in_ifname, held = "held-" + p.in_ifname;
+      run_checked({"ip", "-n", netns_, "link", "add", hold, "mtu", "9000", "type", "veth", "peer", "name", held,
+                   "mtu", "9000"});
+      hold_links_.push_back(hold);
+      for (const auto& ifname : {hold, held}) {
+        run_checked({"ip", "netns", "exec", netns_, "sysctl", "-q", "-w",
+                     "net.ipv6.conf." + ifname + ".disable_ipv6=1"});
+        run_checked({"ip", "-n", netns_, "link", "set", ifname, "up"});
+      }
+      run_checked({"ip", "netns", "exec", netns_, "ethtool", "-K", held, "gro", "on"});
+      auto mac_of = [&](const std::string& ifname) {
+        auto j = nlohmann::json::parse(run_checked({"ip", "-j", "-n", netns_, "link", "show", "dev", ifname}));
+        return parse_mac(j.at(0).at("address").get<std::string>());
+      };
+      DelayDirection d;
+      d.name = p.name;
+      d.in_ifname = held;
+      d.out_ifname = p.out_ifname;
+      d.arrival_mac = mac_of(p.in_ifname);
+      d.out_mac = mac_of(p.out_ifname);
+      d.next_hop_mac = p.next_hop_mac;
+      dirs.push_back(d);
+      rg_wan_hold h{};
+      {
+        NetnsGuard in(netns_);
+        h.ifindex = if_nametoindex(hold.c_str());
+      }
+      const uint32_t key = static_cast<uint32_t>(in_ifindex);
+      if (!h.ifindex || bpf_map__update_elem(skel_->maps.wan_hold, &key, sizeof(key), &h, sizeof(h), BPF_ANY))
+        throw Error("cannot point the WAN at its delay line: " + errno_text(errno));
+    }
+    delay_ = std::make_unique<DelayLine>(netns_, dirs, dcfg);
+    cfg_.flags |= RG_WAN_F_HOLD;
+    configure(cfg_);
+  } catch (...) {
+    stop_delay_line();
+    throw;
+  }
+}
+
+void Wan::stop_delay_line() noexcept {
+  try {
+    // The kernel forwards again before the line stops: nothing is handed to
+    // a line that no longer reads.
+    if (cfg_.flags & RG_WAN_F_HOLD) {
+      cfg_.flags &= ~RG_WAN_F_HOLD;
+      configure(cfg_);
+    }
+    delay_.reset();
+    for (const auto& l : hold_links_) run({"ip", "-n", netns_, "link", "del", l}, std::chrono::seconds(10));
+  } catch (...) {
+    // The namespace is already gone, and with it the hold links.
+  }
+  hold_links_.clear();
+}
+
+LossRuns Wan::loss_runs(const std::string& ifname) const {
+  LossRuns out{};
+  const uint32_t key = static_cast<uint32_t>(hook_ifindex(ifname));
+  rg_wan_direction d{};
+  if (bpf_map__lookup_elem(skel_->maps.wan_directions, &key, sizeof(key), &d, sizeof(d), 0) == 0)
+    for (size_t i = 0; i < out.size(); ++i) out[i] = d.runs[i];
+  return out;
 }
 
 void Wan::detach_all() noexcept {
@@ -84,12 +193,17 @@ void Wan::detach_all() noexcept {
 }
 
 void Wan::configure(const rg_wan_config& cfg) {
-  if (cfg.loss_ppm > RG_WAN_PPM || cfg.ce_ppm > RG_WAN_PPM)
+  if (cfg.loss_ppm > RG_WAN_PPM || cfg.ce_ppm > RG_WAN_PPM || cfg.burst_enter_ppm > RG_WAN_PPM ||
+      cfg.burst_leave_ppm > RG_WAN_PPM)
     throw Error("WAN loss and CE rates are parts per million: 0.." + std::to_string(RG_WAN_PPM),
                 kExitUsage);
+  // The hold flag is the delay line's to set: it follows the line, not the caller.
+  rg_wan_config c = cfg;
+  c.flags = (c.flags & ~RG_WAN_F_HOLD) | (delay_ ? (cfg_.flags & RG_WAN_F_HOLD) : 0u);
   uint32_t key = 0;
-  if (bpf_map__update_elem(skel_->maps.wan_config, &key, sizeof(key), &cfg, sizeof(cfg), BPF_ANY))
+  if (bpf_map__update_elem(skel_->maps.wan_config, &key, sizeof(key), &c, sizeof(c), BPF_ANY))
     throw Error("cannot configure the WAN: " + errno_text(errno));
+  cfg_ = c;
 }
 
 std::map<std::pair<uint32_t, uint32_t>, WanStats> Wan::read() const {

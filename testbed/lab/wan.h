@@ -3,10 +3,13 @@
 // loss/CE rates while it runs and reads its counters.
 #pragma once
 
+#include <array>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "lab/delay_line.h"
 #include "wan/wan.h"
 
 struct wan;  // the generated skeleton
@@ -21,6 +24,27 @@ struct WanStats {
   uint64_t ce_marked = 0;
 };
 
+// Loss runs of one direction by length (RG_WAN_RUN_BUCKETS buckets: runs
+// of at most 1, 2, 4, ... 64 packets, then longer ones).
+using LossRuns = std::array<uint64_t, RG_WAN_RUN_BUCKETS>;
+// The upper bound of bucket i, "+Inf" for the last.
+std::string loss_run_bound(size_t i);
+
+// A direction the delay line holds: what arrives at in_ifname leaves by
+// out_ifname towards next_hop_mac.
+struct WanPath {
+  std::string name;  // "a_to_b"
+  std::string in_ifname;
+  std::string out_ifname;
+  Mac next_hop_mac{};
+};
+
+// Loss rate and mean burst length as the WAN program's parameters: the
+// independent loss_ppm when burst <= 1, else the Gilbert-Elliott chain's
+// transition rates. Throws rg::Error (kExitUsage) for a burst below 1 or a
+// loss of 100 % with bursts.
+void set_loss(rg_wan_config& cfg, double loss_pct, double burst);
+
 class Wan {
  public:
   // Attaches to every interface of ifnames in netns; detaches on destruction
@@ -31,6 +55,12 @@ class Wan {
   Wan& operator=(const Wan&) = delete;
 
   void configure(const rg_wan_config& cfg);
+  // Holds the UDP packets of each path for cfg's delay (and jitter,
+  // reordering) in a delay line; the other traffic crosses at once. Creates
+  // a hold veth per path in the WAN's namespace.
+  void start_delay_line(const std::vector<WanPath>& paths, const DelayLineConfig& cfg);
+  const DelayLine* delay_line() const { return delay_.get(); }
+  LossRuns loss_runs(const std::string& ifname) const;
   // Packets that arrived on ifname (so: travelling away from its peer).
   WanStats stats(const std::string& ifname, rg_wan_class cls) const;
   WanStats total(rg_wan_class cls) const;
@@ -38,6 +68,8 @@ class Wan {
  private:
   std::map<std::pair<uint32_t, uint32_t>, WanStats> read() const;
   void detach_all() noexcept;
+  void stop_delay_line() noexcept;
+  int hook_ifindex(const std::string& ifname) const;
 
   struct Hook {
     std::string ifname;
@@ -46,6 +78,9 @@ class Wan {
   };
   std::string netns_;
   std::vector<Hook> hooks_;
+  rg_wan_config cfg_{};
+  std::vector<std::string> hold_links_;  // created by start_delay_line
+  std::unique_ptr<DelayLine> delay_;
   ::wan* skel_ = nullptr;
 };
 

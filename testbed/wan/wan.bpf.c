@@ -37,6 +37,20 @@ struct {
 	__type(value, struct rg_wan_stats);
 } wan_stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16);
+	__type(key, __u32);
+	__type(value, struct rg_wan_direction);
+} wan_directions SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16);
+	__type(key, __u32);
+	__type(value, struct rg_wan_hold);
+} wan_hold SEC(".maps");
+
 #define WAN_ECN_MASK 0x03
 #define WAN_ECN_CE 0x03
 
@@ -58,6 +72,53 @@ static __always_inline int wan_chance(__u32 ppm)
 	return ppm && bpf_get_prandom_u32() % RG_WAN_PPM < ppm;
 }
 
+static __always_inline struct rg_wan_direction *wan_direction(__u32 ifindex)
+{
+	struct rg_wan_direction zero = {}, *d;
+
+	d = bpf_map_lookup_elem(&wan_directions, &ifindex);
+	if (d)
+		return d;
+	bpf_map_update_elem(&wan_directions, &ifindex, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&wan_directions, &ifindex);
+}
+
+/* Bucket of a loss run of n >= 1 packets: the smallest i with n <= 2^i. */
+static __always_inline __u32 wan_run_bucket(__u32 n)
+{
+	__u32 i;
+
+	for (i = 0; i < RG_WAN_RUN_BUCKETS - 1; i++)
+		if (n <= (1u << i))
+			return i;
+	return RG_WAN_RUN_BUCKETS - 1;
+}
+
+/* Whether an eligible packet is lost; keeps the direction's run lengths. */
+static __always_inline int wan_lose(const struct rg_wan_config *cfg, struct rg_wan_direction *d)
+{
+	int lost;
+
+	if (cfg->burst_leave_ppm) {
+		if (d && d->bad)
+			d->bad = !wan_chance(cfg->burst_leave_ppm);
+		else if (d)
+			d->bad = wan_chance(cfg->burst_enter_ppm);
+		lost = d && d->bad;
+	} else {
+		lost = wan_chance(cfg->loss_ppm);
+	}
+	if (!d)
+		return lost;
+	if (lost) {
+		d->run++;
+	} else if (d->run) {
+		__sync_fetch_and_add(&d->runs[wan_run_bucket(d->run)], 1);
+		d->run = 0;
+	}
+	return lost;
+}
+
 static __always_inline __u32 wan_class(__be16 dport)
 {
 	if (dport == bpf_htons(RG_ROCE_UDP_PORT))
@@ -65,6 +126,22 @@ static __always_inline __u32 wan_class(__be16 dport)
 	if (dport == bpf_htons(RG_GENEVE_UDP_PORT))
 		return RG_WAN_GENEVE;
 	return RG_WAN_UDP_OTHER;
+}
+
+/* The kernel forwards what survived, or the delay line does: every UDP
+ * packet when RG_WAN_F_HOLD is set and its direction has a hold device.
+ * TCP, ICMP, ARP and neighbour discovery always cross at once. */
+static __always_inline int wan_forward(struct __sk_buff *skb, const struct rg_wan_config *cfg, __u32 cls)
+{
+	__u32 ifindex = skb->ifindex;
+	struct rg_wan_hold *hold;
+
+	if (!(cfg->flags & RG_WAN_F_HOLD) || cls == RG_WAN_NOT_UDP)
+		return TC_ACT_OK;
+	hold = bpf_map_lookup_elem(&wan_hold, &ifindex);
+	if (!hold)
+		return TC_ACT_OK;
+	return bpf_redirect(hold->ifindex, 0);
 }
 
 SEC("tc")
@@ -132,7 +209,7 @@ account:
 	}
 	if (cls != RG_WAN_NOT_UDP &&
 	    (!(cfg->flags & RG_WAN_F_ROCE_ONLY) || cls == RG_WAN_ROCE || cls == RG_WAN_GENEVE)) {
-		if (wan_chance(cfg->loss_ppm)) {
+		if (wan_lose(cfg, wan_direction(skb->ifindex))) {
 			if (st)
 				st->dropped++;
 			return TC_ACT_SHOT;
@@ -150,27 +227,27 @@ account:
 			st->bleached++;
 	}
 	if (!tos_byte)
-		return TC_ACT_OK;
+		return wan_forward(skb, cfg, cls);
 
 	/* Pointers are still valid: nothing above changed the packet. */
 	if (ip_word) {
 		struct iphdr *ip = (void *)ip_word;
 		__be16 old, new;
 
-		if ((void *)(ip + 1) > data_end || ip->tos == tos)
-			return TC_ACT_OK;
-		old = *ip_word;
-		ip->tos = tos;
-		new = *ip_word;
-		rg_csum_replace2(ip_check, old, new);
+		if ((void *)(ip + 1) <= data_end && ip->tos != tos) {
+			old = *ip_word;
+			ip->tos = tos;
+			new = *ip_word;
+			rg_csum_replace2(ip_check, old, new);
+		}
 	} else {
 		__u8 *b = tos_byte;
 
-		if ((void *)(b + 2) > data_end)
-			return TC_ACT_OK;
-		/* IPv6 traffic class: low nibble of byte 0, high nibble of byte 1. */
-		b[0] = (b[0] & 0xf0) | (tos >> 4);
-		b[1] = (b[1] & 0x0f) | (tos << 4);
+		if ((void *)(b + 2) <= data_end) {
+			/* IPv6 traffic class: low nibble of byte 0, high nibble of byte 1. */
+			b[0] = (b[0] & 0xf0) | (tos >> 4);
+			b[1] = (b[1] & 0x0f) | (tos << 4);
+		}
 	}
-	return TC_ACT_OK;
+	return wan_forward(skb, cfg, cls);
 }

@@ -23,12 +23,46 @@ enum rg_wan_class {
 
 #define RG_WAN_F_BLEACH (1u << 0)     /* zero DSCP of every IP packet, keep ECN */
 #define RG_WAN_F_ROCE_ONLY (1u << 1)  /* drop/mark only UDP 4791 and 6081 */
+/* Every UDP packet that survives goes to the delay line (wan_hold) instead
+ * of the kernel's forwarding. */
+#define RG_WAN_F_HOLD (1u << 2)
 
+/*
+ * Loss: independent (each eligible packet dropped with loss_ppm) or, when
+ * burst_leave_ppm is non-zero, a Gilbert-Elliott chain per direction. Each
+ * eligible packet first moves the chain (good -> bad with burst_enter_ppm,
+ * bad -> good with burst_leave_ppm), then is dropped if the chain is bad:
+ * the mean burst is 10^6 / burst_leave_ppm packets and the mean loss
+ * enter / (enter + leave). The user side derives both from a loss rate and
+ * a mean burst length.
+ */
 struct rg_wan_config {
-	__u32 loss_ppm; /* share of eligible UDP packets dropped */
-	__u32 ce_ppm;   /* share of eligible ECN-capable packets marked CE */
-	__u32 flags;    /* RG_WAN_F_* */
+	__u32 loss_ppm;        /* independent loss: share of eligible UDP packets dropped */
+	__u32 ce_ppm;          /* share of eligible ECN-capable packets marked CE */
+	__u32 flags;           /* RG_WAN_F_* */
+	__u32 burst_enter_ppm; /* Gilbert-Elliott good -> bad, per eligible packet */
+	__u32 burst_leave_ppm; /* Gilbert-Elliott bad -> good; 0: independent loss */
 	__u32 pad;
+};
+
+/* Loss runs (consecutive eligible packets dropped in one direction) by
+ * length: bucket i counts runs of at most 2^i packets (1, 2, 4, ... 64), the
+ * last bucket the longer ones. */
+#define RG_WAN_RUN_BUCKETS 8
+
+/* One direction's loss chain and run lengths, keyed by the ingress ifindex.
+ * Shared by all CPUs (a model, updated without locks; the counters
+ * atomically). */
+struct rg_wan_direction {
+	__u32 bad;      /* Gilbert-Elliott state */
+	__u32 run;      /* eligible packets dropped in a row so far */
+	__u64 runs[RG_WAN_RUN_BUCKETS];
+};
+
+/* Where a direction's surviving UDP packets go when RG_WAN_F_HOLD is set,
+ * keyed by the ingress ifindex: a veth whose peer the delay line reads. */
+struct rg_wan_hold {
+	__u32 ifindex;
 };
 
 struct rg_wan_key {

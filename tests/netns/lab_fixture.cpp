@@ -175,9 +175,10 @@ void LabTest::SetUp() {
   tmp_ = std::make_unique<TempDir>();
   topo_ = std::make_unique<lab::Topology>(kTag);
   topo_->check_path();
-  wan_ = std::make_unique<lab::Wan>(topo_->netns(lab::Node::kWan),
-                                    std::vector<std::string>{"to-a", "to-b"},
-                                    rg_wan_config{0, 0, RG_WAN_F_BLEACH, 0});
+  rg_wan_config wan_cfg{};
+  wan_cfg.flags = RG_WAN_F_BLEACH;
+  wan_ = std::make_unique<lab::Wan>(topo_->netns(lab::Node::kWan), std::vector<std::string>{"to-a", "to-b"},
+                                    wan_cfg);
 }
 
 void LabTest::TearDown() {

@@ -139,7 +139,7 @@ wan_up() {
 	tc filter add dev eth0 egress pref 200 bpf da pinned "$WAN_PIN/prog"
 	# shellcheck disable=SC2046
 	bpftool map update pinned "$WAN_PIN/wan_config" key hex 00 00 00 00 \
-		value hex $(le32 "$loss") $(le32 0) $(le32 "$flags") $(le32 0)
+		value hex $(le32 "$loss") $(le32 0) $(le32 "$flags") $(le32 0) $(le32 0) $(le32 0)
 }
 
 # wan_stat FIELD: FIELD (packets, dropped, bleached) summed over CPUs for RoCE.

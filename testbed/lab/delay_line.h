@@ -1,0 +1,87 @@
+// The lab WAN's delay line: holds each frame of a direction until it is due,
+// then sends it on, in the order it came (unless asked to reorder).
+//
+// The WAN program (testbed/wan/wan.bpf.c) hands every UDP packet that
+// survived its loss and bleaching to a "hold" veth of its direction
+// (RG_WAN_F_HOLD). A thread per direction reads the far end of that veth
+// with an AF_PACKET socket, stamps each frame with its due time (arrival +
+// delay, + a uniform jitter sample, never before the frame ahead of it),
+// and at that time writes it with the outgoing interface's MAC and the next
+// hop's MAC on the outgoing interface, through a second AF_PACKET socket:
+// the WAN is a layer-2 circuit for these packets (TTL unchanged).
+//
+// This host's kernel has no netem; a userspace delay line is what the lab
+// can build. Its timers sleep in ppoll with a 1 ns timer slack; what it
+// holds and how late it sends is measured by bench/delay_line and stated in
+// bench/README.md.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rg::lab {
+
+struct DelayLineConfig {
+  std::chrono::nanoseconds delay{0};   // one way, each direction
+  std::chrono::nanoseconds jitter{0};  // each frame's delay is uniform in delay +- jitter (jitter <= delay)
+  uint32_t reorder_ppm = 0;            // share of frames sent after the frame behind them
+};
+
+using Mac = std::array<uint8_t, 6>;
+// "02:00:5e:10:00:01" -> bytes; throws rg::Error for anything else.
+Mac parse_mac(const std::string& text);
+
+struct DelayDirection {
+  std::string name;         // "a_to_b"
+  std::string in_ifname;    // where the held frames arrive (the hold veth's far end)
+  std::string out_ifname;   // where they leave
+  Mac arrival_mac{};        // frames for this direction are addressed to it (the WAN router's port they came in
+                            // by); anything else on in_ifname is not the WAN's to forward
+  Mac out_mac{};            // out_ifname's own address: the frames' source
+  Mac next_hop_mac{};       // the frames' destination
+};
+
+struct DelayLineStats {
+  uint64_t frames = 0;     // sent on
+  uint64_t bytes = 0;
+  uint64_t reordered = 0;  // sent after the frame behind them, as asked (reorder_ppm)
+  uint64_t send_errors = 0;
+  uint64_t rx_dropped = 0;  // the socket's receive queue overflowed (PACKET_STATISTICS)
+  uint64_t max_held = 0;    // most frames held at once
+  // Lateness: how long after its due time each frame was handed to the
+  // outgoing interface.
+  uint64_t late_sum_ns = 0;
+  uint64_t late_max_ns = 0;
+};
+
+class DelayLine {
+ public:
+  // Opens the sockets in netns and starts one thread per direction; throws
+  // rg::Error (and leaves nothing running) on failure.
+  DelayLine(const std::string& netns, const std::vector<DelayDirection>& directions, const DelayLineConfig& cfg);
+  ~DelayLine();
+  DelayLine(const DelayLine&) = delete;
+  DelayLine& operator=(const DelayLine&) = delete;
+
+  const DelayLineConfig& config() const { return cfg_; }
+  size_t directions() const { return dirs_.size(); }
+  const std::string& direction_name(size_t i) const;
+  DelayLineStats stats(size_t i) const;
+
+ private:
+  struct Direction;
+  void run(Direction& d);
+
+  DelayLineConfig cfg_;
+  std::vector<std::unique_ptr<Direction>> dirs_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace rg::lab
