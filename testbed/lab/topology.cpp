@@ -153,19 +153,19 @@ void Topology::build() {
     run_checked({"ip", "-n", ns, "link", "set", ia.ifname, "up"});
   }
 
-  // GRO on at both ends of every link of the path, for the NAPI that comes
-  // with it. Without NAPI a veth queues each frame on the backlog of the CPU
-  // that sent it; when a qdisc upstream (the shaped uplink, the shaped port
-  // to host B, host A's line rate) is dequeued by one CPU and then another,
-  // the frames of one stream sit on two backlogs and are processed on two
-  // CPUs at once: reordered. With NAPI every frame goes through the
-  // receiving veth's one ring, in the order it was sent. UDP is not merged
-  // (no socket asks for UDP GRO, forwarding does not); the bulk links keep
-  // GRO off (below).
-  for (const auto& l : kLinks) {
-    run_checked({"ip", "netns", "exec", netns(l.a), "ethtool", "-K", l.a_if, "gro", "on"});
-    run_checked({"ip", "netns", "exec", netns(l.b), "ethtool", "-K", l.b_if, "gro", "on"});
-  }
+  // No lab-made reordering: NAPI at both ends of every link of the path.
+  // Without NAPI a veth queues each frame on the backlog of the CPU that
+  // sent it; when a qdisc upstream (the shaped uplink, the shaped port to
+  // host B, host A's line rate) is dequeued by one CPU and then another, the
+  // frames of one stream sit on two backlogs and are processed on two CPUs
+  // at once: reordered. With NAPI every frame goes through the receiving
+  // veth's one ring, in the order it was sent. GRO turns NAPI on; a veth
+  // uses it only for frames from a peer without TSO (veth_xmit), so TSO is
+  // off too, as on the bulk links. UDP is not merged by GRO (no socket asks
+  // for UDP GRO, forwarding does not).
+  for (const auto& l : kLinks)
+    for (const auto& [n, ifname] : {std::pair{l.a, l.a_if}, std::pair{l.b, l.b_if}})
+      run_checked({"ip", "netns", "exec", netns(n), "ethtool", "-K", ifname, "gro", "on", "tso", "off"});
 
   for (Node n : {Node::kGatewayA, Node::kWan, Node::kGatewayB})
     run_checked({"ip", "netns", "exec", netns(n), "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",

@@ -106,8 +106,9 @@ void Wan::start_delay_line(const std::vector<WanPath>& paths, const DelayLineCon
       // hold-<in> is where the program redirects; the delay line reads its
       // peer held-<in>. Jumbo-sized, so any frame the WAN's ports take fits;
       // no IPv6, so the kernel's own neighbour and listener messages never
-      // enter the line; GRO on the reading end gives it NAPI, so frames
-      // redirected from several CPUs queue in the order they were sent.
+      // enter the line; GRO on the reading end (and TSO off on the other,
+      // see Topology's build) gives it NAPI, so frames redirected from
+      // several CPUs queue in the order they were sent.
       const std::string hold = "hold-" + p.in_ifname, held = "held-" + p.in_ifname;
       run_checked({"ip", "-n", netns_, "link", "add", hold, "mtu", "9000", "type", "veth", "peer", "name", held,
                    "mtu", "9000"});
@@ -118,6 +119,7 @@ void Wan::start_delay_line(const std::vector<WanPath>& paths, const DelayLineCon
         run_checked({"ip", "-n", netns_, "link", "set", ifname, "up"});
       }
       run_checked({"ip", "netns", "exec", netns_, "ethtool", "-K", held, "gro", "on"});
+      run_checked({"ip", "netns", "exec", netns_, "ethtool", "-K", hold, "tso", "off"});
       auto mac_of = [&](const std::string& ifname) {
         auto j = nlohmann::json::parse(run_checked({"ip", "-j", "-n", netns_, "link", "show", "dev", ifname}));
         return parse_mac(j.at(0).at("address").get<std::string>());
