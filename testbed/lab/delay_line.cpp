@@ -83,6 +83,7 @@ struct DelayLine::Direction {
   struct Frame {
     Clock::time_point due;
     std::vector<uint8_t> data;
+    bool passed = false;  // already let the frame behind it go first
   };
   mutable std::mutex mu;  // guards st
   DelayLineStats st;
@@ -188,10 +189,14 @@ void DelayLine::run(Direction& d) {
     // Everything due, in order.
     now = Clock::now();
     while (!held.empty() && held.front().due <= now) {
-      if (cfg_.reorder_ppm && held.size() > 1 && ppm(rng) < cfg_.reorder_ppm) {
-        // The frame behind goes first, at this frame's time.
-        std::swap(held[0].data, held[1].data);
+      if (cfg_.reorder_ppm && held.size() > 1 && !held[0].passed && ppm(rng) < cfg_.reorder_ppm) {
+        // The frame behind goes first, when it is due, and this one right
+        // after it: late, never early.
+        std::swap(held[0], held[1]);
+        held[1].due = held[0].due;
+        held[1].passed = true;
         local.reordered++;
+        continue;
       }
       auto& f = held.front();
       std::memcpy(f.data.data() + kVnet, d.where.next_hop_mac.data(), 6);
