@@ -55,6 +55,45 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
   return j;
 }
 
+json wan_json(const PhaseResult& p) {
+  json j = {{"loss_runs", json::object()}, {"dropped", {{"a_to_b", p.wan_dropped[0]}, {"b_to_a", p.wan_dropped[1]}}}};
+  const char* names[] = {"a_to_b", "b_to_a"};
+  for (size_t d = 0; d < p.wan_runs.size(); ++d) {
+    json runs = json::object();
+    for (size_t i = 0; i < p.wan_runs[d].size(); ++i) runs[loss_run_bound(i)] = p.wan_runs[d][i];
+    j["loss_runs"][names[d]] = runs;
+  }
+  if (!p.delay_line.empty()) {
+    j["delay_line"] = json::object();
+    for (size_t d = 0; d < p.delay_line.size() && d < 2; ++d) {
+      const auto& x = p.delay_line[d];
+      j["delay_line"][names[d]] = {{"frames", x.frames},
+                                   {"mean_late_us", x.frames ? x.late_sum_ns / 1e3 / x.frames : 0.0},
+                                   {"max_late_us", x.late_max_ns / 1e3},
+                                   {"max_held", x.max_held},
+                                   {"reordered", x.reordered},
+                                   {"send_errors", x.send_errors},
+                                   {"rx_dropped", x.rx_dropped}};
+    }
+  }
+  return j;
+}
+
+// "3.9 (longest <= 32)": the mean run of one direction and its longest
+// bucket; counters.json has every bucket.
+std::string runs_text(const LossRuns& runs, uint64_t dropped) {
+  uint64_t n = 0;
+  size_t longest = 0;
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (runs[i]) {
+      n += runs[i];
+      longest = i;
+    }
+  if (!n) return "none";
+  const std::string bound = longest + 1 < runs.size() ? "<= " + loss_run_bound(longest) : "> " + loss_run_bound(longest - 1);
+  return fmt("%.1f (longest %s)", static_cast<double>(dropped) / static_cast<double>(n), bound.c_str());
+}
+
 json snapshot_json(const Snapshot& s, bool scheduler) {
   json j = {{"second", s.second},
           {"sent_packets_a", s.sent_packets},
@@ -124,8 +163,10 @@ std::vector<std::string> draw_charts(const std::string& dir, const std::vector<P
     write_chart_data(data, p);
     const std::string sep = goodput.empty() ? "" : ", ";
     goodput += sep + quote_gp(data) + " using 1:2 with linespoints title '" + phase_title(p) + "'";
-    retx += sep + quote_gp(data) + " using 1:3 with linespoints title 'retransmits at host A, " +
-            phase_title(p) + "', " + quote_gp(data) + " using 1:4 with impulses lw 3 title 'WAN drops, " +
+    // The WAN's drops are tens per second against thousands of resends:
+    // they get the right-hand axis, or they would draw a line at 0.
+    retx += sep + quote_gp(data) + " using 1:3 axes x1y1 with linespoints title 'retransmits at host A, " +
+            phase_title(p) + "', " + quote_gp(data) + " using 1:4 axes x1y2 with impulses lw 3 title 'WAN drops (right axis), " +
             phase_title(p) + "'";
   }
   gp << "set output " << quote_gp(cdir + "/goodput.png") << "\n"
@@ -133,7 +174,9 @@ std::vector<std::string> draw_charts(const std::string& dir, const std::vector<P
      << "set ylabel 'Mbit/s'\nset yrange [0:*]\nplot " << goodput << "\n";
   gp << "set output " << quote_gp(cdir + "/retransmits-vs-wan-drops.png") << "\n"
      << "set title 'Go-Back-N retransmits at host A against packets the WAN dropped'\n"
-     << "set ylabel 'packets per second'\nplot " << retx << "\n";
+     << "set ylabel 'retransmits per second'\nset y2label 'WAN drops per second'\nset y2tics\n"
+     << "set yrange [0:*]\nset y2range [0:*]\nplot " << retx << "\n"
+     << "unset y2tics\nunset y2label\n";
 
   // DSCP distribution: one cluster per class seen at host B, one bar per phase.
   std::array<bool, 64> seen{};
@@ -236,6 +279,14 @@ std::string dscp_text(const std::array<uint64_t, 64>& h) {
   return s;
 }
 
+Headline headline(const LabSettings& s, const PhaseResult& p) {
+  Headline h;
+  if (s.sender_mbit) h.goodput_share = mbps(p.received.goodput_bytes, phase_seconds(p)) / s.sender_mbit;
+  if (p.final.wan_dropped)
+    h.resends_per_drop = static_cast<double>(p.sent.retransmits) / static_cast<double>(p.final.wan_dropped);
+  return h;
+}
+
 std::string wan_text(const LabSettings& s) {
   std::string t = s.wan_delay_ms > 0 ? fmt("one-way delay %.3g ms each direction", s.wan_delay_ms) : "no delay";
   if (s.wan_jitter_ms > 0) t += fmt(" (+- %.3g ms jitter, order kept)", s.wan_jitter_ms);
@@ -307,6 +358,30 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   };
   auto num = [](uint64_t v) { return std::to_string(v); };
   auto rg = [&](uint64_t v, const PhaseResult& p) { return p.roceguard ? num(v) : std::string("-"); };
+  // What a reader looks for first: how much of the line RoCE gets, what
+  // each WAN drop costs, whether the QPs survive, how long the path is.
+  row("goodput, share of host A's line rate", [&](const PhaseResult& p) {
+    auto h = headline(s, p);
+    return h.goodput_share ? fmt("%.1f %%", 100 * *h.goodput_share) : std::string("- (no line rate)");
+  });
+  row("resends per WAN drop", [&](const PhaseResult& p) {
+    auto h = headline(s, p);
+    return h.resends_per_drop ? fmt("%.1f", *h.resends_per_drop) : std::string("- (no drop)");
+  });
+  row("retransmit timeouts at host A", [&](const PhaseResult& p) { return num(p.sent.timeouts); });
+  row("QPs failed (retry count exceeded)", [&](const PhaseResult& p) { return num(p.sent.qps_failed); });
+  row("tunnel one-way delay A->B, mean, ms", [&](const PhaseResult& p) {
+    return !p.tunnel.empty() && p.tunnel[0].delay_arrivals ? fmt("%.2f", p.tunnel[0].delay_avg_s * 1e3)
+                                                           : std::string("-");
+  });
+  row("WAN loss run A->B, mean packets", [&](const PhaseResult& p) { return runs_text(p.wan_runs[0], p.wan_dropped[0]); });
+  row("WAN loss run B->A, mean packets", [&](const PhaseResult& p) { return runs_text(p.wan_runs[1], p.wan_dropped[1]); });
+  row("delay line: mean lateness A->B, us", [&](const PhaseResult& p) {
+    return p.delay_line.empty() || !p.delay_line[0].frames
+               ? std::string("-")
+               : fmt("%.0f", p.delay_line[0].late_sum_ns / 1e3 / p.delay_line[0].frames);
+  });
+  out << "\n";
   row("goodput at host B, Mbit/s", [&](const PhaseResult& p) {
     return fmt("%.1f", mbps(p.received.goodput_bytes, phase_seconds(p)));
   });
@@ -320,13 +395,11 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   row("DSCP of ACKs/NAKs seen at host A", [&](const PhaseResult& p) { return dscp_text(p.sent.ack_dscp); });
   row("retransmits at host A (Go-Back-N)", [&](const PhaseResult& p) { return num(p.sent.retransmits); });
   row("NAKs (sequence error) at host A", [&](const PhaseResult& p) { return num(p.sent.naks); });
-  row("retransmit timeouts at host A", [&](const PhaseResult& p) { return num(p.sent.timeouts); });
   row("estimated lost at host B (PSN gaps)", [&](const PhaseResult& p) { return num(p.received.lost_estimate); });
   row("dropped by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_dropped); });
   row("bleached by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_bleached); });
   row("CE marked by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_ce_marked); });
   row("CNPs sent by host B", [&](const PhaseResult& p) { return num(p.received.cnps); });
-  row("QPs failed (retry count exceeded)", [&](const PhaseResult& p) { return num(p.sent.qps_failed); });
   if (s.scheduler) {
     const ClassStats SchedulerStats::*classes[] = {&SchedulerStats::priority, &SchedulerStats::best_effort};
     const char* sent_labels[] = {"gw B priority class (46): packets sent", "gw B best-effort class: packets sent"};
@@ -398,6 +471,10 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"mode", s.mode},
                    {"duration_s", s.duration_s},
                    {"loss_pct", s.loss_pct},
+                   {"loss_burst", s.loss_burst},
+                   {"wan_delay_ms", s.wan_delay_ms},
+                   {"wan_jitter_ms", s.wan_jitter_ms},
+                   {"reorder_pct", s.reorder_pct},
                    {"ce_pct", s.ce_pct},
                    {"qps", s.qps},
                    {"payload", s.payload},
@@ -424,13 +501,20 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
   for (const auto& p : phases) {
     json sec = json::array();
     for (const auto& x : p.seconds) sec.push_back(snapshot_json(x, scheduler));
+    const Headline h = headline(s, p);
     j["phases"][p.name] = {{"roceguard", p.roceguard},
+                           {"headline",
+                            {{"goodput_share", h.goodput_share ? json(*h.goodput_share) : json(nullptr)},
+                             {"resends_per_wan_drop", h.resends_per_drop ? json(*h.resends_per_drop) : json(nullptr)},
+                             {"retransmit_timeouts", p.sent.timeouts},
+                             {"qps_failed", p.sent.qps_failed}}},
                            {"sender", to_json(p.sent)},
                            {"receiver", to_json(p.received)},
                            {"totals", snapshot_json(p.final, scheduler)},
                            {"seconds", sec},
                            {"gateway_counters", p.counters},
                            {"tunnel", tunnel_json(p.tunnel)},
+                           {"wan", wan_json(p)},
                            {"pcaps", p.pcaps}};
     if (scheduler) {
       auto bulk_json = [](const std::string& log, const std::optional<BulkResult>& r) {

@@ -78,7 +78,13 @@ struct PhaseResult {
   std::optional<BulkResult> uplink_bulk;  // the same for bulk sender A, through gateway A's uplink
   std::string uplink_bulk_log;
   std::vector<TunnelDirection> tunnel;  // with roceguard and its tunnel only
+  // The WAN during the phase, per direction (a_to_b, b_to_a): loss runs by
+  // length, and what the delay line did (empty without one).
+  std::array<LossRuns, 2> wan_runs{};
+  std::array<uint64_t, 2> wan_dropped{};  // RoCE and Geneve packets, per direction
+  std::vector<DelayLineStats> delay_line;
 };
+
 
 struct LabSettings {
   std::string scenario;
@@ -108,6 +114,13 @@ struct LabSettings {
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count);
 std::string view_header(bool scheduler);
 std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s, bool scheduler);
+
+// The figures a reader looks for first, from one phase.
+struct Headline {
+  std::optional<double> goodput_share;     // of host A's line rate (congestion scenario: it has one)
+  std::optional<double> resends_per_drop;  // host A's resends per packet the WAN dropped
+};
+Headline headline(const LabSettings& s, const PhaseResult& p);
 
 // What the WAN does: "one-way delay 2 ms each direction, loss 0.1 % (independent), no reordering, DSCP
 // bleached".

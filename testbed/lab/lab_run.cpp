@@ -243,6 +243,11 @@ std::array<uint64_t, 2> wan_geneve_drops(const Wan& wan) {
   return {wan.stats("to-a", RG_WAN_GENEVE).dropped, wan.stats("to-b", RG_WAN_GENEVE).dropped};
 }
 
+// RoCE and Geneve packets the WAN dropped of those that arrived on ifname.
+uint64_t wan_roce_drops(const Wan& wan, const std::string& ifname) {
+  return wan.stats(ifname, RG_WAN_ROCE).dropped + wan.stats(ifname, RG_WAN_GENEVE).dropped;
+}
+
 TunnelPeer one_peer(const std::string& pin) {
   MapReader reader(pin);
   auto peers = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(pin), monotonic_now_ns());
@@ -352,6 +357,11 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     lab.uplink_scheduler_base = lab.uplink_scheduler->stats();
   }
   Snapshot wan_base = take_snapshot(lab, 0, {}, {}, {}, nullptr, nullptr);
+  const std::array<LossRuns, 2> runs_base{lab.wan.loss_runs("to-a"), lab.wan.loss_runs("to-b")};
+  const std::array<uint64_t, 2> dropped_base{wan_roce_drops(lab.wan, "to-a"), wan_roce_drops(lab.wan, "to-b")};
+  std::vector<DelayLineStats> delay_base;
+  if (const DelayLine* dl = lab.wan.delay_line())
+    for (size_t i = 0; i < dl->directions(); ++i) delay_base.push_back(dl->stats(i));
   const auto wan_geneve_base = wan_geneve_drops(lab.wan);
   auto captures = start_captures(lab.topo, lab.dir, p.name, lab.opts.pcap_seconds);
 
@@ -449,6 +459,24 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   }
 
   if (with && lab.opts.tunnel) p.tunnel = measure_tunnel(*gw_a, *gw_b, wan_geneve_base, lab.wan);
+  // The WAN during the phase: loss runs, the delay line's lateness.
+  for (size_t d = 0; d < 2; ++d) {
+    const LossRuns now = lab.wan.loss_runs(d == 0 ? "to-a" : "to-b");
+    for (size_t i = 0; i < now.size(); ++i) p.wan_runs[d][i] = now[i] - runs_base[d][i];
+    p.wan_dropped[d] = wan_roce_drops(lab.wan, d == 0 ? "to-a" : "to-b") - dropped_base[d];
+  }
+  if (const DelayLine* dl = lab.wan.delay_line())
+    for (size_t i = 0; i < dl->directions() && i < delay_base.size(); ++i) {
+      DelayLineStats x = dl->stats(i);
+      const DelayLineStats& b = delay_base[i];
+      x.frames -= b.frames;
+      x.bytes -= b.bytes;
+      x.reordered -= b.reordered;
+      x.send_errors -= b.send_errors;
+      x.rx_dropped -= b.rx_dropped;
+      x.late_sum_ns -= b.late_sum_ns;
+      p.delay_line.push_back(x);  // max_held and late_max_ns: over the whole run so far
+    }
   if (with) {
     p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA);
     p.counters["gw_b"] = counter_rows(MapReader(gw_b->pin()).counters(), lab.topo, Node::kGatewayB);

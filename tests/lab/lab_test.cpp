@@ -211,8 +211,28 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
     EXPECT_LE(dropped - std::min(lost, dropped), 2 * uint64_t{std::thread::hardware_concurrency()})
         << "more unseen drops than the ends of the streams can hide: " << t;
     EXPECT_EQ(t["duplicated"].get<uint64_t>(), 0u) << t;
+    EXPECT_EQ(t["reordered"].get<uint64_t>(), 0u) << "the lab reorders nothing of its own: " << t;
     EXPECT_GT(t["delay_arrivals"].get<uint64_t>(), 0u);
+    // The default WAN delay line (2 ms one way) is on the tunnel's path.
+    EXPECT_GE(t["delay_avg_s"].get<double>(), 0.002) << t;
   }
+  // The WAN's own account: loss runs per direction add up to about its
+  // drops (a run still open at the end is not counted yet), and the delay
+  // line carried the phase's packets.
+  const json& wan = j["phases"]["with"]["wan"];
+  for (const char* dir : {"a_to_b", "b_to_a"}) {
+    SCOPED_TRACE(dir);
+    uint64_t runs = 0;
+    for (const auto& [bound, n] : wan["loss_runs"][dir].items()) runs += n.get<uint64_t>();
+    EXPECT_GT(runs, 0u) << wan;
+    EXPECT_LE(runs, wan["dropped"][dir].get<uint64_t>()) << wan;
+    EXPECT_GT(wan["delay_line"][dir]["frames"].get<uint64_t>(), 0u) << wan;
+    EXPECT_EQ(wan["delay_line"][dir]["send_errors"].get<uint64_t>(), 0u) << wan;
+  }
+  for (const char* row : {"goodput, share of host A's line rate", "resends per WAN drop",
+                          "retransmit timeouts at host A", "QPs failed (retry count exceeded)",
+                          "tunnel one-way delay A->B, mean, ms", "WAN loss run A->B, mean packets"})
+    EXPECT_NE(read(report + "/summary.txt").find(row), std::string::npos) << row;
   const std::string summary = read(report + "/summary.txt");
   EXPECT_NE(summary.find("tunnel A->B: lost (sequence numbers)"), std::string::npos) << summary;
   const std::string prom_b = read(report + "/prometheus-gw-b.txt");
@@ -308,6 +328,19 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   const uint64_t uplink_priority = with["totals"]["scheduler_gw_a"]["priority"]["packets"].get<uint64_t>();
   EXPECT_GE(uplink_priority, with["receiver"]["packets"].get<uint64_t>());
   EXPECT_LE(uplink_priority, with["sender"]["packets"].get<uint64_t>());
+
+  // No lab-made reordering under congestion either: the shaped uplink and
+  // port are dequeued by any CPU, and the veths' NAPI keeps the order.
+  for (const char* dir : {"a_to_b", "b_to_a"}) {
+    SCOPED_TRACE(dir);
+    ASSERT_TRUE(with["tunnel"].contains(dir)) << with["tunnel"];
+    EXPECT_GT(with["tunnel"][dir]["received"].get<uint64_t>(), 0u);
+    EXPECT_EQ(with["tunnel"][dir]["reordered"].get<uint64_t>(), 0u) << with["tunnel"];
+  }
+  // The share of host A's line rate is what the goodput says.
+  const double share = with["headline"]["goodput_share"].get<double>();
+  EXPECT_GT(share, 0.0);
+  EXPECT_LE(share, 1.0);
 
   const std::string summary = read(report + "/summary.txt");
   for (const char* row : {"gw B priority class (46): dropped", "gw B best-effort class: dropped",
