@@ -429,7 +429,8 @@ class Doctor {
       const std::string figures = "round trip " + nic::format_us(*rtt) + " (2 x p99 one-way delay from the peer)";
       if (auto warning = nic::ack_timeout_below_path(profile, *rtt)) {
         const auto fit = nic::ack_timeout_for_rtt(*rtt);
-        add(check, t.name, Verdict::kWarn, figures + ": " + *warning + " (" + source + ")",
+        add(check, t.name, Verdict::kWarn,
+            *warning + " (" + source + "; the round trip is 2 x the p99 one-way delay from the peer)",
             fit ? "on the RDMA hosts whose traffic takes this tunnel, nic.ack_timeout = \"" +
                       nic::format_us(fit->effective_us) + "\" (--ack-timeout), then `roceguard nic apply` and "
                       "`roceguard nic env`"
