@@ -36,6 +36,7 @@ void cmd_doctor(const DoctorFlags& f) {
       throw Error(msg, kExitUsage);
     }
     in.interfaces_given = !in.config.interfaces.empty();
+    in.config_given = true;
   }
   if (!f.interfaces.empty()) {
     in.config.interfaces = f.interfaces;

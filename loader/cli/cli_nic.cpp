@@ -29,6 +29,7 @@ struct NicOptions {
   bool dry_run = false;
   std::string output;
   std::string state_dir = nic::kDefaultNicStateDir;
+  std::string rtt;  // nic env: the path's round trip, as a duration
 };
 
 void add_profile_flags(CLI::App* cmd, NicOptions& o) {
@@ -143,10 +144,24 @@ void cmd_revert(const NicOptions& o, const std::vector<std::string>& only) {
   if (o.json) std::cout << nlohmann::json({{"devices", out}}).dump(2) << "\n";
 }
 
+// --rtt as microseconds; a usage error when it is no duration or longer
+// than any ACK timeout can cover.
+std::optional<double> rtt_of(const NicOptions& o) {
+  if (o.rtt.empty()) return std::nullopt;
+  std::string why;
+  const auto us = nic::parse_duration_us(o.rtt, &why);
+  if (!us || !nic::ack_timeout_for_rtt(*us, &why)) throw Error("--rtt: " + why, kExitUsage);
+  return us;
+}
+
 void cmd_env(const NicOptions& o) {
+  const std::optional<double> rtt = rtt_of(o);
   nic::Profile p = build_profile(o);
+  // --rtt never changes the profile: it says what fits, and warns.
+  if (rtt)
+    if (auto warning = nic::ack_timeout_below_path(p, *rtt)) std::cerr << "roceguard: warning: " << *warning << "\n";
   auto devices = nic::select(nic::discover(), p.interfaces);
-  std::string text = nic::render_env(p, devices);
+  std::string text = nic::render_env(p, devices, rtt);
   if (o.json) {
     // The variables render_env() writes, as an object; its comments stay out.
     nlohmann::json vars = nlohmann::json::object();
@@ -202,6 +217,9 @@ void add_nic_commands(CLI::App& app) {
   add_profile_flags(env, *opts);
   env->add_option("-o,--output", opts->output, "write to this file (systemd EnvironmentFile)");
   env->add_flag("--json", opts->json, "the variables as one JSON object");
+  env->add_option("--rtt", opts->rtt,
+                  "the path's round trip (e.g. 10ms): say which ACK timeout fits it, warn when the profile's "
+                  "is shorter; the profile is kept");
   env->callback([opts] { cmd_env(*opts); });
 }
 

@@ -1,21 +1,51 @@
 // stats: the pinned counters, per-CPU values summed, read through MapReader;
-// per interface, per tunnel peer, and optionally per QP.
+// per interface, per tunnel peer (with the round trip measured and the ACK
+// timeout fitting it), and optionally per QP.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "common/error.h"
+#include "config/config.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "dataplane/state.h"
 #include "metrics/presentation.h"
+#include "nic/profile.h"
 
 namespace rg {
 namespace {
 
-void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool all) {
+// The NIC profile the tunnels' round trips are held against: the [nic] table
+// of the file given, else of the configuration the gateway runs (the attach
+// record), else the defaults; and where it came from.
+struct StatsProfile {
+  nic::Profile profile;
+  std::string source;
+};
+
+StatsProfile stats_profile(const std::string& config, const std::string& pin_path) {
+  if (!config.empty()) {
+    ConfigProblems problems;
+    Config cfg = resolve_config({config, {}, true}, problems);
+    if (!problems.errors.empty()) {
+      std::string msg = "invalid configuration " + config + ":";
+      for (const auto& e : problems.errors) msg += "\n  " + e;
+      throw Error(msg, kExitUsage);
+    }
+    return {cfg.nic, config};
+  }
+  if (auto p = recorded_nic_profile(pin_path)) return {*p, "the running configuration"};
+  return {nic::Profile{}, "the default profile"};
+}
+
+void cmd_stats(const std::string& pin_path, const std::string& config, bool json, bool qp, size_t top, bool all) {
+  const StatsProfile nic_profile = stats_profile(config, pin_path);
   MapReader reader(pin_path);
   auto rows = reader.counters();
   std::sort(rows.begin(), rows.end(), [](const CounterRow& a, const CounterRow& b) {
@@ -27,6 +57,16 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
   const size_t qp_total = size_t{qp_entries.v4} + qp_entries.v6;
   const auto tunnels =
       tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(pin_path), monotonic_now_ns());
+  // Per peer: the warning when the profile's ACK timeout is shorter than its
+  // round trip calls for, on stderr whatever the output.
+  std::vector<std::optional<std::string>> warnings;
+  for (const auto& t : tunnels) {
+    const auto rtt = tunnel_rtt_us(t);
+    warnings.push_back(rtt ? nic::ack_timeout_below_path(nic_profile.profile, *rtt) : std::nullopt);
+    if (warnings.back())
+      std::cerr << "roceguard: warning: tunnel " << t.name << ": " << *warnings.back() << " (profile: "
+                << nic_profile.source << ")\n";
+  }
 
   if (json) {
     nlohmann::json out;
@@ -34,8 +74,17 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
     for (const auto& r : rows) counters.push_back(counter_row_json(r, interface_name(r.ifindex), true));
     out["counters"] = counters;
     nlohmann::json peers = nlohmann::json::array();
-    for (const auto& t : tunnels) peers.push_back(tunnel_peer_json(t));
+    for (size_t i = 0; i < tunnels.size(); ++i) {
+      nlohmann::json peer = tunnel_peer_json(tunnels[i]);
+      peer["ack_timeout_warning"] = warnings[i] ? nlohmann::json(*warnings[i]) : nlohmann::json(nullptr);
+      peers.push_back(peer);
+    }
     out["tunnels"] = peers;
+    const nic::Profile& p = nic_profile.profile;
+    out["nic_profile"] = {{"source", nic_profile.source},
+                          {"ack_timeout", p.ack_timeout_text},
+                          {"ack_timeout_exponent", p.ack_timeout.exponent},
+                          {"ack_timeout_seconds", p.ack_timeout.effective_us * 1e-6}};
     if (qp) {
       nlohmann::json list = nlohmann::json::array();
       for (const auto& q : qps)
@@ -79,6 +128,28 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
                   (unsigned long long)t.received, (unsigned long long)t.lost, (unsigned long long)t.reordered,
                   (unsigned long long)t.duplicated, (unsigned long long)t.ev[RG_PEER_EV_FIB_MISS].packets, avg_us);
     }
+    // The round trip through each tunnel, and the local ACK timeout of the
+    // RDMA hosts whose traffic takes it.
+    const nic::Profile& p = nic_profile.profile;
+    std::printf("\nACK timeout per tunnel: round trip = 2 x p99 one-way delay; profile (%s): %s, exponent %u (%s)\n",
+                nic_profile.source.c_str(), p.ack_timeout_text.c_str(), unsigned(p.ack_timeout.exponent),
+                nic::format_us(p.ack_timeout.effective_us).c_str());
+    for (size_t i = 0; i < tunnels.size(); ++i) {
+      const auto rtt = tunnel_rtt_us(tunnels[i]);
+      if (!rtt) {
+        std::printf("  %-20s no delay measured (tunnel.sequence off, or nothing arrived from the peer)\n",
+                    tunnels[i].name.c_str());
+        continue;
+      }
+      std::string why;
+      const auto fit = nic::ack_timeout_for_rtt(*rtt, &why);
+      std::printf("  %-20s round trip %s; ACK timeout fitting this path: %s%s\n", tunnels[i].name.c_str(),
+                  nic::format_us(*rtt).c_str(),
+                  fit ? ("exponent " + std::to_string(fit->exponent) + " (" + nic::format_us(fit->effective_us) + ")")
+                            .c_str()
+                      : why.c_str(),
+                  warnings[i] ? "; the profile's is shorter" : "");
+    }
   }
   if (!qp) return;
   std::printf("\nqueue pairs: %zu entries tracked (one per QP and direction), top %zu by retransmits + lost\n",
@@ -101,6 +172,7 @@ void cmd_stats(const std::string& pin_path, bool json, bool qp, size_t top, bool
 
 void add_stats_commands(CLI::App& app) {
   static std::string pin_path = kDefaultPinPath;
+  static std::string config;
   static bool json = false, qp = false, all = false;
   static size_t top = 20;
   auto* stats = app.add_subcommand("stats", "counters from the pinned maps (per-CPU values summed)");
@@ -110,7 +182,11 @@ void add_stats_commands(CLI::App& app) {
   stats->add_option("--top", top, "how many queue pairs --qp lists")->capture_default_str()->needs(qp_flag)
       ->check(CLI::Range(size_t{1}, size_t{1} << 24));
   stats->add_flag("--all", all, "table: show events that are zero too");
-  stats->callback([] { cmd_stats(pin_path, json, qp, top, all); });
+  stats->add_option("-c,--config", config,
+                    "configuration file whose [nic] table the tunnels' round trips are held against "
+                    "(default: the running configuration's)")
+      ->check(CLI::ExistingFile);
+  stats->callback([] { cmd_stats(pin_path, config, json, qp, top, all); });
 }
 
 }  // namespace rg

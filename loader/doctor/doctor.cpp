@@ -31,6 +31,7 @@
 #include "nic/apply.h"
 #include "nic/counters.h"
 #include "nic/devices.h"
+#include "nic/profile.h"
 #include "roceguard.skel.h"
 
 namespace rg {
@@ -177,6 +178,7 @@ class Doctor {
     check_interfaces();
     check_rdma();
     check_scrape();
+    check_ack_timeout();
     return std::move(out_);
   }
 
@@ -393,6 +395,58 @@ class Doctor {
     add("scrape", "", Verdict::kInfo,
         std::string("reading what a scrape reads took ") + ms + " ms (" + what + ", " + std::to_string(nic_counters) +
             " NIC counter(s))");
+  }
+
+  // The NIC profile's ACK timeout against each tunnel's round trip as the
+  // data plane measured it (2 x the p99 one-way delay): a timeout shorter
+  // than the path calls for resends what was not lost. A warning, not a
+  // failure: the RDMA hosts behind the tunnel may use another profile.
+  void check_ack_timeout() {
+    const char* check = "nic.ack_timeout";
+    std::vector<TunnelPeer> tunnels;
+    if (any_map_pinned(in_.pin_path)) {
+      try {
+        MapReader reader(in_.pin_path);
+        tunnels = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(in_.pin_path),
+                               monotonic_now_ns());
+      } catch (const std::exception&) {
+        add(check, "", Verdict::kInfo, "skipped: the pinned maps cannot be read (see scrape)");
+        return;
+      }
+    }
+    nic::Profile profile = in_.config.nic;
+    std::string source = in_.config_given ? "the configuration's profile" : "the default profile";
+    if (!in_.config_given)
+      if (auto recorded = recorded_nic_profile(in_.pin_path)) {
+        profile = *recorded;
+        source = "the running configuration's profile";
+      }
+    bool measured = false;
+    for (const auto& t : tunnels) {
+      const auto rtt = tunnel_rtt_us(t);
+      if (!rtt) continue;
+      measured = true;
+      const std::string figures = "round trip " + nic::format_us(*rtt) + " (2 x p99 one-way delay from the peer)";
+      if (auto warning = nic::ack_timeout_below_path(profile, *rtt)) {
+        const auto fit = nic::ack_timeout_for_rtt(*rtt);
+        add(check, t.name, Verdict::kWarn,
+            *warning + " (" + source + "; the round trip is 2 x the p99 one-way delay from the peer)",
+            fit ? "on the RDMA hosts whose traffic takes this tunnel, nic.ack_timeout = \"" +
+                      nic::format_us(fit->effective_us) + "\" (--ack-timeout), then `roceguard nic apply` and "
+                      "`roceguard nic env`"
+                : "");
+      } else {
+        const auto fit = nic::ack_timeout_for_rtt(*rtt);
+        add(check, t.name, Verdict::kOk,
+            figures + ": " + source + "'s " + profile.ack_timeout_text + " (exponent " +
+                std::to_string(profile.ack_timeout.exponent) + ") fits it; exponent " +
+                std::to_string(fit->exponent) + " (" + nic::format_us(fit->effective_us) + ") would be enough");
+      }
+    }
+    if (!measured)
+      add(check, "", Verdict::kInfo,
+          "skipped: no tunnel has delay samples (no pinned maps, tunnel.sequence off, or nothing arrived from a "
+          "peer), so no round trip to hold the ACK timeout against");
   }
 
   const DoctorInput& in_;

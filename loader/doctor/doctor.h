@@ -25,6 +25,7 @@ struct Finding {
 struct DoctorInput {
   Config config;                 // defaults when no file was given
   bool interfaces_given = false; // else every interface but lo is looked at
+  bool config_given = false;     // else the NIC profile is the running configuration's, if any
   std::string pin_path;
   std::string nic_state_dir;
 };

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "dataplane/names.h"
 #include "dataplane/state.h"
@@ -108,17 +109,28 @@ uint64_t monotonic_now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-std::vector<std::string> peer_names(const std::string& pin_path) {
-  std::vector<std::string> names;
+namespace {
+
+// The configuration in the attach record, null when there is none.
+nlohmann::json recorded_config(const std::string& pin_path) {
   std::optional<State> st;
   try {
     st = read_state(pin_path);
   } catch (const std::exception&) {
-    return names;  // `status` names the problem; counters still show by slot
+    return nullptr;  // `status` names the problem; counters still show by slot
   }
-  if (!st || !st->config.is_object()) return names;
-  const auto tunnel = st->config.find("tunnel");
-  if (tunnel == st->config.end() || !tunnel->is_object()) return names;
+  if (!st || !st->config.is_object()) return nullptr;
+  return st->config;
+}
+
+}  // namespace
+
+std::vector<std::string> peer_names(const std::string& pin_path) {
+  std::vector<std::string> names;
+  const nlohmann::json config = recorded_config(pin_path);
+  if (!config.is_object()) return names;
+  const auto tunnel = config.find("tunnel");
+  if (tunnel == config.end() || !tunnel->is_object()) return names;
   const auto peers = tunnel->find("peer");
   if (peers == tunnel->end() || !peers->is_array()) return names;
   for (const auto& p : *peers) {
@@ -126,6 +138,31 @@ std::vector<std::string> peer_names(const std::string& pin_path) {
     names.push_back(p.is_object() && name != p.end() && name->is_string() ? name->get<std::string>() : "");
   }
   return names;
+}
+
+std::optional<nic::Profile> recorded_nic_profile(const std::string& pin_path) {
+  const nlohmann::json config = recorded_config(pin_path);
+  if (!config.is_object()) return std::nullopt;
+  const auto table = config.find("nic");
+  if (table == config.end() || !table->is_object()) return std::nullopt;
+  nic::Profile p;
+  bool any = false;
+  for (const auto& [key, v] : table->items()) {
+    nic::Value value;
+    if (v.is_number_integer())
+      value = v.get<int64_t>();
+    else if (v.is_string())
+      value = v.get<std::string>();
+    else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_string(); }))
+      value = v.get<std::vector<std::string>>();
+    else
+      continue;  // an unset option (null)
+    // The record was validated when it was written; a key this roceguard
+    // does not know keeps its default.
+    if (!nic::set(p, key, value)) any = true;
+  }
+  if (!any) return std::nullopt;
+  return p;
 }
 
 std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
@@ -160,6 +197,37 @@ std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
   return out;
 }
 
+uint64_t tunnel_delay_count(const TunnelPeer& t) {
+  uint64_t n = 0;
+  for (uint64_t c : t.delay) n += c;
+  return n;
+}
+
+std::optional<double> tunnel_delay_quantile_us(const TunnelPeer& t, double q) {
+  const uint64_t count = tunnel_delay_count(t);
+  if (!count) return std::nullopt;
+  const double rank = q * static_cast<double>(count);
+  uint64_t below = 0;
+  for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) {
+    const uint64_t in = t.delay[k];
+    if (!in || static_cast<double>(below + in) < rank) {
+      below += in;
+      continue;
+    }
+    const double lo = k ? tunnel_delay_bucket_le(k - 1) * 1e6 : 0;
+    if (k + 1 == RG_TUNNEL_DELAY_BUCKETS) return lo;
+    const double hi = tunnel_delay_bucket_le(k) * 1e6;
+    return lo + (hi - lo) * (rank - static_cast<double>(below)) / static_cast<double>(in);
+  }
+  return tunnel_delay_bucket_le(RG_TUNNEL_DELAY_BUCKETS - 2) * 1e6;  // not reached: q <= 1
+}
+
+std::optional<double> tunnel_rtt_us(const TunnelPeer& t) {
+  const auto one_way = tunnel_delay_quantile_us(t, kTunnelRttQuantile);
+  if (!one_way) return std::nullopt;
+  return 2 * *one_way;
+}
+
 nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
   nlohmann::json events = nlohmann::json::object();
   for (size_t e = 0; e < RG_PEER_EV_MAX; ++e)
@@ -173,6 +241,14 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
                                                                 : nlohmann::json("+Inf")},
                        {"count", cumulative}});
   }
+  // The round trip and the ACK timeout fitting it; null without delays.
+  nlohmann::json p99 = nullptr, rtt = nullptr, fit = nullptr;
+  if (const auto q = tunnel_delay_quantile_us(t, kTunnelRttQuantile)) p99 = *q * 1e-6;
+  if (const auto r = tunnel_rtt_us(t)) {
+    rtt = *r * 1e-6;
+    if (const auto a = nic::ack_timeout_for_rtt(*r))
+      fit = {{"exponent", a->exponent}, {"seconds", a->effective_us * 1e-6}};
+  }
   return {{"peer", t.name},
           {"slot", t.slot},
           {"events", events},
@@ -184,7 +260,9 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
           {"duplicated", t.duplicated},
           {"resyncs", t.resyncs},
           {"delay", {{"count", cumulative}, {"sum_seconds", static_cast<double>(t.delay_sum_ns) * 1e-9},
-                     {"buckets", buckets}}}};
+                     {"buckets", buckets}, {"p99_seconds", p99}}},
+          {"rtt_estimate_seconds", rtt},
+          {"ack_timeout_fit", fit}};
 }
 
 nlohmann::json counter_row_json(const CounterRow& row, const std::string& ifname, bool with_zero) {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dataplane/maps.h"
+#include "nic/profile.h"
 
 namespace rg {
 
@@ -85,6 +87,23 @@ uint64_t tunnel_stream_lost(const rg_tunnel_stream& s, uint64_t now_ns);
 // Upper bound of delay bucket k in seconds; the last bucket has none (+Inf).
 double tunnel_delay_bucket_le(size_t k);
 
+// Delays that arrived from the peer (the histogram's count).
+uint64_t tunnel_delay_count(const TunnelPeer& t);
+// The q-quantile (0 < q <= 1) of the one-way delay from the peer, in
+// microseconds, read from the histogram as Prometheus's histogram_quantile
+// reads one: linearly within the bucket the rank falls in (bucket k spans
+// 2^(k-1) to 2^k us, bucket 0 from 0); in the last bucket, its lower bound.
+// nullopt when no delay arrived.
+std::optional<double> tunnel_delay_quantile_us(const TunnelPeer& t, double q);
+// The round trip of the path through the tunnel, for fitting the NIC's ACK
+// timeout to it (nic::ack_timeout_for_rtt): twice the 99th percentile of the
+// one-way delay from the peer. A gateway measures only the way in, so the
+// way back is taken to be as long; a high percentile rather than the mean,
+// since a timeout must cover the slow ACKs, not the typical one. nullopt
+// when no delay arrived.
+inline constexpr double kTunnelRttQuantile = 0.99;
+std::optional<double> tunnel_rtt_us(const TunnelPeer& t);
+
 // The configured peer names by slot, from the attach record under pin_path
 // (empty when there is none).
 std::vector<std::string> peer_names(const std::string& pin_path);
@@ -94,6 +113,11 @@ std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
                                      const std::vector<TunnelStreamRow>& streams,
                                      const std::vector<std::string>& names, uint64_t now_ns);
 uint64_t monotonic_now_ns();
+
+// The [nic] profile of the configuration in the attach record under
+// pin_path: the defaults with the record's nic keys on top. nullopt when
+// there is no record or it has no [nic] keys.
+std::optional<nic::Profile> recorded_nic_profile(const std::string& pin_path);
 
 nlohmann::json tunnel_peer_json(const TunnelPeer& t);
 

@@ -9,13 +9,27 @@ namespace rg::nic {
 // What the profile can hold must be what libroceguard_qp.so accepts.
 static_assert(kAckTimeoutMinExp == RG_ENV_TIMEOUT_MIN && kAckTimeoutMaxExp == RG_ENV_TIMEOUT_MAX);
 
-std::string render_env(const Profile& p, const std::vector<DeviceInfo>& devices) {
+std::string render_env(const Profile& p, const std::vector<DeviceInfo>& devices, std::optional<double> rtt_us) {
   std::ostringstream o;
   const std::string eff = format_us(p.ack_timeout.effective_us);
   o << "# roceguard nic env: RoCE retransmit/QoS profile (systemd EnvironmentFile)\n"
     << "# DSCP " << unsigned(p.dscp) << ", ECN " << unsigned(p.ecn) << " -> ToS byte "
     << unsigned(p.tos()) << "; ack timeout " << p.ack_timeout_text << " -> exponent "
     << unsigned(p.ack_timeout.exponent) << " (effective " << eff << ")\n";
+  if (rtt_us) {
+    std::string why;
+    const auto fit = ack_timeout_for_rtt(*rtt_us, &why);
+    o << "# round trip " << format_us(*rtt_us) << ": ";
+    if (fit)
+      o << "the ACK timeout fitting it is exponent " << unsigned(fit->exponent) << " ("
+        << format_us(fit->effective_us) << "); the profile's "
+        << (p.ack_timeout.exponent >= fit->exponent ? "fits it"
+                                                    : "is shorter: nic.ack_timeout = \"" +
+                                                          format_us(fit->effective_us) + "\" fits")
+        << "\n";
+    else
+      o << why << "\n";
+  }
 
   std::string hca, ucx_devices;
   std::optional<int> gid = p.gid_index;

@@ -1,5 +1,6 @@
 #include "nic/profile.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cctype>
@@ -82,6 +83,19 @@ std::optional<AckTimeout> ack_timeout_from_us(double us, std::string* why) {
     *why = format_us(us) + " is longer than the largest local ACK timeout, " +
            format_us(ack_timeout_us(kAckTimeoutMaxExp)) + " (t = 31)";
   return std::nullopt;
+}
+
+double ack_timeout_floor_us(double rtt_us) {
+  return std::max(kAckTimeoutRttFactor * rtt_us, rtt_us + kAckTimeoutAllowanceUs);
+}
+
+std::optional<AckTimeout> ack_timeout_for_rtt(double rtt_us, std::string* why) {
+  std::string reason;
+  auto t = ack_timeout_from_us(ack_timeout_floor_us(rtt_us), &reason);
+  if (!t && why)
+    *why = "a " + format_us(rtt_us) + " round trip needs a timeout of " + format_us(ack_timeout_floor_us(rtt_us)) +
+           ": " + reason;
+  return t;
 }
 
 std::string format_us(double us) {
@@ -167,6 +181,21 @@ std::string type_name(toml::node_type t) {
 }
 
 }  // namespace
+
+std::optional<std::string> ack_timeout_below_path(const Profile& p, double rtt_us) {
+  const auto need = ack_timeout_for_rtt(rtt_us);
+  if (need && p.ack_timeout.exponent >= need->exponent) return std::nullopt;
+  std::string msg = "nic.ack_timeout " + p.ack_timeout_text + " (exponent " +
+                    std::to_string(p.ack_timeout.exponent) + ", " + format_us(p.ack_timeout.effective_us) +
+                    ") is too short for a " + format_us(rtt_us) + " round trip: ";
+  if (need)
+    msg += "it takes exponent " + std::to_string(need->exponent) + " (" + format_us(need->effective_us) +
+           ") or more";
+  else
+    msg += "no local ACK timeout fits it, the longest is exponent " + std::to_string(kAckTimeoutMaxExp) + " (" +
+           format_us(ack_timeout_us(kAckTimeoutMaxExp)) + ")";
+  return msg + "; with less, ACKs come after the timer and the sender resends what was not lost";
+}
 
 std::vector<std::string> read_table(Profile& p, const toml::table& nic) {
   std::vector<std::string> errors;

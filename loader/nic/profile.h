@@ -34,6 +34,26 @@ std::optional<AckTimeout> ack_timeout_from_us(double us, std::string* why = null
 double ack_timeout_us(uint8_t exponent);
 // "524.288us", "8.389ms", "2.199s": the shortest exact-enough rendering.
 std::string format_us(double us);
+// The ACK timeout a path's round trip calls for (docs/design.md section 10).
+// A timeout fits a round trip when it is at least kAckTimeoutRttFactor times
+// the round trip and at least the round trip plus kAckTimeoutAllowanceUs:
+// the factor covers queues that grow under load beyond the delay measured
+// (and the one-way figure taken twice for a path that is not symmetric); the
+// allowance what a round trip measured between the gateways leaves out, the
+// two LAN legs, the responder's ACK coalescing and its host's scheduling
+// (software RoCE acknowledges from the kernel), which on a short path is
+// more than the path itself. A timeout that is too short costs a resend and
+// one of retry_cnt's tries for every ACK it misses: retry_cnt + 1 in a row
+// kill the QP. One too long only delays recovering a lost tail that no NAK
+// reports.
+inline constexpr double kAckTimeoutRttFactor = 4;
+inline constexpr double kAckTimeoutAllowanceUs = 1000;
+// The shortest timeout that fits a round trip of rtt_us.
+double ack_timeout_floor_us(double rtt_us);
+// The smallest t whose timeout fits a round trip of rtt_us. nullopt (and
+// *why) when even t = 31 is too short.
+std::optional<AckTimeout> ack_timeout_for_rtt(double rtt_us, std::string* why = nullptr);
+
 // IBA RNR NAK timer table (o9-7): code 0..31 -> milliseconds (0 = 655.36).
 double min_rnr_timer_ms(uint8_t code);
 
@@ -72,6 +92,11 @@ std::vector<std::string> validate_nic_table(const toml::table& nic);
 // Profile from a [nic] table; throws rg::Error (kExitUsage) listing every
 // problem.
 Profile profile_from_table(const toml::table& nic);
+
+// The warning when p's ACK timeout is shorter than what a round trip of
+// rtt_us calls for, naming the configured value and exponent, the round trip
+// and the exponent and value that fit it; nothing when p's timeout fits.
+std::optional<std::string> ack_timeout_below_path(const Profile& p, double rtt_us);
 
 // Human-readable summary, one setting per line, with effective values.
 std::vector<std::string> describe(const Profile& p);

@@ -23,6 +23,7 @@
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "dataplane/state.h"
+#include "doctor/doctor.h"
 #include "metrics/exporter.h"
 #include "metrics/presentation.h"
 #include "packet.h"
@@ -396,6 +397,131 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
   CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
   EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;
   EXPECT_EQ(r.output, "") << "promtool has lint remarks";
+}
+
+// The round trip from the delay histogram: twice the p99 one-way delay,
+// linear within its bucket (bucket k holds up to 2^k us).
+TEST(TunnelRtt, TwiceTheP99OfTheOneWayDelay) {
+  TunnelPeer t;
+  EXPECT_FALSE(tunnel_delay_quantile_us(t, 0.99));
+  EXPECT_FALSE(tunnel_rtt_us(t));
+  t.delay[13] = 100;  // 4.096 ms to 8.192 ms
+  EXPECT_NEAR(*tunnel_delay_quantile_us(t, 0.99), 4096 + 0.99 * 4096, 1e-6);
+  EXPECT_NEAR(*tunnel_rtt_us(t), 2 * (4096 + 0.99 * 4096), 1e-6);
+  t.delay = {};
+  t.delay[3] = 98;  // up to 8 us
+  t.delay[10] = 2;  // 512 us to 1024 us: rank 99 is half way
+  EXPECT_NEAR(*tunnel_delay_quantile_us(t, 0.99), 768, 1e-6);
+  EXPECT_NEAR(*tunnel_delay_quantile_us(t, 0.5), 4 + 4 * 50.0 / 98, 1e-6);
+  t.delay = {};
+  t.delay[0] = 10;  // from 0
+  EXPECT_NEAR(*tunnel_delay_quantile_us(t, 0.5), 0.5, 1e-9);
+  t.delay = {};
+  t.delay[RG_TUNNEL_DELAY_BUCKETS - 1] = 5;  // beyond 2^22 us: its lower bound
+  EXPECT_DOUBLE_EQ(*tunnel_delay_quantile_us(t, 0.99), 4194304);
+}
+
+// stats and doctor hold each tunnel's round trip against the NIC profile:
+// the running configuration's (the attach record), or that of -c FILE.
+TEST_F(ExporterBpf, StatsAndDoctorFitTheAckTimeoutToTheTunnelRoundTrip) {
+  const std::string pin = dp_->pin_path();
+  State st;
+  st.config = nlohmann::json::parse(R"({"tunnel": {"peer": [{"name": "gw-b"}]},
+                                        "nic": {"ack_timeout": "500us", "gid_index": null}})");
+  write_state(pin, st);
+  struct StateUnpin {
+    std::string path;
+    ~StateUnpin() { unlink(path.c_str()); }
+  } unpin{pin + "/" + kMapState};
+  ASSERT_TRUE(recorded_nic_profile(pin));
+  EXPECT_EQ(recorded_nic_profile(pin)->ack_timeout.exponent, 7);
+
+  // Peer 0 delivered 100 packets 4.096 ms to 8.192 ms after they were sent:
+  // p99 8.151 ms, round trip 16.302 ms; 4x that is 65.208 ms, t = 14.
+  const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
+  ASSERT_GE(streams, 0);
+  rg_tunnel_stream_key k{0, 0};
+  rg_tunnel_stream v{};
+  v.received = 100;
+  v.max_seq = 99;
+  v.window = ~0ull;
+  v.last_ns = monotonic_now_ns();
+  v.delay[13] = 100;
+  v.delay_sum_ns = 100 * 6000000ull;
+  ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
+  close(streams);
+
+  const std::string stats = std::string(ROCEGUARD_BIN) + " stats --pin-path " + pin;
+  CommandResult r = run_command({"sh", "-c", stats + " --json 2>/dev/null"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["nic_profile"]["source"], "the running configuration");
+  EXPECT_EQ(j["nic_profile"]["ack_timeout"], "500us");
+  EXPECT_EQ(j["nic_profile"]["ack_timeout_exponent"], 7);
+  ASSERT_EQ(j["tunnels"].size(), 1u) << j.dump(2);
+  const nlohmann::json& t = j["tunnels"][0];
+  EXPECT_EQ(t["peer"], "gw-b");
+  EXPECT_NEAR(t["delay"]["p99_seconds"].get<double>(), 8151.04e-6, 1e-12);
+  EXPECT_NEAR(t["rtt_estimate_seconds"].get<double>(), 16302.08e-6, 1e-12);
+  EXPECT_EQ(t["ack_timeout_fit"]["exponent"], 14);
+  EXPECT_NEAR(t["ack_timeout_fit"]["seconds"].get<double>(), 0.067108864, 1e-12);
+  ASSERT_TRUE(t["ack_timeout_warning"].is_string()) << t.dump(2);
+  EXPECT_NE(t["ack_timeout_warning"].get<std::string>().find(
+                "nic.ack_timeout 500us (exponent 7, 524.288us) is too short for a 16.302ms round trip: it takes "
+                "exponent 14 (67.109ms) or more"),
+            std::string::npos)
+      << t.dump(2);
+
+  r = run_command({"sh", "-c", stats + " 2>&1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("roceguard: warning: tunnel gw-b: nic.ack_timeout 500us"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("round trip 16.302ms; ACK timeout fitting this path: exponent 14 (67.109ms); the profile's "
+                          "is shorter"),
+            std::string::npos)
+      << r.output;
+
+  // A file whose profile is long enough: no warning.
+  TempDir tmp("ack-rtt");
+  write_file(tmp.path() + "/roceguard.toml", "[nic]\nack_timeout = \"67ms\"\n");
+  r = run_command({"sh", "-c", stats + " --json -c " + tmp.path() + "/roceguard.toml 2>&1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["nic_profile"]["source"], tmp.path() + "/roceguard.toml");
+  EXPECT_TRUE(j["tunnels"][0]["ack_timeout_warning"].is_null()) << r.output;
+  EXPECT_EQ(j["tunnels"][0]["ack_timeout_fit"]["exponent"], 14);
+
+  // doctor: a warning with the figures from the running configuration's
+  // profile; the file's passes.
+  auto finding = [&](const DoctorInput& in) {
+    std::vector<Finding> found;
+    for (const auto& f : run_doctor(in))
+      if (f.check == "nic.ack_timeout") found.push_back(f);
+    return found;
+  };
+  DoctorInput in;
+  in.pin_path = pin;
+  in.nic_state_dir = tmp.path();
+  auto f = finding(in);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].subject, "gw-b");
+  EXPECT_EQ(f[0].verdict, Verdict::kWarn) << f[0].what;
+  EXPECT_NE(f[0].what.find("too short for a 16.302ms round trip"), std::string::npos) << f[0].what;
+  EXPECT_NE(f[0].what.find("it takes exponent 14 (67.109ms)"), std::string::npos) << f[0].what;
+  EXPECT_NE(f[0].what.find("the running configuration's profile"), std::string::npos) << f[0].what;
+  EXPECT_NE(f[0].fix.find("nic.ack_timeout = \"67.109ms\""), std::string::npos) << f[0].fix;
+  in.config_given = true;  // the defaults: 67 ms, t = 14
+  f = finding(in);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].verdict, Verdict::kOk) << f[0].what;
+  EXPECT_NE(f[0].what.find("67ms (exponent 14) fits it; exponent 14 (67.109ms) would be enough"), std::string::npos)
+      << f[0].what;
+
+  // Without delay samples the check is skipped, saying why.
+  in.pin_path = tmp.path() + "/none";
+  f = finding(in);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].verdict, Verdict::kInfo);
+  EXPECT_EQ(f[0].what.rfind("skipped: no tunnel has delay samples", 0), 0u) << f[0].what;
 }
 
 TEST_F(ExporterBpf, RestartNeitherResetsNorDoubleCounts) {

@@ -84,6 +84,74 @@ TEST(AckTimeout, ExponentFormula) {
   EXPECT_DOUBLE_EQ(ack_timeout_us(14), 67108.864);
 }
 
+// The timeout a round trip calls for: at least 4x the round trip and at
+// least the round trip plus 1 ms, rounded up to an exponent.
+TEST(AckTimeoutForRtt, ExponentsOfWanRoundTrips) {
+  struct {
+    double rtt_us;
+    int exponent;
+    const char* effective;
+  } cases[] = {
+      {300, 9, "2.097ms"},      // 1.3 ms (the allowance) > 1.2 ms; t = 8 is 1.049 ms
+      {1000, 10, "4.194ms"},    // 4 ms
+      {10000, 14, "67.109ms"},  // 40 ms; t = 13 is 33.554 ms: the default profile just fits
+      {100000, 17, "536.871ms"},  // 400 ms
+  };
+  for (const auto& c : cases) {
+    auto t = ack_timeout_for_rtt(c.rtt_us);
+    ASSERT_TRUE(t) << c.rtt_us;
+    EXPECT_EQ(t->exponent, c.exponent) << c.rtt_us;
+    EXPECT_EQ(format_us(t->effective_us), c.effective) << c.rtt_us;
+    EXPECT_GE(t->effective_us, 4 * c.rtt_us);
+    EXPECT_GE(t->effective_us, c.rtt_us + 1000);
+  }
+  EXPECT_DOUBLE_EQ(ack_timeout_floor_us(300), 1300);
+  EXPECT_DOUBLE_EQ(ack_timeout_floor_us(1000), 4000);
+  // The advice of 500 us (t = 7) fits no round trip: the allowance alone is longer.
+  EXPECT_EQ(ack_timeout_for_rtt(0.001)->exponent, 8);
+}
+
+TEST(AckTimeoutForRtt, PowerOfTwoBoundaries) {
+  // 4 x 4194.304 us is exactly t = 12 (16.777216 ms); a nanosecond more is t = 13.
+  EXPECT_EQ(ack_timeout_for_rtt(4194.304)->exponent, 12);
+  EXPECT_EQ(ack_timeout_for_rtt(4194.305)->exponent, 13);
+  // 48.576 us + 1 ms is exactly t = 8 (1.048576 ms).
+  EXPECT_EQ(ack_timeout_for_rtt(48.576)->exponent, 8);
+  EXPECT_EQ(ack_timeout_for_rtt(48.577)->exponent, 9);
+}
+
+TEST(AckTimeoutForRtt, NoExponentFitsARoundTripBeyondT31) {
+  std::string why;
+  EXPECT_FALSE(ack_timeout_for_rtt(2200e6, &why));  // 4 x 2200 s > 2^31 x 4.096 us = 8796 s
+  EXPECT_NE(why.find("2200s round trip"), std::string::npos) << why;
+  EXPECT_NE(why.find("t = 31"), std::string::npos) << why;
+  Profile p;
+  auto w = ack_timeout_below_path(p, 2200e6);
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("no local ACK timeout fits it"), std::string::npos) << *w;
+}
+
+TEST(AckTimeoutBelowPath, WarnsWithTheFiguresWhenTheProfileIsShorter) {
+  Profile p;
+  ASSERT_FALSE(set(p, "ack_timeout", std::string("500us")));
+  auto w = ack_timeout_below_path(p, 10000);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(*w,
+            "nic.ack_timeout 500us (exponent 7, 524.288us) is too short for a 10ms round trip: it takes exponent 14 "
+            "(67.109ms) or more; with less, ACKs come after the timer and the sender resends what was not lost");
+  EXPECT_TRUE(ack_timeout_below_path(p, 300));  // 500 us is below any path
+}
+
+TEST(AckTimeoutBelowPath, NothingWhenTheProfileFits) {
+  Profile p;  // 67 ms, t = 14
+  EXPECT_FALSE(ack_timeout_below_path(p, 300));
+  EXPECT_FALSE(ack_timeout_below_path(p, 10000));   // exactly t = 14
+  EXPECT_FALSE(ack_timeout_below_path(p, 16777.216));  // 4x is t = 14 exactly
+  auto w = ack_timeout_below_path(p, 16777.3);
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("exponent 15 (134.218ms)"), std::string::npos) << *w;
+}
+
 TEST(MinRnrTimer, IbaTable) {
   EXPECT_DOUBLE_EQ(min_rnr_timer_ms(0), 655.36);
   EXPECT_DOUBLE_EQ(min_rnr_timer_ms(1), 0.01);
