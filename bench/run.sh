@@ -7,12 +7,13 @@ cd "$(dirname "$0")/.."
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"$(nproc)" --target bench_prog_cost bench_qp_scale bench_exporter_scrape bench_veth_throughput
+cmake --build "$build" -j"$(nproc)" --target bench_prog_cost bench_qp_scale bench_exporter_scrape bench_veth_throughput bench_delay_line
 out=bench/results
 mkdir -p "$out"
 "$build/bench/bench_prog_cost" --rounds 20 --calls 2000 --json "$out/prog_cost.json"
 "$build/bench/bench_qp_scale" --sizes 1024,65536,1048576 --rounds 10 --calls 5000 --json "$out/qp_scale.json"
 "$build/bench/bench_exporter_scrape" --qps 65536 --scrapes 20 --json "$out/exporter_scrape.json"
+"$build/bench/bench_delay_line" --rounds 3 --count 10000 --json "$out/delay_line.json"
 "$build/bench/bench_veth_throughput" --payloads 1024,4096 --rounds 9 --seconds 2 --senders 2 --json "$out/veth_throughput.json"
 # The same path with the kernel timing every program run: each program's
 # in-situ ns per run. Its own run, as the timing slows every program.
