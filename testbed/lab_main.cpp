@@ -52,12 +52,6 @@ void add_lab_options(CLI::App* lab) {
   lab->add_option("--qps", o.qps, "RC queue pairs from host A to host B")
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
-  lab->add_option("--ack-timeout", o.ack_timeout,
-                  "host A's local ACK timeout, as the NIC profile's nic.ack_timeout (rounded up to 4.096 us * 2^t)")
-      ->capture_default_str();
-  lab->add_option("--retry-cnt", o.retry_cnt, "host A's retries before a QP fails, as the profile's nic.retry_cnt")
-      ->check(CLI::Range(0u, 7u))
-      ->capture_default_str();
   lab->add_option("--payload", o.payload, "payload bytes per packet (RoCE path MTU)")
       ->check(CLI::IsMember({256, 512, 1024}))
       ->capture_default_str();

@@ -1,7 +1,5 @@
 #include "lab/lab_report.h"
 
-#include "nic/profile.h"
-
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -281,14 +279,6 @@ std::string dscp_text(const std::array<uint64_t, 64>& h) {
   return s;
 }
 
-std::string nic_text(const LabSettings& s) {
-  return fmt("host A: Go-Back-N, window %u packets per QP (the bandwidth-delay product at %u Mbit/s and a %.2f ms "
-             "round trip, +25 %%), ACK timeout %s (exponent %u), retry count %u",
-             s.window, s.sender_mbit, s.rtt_ms,
-             nic::format_us(nic::ack_timeout_us(static_cast<uint8_t>(s.ack_timeout_exp))).c_str(), s.ack_timeout_exp,
-             s.retry_cnt);
-}
-
 Headline headline(const LabSettings& s, const PhaseResult& p) {
   Headline h;
   if (s.sender_mbit) h.goodput_share = mbps(p.received.goodput_bytes, phase_seconds(p)) / s.sender_mbit;
@@ -313,9 +303,8 @@ std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned
                          ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN"
                                      : "roceguard on both gateways: DSCP re-mark and repair, no tunnel")
                          : "no roceguard: RoCE crosses the WAN as it is";
-  return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs; WAN: %s)\n   %s\n   %s\n", index, count,
-             phase.roceguard ? "with" : "without", s.duration_s, s.qps, wan_text(s).c_str(), what.c_str(),
-             nic_text(s).c_str());
+  return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs; WAN: %s)\n   %s\n", index, count,
+             phase.roceguard ? "with" : "without", s.duration_s, s.qps, wan_text(s).c_str(), what.c_str());
 }
 
 std::string view_header(bool scheduler) {
@@ -347,7 +336,7 @@ std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duratio
 std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& phases) {
   std::ostringstream out;
   out << "\n== summary (" << s.duration_s << " s per phase, " << s.qps << " QPs, " << s.payload
-      << " B payload)\n   the WAN: " << wan_text(s) << "\n   " << nic_text(s) << "\n";
+      << " B payload)\n   the WAN: " << wan_text(s) << "\n";
   if (s.scheduler)
     out << "   host A's line rate " << s.sender_mbit << " Mbit/s; congestion at gateway B towards host B: " << s.scheduler->link_mbit << " Mbit/s, DSCP 46 guaranteed "
         << s.scheduler->priority_mbit << ", best effort " << s.scheduler->link_mbit - s.scheduler->priority_mbit
@@ -488,11 +477,6 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"reorder_pct", s.reorder_pct},
                    {"ce_pct", s.ce_pct},
                    {"qps", s.qps},
-                   {"window", s.window},
-                   {"rtt_ms", s.rtt_ms},
-                   {"ack_timeout_exponent", s.ack_timeout_exp},
-                   {"ack_timeout_us", nic::ack_timeout_us(static_cast<uint8_t>(s.ack_timeout_exp))},
-                   {"retry_cnt", s.retry_cnt},
                    {"payload", s.payload},
                    {"tunnel", s.tunnel},
                    {"xdp_forward", s.xdp_forward},

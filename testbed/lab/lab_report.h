@@ -101,10 +101,6 @@ struct LabSettings {
   double reorder_pct = 0;
   double ce_pct = 0;
   unsigned qps = 0;
-  unsigned window = 0;          // packets in flight per QP
-  double rtt_ms = 0;            // the round trip the window is sized for
-  unsigned ack_timeout_exp = 0; // host A's local ACK timeout, 4.096 us * 2^exp
-  unsigned retry_cnt = 0;
   size_t payload = 0;
   bool tunnel = true;
   bool xdp_forward = false;
@@ -118,9 +114,6 @@ struct LabSettings {
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count);
 std::string view_header(bool scheduler);
 std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s, bool scheduler);
-
-// What host A's NIC does: window, ACK timeout, retry count.
-std::string nic_text(const LabSettings& s);
 
 // The figures a reader looks for first, from one phase.
 struct Headline {

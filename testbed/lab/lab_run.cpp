@@ -49,12 +49,6 @@ constexpr const char* kBpffs = "/sys/fs/bpf";
 // traffic meets a best-effort queue in its steady state, not TCP's slow start.
 constexpr auto kBulkWarmup = 2s;
 
-// The lab's round trip without WAN delay (veths and both gateways, measured
-// by the tunnel: about 35 us each way).
-constexpr std::chrono::nanoseconds kLabRtt = 70us;
-// Ethernet, IPv4, UDP, BTH and ICRC around a RoCE v2 payload.
-constexpr size_t kRoceV2Overhead = 14 + 20 + 8 + 12 + 4;
-
 std::atomic<bool> g_stop{false};
 std::atomic<Sender*> g_sender{nullptr};
 
@@ -392,10 +386,6 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   scfg.messages = 4000000;
   scfg.payload = lab.opts.payload;
   scfg.tos = kHostTos;
-  scfg.window = lab.settings.window;
-  scfg.timeout = std::chrono::microseconds(
-      static_cast<int64_t>(std::ceil(nic::ack_timeout_us(static_cast<uint8_t>(lab.settings.ack_timeout_exp)))));
-  scfg.retry_cnt = lab.settings.retry_cnt;
   scfg.duration = std::chrono::seconds(lab.opts.duration_s);
   unsigned reports = 0;  // seconds the sender has reported
   std::condition_variable reported;
@@ -582,24 +572,6 @@ int run_lab(const LabOptions& opts) {
   settings.reorder_pct = opts.reorder_pct;
   settings.ce_pct = opts.ce_pct;
   settings.qps = opts.qps;
-  {
-    // Host A's retransmit timer: the NIC profile's arithmetic, to the IBA
-    // exponent, as `nic apply` would program it.
-    std::string why;
-    auto us = nic::parse_duration_us(opts.ack_timeout, &why);
-    auto t = us ? nic::ack_timeout_from_us(*us, &why) : std::nullopt;
-    if (!t) throw Error("lab: --ack-timeout " + opts.ack_timeout + ": " + why, kExitUsage);
-    if (opts.retry_cnt > 7) throw Error("lab: --retry-cnt is 0..7, as the NIC profile's", kExitUsage);
-    settings.ack_timeout_exp = t->exponent;
-    settings.retry_cnt = opts.retry_cnt;
-  }
-  {
-    // The window fills host A's line over the round trip: the WAN's delay
-    // both ways and the lab's own ~70 us (veths, gateways, no WAN delay).
-    const auto rtt = 2 * std::chrono::duration_cast<std::chrono::nanoseconds>(opts.wan_delay) + kLabRtt;
-    settings.rtt_ms = static_cast<double>(rtt.count()) / 1e6;
-    settings.window = window_for_path(opts.sender_mbit, rtt, opts.payload + kRoceV2Overhead, opts.qps);
-  }
   settings.payload = opts.payload;
   settings.tunnel = opts.tunnel;
   settings.xdp_forward = opts.xdp_forward;
@@ -625,7 +597,7 @@ int run_lab(const LabOptions& opts) {
   if (congestion) {
     scheduler.emplace(topo, Node::kGatewayB, kFarSidePort, scheduler_cfg, PriorityMatch::kDscp46);
     uplink_scheduler.emplace(topo, Node::kGatewayA, kUplink, uplink_cfg, PriorityMatch::kSkbPriority);
-    line_rate.emplace(topo, opts.sender_mbit, opts.qps * settings.window);
+    line_rate.emplace(topo, opts.sender_mbit, opts.qps * SenderConfig{}.window);
     std::cout << "host A sends at up to " << opts.sender_mbit << " Mbit/s (its line rate); congestion at gateway B's " << scheduler->interface() << " (towards host B): "
               << scheduler_cfg.link_mbit << " Mbit/s, DSCP 46 guaranteed " << scheduler_cfg.priority_mbit
               << " Mbit/s, best effort " << scheduler_cfg.link_mbit - scheduler_cfg.priority_mbit

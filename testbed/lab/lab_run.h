@@ -26,10 +26,6 @@ struct LabOptions {
   double reorder_pct = 0;     // WAN reordering, percent of UDP packets (off: the lab never reorders)
   double ce_pct = 0.0;        // WAN ECN CE marks, percent of ECN-capable packets
   unsigned qps = 4;
-  // Host A's retransmit timer and retries, as the NIC profile sets them
-  // (`nic.ack_timeout`, `nic.retry_cnt`; the profile's defaults).
-  std::string ack_timeout = "67ms";
-  unsigned retry_cnt = 7;
   size_t payload = 1024;      // RoCE path MTU 1024
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
   std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
 #include <cstring>
 
@@ -128,14 +127,6 @@ std::string addr_text(const sockaddr_storage& ss) {
 }
 
 }  // namespace
-
-unsigned window_for_path(unsigned line_mbit, std::chrono::nanoseconds rtt, size_t wire_bytes, unsigned qps) {
-  if (!qps || !wire_bytes) return kMinWindow;
-  const double bdp = static_cast<double>(line_mbit) * 1e6 / 8.0 * static_cast<double>(rtt.count()) * 1e-9 /
-                     static_cast<double>(wire_bytes);
-  const double per_qp = std::ceil(1.25 * bdp / qps);
-  return static_cast<unsigned>(std::clamp(per_qp, double{kMinWindow}, double{kMaxWindow}));
-}
 
 // ----------------------------------------------------------------- sender
 

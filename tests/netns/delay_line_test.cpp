@@ -146,25 +146,3 @@ TEST(WanLoss, BurstParametersFollowTheLossAndTheMeanBurst) {
 
 }  // namespace
 }  // namespace rg::test
-
-namespace rg::test {
-namespace {
-
-// The generator's window: the bandwidth-delay product of host A's line,
-// +25 %, per QP, within what a NIC keeps in flight.
-TEST(RoceGenWindow, FillsTheLineOverTheRoundTrip) {
-  using lab::window_for_path;
-  // 100 Mbit/s, 4.07 ms, 1082-byte frames: 47 packets in flight, 59 with
-  // the quarter, 15 per QP of 4: the floor.
-  EXPECT_EQ(window_for_path(100, std::chrono::microseconds(4070), 1082, 4), lab::kMinWindow);
-  // 20.07 ms: 232 packets, 290 with the quarter, 73 per QP.
-  EXPECT_EQ(window_for_path(100, std::chrono::microseconds(20070), 1082, 4), 73u);
-  // 10 Gbit/s, 10 ms, 4 KB frames on one QP: 3052 packets, 3815 with the quarter.
-  EXPECT_EQ(window_for_path(10000, std::chrono::milliseconds(10), 4096, 1), 3815u);
-  // 100 Gbit/s: past a send queue's depth.
-  EXPECT_EQ(window_for_path(100000, std::chrono::milliseconds(10), 4096, 1), lab::kMaxWindow);
-  EXPECT_EQ(window_for_path(100, std::chrono::milliseconds(10), 1082, 0), lab::kMinWindow);
-}
-
-}  // namespace
-}  // namespace rg::test
