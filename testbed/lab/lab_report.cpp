@@ -238,12 +238,15 @@ std::string dscp_text(const std::array<uint64_t, 64>& h) {
 }
 
 std::string sender_text(const LabSettings& s) {
-  return fmt("window %u packets per QP = bandwidth-delay product at %u Mbit/s and RTT %s (x%u headroom, %u..%u)\n"
-             "ACK timeout %s -> t = %u (%s), retry_cnt %u (a QP fails after %u timeouts in a row); %s",
+  // Concatenated, not one fmt: the texts together outgrow its buffer.
+  return fmt("window %u packets per QP = bandwidth-delay product at %u Mbit/s and RTT %s (x%u headroom, %u..%u)",
              s.window, s.window_mbit, nic::format_us(static_cast<double>(s.rtt.count())).c_str(), kWindowHeadroom,
-             kMinWindow, kMaxWindow, s.ack_timeout.text.c_str(), s.ack_timeout.exponent,
-             nic::format_us(s.ack_timeout.effective_us).c_str(), s.retry_cnt, s.retry_cnt + 1,
-             retransmit_label(s.retransmit));
+             kMinWindow, kMaxWindow) +
+         "\n" +
+         fmt("ACK timeout %s -> t = %u (%s), retry_cnt %u (a QP fails after %u timeouts in a row); ",
+             s.ack_timeout.text.c_str(), s.ack_timeout.exponent, nic::format_us(s.ack_timeout.effective_us).c_str(),
+             s.retry_cnt, s.retry_cnt + 1) +
+         retransmit_label(s.retransmit);
 }
 
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "lab/lab_report.h"
 #include "lab/lab_run.h"
 #include "lab/proc.h"
 #include "lab/roce_gen.h"
@@ -255,6 +256,25 @@ TEST(RoceGen, WindowIsTheBandwidthDelayProduct) {
   EXPECT_EQ(lab::kMaxWindow, 32768u);
   EXPECT_EQ(lab::window_for_path(10000, 1ms, frame, 0), lab::kMinWindow);  // no QPs: nothing to size
   EXPECT_EQ(lab::SenderConfig{}.window, lab::kMinWindow);
+}
+
+// The banner and the summary say what the requesters were set to, the mode
+// by the name the report gives it.
+TEST(RoceGen, LabSettingsShowWindowTimeoutAndMode) {
+  lab::LabSettings s;
+  s.window = 464;
+  s.window_mbit = 400;
+  s.rtt = lab::lab_round_trip(10ms);
+  s.ack_timeout = lab::default_ack_timeout();
+  s.retry_cnt = 7;
+  s.retransmit = lab::Retransmit::kSelectiveRepeat;
+  const std::string text = lab::sender_text(s);
+  for (const char* part : {"window 464 packets per QP = bandwidth-delay product at 400 Mbit/s and RTT 20.07ms",
+                           "ACK timeout 67ms -> t = 14 (67.109ms), retry_cnt 7",
+                           "selective repeat (a model of ConnectX-6 Dx and later with ROCE_ACCL)"})
+    EXPECT_NE(text.find(part), std::string::npos) << text;
+  s.retransmit = lab::Retransmit::kGoBackN;
+  EXPECT_NE(lab::sender_text(s).find("; Go-Back-N"), std::string::npos) << lab::sender_text(s);
 }
 
 // Bad values of the retransmit options are usage errors naming the option,
