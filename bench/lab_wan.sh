@@ -43,7 +43,7 @@ for delay in $delays; do
 		lab_pid=
 		rows+=("$(jq -c --arg delay "$delay" --argjson loss "$loss" '{delay: $delay, loss_pct: $loss,
 			load: "'"$(cut -d' ' -f1 /proc/loadavg)"'",
-			window: .settings.window, rtt_ms: .settings.rtt_ms,
+			window: .settings.sender.window, rtt_ms: (.settings.sender.rtt_us / 1000),
 			phases: (.phases | with_entries(.value = {
 				goodput_share: .value.headline.goodput_share,
 				resends_per_wan_drop: .value.headline.resends_per_wan_drop,

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "lab/lab_run.h"
+#include "lab/roce_gen.h"
 
 namespace rg {
 namespace {
@@ -54,6 +55,19 @@ void add_lab_options(CLI::App* lab) {
       ->capture_default_str();
   lab->add_option("--payload", o.payload, "payload bytes per packet (RoCE path MTU)")
       ->check(CLI::IsMember({256, 512, 1024}))
+      ->capture_default_str();
+  lab->add_option("--ack-timeout", o.ack_timeout,
+                  "host A's local ACK timeout, as `roceguard nic` takes it (500us, 8ms), rounded up to "
+                  "4.096 us * 2^t; the generator waits the effective value")
+      ->check(CLI::Validator([](std::string& text) { return lab::ack_timeout_problem(text); }, "DURATION"))
+      ->capture_default_str();
+  lab->add_option("--retry-cnt", o.retry_cnt,
+                  "host A's retry count, 0..7 as `roceguard nic`: a QP fails after retry-cnt + 1 timeouts in a row")
+      ->check(CLI::Range(0u, 7u))
+      ->capture_default_str();
+  lab->add_option("--retransmit", o.retransmit,
+                  "gbn: Go-Back-N; sr: selective repeat, a model of ConnectX-6 Dx and later with ROCE_ACCL")
+      ->check(CLI::IsMember({"gbn", "sr"}))
       ->capture_default_str();
   lab->add_flag("--no-tunnel", no_tunnel, "roceguard re-marks and repairs DSCP only, no Geneve between the gateways");
   lab->add_option("--ingress-hook", o.ingress_hook,

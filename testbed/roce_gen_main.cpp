@@ -3,7 +3,8 @@
 // stops cleanly on SIGINT/SIGTERM.
 //
 //   roce-gen recv [--netns NS] [--duration S]
-//   roce-gen send --peer ADDR [--netns NS] [--qps N] [--messages N] ...
+//   roce-gen send --peer ADDR [--netns NS] [--qps N] [--messages N] [--ack-timeout D]
+//                 [--retry-cnt N] [--retransmit gbn|sr] ...
 //   roce-gen wan --netns NS --interface IF [--interface IF] [--loss-ppm N]
 #include <signal.h>
 #include <unistd.h>
@@ -82,9 +83,23 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0u, 0xffffffu));
   };
 
+  // The same text `roceguard nic` takes, rounded to the IBA exponent as the
+  // profile rounds it; the sender waits the effective value.
+  auto ack_timeout_check =
+      CLI::Validator([](std::string& text) { return ack_timeout_problem(text); }, "DURATION");
+  std::string retransmit = "gbn";
+  auto add_retransmit = [&](CLI::App* c) {
+    c->add_option("--retransmit", retransmit,
+                  "gbn: Go-Back-N; sr: selective repeat, a model of ConnectX-6 Dx and later with ROCE_ACCL "
+                  "(sender and receiver must agree)")
+        ->check(CLI::IsMember({"gbn", "sr"}))
+        ->capture_default_str();
+  };
+
   SenderConfig scfg;
-  std::string opcode = "send";
-  unsigned dscp = 0, ecn = 0, timeout_ms = 20;
+  std::string opcode = "send", ack_timeout = default_ack_timeout().text;
+  unsigned dscp = 0, ecn = 0;
+  scfg.retry_cnt = default_retry_cnt();
   auto* send = app.add_subcommand("send", "run RC requesters towards a receiver");
   send->add_option("--peer", scfg.peer, "receiver address (IPv4 or IPv6)")->required();
   add_plan(send);
@@ -93,10 +108,18 @@ int main(int argc, char** argv) {
   send->add_option("--opcode", opcode, "send or write")->check(CLI::IsMember({"send", "write"}));
   send->add_option("--dscp", dscp, "DSCP to send with")->check(CLI::Range(0u, 63u));
   send->add_option("--ecn", ecn, "ECN bits to send with (2 = ECT(0))")->check(CLI::Range(0u, 3u));
-  send->add_option("--window", scfg.window, "unacknowledged packets per QP")->check(CLI::Range(1u, 4096u));
-  send->add_option("--timeout-ms", timeout_ms, "retransmit timeout")->check(CLI::Range(1u, 60000u));
-  send->add_option("--retry-cnt", scfg.retry_cnt, "timeouts in a row before a QP fails")
-      ->check(CLI::Range(0u, 7u));
+  send->add_option("--window", scfg.window,
+                   "unacknowledged packets per QP (the lab sizes it to the bandwidth-delay product)")
+      ->check(CLI::Range(1u, kMaxWindow))
+      ->capture_default_str();
+  send->add_option("--ack-timeout", ack_timeout,
+                   "local ACK timeout as `roceguard nic` takes it (500us, 8ms), rounded up to 4.096 us * 2^t")
+      ->check(ack_timeout_check)
+      ->capture_default_str();
+  send->add_option("--retry-cnt", scfg.retry_cnt, "timeouts in a row before a QP fails, 0..7 as `roceguard nic`")
+      ->check(CLI::Range(0u, 7u))
+      ->capture_default_str();
+  add_retransmit(send);
   send->add_option("--src-port", scfg.src_port_base, "UDP source port of QP 0 (QP i: +i)");
   send->add_option("--ack-port", scfg.ack_port, "port responses arrive on (default 4791)");
 
@@ -107,6 +130,7 @@ int main(int argc, char** argv) {
   recv->add_option("--reply-port", rcfg.reply_port, "port responses are sent to (default 4791)");
   bool no_cnp = false;
   recv->add_flag("--no-cnp", no_cnp, "do not answer ECN CE with CNPs");
+  add_retransmit(recv);
 
   rg_wan_config wcfg{};
   wcfg.flags = RG_WAN_F_BLEACH;
@@ -130,7 +154,8 @@ int main(int argc, char** argv) {
       scfg.qps = plan;
       scfg.opcode = opcode == "write" ? kOpWriteOnly : kOpSendOnly;
       scfg.tos = static_cast<uint8_t>(dscp << 2 | ecn);
-      scfg.timeout = std::chrono::milliseconds(timeout_ms);
+      scfg.timeout = ack_timeout_setting(ack_timeout).wait;
+      scfg.retransmit = *parse_retransmit(retransmit);
       scfg.duration = std::chrono::seconds(duration_s);
       if (!quiet)
         scfg.on_second = [](const SenderStats& s) {
@@ -150,6 +175,7 @@ int main(int argc, char** argv) {
     if (*recv) {
       rcfg.qps = plan;
       rcfg.cnp = !no_cnp;
+      rcfg.retransmit = *parse_retransmit(retransmit);
       auto receiver = in_netns(netns, [&] { return std::make_unique<Receiver>(rcfg); });
       receiver->start();
       wait_until(std::chrono::seconds(duration_s), [&] {

@@ -123,8 +123,9 @@ SchedulerStats HtbScheduler::stats() const {
 SenderLineRate::SenderLineRate(const Topology& topo, unsigned mbit, unsigned outstanding_packets)
     : netns_(topo.netns(Node::kHostA)) {
   if (mbit == 0) throw Error("host A's line rate must be above 0", kExitUsage);
-  // Full-size frames, so the bucket holds the whole window whatever the payload.
-  const unsigned limit_bytes = std::max(outstanding_packets, 64u) * 1514;
+  // Full-size frames, so the bucket holds the whole window whatever the payload;
+  // tbf's limit is 32 bits.
+  const uint64_t limit_bytes = std::min<uint64_t>(uint64_t{std::max(outstanding_packets, 64u)} * 1514, 1u << 31);
   run_checked({"tc", "-n", netns_, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", mbit_text(mbit), "burst",
                "15k", "limit", std::to_string(limit_bytes)});
 }

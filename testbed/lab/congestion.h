@@ -84,7 +84,8 @@ inline constexpr const char* kUplink = "wan0";
 
 // Host A's eth0 sends at most mbit, like a NIC at its line rate: a token
 // bucket whose queue holds every packet the QPs may have outstanding
-// (qps x window), so the sender is paced, never dropped. Removed by the
+// (qps x window, the window sized by window_for_path), so the sender is
+// paced, never dropped. Removed by the
 // destructor (or with the namespace).
 class SenderLineRate {
  public:

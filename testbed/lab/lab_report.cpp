@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/process.h"
+#include "nic/profile.h"
 #include "roceguard/roceguard.h"
 
 namespace rg::lab {
@@ -298,13 +299,29 @@ std::string wan_text(const LabSettings& s) {
   return t + ", DSCP bleached";
 }
 
+std::string sender_text(const LabSettings& s) {
+  // Concatenated, not one fmt: the texts together outgrow its buffer.
+  return fmt("window %u packets per QP = bandwidth-delay product at %u Mbit/s and RTT %s (x%u headroom, %u..%u)",
+             s.window, s.window_mbit, nic::format_us(static_cast<double>(s.rtt.count())).c_str(), kWindowHeadroom,
+             kMinWindow, kMaxWindow) +
+         "\n" +
+         fmt("ACK timeout %s -> t = %u (%s), retry_cnt %u (a QP fails after %u timeouts in a row); ",
+             s.ack_timeout.text.c_str(), s.ack_timeout.exponent, nic::format_us(s.ack_timeout.effective_us).c_str(),
+             s.retry_cnt, s.retry_cnt + 1) +
+         retransmit_label(s.retransmit);
+}
+
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count) {
   std::string what = phase.roceguard
                          ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN"
                                      : "roceguard on both gateways: DSCP re-mark and repair, no tunnel")
                          : "no roceguard: RoCE crosses the WAN as it is";
+  std::string sender = sender_text(s);
+  for (size_t at = sender.find('\n'); at != std::string::npos; at = sender.find('\n', at + 1))
+    sender.insert(at + 1, "   ");
   return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs; WAN: %s)\n   %s\n", index, count,
-             phase.roceguard ? "with" : "without", s.duration_s, s.qps, wan_text(s).c_str(), what.c_str());
+             phase.roceguard ? "with" : "without", s.duration_s, s.qps, wan_text(s).c_str(), what.c_str()) +
+         "   host A: " + sender + "\n";
 }
 
 std::string view_header(bool scheduler) {
@@ -337,6 +354,12 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   std::ostringstream out;
   out << "\n== summary (" << s.duration_s << " s per phase, " << s.qps << " QPs, " << s.payload
       << " B payload)\n   the WAN: " << wan_text(s) << "\n";
+  {
+    std::string sender = sender_text(s);
+    for (size_t at = sender.find('\n'); at != std::string::npos; at = sender.find('\n', at + 1))
+      sender.insert(at + 1, "   ");
+    out << "   host A: " << sender << "\n";
+  }
   if (s.scheduler)
     out << "   host A's line rate " << s.sender_mbit << " Mbit/s; congestion at gateway B towards host B: " << s.scheduler->link_mbit << " Mbit/s, DSCP 46 guaranteed "
         << s.scheduler->priority_mbit << ", best effort " << s.scheduler->link_mbit - s.scheduler->priority_mbit
@@ -393,7 +416,9 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
     return num(p.received.dscp[RG_DEFAULT_DSCP]);
   });
   row("DSCP of ACKs/NAKs seen at host A", [&](const PhaseResult& p) { return dscp_text(p.sent.ack_dscp); });
-  row("retransmits at host A (Go-Back-N)", [&](const PhaseResult& p) { return num(p.sent.retransmits); });
+  row(s.retransmit == Retransmit::kSelectiveRepeat ? "retransmits at host A (selective repeat)"
+                                                    : "retransmits at host A (Go-Back-N)",
+      [&](const PhaseResult& p) { return num(p.sent.retransmits); });
   row("NAKs (sequence error) at host A", [&](const PhaseResult& p) { return num(p.sent.naks); });
   row("estimated lost at host B (PSN gaps)", [&](const PhaseResult& p) { return num(p.received.lost_estimate); });
   row("dropped by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_dropped); });
@@ -481,6 +506,17 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"tunnel", s.tunnel},
                    {"xdp_forward", s.xdp_forward},
                    {"host_tos", s.host_tos},
+                   {"sender",
+                    {{"window", s.window},
+                     {"window_mbit", s.window_mbit},
+                     {"rtt_us", s.rtt.count()},
+                     {"ack_timeout",
+                      {{"text", s.ack_timeout.text},
+                       {"exponent", s.ack_timeout.exponent},
+                       {"effective_us", s.ack_timeout.effective_us}}},
+                     {"retry_cnt", s.retry_cnt},
+                     {"retransmit", retransmit_name(s.retransmit)},
+                     {"retransmit_model", retransmit_label(s.retransmit)}}},
                    {"metrics", {{"gw_a", s.metrics_a}, {"gw_b", s.metrics_b}}}};
   if (s.scheduler)
     j["settings"]["congestion"] = {{"link_mbit", s.scheduler->link_mbit},

@@ -23,7 +23,7 @@ namespace rg::lab {
 struct Snapshot {
   unsigned second = 0;
   uint64_t sent_packets = 0;     // host A, first copies and resends
-  uint64_t retransmits_a = 0;    // host A's Go-Back-N resends
+  uint64_t retransmits_a = 0;    // host A's resends (Go-Back-N or selective repeat)
   uint64_t naks_a = 0;           // NAKs that reached host A
   uint64_t received_b = 0;       // request packets that reached host B
   uint64_t goodput_bytes_b = 0;  // payload delivered in order at host B
@@ -102,6 +102,14 @@ struct LabSettings {
   double ce_pct = 0;
   unsigned qps = 0;
   size_t payload = 0;
+  // Host A's requesters: the window sized to the bandwidth-delay product
+  // at window_mbit over rtt, and the NIC profile's retransmit settings.
+  unsigned window = 0;
+  unsigned window_mbit = 0;
+  std::chrono::microseconds rtt{0};
+  AckTimeoutSetting ack_timeout;
+  unsigned retry_cnt = 0;
+  Retransmit retransmit = Retransmit::kGoBackN;
   bool tunnel = true;
   bool xdp_forward = false;
   uint8_t host_tos = 0;
@@ -111,6 +119,11 @@ struct LabSettings {
 // Live view: a phase banner, a column header, one row per second; with
 // scheduler, the drops of each class of gateway B's port and gateway A's
 // uplink too.
+// "window 32 packets per QP = bandwidth-delay product at 100 Mbit/s and RTT
+// 70us (at least 32); ACK timeout 67ms -> t = 14 (67.109ms), retry_cnt 7;
+// Go-Back-N": the requesters' settings, one line each.
+std::string sender_text(const LabSettings& s);
+
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count);
 std::string view_header(bool scheduler);
 std::string view_row(const Snapshot& prev, const Snapshot& cur, unsigned duration_s, bool scheduler);

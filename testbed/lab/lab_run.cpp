@@ -369,6 +369,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   plan.count = lab.opts.qps;
   ReceiverConfig rcfg;
   rcfg.qps = plan;
+  rcfg.retransmit = lab.settings.retransmit;
+  rcfg.ooo_window = lab.settings.window;
   std::unique_ptr<Receiver> rx;
   {
     NetnsGuard in(lab.topo.netns(Node::kHostB));
@@ -386,6 +388,10 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   scfg.messages = 4000000;
   scfg.payload = lab.opts.payload;
   scfg.tos = kHostTos;
+  scfg.window = lab.settings.window;
+  scfg.timeout = lab.settings.ack_timeout.wait;
+  scfg.retry_cnt = lab.settings.retry_cnt;
+  scfg.retransmit = lab.settings.retransmit;
   scfg.duration = std::chrono::seconds(lab.opts.duration_s);
   unsigned reports = 0;  // seconds the sender has reported
   std::condition_variable reported;
@@ -518,6 +524,13 @@ std::chrono::microseconds parse_wan_duration(const std::string& option, const st
   return std::chrono::microseconds{static_cast<int64_t>(std::llround(*us))};
 }
 
+std::chrono::microseconds lab_round_trip(std::chrono::microseconds wan_delay) { return 2 * wan_delay + kLabBaseRtt; }
+
+size_t lab_wire_bytes(size_t payload) {
+  constexpr size_t kEthernet = 14, kIpv4 = 20, kUdp = 8;
+  return kEthernet + kIpv4 + kUdp + wire::kBthLen + payload + wire::kIcrcLen;
+}
+
 void remove_stale_pins(const std::string& prefix) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(kBpffs, ec)) {
@@ -550,6 +563,10 @@ int run_lab(const LabOptions& opts) {
     throw Error("lab: --uplink-priority-rate is above 0 and below --uplink-rate", kExitUsage);
   if (congestion && (opts.queue_packets == 0 || opts.bulk_streams == 0 || opts.sender_mbit == 0))
     throw Error("lab: --queue, --bulk-streams and --host-rate are at least 1", kExitUsage);
+  if (opts.retry_cnt > 7) throw Error("lab: --retry-cnt is 0..7", kExitUsage);
+  const auto retransmit = parse_retransmit(opts.retransmit);
+  if (!retransmit) throw Error("lab: --retransmit is gbn or sr", kExitUsage);
+  const AckTimeoutSetting ack_timeout = ack_timeout_setting(opts.ack_timeout);  // throws a usage error
   spdlog::set_level(opts.verbose ? spdlog::level::debug : spdlog::level::warn);
   setup_bpf_logging();
   g_stop = false;
@@ -573,6 +590,15 @@ int run_lab(const LabOptions& opts) {
   settings.ce_pct = opts.ce_pct;
   settings.qps = opts.qps;
   settings.payload = opts.payload;
+  // Enough in flight to fill host A's line over the round trip, as an RNIC
+  // keeps its send queue busy (window_for_path). The bleach scenario does
+  // not shape host A's line; the window assumes --host-rate all the same.
+  settings.window_mbit = opts.sender_mbit;
+  settings.rtt = lab_round_trip(opts.wan_delay);
+  settings.window = window_for_path(opts.sender_mbit, settings.rtt, lab_wire_bytes(opts.payload), opts.qps);
+  settings.ack_timeout = ack_timeout;
+  settings.retry_cnt = opts.retry_cnt;
+  settings.retransmit = *retransmit;
   settings.tunnel = opts.tunnel;
   settings.xdp_forward = opts.xdp_forward;
   settings.host_tos = kHostTos;
@@ -597,7 +623,7 @@ int run_lab(const LabOptions& opts) {
   if (congestion) {
     scheduler.emplace(topo, Node::kGatewayB, kFarSidePort, scheduler_cfg, PriorityMatch::kDscp46);
     uplink_scheduler.emplace(topo, Node::kGatewayA, kUplink, uplink_cfg, PriorityMatch::kSkbPriority);
-    line_rate.emplace(topo, opts.sender_mbit, opts.qps * SenderConfig{}.window);
+    line_rate.emplace(topo, opts.sender_mbit, opts.qps * settings.window);
     std::cout << "host A sends at up to " << opts.sender_mbit << " Mbit/s (its line rate); congestion at gateway B's " << scheduler->interface() << " (towards host B): "
               << scheduler_cfg.link_mbit << " Mbit/s, DSCP 46 guaranteed " << scheduler_cfg.priority_mbit
               << " Mbit/s, best effort " << scheduler_cfg.link_mbit - scheduler_cfg.priority_mbit

@@ -27,6 +27,12 @@ struct LabOptions {
   double ce_pct = 0.0;        // WAN ECN CE marks, percent of ECN-capable packets
   unsigned qps = 4;
   size_t payload = 1024;      // RoCE path MTU 1024
+  // Host A's NIC, as `roceguard nic` sets it up (nic::Profile{}'s defaults):
+  // the local ACK timeout as text (rounded up to 4.096 us x 2^t), the retry
+  // count, and how it recovers losses ("gbn" or "sr", see lab/roce_gen.h).
+  std::string ack_timeout = "67ms";
+  unsigned retry_cnt = 7;
+  std::string retransmit = "gbn";
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
   std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook
   bool xdp_forward = false;  // the gateways' dataplane.xdp_forward (LAN and WAN attached)
@@ -51,6 +57,16 @@ struct LabOptions {
 // "0", "500us", "2ms", "1.5s" (the durations the NIC profile takes, or 0)
 // -> microseconds; throws rg::Error (kExitUsage) naming option otherwise.
 std::chrono::microseconds parse_wan_duration(const std::string& option, const std::string& text);
+
+// The lab's round trip between host A and host B: twice the WAN's one-way
+// delay and kLabBaseRtt, the round trip of the namespaces' veths and
+// gateways without added delay (about 70 us, a ping from host A to host B).
+inline constexpr std::chrono::microseconds kLabBaseRtt{70};
+std::chrono::microseconds lab_round_trip(std::chrono::microseconds wan_delay);
+
+// What one request packet of payload bytes occupies on host A's line:
+// Ethernet, IPv4, UDP, BTH, payload, ICRC.
+size_t lab_wire_bytes(size_t payload);
 
 // Pin directories <prefix>-<pid>-<node> of runs that died without cleaning
 // up (SIGKILL): their namespaces, and so their interfaces and programs, are

@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "common/error.h"
+#include "nic/profile.h"
 
 namespace rg::lab {
 
@@ -128,6 +130,62 @@ std::string addr_text(const sockaddr_storage& ss) {
 
 }  // namespace
 
+// ------------------------------------------------------------ the profile
+
+std::optional<Retransmit> parse_retransmit(std::string_view text) {
+  if (text == "gbn") return Retransmit::kGoBackN;
+  if (text == "sr") return Retransmit::kSelectiveRepeat;
+  return std::nullopt;
+}
+
+const char* retransmit_name(Retransmit r) { return r == Retransmit::kSelectiveRepeat ? "sr" : "gbn"; }
+
+const char* retransmit_label(Retransmit r) {
+  return r == Retransmit::kSelectiveRepeat
+             ? "selective repeat (a model of ConnectX-6 Dx and later with ROCE_ACCL)"
+             : "Go-Back-N";
+}
+
+std::optional<AckTimeoutSetting> parse_ack_timeout(std::string_view text, std::string* why) {
+  auto us = nic::parse_duration_us(text, why);
+  if (!us) return std::nullopt;
+  auto t = nic::ack_timeout_from_us(*us, why);
+  if (!t) return std::nullopt;
+  AckTimeoutSetting s;
+  s.text = std::string(text);
+  s.exponent = t->exponent;
+  s.effective_us = t->effective_us;
+  s.wait = std::chrono::microseconds(static_cast<int64_t>(std::ceil(t->effective_us - 1e-9)));
+  return s;
+}
+
+AckTimeoutSetting ack_timeout_setting(std::string_view text) {
+  std::string why;
+  auto s = parse_ack_timeout(text, &why);
+  if (!s) throw Error("--ack-timeout: " + why, kExitUsage);
+  return *s;
+}
+
+std::string ack_timeout_problem(std::string_view text) {
+  std::string why;
+  return parse_ack_timeout(text, &why) ? std::string() : why;
+}
+
+AckTimeoutSetting default_ack_timeout() { return ack_timeout_setting(nic::Profile{}.ack_timeout_text); }
+
+unsigned default_retry_cnt() { return nic::Profile{}.retry_cnt; }
+
+unsigned window_for_path(unsigned line_mbit, std::chrono::microseconds rtt, size_t wire_bytes_per_packet,
+                         unsigned qps) {
+  if (wire_bytes_per_packet == 0 || qps == 0) return kMinWindow;
+  // bits per second x seconds / bits per packet, over the QPs.
+  const double packets = static_cast<double>(line_mbit) * 1e6 * (static_cast<double>(rtt.count()) * 1e-6) /
+                         (8.0 * static_cast<double>(wire_bytes_per_packet));
+  const double per_qp = std::ceil(packets * kWindowHeadroom / qps);
+  if (per_qp >= kMaxWindow) return kMaxWindow;
+  return std::max(kMinWindow, static_cast<unsigned>(per_qp));
+}
+
 // ----------------------------------------------------------------- sender
 
 struct Sender::Qp {
@@ -141,6 +199,7 @@ struct Sender::Qp {
   bool failed = false;
   unsigned retries = 0;
   Clock::time_point last_progress;
+  std::deque<uint32_t> resend;  // selective repeat: NAKed PSNs, oldest request first
 
   bool done() const { return una == end; }
   uint32_t inflight() const { return psn_diff(next, una); }
@@ -148,8 +207,9 @@ struct Sender::Qp {
 
 Sender::Sender(SenderConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.qps.count == 0 || cfg_.window == 0 || cfg_.messages == 0 ||
-      cfg_.messages >= kPsnHalf || cfg_.ack_req_every == 0)
-    throw Error("roce-gen: qps, window, messages (< 2^23) and ack_req_every must be positive",
+      cfg_.messages >= kPsnHalf || cfg_.ack_req_every == 0 || cfg_.window > kMaxWindow)
+    throw Error("roce-gen: qps, window (at most " + std::to_string(kMaxWindow) +
+                    "), messages (< 2^23) and ack_req_every must be positive",
                 kExitUsage);
   if (cfg_.payload > 4096) throw Error("roce-gen: payload is at most 4096 bytes", kExitUsage);
   cfg_.payload = (cfg_.payload + 3) & ~size_t{3};
@@ -179,17 +239,16 @@ Sender::~Sender() {
   if (ack_fd_ >= 0) close(ack_fd_);
 }
 
-void Sender::send_one(Qp& qp, SenderStats& st) {
+bool Sender::send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st) {
   uint8_t pkt[kBthLen + kRethLen + 4096 + kIcrcLen] = {};
-  const uint32_t psn = qp.next;
   const uint32_t index = psn_diff(psn, cfg_.qps.first_psn);
   Bth bth;
   bth.opcode = cfg_.opcode;
   bth.dest_qp = qp.dest_qp;
   bth.psn = psn;
   // Ask for an ACK often enough that a full window always gets one.
-  bth.ack_req = (index + 1) % cfg_.ack_req_every == 0 || psn_diff(psn + 1, qp.end) == 0 ||
-                qp.inflight() + 1 >= cfg_.window;
+  bth.ack_req = ack_req || (index + 1) % cfg_.ack_req_every == 0 || psn_diff(psn + 1, qp.end) == 0 ||
+                psn_diff(psn + 1, qp.una) >= cfg_.window;
   put_bth(pkt, bth);
   size_t len = kBthLen;
   if (cfg_.opcode == kOpWriteOnly) {
@@ -209,7 +268,7 @@ void Sender::send_one(Qp& qp, SenderStats& st) {
   ssize_t n = sendto(data_fds_[qp.index], pkt, len, MSG_DONTWAIT,
                      reinterpret_cast<const sockaddr*>(peer_sa_.data()),
                      static_cast<socklen_t>(peer_sa_.size()));
-  if (n != static_cast<ssize_t>(len)) return;  // queue full: the caller retries later
+  if (n != static_cast<ssize_t>(len)) return false;  // queue full: the caller retries later
   st.packets++;
   st.bytes += len;
   if (qp.sent_any && !psn_ahead(psn, qp.max_sent)) {
@@ -218,7 +277,7 @@ void Sender::send_one(Qp& qp, SenderStats& st) {
     qp.max_sent = psn;
     qp.sent_any = true;
   }
-  qp.next = (qp.next + 1) & kPsnMask;
+  return true;
 }
 
 void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStats& st) {
@@ -246,6 +305,11 @@ void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStat
     st.goodput_bytes += uint64_t{upto} * cfg_.payload;
     qp.retries = 0;
     qp.last_progress = Clock::now();
+  } else if (syndrome == kSynNakSeqErr && cfg_.retransmit == Retransmit::kSelectiveRepeat) {
+    st.naks++;
+    // This PSN is missing, nothing more: the responder may lack earlier
+    // ones too. Resend it alone; only ACKs move the oldest unacknowledged.
+    if (psn_diff(bth.psn, qp.una) < sent_span) qp.resend.push_back(bth.psn);
   } else if (syndrome == kSynNakSeqErr) {
     st.naks++;
     // Everything before the NAKed PSN arrived; resend from it (Go-Back-N).
@@ -275,10 +339,19 @@ SenderStats Sender::run() {
     for (auto& qp : qps_) {
       if (qp->done() || qp->failed) continue;
       active = true;
-      while (qp->next != qp->end && qp->inflight() < cfg_.window) {
-        uint32_t before = qp->next;
-        send_one(*qp, st);
-        if (qp->next == before) break;  // socket full
+      bool full = false;
+      // Selective repeat: the NAKed PSNs first, those not acknowledged since.
+      while (!qp->resend.empty()) {
+        const uint32_t psn = qp->resend.front();
+        if (psn_diff(psn, qp->una) < qp->inflight() && !send_one(*qp, psn, true, st)) {
+          full = true;
+          break;
+        }
+        qp->resend.pop_front();
+      }
+      while (!full && qp->next != qp->end && qp->inflight() < cfg_.window) {
+        if (!send_one(*qp, qp->next, false, st)) break;  // socket full
+        qp->next = (qp->next + 1) & kPsnMask;
       }
       if (now - qp->last_progress >= cfg_.timeout) {
         if (qp->retries >= cfg_.retry_cnt) {
@@ -287,7 +360,10 @@ SenderStats Sender::run() {
         }
         qp->retries++;
         st.timeouts++;
-        qp->next = qp->una;
+        if (cfg_.retransmit == Retransmit::kSelectiveRepeat)
+          qp->resend.push_front(qp->una);  // the oldest alone, sent on the next pass
+        else
+          qp->next = qp->una;  // Go-Back-N: the whole window again
         qp->last_progress = now;
       }
     }
@@ -327,6 +403,10 @@ struct Receiver::Qp {
   uint32_t msn = 0;   // message sequence number: messages completed
   unsigned since_ack = 0;
   bool nak_sent = false;  // one NAK per gap until the expected PSN arrives (IBA 9.7.5.2.2)
+  // Selective repeat: packets ahead of the expected PSN, PSN -> payload
+  // bytes, and the first PSN not yet looked at for a NAK.
+  std::unordered_map<uint32_t, size_t> kept;
+  uint32_t nak_next = 0;
   bool seen = false;      // the path tracker's state below
   uint32_t max_psn = 0;
   Clock::time_point last_cnp{};
@@ -452,17 +532,49 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
     }
   }
 
-  const uint32_t d = psn_diff(bth.psn, qp.epsn);
-  if (d == 0) {
+  const bool sr = cfg_.retransmit == Retransmit::kSelectiveRepeat;
+  auto deliver = [&](size_t bytes) {
     qp.epsn = (qp.epsn + 1) & kPsnMask;
     qp.msn = (qp.msn + 1) & kPsnMask;
-    qp.nak_sent = false;
     st_.delivered++;
-    st_.goodput_bytes += payload;
-    if (bth.ack_req || ++qp.since_ack >= cfg_.ack_every) {
+    st_.goodput_bytes += bytes;
+  };
+  const uint32_t d = psn_diff(bth.psn, qp.epsn);
+  if (d == 0) {
+    deliver(payload);
+    qp.nak_sent = false;
+    // Selective repeat: what was kept behind the hole follows in order, and
+    // the ACK for all of it goes out at once.
+    bool drained = false;
+    for (auto it = qp.kept.find(qp.epsn); it != qp.kept.end(); it = qp.kept.find(qp.epsn)) {
+      deliver(it->second);
+      qp.kept.erase(it);
+      drained = true;
+    }
+    if (drained || bth.ack_req || ++qp.since_ack >= cfg_.ack_every) {
       if (aeth(kSynAck, qp.epsn - 1)) st_.acks++;
       qp.since_ack = 0;
     }
+  } else if (d < kPsnHalf && sr) {
+    if (d >= cfg_.ooo_window) {
+      st_.out_of_order++;  // beyond what the responder keeps: as lost
+      return;
+    }
+    if (!qp.kept.emplace(bth.psn, payload).second) {
+      st_.duplicates++;
+      return;
+    }
+    st_.out_of_order++;
+    // NAK each missing PSN before this one once, a bounded number per
+    // arrival; later arrivals carry on where this one stopped.
+    if (psn_ahead(qp.epsn, qp.nak_next)) qp.nak_next = qp.epsn;
+    for (unsigned budget = kSrNaksPerArrival; budget && psn_ahead(bth.psn, qp.nak_next);
+         qp.nak_next = (qp.nak_next + 1) & kPsnMask) {
+      if (qp.kept.count(qp.nak_next)) continue;
+      if (aeth(kSynNakSeqErr, qp.nak_next)) st_.naks++;
+      --budget;
+    }
+    if (qp.nak_next == bth.psn) qp.nak_next = (bth.psn + 1) & kPsnMask;
   } else if (d < kPsnHalf) {
     st_.out_of_order++;
     if (!qp.nak_sent && aeth(kSynNakSeqErr, qp.epsn)) {

@@ -2,6 +2,8 @@
 // transport (IBA chapter 9) to exercise roceguard's data plane the way real
 // requesters and responders do: PSN sequences, coalesced ACKs, NAK on a PSN
 // gap, Go-Back-N resend from the NAKed PSN or on timeout, CNPs for ECN CE.
+// Optionally selective repeat instead of Go-Back-N (Retransmit below), a
+// model of what ConnectX-6 Dx and later NICs do with ROCE_ACCL.
 //
 // Packets are UDP payloads to port 4791 in both directions, as on the wire:
 //   BTH (12) [+ RETH (16) for RDMA WRITE] + payload + ICRC (4)
@@ -18,12 +20,15 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -45,6 +50,67 @@ using wire::kSynAck;
 using wire::kSynNakSeqErr;
 using wire::put_bth;
 
+// How lost packets are recovered. Both ends must be given the same, as both
+// ends of a real QP are configured alike.
+enum class Retransmit {
+  // IBA RC (9.7.5.2.2): the responder discards what arrives ahead of the
+  // expected PSN and NAKs once; the requester resends everything from the
+  // NAKed PSN, or from the oldest unacknowledged one on a timeout.
+  kGoBackN,
+  // A model of ConnectX-6 Dx and later with ROCE_ACCL: the responder keeps
+  // packets ahead of the expected PSN (within its window), delivers them in
+  // order once the holes fill and NAKs each missing PSN once (at most
+  // kSrNaksPerArrival per arriving packet); the requester resends only the
+  // NAKed PSNs and, on a timeout, only the oldest unacknowledged one. ACKs
+  // stay cumulative.
+  kSelectiveRepeat,
+};
+inline constexpr unsigned kSrNaksPerArrival = 16;
+
+// "gbn" / "sr": the option's values. nullopt for anything else.
+std::optional<Retransmit> parse_retransmit(std::string_view text);
+const char* retransmit_name(Retransmit r);
+// "Go-Back-N" / "selective repeat (a model of ConnectX-6 Dx and later with
+// ROCE_ACCL)": what the report calls it.
+const char* retransmit_label(Retransmit r);
+
+// The local ACK timeout as `roceguard nic` takes it (--ack-timeout, the
+// profile's nic.ack_timeout): a duration rounded up to the IBA encoding
+// 4.096 us x 2^exponent, which is what a NIC waits.
+struct AckTimeoutSetting {
+  std::string text;          // as given, "67ms"
+  unsigned exponent = 0;     // IBA t, 1..31
+  double effective_us = 0;   // 4.096 us x 2^t
+  std::chrono::microseconds wait{0};  // effective_us rounded up to whole microseconds
+};
+// Parsed and rounded by the profile's own functions (nic/profile.h):
+// nullopt and *why when the text is not a duration or beyond t = 31;
+// ack_timeout_setting throws rg::Error (kExitUsage) "--ack-timeout: <why>".
+std::optional<AckTimeoutSetting> parse_ack_timeout(std::string_view text, std::string* why = nullptr);
+AckTimeoutSetting ack_timeout_setting(std::string_view text);
+// The same as a CLI11-style check: "" when valid, else why.
+std::string ack_timeout_problem(std::string_view text);
+// nic::Profile{}'s: 67ms, t = 14, and its retry count, 7.
+AckTimeoutSetting default_ack_timeout();
+unsigned default_retry_cnt();
+
+// The per-QP window that fills a line of line_mbit over a round trip of
+// rtt: the bandwidth-delay product in packets of wire_bytes_per_packet
+// (as they leave the host: Ethernet, IP, UDP, BTH, payload, ICRC), shared
+// by qps QPs, times kWindowHeadroom (ACKs are coalesced, so the oldest
+// packet of a window is acknowledged later than one round trip after it
+// was sent, and the generator's loop adds a scheduling delay of its own),
+// rounded up, at least kMinWindow and at most kMaxWindow.
+inline constexpr unsigned kWindowHeadroom = 2;
+// The fixed window of earlier versions: enough for a LAN round trip.
+inline constexpr unsigned kMinWindow = 32;
+// The send queue depth ConnectX NICs report (ibv_devinfo: max_qp_wr 32768):
+// a QP cannot have more work requests, here messages of one packet each,
+// outstanding. Far below the PSN space's limit of 2^23.
+inline constexpr unsigned kMaxWindow = 32768;
+unsigned window_for_path(unsigned line_mbit, std::chrono::microseconds rtt, size_t wire_bytes_per_packet,
+                         unsigned qps);
+
 // Which QPs exist. Sender and receiver must be given the same plan: RC
 // connection setup is out of band in real RoCE too.
 struct QpPlan {
@@ -59,9 +125,10 @@ struct SenderStats {
   uint64_t bytes = 0;        // UDP payload bytes of those
   uint64_t retransmits = 0;  // sent with a PSN at or below the highest already sent
   uint64_t acks = 0;
-  uint64_t naks = 0;         // NAK PSN sequence error received
+  uint64_t naks = 0;         // NAK PSN sequence error received (selective repeat: one per missing PSN)
   uint64_t cnps = 0;
-  uint64_t timeouts = 0;     // Go-Back-N started by the retransmit timer
+  uint64_t timeouts = 0;     // retransmit timer expiries that resent (the window from the
+                             // oldest unacknowledged PSN, or with selective repeat that one alone)
   uint64_t completed = 0;    // messages acknowledged
   uint64_t goodput_bytes = 0;
   unsigned qps_done = 0;
@@ -80,10 +147,13 @@ struct SenderConfig {
   size_t payload = 1024;     // bytes, rounded up to a multiple of 4
   uint8_t opcode = kOpSendOnly;  // or kOpWriteOnly
   uint8_t tos = 0;               // whole TOS / traffic class byte: DSCP << 2 | ECN
-  unsigned window = 32;          // unacknowledged packets per QP
+  unsigned window = kMinWindow;  // unacknowledged packets per QP (see window_for_path)
   unsigned ack_req_every = 4;    // AckReq on every n-th packet (and the window's last)
-  std::chrono::milliseconds timeout{20};  // local ACK timeout
-  unsigned retry_cnt = 7;                 // timeouts in a row before a QP fails
+  // Local ACK timeout, restarted whenever the oldest unacknowledged PSN
+  // moves: default_ack_timeout().wait, nic::Profile{}'s 67ms (t = 14).
+  std::chrono::microseconds timeout{67109};
+  unsigned retry_cnt = 7;  // timeouts in a row, one more fails the QP (IBV_WC_RETRY_EXC_ERR)
+  Retransmit retransmit = Retransmit::kGoBackN;
   std::chrono::milliseconds duration{30000};  // hard bound on run()
   std::function<void(const SenderStats&)> on_second;  // live view, called from run()
 };
@@ -102,7 +172,8 @@ class Sender {
 
  private:
   struct Qp;
-  void send_one(Qp& qp, SenderStats& st);
+  // Sends psn (a first copy or a resend); false when the socket is full.
+  bool send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st);
   void on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStats& st);
 
   SenderConfig cfg_;
@@ -119,8 +190,9 @@ struct ReceiverStats {
   uint64_t bytes = 0;
   uint64_t delivered = 0;      // in order, accepted
   uint64_t goodput_bytes = 0;  // payload bytes of those
-  uint64_t out_of_order = 0;   // ahead of the expected PSN: discarded
-  uint64_t duplicates = 0;     // behind the expected PSN: discarded
+  uint64_t out_of_order = 0;   // ahead of the expected PSN: discarded (Go-Back-N) or kept
+                               // until the holes before it fill (selective repeat)
+  uint64_t duplicates = 0;     // behind the expected PSN, or already kept: discarded
   // What a PSN tracker on the path sees (roceguard's rule, bpf/qp_accounting.h): a packet
   // at or behind the highest PSN so far is a retransmission; a forward jump
   // of k is k - 1 packets lost before this point.
@@ -128,7 +200,7 @@ struct ReceiverStats {
   uint64_t gaps = 0;
   uint64_t lost_estimate = 0;
   uint64_t acks = 0;  // sent
-  uint64_t naks = 0;  // sent
+  uint64_t naks = 0;  // sent: one per gap (Go-Back-N), one per missing PSN (selective repeat)
   uint64_t cnps = 0;  // sent
   uint64_t ecn_ce = 0;
   uint64_t unknown_qp = 0;
@@ -143,6 +215,8 @@ struct ReceiverConfig {
   uint8_t tos = 0;         // of ACKs, NAKs and CNPs
   bool cnp = true;         // answer ECN CE with a CNP
   std::chrono::microseconds cnp_interval{50};  // at most one CNP per QP per interval
+  Retransmit retransmit = Retransmit::kGoBackN;  // as the sender's
+  unsigned ooo_window = kMaxWindow;  // selective repeat: kept at most this far ahead of the expected PSN
 };
 
 class Receiver {

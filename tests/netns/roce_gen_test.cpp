@@ -1,12 +1,18 @@
-// The generator on its own: the BTH layout roceguard's parser expects, and
-// RC behaviour over loopback in a namespace of its own.
+// The generator on its own: the BTH layout roceguard's parser expects, RC
+// behaviour over loopback in a namespace of its own, the NIC profile's
+// retransmit settings, the window sized to the bandwidth-delay product, and
+// selective repeat against Go-Back-N across the lab's lossy WAN.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "common/error.h"
+#include "lab/lab_report.h"
+#include "lab/lab_run.h"
 #include "lab/proc.h"
 #include "lab/roce_gen.h"
 #include "lab/topology.h"
 #include "lab_fixture.h"
+#include "nic/profile.h"
 #include "roceguard/roceguard.h"
 
 namespace rg::test {
@@ -115,6 +121,245 @@ TEST(RoceGen, NoResponderFailsAfterRetries) {
   // First window, then the same window again after each timeout.
   EXPECT_EQ(s.packets, 3u * 4u * 3u);
   EXPECT_EQ(s.retransmits, 3u * 4u * 2u);
+}
+
+// The same with selective repeat: each timeout resends the oldest
+// unacknowledged packet alone, not the window.
+TEST(RoceGen, NoResponderSelectiveRepeatResendsTheOldestOnly) {
+  ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
+  LoopbackNetns ns;
+  lab::NetnsGuard in(ns.name());
+  lab::SenderConfig cfg;
+  cfg.peer = "127.0.0.1";
+  cfg.ack_port = kReplyPort;
+  cfg.qps.count = 3;
+  cfg.messages = 10;
+  cfg.window = 4;
+  cfg.retry_cnt = 2;
+  cfg.timeout = 10ms;
+  cfg.duration = 30s;
+  cfg.retransmit = lab::Retransmit::kSelectiveRepeat;
+  lab::Sender tx(cfg);
+  lab::SenderStats s = tx.run();
+  EXPECT_EQ(s.qps_failed, 3u);
+  EXPECT_EQ(s.completed, 0u);
+  EXPECT_EQ(s.timeouts, 3u * 2u);
+  EXPECT_EQ(s.packets, 3u * (4u + 2u));
+  EXPECT_EQ(s.retransmits, 3u * 2u);
+}
+
+// The defaults are `roceguard nic`'s: one profile for the NIC and the lab's
+// generator.
+TEST(RoceGen, RetransmitDefaultsAreTheNicProfiles) {
+  const nic::Profile profile;
+  const lab::AckTimeoutSetting t = lab::default_ack_timeout();
+  EXPECT_EQ(t.text, profile.ack_timeout_text);
+  EXPECT_EQ(t.exponent, profile.ack_timeout.exponent);
+  EXPECT_DOUBLE_EQ(t.effective_us, profile.ack_timeout.effective_us);
+  EXPECT_EQ(t.wait, std::chrono::microseconds(67109));  // 4.096 us x 2^14, rounded up
+  EXPECT_EQ(lab::SenderConfig{}.timeout, t.wait);
+  EXPECT_EQ(lab::SenderConfig{}.retry_cnt, profile.retry_cnt);
+  EXPECT_EQ(lab::default_retry_cnt(), profile.retry_cnt);
+  EXPECT_EQ(lab::LabOptions{}.ack_timeout, profile.ack_timeout_text);
+  EXPECT_EQ(lab::LabOptions{}.retry_cnt, profile.retry_cnt);
+  EXPECT_EQ(lab::LabOptions{}.retransmit, "gbn");
+  EXPECT_EQ(lab::SenderConfig{}.retransmit, lab::Retransmit::kGoBackN);
+}
+
+// --ack-timeout rounds up to 4.096 us x 2^t exactly as the profile does.
+TEST(RoceGen, AckTimeoutRoundsUpToTheIbaExponent) {
+  struct Case {
+    const char* text;
+    unsigned exponent;
+    int64_t wait_us;
+  } cases[] = {{"9ms", 12, 16778},     // 16.777216 ms
+               {"500us", 7, 525},      // 524.288 us
+               {"524.288us", 7, 525},  // exactly t = 7
+               {"1ns", 1, 9},          // 8.192 us: t = 0 would mean "never"
+               {"67ms", 14, 67109},
+               {"1s", 18, 1073742}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    lab::AckTimeoutSetting t = lab::ack_timeout_setting(c.text);
+    EXPECT_EQ(t.exponent, c.exponent);
+    EXPECT_DOUBLE_EQ(t.effective_us, nic::ack_timeout_us(static_cast<uint8_t>(c.exponent)));
+    EXPECT_EQ(t.wait.count(), c.wait_us);
+    EXPECT_EQ(t.text, c.text);
+  }
+  for (const char* bad : {"10", "abc", "0ms", "-5ms", "10000s", ""}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(lab::ack_timeout_problem(bad).empty());
+    try {
+      lab::ack_timeout_setting(bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), kExitUsage);
+      EXPECT_EQ(std::string(e.what()).rfind("--ack-timeout: ", 0), 0u) << e.what();
+    }
+  }
+  EXPECT_EQ(lab::parse_retransmit("gbn"), lab::Retransmit::kGoBackN);
+  EXPECT_EQ(lab::parse_retransmit("sr"), lab::Retransmit::kSelectiveRepeat);
+  EXPECT_FALSE(lab::parse_retransmit("SR"));
+  EXPECT_FALSE(lab::parse_retransmit(""));
+}
+
+// The sender waits the effective timeout, not the text: "9ms" is t = 12,
+// 16.78 ms, so a QP with no responder fails after retry_cnt + 1 = 3 expiries
+// and no sooner than 3 x 16.78 ms (9 ms as given would be 27 ms). A lower
+// bound only: a busy machine can make it later, never earlier.
+TEST(RoceGen, NoResponderWaitsTheEffectiveAckTimeout) {
+  ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
+  LoopbackNetns ns;
+  lab::NetnsGuard in(ns.name());
+  const lab::AckTimeoutSetting t = lab::ack_timeout_setting("9ms");
+  for (auto mode : {lab::Retransmit::kGoBackN, lab::Retransmit::kSelectiveRepeat}) {
+    SCOPED_TRACE(lab::retransmit_name(mode));
+    lab::SenderConfig cfg;
+    cfg.peer = "127.0.0.1";
+    cfg.ack_port = kReplyPort;
+    cfg.qps.count = 1;
+    cfg.messages = 10;
+    cfg.window = 4;
+    cfg.retry_cnt = 2;
+    cfg.timeout = t.wait;
+    cfg.duration = 30s;
+    cfg.retransmit = mode;
+    lab::Sender tx(cfg);
+    lab::SenderStats s = tx.run();
+    EXPECT_EQ(s.qps_failed, 1u);
+    EXPECT_EQ(s.timeouts, 2u);
+    const double elapsed_us = std::chrono::duration<double, std::micro>(s.elapsed).count();
+    EXPECT_GE(elapsed_us + 1000.0, 3 * t.effective_us);  // elapsed is in whole milliseconds
+  }
+}
+
+// Enough in flight to fill the line over the round trip: the
+// bandwidth-delay product of 1082-byte frames (1024 B payload), twice over,
+// shared by the QPs, at least 32 and at most 32768 per QP.
+TEST(RoceGen, WindowIsTheBandwidthDelayProduct) {
+  using std::chrono::microseconds;
+  const size_t frame = lab::lab_wire_bytes(1024);
+  EXPECT_EQ(frame, 1082u);
+  EXPECT_EQ(lab::lab_round_trip(microseconds(0)), lab::kLabBaseRtt);
+  EXPECT_EQ(lab::lab_round_trip(10ms), microseconds(20070));
+  // The lab's default, 100 Mbit/s without WAN delay: less than a packet in
+  // flight, so the floor.
+  EXPECT_EQ(lab::window_for_path(100, lab::lab_round_trip(0us), frame, 4), lab::kMinWindow);
+  // 400 Mbit/s, 10 ms each way, 4 QPs: 927.4 packets in flight, x2 / 4.
+  EXPECT_EQ(lab::window_for_path(400, lab::lab_round_trip(10ms), frame, 4), 464u);
+  // 1 Gbit/s, 1 ms, one QP: 115.5 packets, x2.
+  EXPECT_EQ(lab::window_for_path(1000, 1ms, frame, 1), 232u);
+  // 10 Gbit/s across 20 ms: 23186.7 packets, x2 / 4.
+  EXPECT_EQ(lab::window_for_path(10000, lab::lab_round_trip(10ms), frame, 4), 11594u);
+  // 10 Gbit/s across a second on one QP: more than a send queue holds.
+  EXPECT_EQ(lab::window_for_path(10000, 1s, frame, 1), lab::kMaxWindow);
+  EXPECT_EQ(lab::kMaxWindow, 32768u);
+  EXPECT_EQ(lab::window_for_path(10000, 1ms, frame, 0), lab::kMinWindow);  // no QPs: nothing to size
+  EXPECT_EQ(lab::SenderConfig{}.window, lab::kMinWindow);
+}
+
+// The banner and the summary say what the requesters were set to, the mode
+// by the name the report gives it.
+TEST(RoceGen, LabSettingsShowWindowTimeoutAndMode) {
+  lab::LabSettings s;
+  s.window = 464;
+  s.window_mbit = 400;
+  s.rtt = lab::lab_round_trip(10ms);
+  s.ack_timeout = lab::default_ack_timeout();
+  s.retry_cnt = 7;
+  s.retransmit = lab::Retransmit::kSelectiveRepeat;
+  const std::string text = lab::sender_text(s);
+  for (const char* part : {"window 464 packets per QP = bandwidth-delay product at 400 Mbit/s and RTT 20.07ms",
+                           "ACK timeout 67ms -> t = 14 (67.109ms), retry_cnt 7",
+                           "selective repeat (a model of ConnectX-6 Dx and later with ROCE_ACCL)"})
+    EXPECT_NE(text.find(part), std::string::npos) << text;
+  s.retransmit = lab::Retransmit::kGoBackN;
+  EXPECT_NE(lab::sender_text(s).find("; Go-Back-N"), std::string::npos) << lab::sender_text(s);
+}
+
+// Bad values of the retransmit options are usage errors naming the option,
+// in both commands, before anything is built.
+TEST(RoceGen, RetransmitOptionsRejectBadValues) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{ROCEGUARD_BIN, "lab", "--ack-timeout", "10"}, "--ack-timeout: \"10\" has no unit"},
+      {{ROCEGUARD_BIN, "lab", "--ack-timeout", "10000s"}, "--ack-timeout: 10000s is longer than the largest"},
+      {{ROCEGUARD_BIN, "lab", "--ack-timeout", "0ms"}, "--ack-timeout: must be positive"},
+      {{ROCEGUARD_BIN, "lab", "--retry-cnt", "8"}, "--retry-cnt"},
+      {{ROCEGUARD_BIN, "lab", "--retransmit", "selective"}, "--retransmit"},
+      {{ROCE_GEN_BIN, "send", "--peer", "127.0.0.1", "--ack-timeout", "5"}, "--ack-timeout: \"5\" has no unit"},
+      {{ROCE_GEN_BIN, "send", "--peer", "127.0.0.1", "--retry-cnt", "9"}, "--retry-cnt"},
+      {{ROCE_GEN_BIN, "send", "--peer", "127.0.0.1", "--retransmit", "go-back-n"}, "--retransmit"},
+      {{ROCE_GEN_BIN, "recv", "--retransmit", "sack"}, "--retransmit"},
+      {{ROCE_GEN_BIN, "send", "--peer", "127.0.0.1", "--window", "40000"}, "--window"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args[1] + " " + c.args[c.args.size() - 2] + " " + c.args.back());
+    RunResult r = lab::run(c.args, 20s);
+    EXPECT_NE(r.status, 0);
+    if (c.args[0] == ROCEGUARD_BIN) {
+      EXPECT_EQ(r.status, kExitUsage);
+    }
+    EXPECT_NE((r.out + r.err).find(c.message), std::string::npos) << r.out << r.err;
+  }
+}
+
+// Across the lab's WAN dropping 2 % of RoCE packets either way, with the
+// gateways as plain routers: Go-Back-N resends the window behind every
+// loss, selective repeat about one packet per drop (a lost request, or a
+// lost NAK or ACK that only the timer recovers). Both deliver everything,
+// in order.
+class RoceGenLossy : public LabTest {};
+
+TEST_F(RoceGenLossy, SelectiveRepeatResendsOnlyWhatWasLost) {
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 2 %
+  std::map<lab::Retransmit, Traffic> runs;
+  std::map<lab::Retransmit, uint64_t> requests_dropped, drops;
+  for (auto mode : {lab::Retransmit::kGoBackN, lab::Retransmit::kSelectiveRepeat}) {
+    SCOPED_TRACE(lab::retransmit_name(mode));
+    const auto before_ab = wan_->stats("to-a", RG_WAN_ROCE).dropped;
+    const auto before_all = wan_->total(RG_WAN_ROCE).dropped;
+    lab::SenderConfig cfg;
+    cfg.peer = receiver_addr(false);
+    cfg.qps.count = 4;
+    cfg.messages = 1000;
+    cfg.payload = 1024;
+    cfg.duration = 60s;
+    cfg.retransmit = mode;
+    lab::ReceiverConfig rcfg;
+    rcfg.retransmit = mode;
+    rcfg.ooo_window = cfg.window;
+    Traffic t = run_traffic(cfg, rcfg, [&](const lab::SenderStats& s) {
+      return s.packets - (wan_->stats("to-a", RG_WAN_ROCE).dropped - before_ab);
+    });
+    requests_dropped[mode] = wan_->stats("to-a", RG_WAN_ROCE).dropped - before_ab;
+    drops[mode] = wan_->total(RG_WAN_ROCE).dropped - before_all;
+    EXPECT_EQ(t.sent.qps_done, 4u);
+    EXPECT_EQ(t.sent.qps_failed, 0u);
+    EXPECT_EQ(t.sent.completed, 4000u);
+    EXPECT_EQ(t.received.delivered, 4000u);
+    EXPECT_EQ(t.received.goodput_bytes, 4000u * 1024u);
+    EXPECT_GT(requests_dropped[mode], 0u);
+    EXPECT_GE(t.sent.retransmits, requests_dropped[mode]);  // each lost request is sent again
+    report(std::string("retransmit_") + lab::retransmit_name(mode),
+           {{"sent", t.sent.packets},
+            {"wan_dropped_requests", requests_dropped[mode]},
+            {"wan_dropped_all", drops[mode]},
+            {"retransmits", t.sent.retransmits},
+            {"naks", t.sent.naks},
+            {"timeouts", t.sent.timeouts},
+            {"kept_out_of_order", t.received.out_of_order},
+            {"duplicates_at_b", t.received.duplicates}});
+    runs[mode] = t;
+  }
+  const auto& gbn = runs[lab::Retransmit::kGoBackN];
+  const auto& sr = runs[lab::Retransmit::kSelectiveRepeat];
+  EXPECT_GT(gbn.sent.retransmits, 2 * drops[lab::Retransmit::kGoBackN]);
+  EXPECT_LE(sr.sent.retransmits, 2 * drops[lab::Retransmit::kSelectiveRepeat]);
+  EXPECT_GT(sr.received.out_of_order, 0u);  // kept, then delivered once the holes filled
+  EXPECT_GE(sr.sent.naks, 1u);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ run_traffic() {
 	rx=$!
 	sleep 1
 	out=$("$ROCE_GEN" --netns ha --quiet --json --duration 240 send --peer 203.0.113.1 --qps 4 \
-		--messages "$MESSAGES" --payload 1024 --window 64 --dscp 26 --ecn 2 --timeout-ms 1000) || out='{}'
+		--messages "$MESSAGES" --payload 1024 --window 64 --dscp 26 --ecn 2 --ack-timeout 1s) || out='{}'
 	kill -INT "$rx" 2>/dev/null
 	wait "$rx" 2>/dev/null || true
 	printf '%s\n' "$out"

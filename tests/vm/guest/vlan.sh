@@ -58,7 +58,7 @@ for i in $(seq 1 100); do
 done
 
 # No responder on the far side: each QP sends its window, retries once, gives up.
-send() { "$ROCE_GEN" send -q --duration 20 --qps 1 --messages 4 --window 4 --retry-cnt 1 --timeout-ms 200 --dscp 0 "$@" || true; }
+send() { "$ROCE_GEN" send -q --duration 20 --qps 1 --messages 4 --window 4 --retry-cnt 1 --ack-timeout 200ms --dscp 0 "$@" || true; }
 send --peer 203.0.113.2
 send --peer 203.0.113.3
 send --netns far --peer 203.0.113.1
