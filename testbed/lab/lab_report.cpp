@@ -151,7 +151,7 @@ std::string phase_title(const PhaseResult& p) {
 }
 
 std::vector<std::string> draw_charts(const std::string& dir, const std::vector<PhaseResult>& phases,
-                                     bool scheduler) {
+                                     bool scheduler, Retransmit retransmit) {
   const std::string cdir = dir + "/charts";
   std::filesystem::create_directories(cdir);
   std::ostringstream gp;
@@ -174,7 +174,8 @@ std::vector<std::string> draw_charts(const std::string& dir, const std::vector<P
      << "set title 'Goodput delivered in order at host B'\nset xlabel 'second'\n"
      << "set ylabel 'Mbit/s'\nset yrange [0:*]\nplot " << goodput << "\n";
   gp << "set output " << quote_gp(cdir + "/retransmits-vs-wan-drops.png") << "\n"
-     << "set title 'Go-Back-N retransmits at host A against packets the WAN dropped'\n"
+     << "set title '" << (retransmit == Retransmit::kSelectiveRepeat ? "Selective-repeat" : "Go-Back-N")
+     << " retransmits at host A against packets the WAN dropped'\n"
      << "set ylabel 'retransmits per second'\nset y2label 'WAN drops per second'\nset y2tics\n"
      << "set yrange [0:*]\nset y2range [0:*]\nplot " << retx << "\n"
      << "unset y2tics\nunset y2label\n";
@@ -612,7 +613,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
   write_file(dir + "/summary.txt", summary_table(s, phases));
   files.push_back("summary.txt");
 
-  for (auto& f : draw_charts(dir, phases, scheduler)) files.push_back(f);
+  for (auto& f : draw_charts(dir, phases, scheduler, s.retransmit)) files.push_back(f);
   return files;
 }
 
