@@ -312,17 +312,22 @@ std::string sender_text(const LabSettings& s) {
          retransmit_label(s.retransmit);
 }
 
+// sender_text with its second line indented under the first, as the
+// banner and the summary print it.
+std::string sender_lines(const LabSettings& s) {
+  std::string t = sender_text(s);
+  for (size_t at = t.find('\n'); at != std::string::npos; at = t.find('\n', at + 1)) t.insert(at + 1, "   ");
+  return t;
+}
+
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count) {
   std::string what = phase.roceguard
                          ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN"
                                      : "roceguard on both gateways: DSCP re-mark and repair, no tunnel")
                          : "no roceguard: RoCE crosses the WAN as it is";
-  std::string sender = sender_text(s);
-  for (size_t at = sender.find('\n'); at != std::string::npos; at = sender.find('\n', at + 1))
-    sender.insert(at + 1, "   ");
   return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs; WAN: %s)\n   %s\n", index, count,
              phase.roceguard ? "with" : "without", s.duration_s, s.qps, wan_text(s).c_str(), what.c_str()) +
-         "   host A: " + sender + "\n";
+         "   host A: " + sender_lines(s) + "\n";
 }
 
 std::string view_header(bool scheduler) {
@@ -355,12 +360,7 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   std::ostringstream out;
   out << "\n== summary (" << s.duration_s << " s per phase, " << s.qps << " QPs, " << s.payload
       << " B payload)\n   the WAN: " << wan_text(s) << "\n";
-  {
-    std::string sender = sender_text(s);
-    for (size_t at = sender.find('\n'); at != std::string::npos; at = sender.find('\n', at + 1))
-      sender.insert(at + 1, "   ");
-    out << "   host A: " << sender << "\n";
-  }
+  out << "   host A: " << sender_lines(s) << "\n";
   if (s.scheduler)
     out << "   host A's line rate " << s.sender_mbit << " Mbit/s; congestion at gateway B towards host B: " << s.scheduler->link_mbit << " Mbit/s, DSCP 46 guaranteed "
         << s.scheduler->priority_mbit << ", best effort " << s.scheduler->link_mbit - s.scheduler->priority_mbit

@@ -236,8 +236,10 @@ int Topology::ifindex(Node n, const std::string& ifname) const {
   return static_cast<int>(idx);
 }
 
-std::string Topology::mac(Node n, const std::string& ifname) const {
-  auto j = nlohmann::json::parse(run_checked({"ip", "-j", "-n", netns(n), "link", "show", "dev", ifname}));
+std::string Topology::mac(Node n, const std::string& ifname) const { return link_mac(netns(n), ifname); }
+
+std::string link_mac(const std::string& netns, const std::string& ifname) {
+  auto j = nlohmann::json::parse(run_checked({"ip", "-j", "-n", netns, "link", "show", "dev", ifname}));
   return j.at(0).at("address").get<std::string>();
 }
 

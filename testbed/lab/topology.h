@@ -135,6 +135,9 @@ class Topology {
   std::vector<std::string> created_;
 };
 
+// The MAC address of ifname in the named network namespace, as text.
+std::string link_mac(const std::string& netns, const std::string& ifname);
+
 // Topology::exec_argv for any named network namespace (/run/netns/NAME).
 std::vector<std::string> netns_exec_argv(const std::string& netns, const std::vector<std::string>& argv);
 

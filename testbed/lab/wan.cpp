@@ -7,7 +7,6 @@
 #include <cerrno>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "lab/proc.h"
@@ -120,16 +119,12 @@ void Wan::start_delay_line(const std::vector<WanPath>& paths, const DelayLineCon
       }
       run_checked({"ip", "netns", "exec", netns_, "ethtool", "-K", held, "gro", "on"});
       run_checked({"ip", "netns", "exec", netns_, "ethtool", "-K", hold, "tso", "off"});
-      auto mac_of = [&](const std::string& ifname) {
-        auto j = nlohmann::json::parse(run_checked({"ip", "-j", "-n", netns_, "link", "show", "dev", ifname}));
-        return parse_mac(j.at(0).at("address").get<std::string>());
-      };
       DelayDirection d;
       d.name = p.name;
       d.in_ifname = held;
       d.out_ifname = p.out_ifname;
-      d.arrival_mac = mac_of(p.in_ifname);
-      d.out_mac = mac_of(p.out_ifname);
+      d.arrival_mac = parse_mac(link_mac(netns_, p.in_ifname));
+      d.out_mac = parse_mac(link_mac(netns_, p.out_ifname));
       d.next_hop_mac = p.next_hop_mac;
       dirs.push_back(d);
       rg_wan_hold h{};

@@ -87,47 +87,49 @@ TEST_F(DelayLine, ReordersOnlyWhenAsked) {
 }
 
 // Loss runs per direction, with and without bursts: the WAN program alone.
-uint64_t mean_run_times_10(const lab::LossRuns& runs, uint64_t dropped) {
-  const uint64_t n = std::accumulate(runs.begin(), runs.end(), uint64_t{0});
-  return n ? 10 * dropped / n : 0;
+struct LossRun {
+  lab::ProbeResult probe;
+  uint64_t dropped = 0;
+  lab::LossRuns runs{};
+  uint64_t mean_run_x10 = 0;  // dropped per run, times 10
+};
+
+// 20 000 datagrams host A -> host B through a WAN losing loss_pct in bursts
+// of burst on average; the loss is off again on return.
+LossRun lose(lab::Wan& wan, const lab::Topology& topo, const char* what, double loss_pct, double burst) {
+  rg_wan_config cfg{};
+  cfg.flags = RG_WAN_F_BLEACH;
+  lab::set_loss(cfg, loss_pct, burst);
+  wan.configure(cfg);
+  LossRun r;
+  r.probe = lab::probe_path(topo, {.count = 20000, .interval = 50us, .drain = 500ms});
+  lab::set_loss(cfg, 0, 1);
+  wan.configure(cfg);
+  r.dropped = wan.stats("to-a", RG_WAN_UDP_OTHER).dropped;
+  r.runs = wan.loss_runs("to-a");
+  const uint64_t n = std::accumulate(r.runs.begin(), r.runs.end(), uint64_t{0});
+  r.mean_run_x10 = n ? 10 * r.dropped / n : 0;
+  report(what, {{"sent", r.probe.sent}, {"received", r.probe.received}, {"dropped", r.dropped},
+                {"mean_run_x10", r.mean_run_x10}});
+  return r;
 }
 
 TEST_F(DelayLine, BurstLossDropsInRunsOfTheMeanLength) {
-  rg_wan_config cfg{};
-  cfg.flags = RG_WAN_F_BLEACH;
-  lab::set_loss(cfg, 5, 8);
-  wan_->configure(cfg);
-  const auto r = lab::probe_path(*topo_, {.count = 20000, .interval = 50us, .drain = 500ms});
-  cfg.burst_enter_ppm = cfg.burst_leave_ppm = cfg.loss_ppm = 0;
-  wan_->configure(cfg);
-  const uint64_t dropped = wan_->stats("to-a", RG_WAN_UDP_OTHER).dropped;
-  const auto runs = wan_->loss_runs("to-a");
-  report("burst 8", {{"sent", r.sent}, {"received", r.received}, {"dropped", dropped},
-                     {"mean_run_x10", mean_run_times_10(runs, dropped)}});
-  EXPECT_EQ(r.received + dropped, r.sent);
+  const LossRun r = lose(*wan_, *topo_, "burst 8", 5, 8);
+  EXPECT_EQ(r.probe.received + r.dropped, r.probe.sent);
   // 5 % of 20000 in ~125 bursts: far inside 2.5..10 %.
-  EXPECT_GT(dropped, 500u);
-  EXPECT_LT(dropped, 2000u);
-  EXPECT_GT(mean_run_times_10(runs, dropped), 30u) << "runs of 8 on average, not single drops";
-  EXPECT_GT(runs[3] + runs[4] + runs[5] + runs[6] + runs[7], 0u) << "some runs longer than 4";
+  EXPECT_GT(r.dropped, 500u);
+  EXPECT_LT(r.dropped, 2000u);
+  EXPECT_GT(r.mean_run_x10, 30u) << "runs of 8 on average, not single drops";
+  EXPECT_GT(r.runs[3] + r.runs[4] + r.runs[5] + r.runs[6] + r.runs[7], 0u) << "some runs longer than 4";
 }
 
 TEST_F(DelayLine, IndependentLossDropsAlone) {
-  rg_wan_config cfg{};
-  cfg.flags = RG_WAN_F_BLEACH;
-  lab::set_loss(cfg, 5, 1);
-  wan_->configure(cfg);
-  const auto r = lab::probe_path(*topo_, {.count = 20000, .interval = 50us, .drain = 500ms});
-  cfg.loss_ppm = 0;
-  wan_->configure(cfg);
-  const uint64_t dropped = wan_->stats("to-a", RG_WAN_UDP_OTHER).dropped;
-  const auto runs = wan_->loss_runs("to-a");
-  report("independent", {{"sent", r.sent}, {"received", r.received}, {"dropped", dropped},
-                         {"mean_run_x10", mean_run_times_10(runs, dropped)}});
-  EXPECT_EQ(r.received + dropped, r.sent);
-  EXPECT_GT(dropped, 500u);
-  EXPECT_LT(dropped, 2000u);
-  EXPECT_LT(mean_run_times_10(runs, dropped), 15u) << "5 % independent: runs average about 1.05";
+  const LossRun r = lose(*wan_, *topo_, "independent", 5, 1);
+  EXPECT_EQ(r.probe.received + r.dropped, r.probe.sent);
+  EXPECT_GT(r.dropped, 500u);
+  EXPECT_LT(r.dropped, 2000u);
+  EXPECT_LT(r.mean_run_x10, 15u) << "5 % independent: runs average about 1.05";
 }
 
 TEST(WanLoss, BurstParametersFollowTheLossAndTheMeanBurst) {

@@ -99,21 +99,29 @@ TEST(RoceGen, LoopbackCompletesWithCoalescedAcks) {
   }
 }
 
+// A sender to loopback, where nothing answers: qps QPs of 10 messages,
+// window 4, 2 retries, timeout.
+lab::SenderConfig no_responder(unsigned qps, std::chrono::microseconds timeout,
+                               lab::Retransmit mode = lab::Retransmit::kGoBackN) {
+  lab::SenderConfig cfg;
+  cfg.peer = "127.0.0.1";
+  cfg.ack_port = kReplyPort;
+  cfg.qps.count = qps;
+  cfg.messages = 10;
+  cfg.window = 4;
+  cfg.retry_cnt = 2;
+  cfg.timeout = timeout;
+  cfg.duration = 30s;
+  cfg.retransmit = mode;
+  return cfg;
+}
+
 // No responder: every QP gives up after retry_cnt timeouts, it never hangs.
 TEST(RoceGen, NoResponderFailsAfterRetries) {
   ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
   LoopbackNetns ns;
   lab::NetnsGuard in(ns.name());
-  lab::SenderConfig cfg;
-  cfg.peer = "127.0.0.1";
-  cfg.ack_port = kReplyPort;
-  cfg.qps.count = 3;
-  cfg.messages = 10;
-  cfg.window = 4;
-  cfg.retry_cnt = 2;
-  cfg.timeout = 10ms;
-  cfg.duration = 30s;
-  lab::Sender tx(cfg);
+  lab::Sender tx(no_responder(3, 10ms));
   lab::SenderStats s = tx.run();
   EXPECT_EQ(s.qps_failed, 3u);
   EXPECT_EQ(s.completed, 0u);
@@ -129,17 +137,7 @@ TEST(RoceGen, NoResponderSelectiveRepeatResendsTheOldestOnly) {
   ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
   LoopbackNetns ns;
   lab::NetnsGuard in(ns.name());
-  lab::SenderConfig cfg;
-  cfg.peer = "127.0.0.1";
-  cfg.ack_port = kReplyPort;
-  cfg.qps.count = 3;
-  cfg.messages = 10;
-  cfg.window = 4;
-  cfg.retry_cnt = 2;
-  cfg.timeout = 10ms;
-  cfg.duration = 30s;
-  cfg.retransmit = lab::Retransmit::kSelectiveRepeat;
-  lab::Sender tx(cfg);
+  lab::Sender tx(no_responder(3, 10ms, lab::Retransmit::kSelectiveRepeat));
   lab::SenderStats s = tx.run();
   EXPECT_EQ(s.qps_failed, 3u);
   EXPECT_EQ(s.completed, 0u);
@@ -214,17 +212,7 @@ TEST(RoceGen, NoResponderWaitsTheEffectiveAckTimeout) {
   const lab::AckTimeoutSetting t = lab::ack_timeout_setting("9ms");
   for (auto mode : {lab::Retransmit::kGoBackN, lab::Retransmit::kSelectiveRepeat}) {
     SCOPED_TRACE(lab::retransmit_name(mode));
-    lab::SenderConfig cfg;
-    cfg.peer = "127.0.0.1";
-    cfg.ack_port = kReplyPort;
-    cfg.qps.count = 1;
-    cfg.messages = 10;
-    cfg.window = 4;
-    cfg.retry_cnt = 2;
-    cfg.timeout = t.wait;
-    cfg.duration = 30s;
-    cfg.retransmit = mode;
-    lab::Sender tx(cfg);
+    lab::Sender tx(no_responder(1, t.wait, mode));
     lab::SenderStats s = tx.run();
     EXPECT_EQ(s.qps_failed, 1u);
     EXPECT_EQ(s.timeouts, 2u);
@@ -314,7 +302,7 @@ TEST(RoceGen, RetransmitOptionsRejectBadValues) {
 class RoceGenLossy : public LabTest {};
 
 TEST_F(RoceGenLossy, SelectiveRepeatResendsOnlyWhatWasLost) {
-  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0});  // 2 %
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});  // 2 %
   std::map<lab::Retransmit, Traffic> runs;
   std::map<lab::Retransmit, uint64_t> requests_dropped, drops;
   for (auto mode : {lab::Retransmit::kGoBackN, lab::Retransmit::kSelectiveRepeat}) {
