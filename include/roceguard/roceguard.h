@@ -38,10 +38,11 @@
 #define RG_MAX_ROUTES 4096
 #define RG_MAX_COUNTER_KEYS 512 /* {ifindex, direction} pairs */
 /*
- * Tunnel sequence streams a receiving gateway tracks: one per peer and
- * sending CPU of that peer (rg_tunnel_stream_key), so 256 peers of 16 CPUs.
+ * Tunnel sequence streams a receiving gateway tracks: one per peer, sending
+ * CPU of that peer and lane (rg_tunnel_stream_key), so 64 peers of 16 CPUs
+ * each using all 16 lanes.
  */
-#define RG_MAX_TUNNEL_STREAMS 4096
+#define RG_MAX_TUNNEL_STREAMS 16384
 
 /* Geneve outer UDP source port range for ECMP entropy (RFC 8926 §3.3). */
 #define RG_ENTROPY_PORT_MIN 49152
@@ -223,7 +224,7 @@ struct rg_peer {
 	__u32 vni;      /* 24 bits */
 	__u16 mtu;      /* largest outer IP packet allowed on the tunnel */
 	__u8 family;    /* outer: AF_INET or AF_INET6; 0 = unused slot */
-	__u8 flags;
+	__u8 flags;     /* RG_PEER_F_* */
 	__u8 local[16]; /* outer source address */
 	__u8 remote[16];/* outer destination address */
 };
@@ -239,6 +240,19 @@ struct rg_peer {
  * hops. Without a running daemon no lease is current, and every packet is
  * routed by bpf_fib_lookup.
  */
+/*
+ * The loss shield towards a peer (rg_peer.flags): the sending gateway sends
+ * a second copy of a numbered packet right after it, on the same outer
+ * 5-tuple with the same sequence number, and the receiving gateway drops
+ * whichever copy arrives second (rg_tunnel_stream_update). CONTROL copies
+ * what a Go-Back-N sender waits for when it is lost (ACK, NAK, CNP, READ
+ * and atomic requests and responses, a packet asking for an ACK); ALL
+ * copies every RoCE packet. Neither set: off.
+ */
+#define RG_PEER_F_SHIELD_CONTROL (1u << 0)
+#define RG_PEER_F_SHIELD_ALL (1u << 1)
+#define RG_PEER_F_SHIELD_MASK (RG_PEER_F_SHIELD_CONTROL | RG_PEER_F_SHIELD_ALL)
+
 struct rg_nexthop {
 	__u32 gen;         /* the lease's gen when filled; 0 = empty */
 	__u32 ifindex;     /* egress device */
@@ -301,6 +315,15 @@ struct rg_config {
 	__u16 tunnel_opt_class; /* Geneve option class of the sequence option */
 	__u8 tunnel_opt_type;   /* its type; the high (critical) bit is clear */
 	__u8 reserved0;
+	/*
+	 * This load's sequence epoch, never 0: a peer's per-CPU slot of
+	 * rg_peer_stats takes it when it numbers its first packet, so it
+	 * changes exactly when the numbering restarts from 0 (the map was
+	 * created anew: a reboot, --reset-state), and the receiving gateway
+	 * sees a restart however close the new numbers are to the old ones.
+	 */
+	__u16 tunnel_epoch;
+	__u16 reserved1;
 };
 
 /* Geneve base header (RFC 8926 §3.4), network byte order on the wire. */
@@ -334,9 +357,15 @@ struct rg_iface {
  * range 0xFF00-0xFFFF (RFC 8926 §7.1) and configurable; the type's high bit
  * (critical) is clear, so a receiver that does not know it skips it.
  *
- * A stream is {peer, sending CPU}: each CPU of gateway A numbers its own
- * packets in its own per-CPU slot, so the fast path needs no atomic
- * operation and no lock; gateway B tracks every stream on its own.
+ * A stream is {peer, epoch, sending CPU, lane}: each CPU of gateway A
+ * numbers its own packets in its own per-CPU slot, so the fast path needs no
+ * atomic operation and no lock; gateway B tracks every stream on its own.
+ * A lane is one outer UDP source port (and IPv6 flow label): with the option
+ * on, a flow's entropy is one of RG_TUNNEL_LANES values, and each lane is
+ * numbered on its own, so one stream follows one WAN path and the paths'
+ * different delays are not taken for loss or reordering. The epoch
+ * (rg_config.tunnel_epoch) marks a restart of the numbering; a sender
+ * before epochs sends 0 there, and gets no duplicate elimination.
  */
 #define RG_TUNNEL_OPT_CLASS_DEFAULT 0xff52
 #define RG_TUNNEL_OPT_CLASS_MIN 0xff00
@@ -347,21 +376,32 @@ struct rg_tunnel_opt {
 	__be16 opt_class;
 	__u8 type;
 	__u8 length;     /* 3 reserved bits | data length in 4-byte words */
-	__be32 stream;   /* sending CPU of gateway A */
+	__be32 stream;   /* epoch (16 bits) | sending CPU of gateway A (12) | lane (4) */
 	__be32 seq;      /* per stream, from 0, wrapping */
 	__be32 sent_hi;  /* send time at gateway A (rg_tunnel_clock_ns), high word */
 	__be32 sent_lo;
 };
 #define RG_TUNNEL_OPT_WORDS ((sizeof(struct rg_tunnel_opt) - 4) / 4)
 
+#define RG_TUNNEL_LANE_BITS 4
+#define RG_TUNNEL_LANES (1u << RG_TUNNEL_LANE_BITS)
+#define RG_TUNNEL_CPU_MASK 0xfffu
+#define RG_TUNNEL_EPOCH_SHIFT 16
+/* The part of the option's stream that names a stream of one epoch: CPU and lane. */
+#define RG_TUNNEL_STREAM_ID_MASK 0xffffu
+
 /*
  * Receiving side: a hole in the last RG_TUNNEL_WINDOW sequence numbers of a
- * stream is a late packet still to come; it counts as lost once 64 newer
- * packets arrived, or once the stream was silent RG_TUNNEL_SETTLE_NS. A jump
- * beyond RG_TUNNEL_SEQ_JUMP_MAX either way (the sender's state was reset)
- * restarts the stream's tracking instead.
+ * stream is a late packet still to come; it counts as lost once that many
+ * newer packets arrived, or once the stream was silent RG_TUNNEL_SETTLE_NS.
+ * A duplicate is recognised while its number is inside the window, so the
+ * shield's second copy is eliminated unless a thousand packets of its
+ * stream overtook it. A new epoch, or a jump beyond RG_TUNNEL_SEQ_JUMP_MAX
+ * either way (a sender without epochs whose state was reset), restarts the
+ * stream's tracking instead.
  */
-#define RG_TUNNEL_WINDOW 64
+#define RG_TUNNEL_WINDOW 1024
+#define RG_TUNNEL_WINDOW_WORDS (RG_TUNNEL_WINDOW / 64)
 #define RG_TUNNEL_SETTLE_NS 1000000000ull
 #define RG_TUNNEL_SEQ_JUMP_MAX (1u << 20)
 /* One-way delay buckets: bucket k holds delays up to 2^k microseconds, the last one the rest. */
@@ -380,26 +420,39 @@ enum rg_peer_event {
 	RG_PEER_EV_ENCAP_ERROR,      /* egress: encapsulation refused by the kernel */
 	RG_PEER_EV_SEQ_SENT,         /* egress: sent with the sequence option */
 	RG_PEER_EV_SEQ_UNTRACKED,    /* ingress: sequence option, stream table full */
+	RG_PEER_EV_SHIELD_COPIES,    /* egress: second copies sent (bytes: the extra WAN bytes) */
+	RG_PEER_EV_SHIELD_ELIMINATED, /* ingress: copies dropped because the other one arrived first */
+	RG_PEER_EV_SHIELD_COPY_ERROR, /* egress: the kernel refused to send the copy */
+	RG_PEER_EV_SHIELD_UNCOPIED,  /* egress: shielded but sent once: unnumbered (a GSO skb) */
 	RG_PEER_EV_MAX,
 };
 
 /* Per-CPU value of rg_peer_stats. */
 struct rg_peer_stats {
-	__u32 tx_seq;    /* next sequence number of this CPU's stream to the peer */
-	__u32 reserved;
+	__u16 epoch;     /* the epoch this CPU's streams to the peer number in; 0 = none yet */
+	__u16 reserved0;
+	__u32 reserved1;
 	struct rg_counter ev[RG_PEER_EV_MAX];
+	__u32 tx_seq[RG_TUNNEL_LANES]; /* next sequence number of each lane's stream */
 };
 
 struct rg_tunnel_stream_key {
 	__u32 peer;    /* peer slot at the receiving gateway */
-	__u32 stream;  /* sending CPU at the peer */
+	__u32 stream;  /* sending CPU and lane at the peer (RG_TUNNEL_STREAM_ID_MASK) */
 };
 
 /* One stream as the receiving gateway tracks it; updated under lock. */
 struct rg_tunnel_stream {
 	struct bpf_spin_lock lock;
 	__u32 max_seq;     /* highest sequence number arrived */
-	__u64 window;      /* bit i: max_seq - i arrived (or precedes the stream) */
+	__u16 epoch;       /* the sender's epoch of the numbers tracked */
+	__u16 reserved0;
+	__u32 reserved1;
+	/*
+	 * A ring: bit (s % RG_TUNNEL_WINDOW) says whether s arrived (or
+	 * precedes the stream), for s in (max_seq - RG_TUNNEL_WINDOW, max_seq].
+	 */
+	__u64 window[RG_TUNNEL_WINDOW_WORDS];
 	__u64 last_ns;     /* CLOCK_MONOTONIC of the last arrival */
 	__u64 received;
 	__u64 lost;        /* holes that left the window or settled */
@@ -429,13 +482,14 @@ RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");
 RG_STATIC_ASSERT(sizeof(struct rg_decap_key) == 24, "rg_decap_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_nexthop) == 24, "rg_nexthop layout");
 RG_STATIC_ASSERT(sizeof(struct rg_nexthop_lease) == 16, "rg_nexthop_lease layout");
-RG_STATIC_ASSERT(sizeof(struct rg_config) == 24, "rg_config layout");
+RG_STATIC_ASSERT(sizeof(struct rg_config) == 28, "rg_config layout");
 RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
 RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 20, "rg_tunnel_opt layout");
-RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX, "rg_peer_stats layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX + 4 * RG_TUNNEL_LANES, "rg_peer_stats layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) == 72 + 8 * RG_TUNNEL_DELAY_BUCKETS, "rg_tunnel_stream layout");
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) == 72 + 8 + 8 * RG_TUNNEL_WINDOW_WORDS + 8 * RG_TUNNEL_DELAY_BUCKETS,
+		 "rg_tunnel_stream layout");
 #endif
 
 #endif /* ROCEGUARD_ROCEGUARD_H */

@@ -93,7 +93,9 @@ std::string interface_name(uint32_t ifindex, const InterfaceNames& names) {
 }
 
 uint64_t tunnel_window_holes(const rg_tunnel_stream& s) {
-  return RG_TUNNEL_WINDOW - static_cast<uint64_t>(std::popcount(s.window));
+  uint64_t arrived = 0;
+  for (uint64_t w : s.window) arrived += static_cast<uint64_t>(std::popcount(w));
+  return RG_TUNNEL_WINDOW - arrived;
 }
 
 uint64_t tunnel_stream_lost(const rg_tunnel_stream& s, uint64_t now_ns) {
