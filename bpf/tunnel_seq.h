@@ -242,6 +242,15 @@ static __always_inline enum rg_seq_verdict rg_tunnel_stream_update(struct rg_tun
 		return RG_SEQ_NEW;
 	}
 	if (d > 0) {
+		if (d > 1) {
+			__u32 run = rg_bit_width(d - 1) - 1;
+
+			/* As for the delay's bucket: keep the verifier's bound. */
+			barrier_var(run);
+			if (run >= RG_TUNNEL_RUN_BUCKETS)
+				run = RG_TUNNEL_RUN_BUCKETS - 1;
+			st->loss_runs[run]++;
+		}
 		/* The numbers that leave the window: their holes are lost. */
 		if (d >= RG_TUNNEL_WINDOW) {
 			st->lost += rg_window_holes(st) + (d - RG_TUNNEL_WINDOW);
