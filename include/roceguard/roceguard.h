@@ -488,7 +488,7 @@ RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 20, "rg_tunnel_opt layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX + 4 * RG_TUNNEL_LANES, "rg_peer_stats layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) == 72 + 8 + 8 * RG_TUNNEL_WINDOW_WORDS + 8 * RG_TUNNEL_DELAY_BUCKETS,
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) == 64 + 8 + 8 * RG_TUNNEL_WINDOW_WORDS + 8 * RG_TUNNEL_DELAY_BUCKETS,
 		 "rg_tunnel_stream layout");
 #endif
 
