@@ -206,6 +206,9 @@ class MetricsCollector : public prometheus::Collectable {
         if (!n.label.empty()) labels.emplace_back(n.label, n.label_value);
         out.add(std::string(n.metric), std::string(n.help), MetricType::Counter, labels,
                 static_cast<double>(t.ev[e].packets));
+        if (!n.bytes_metric.empty())
+          out.add(std::string(n.bytes_metric), std::string(n.bytes_help), MetricType::Counter, labels,
+                  static_cast<double>(t.ev[e].bytes));
       }
       if (!t.streams) continue;
       const Labels peer{{"peer", t.name}};
@@ -213,8 +216,9 @@ class MetricsCollector : public prometheus::Collectable {
       out.add("roceguard_tunnel_received_packets_total", std::string("Packets that arrived") + from,
               MetricType::Counter, peer, static_cast<double>(t.received));
       out.add("roceguard_tunnel_lost_packets_total",
-              std::string("Sequence numbers that never arrived: a hole counts once 64 newer packets came, or once "
-                          "its stream was silent for a second") + from,
+              "Sequence numbers that never arrived (with the loss shield on: neither copy did): a hole counts "
+              "once " + std::to_string(RG_TUNNEL_WINDOW) + " newer packets came, or once its stream was silent "
+              "for a second" + from,
               MetricType::Counter, peer, static_cast<double>(t.lost));
       out.add("roceguard_tunnel_reordered_packets_total",
               std::string("Packets that arrived behind a newer one (a hole they fill)") + from,

@@ -103,6 +103,17 @@ uint64_t tunnel_stream_lost(const rg_tunnel_stream& s, uint64_t now_ns) {
   return s.lost + (settled ? tunnel_window_holes(s) : 0);
 }
 
+TunnelShield tunnel_shield(const TunnelPeer& t) {
+  TunnelShield s;
+  s.copies = t.ev[RG_PEER_EV_SHIELD_COPIES].packets;
+  s.extra_wan_bytes = t.ev[RG_PEER_EV_SHIELD_COPIES].bytes;
+  s.eliminated = t.ev[RG_PEER_EV_SHIELD_ELIMINATED].packets;
+  s.copy_errors = t.ev[RG_PEER_EV_SHIELD_COPY_ERROR].packets;
+  s.uncopied = t.ev[RG_PEER_EV_SHIELD_UNCOPIED].packets;
+  s.residual_lost = t.lost;
+  return s;
+}
+
 double tunnel_delay_bucket_le(size_t k) { return static_cast<double>(uint64_t{1} << k) * 1e-6; }
 
 uint64_t monotonic_now_ns() {
@@ -251,9 +262,16 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
     if (const auto a = nic::ack_timeout_for_rtt(*r))
       fit = {{"exponent", a->exponent}, {"seconds", a->effective_us * 1e-6}};
   }
+  const TunnelShield shield = tunnel_shield(t);
   return {{"peer", t.name},
           {"slot", t.slot},
           {"events", events},
+          {"shield", {{"copies", shield.copies},
+                      {"extra_wan_bytes", shield.extra_wan_bytes},
+                      {"eliminated", shield.eliminated},
+                      {"copy_errors", shield.copy_errors},
+                      {"uncopied", shield.uncopied},
+                      {"residual_lost", shield.residual_lost}}},
           {"streams", t.streams},
           {"received", t.received},
           {"lost", t.lost},

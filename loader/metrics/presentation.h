@@ -78,6 +78,23 @@ struct TunnelPeer {
   uint64_t delay_sum_ns = 0;
 };
 
+// What the loss shield did on one peer's tunnel, as stats and the exporter
+// show it. The sending gateway counts the copies, the receiving one the
+// copies it dropped; what still went missing there is the residual loss:
+// the sequence numbers of which both copies were lost (the streams' lost).
+struct TunnelShield {
+  uint64_t copies = 0;
+  uint64_t extra_wan_bytes = 0;
+  uint64_t eliminated = 0;
+  uint64_t copy_errors = 0;
+  uint64_t uncopied = 0;
+  uint64_t residual_lost = 0;
+  // Any shield counter moved: this gateway shields towards the peer, or
+  // the peer shields towards it.
+  bool active() const { return copies || eliminated || copy_errors || uncopied; }
+};
+TunnelShield tunnel_shield(const TunnelPeer& t);
+
 // Holes in a stream's window (RG_TUNNEL_WINDOW numbers behind its newest).
 uint64_t tunnel_window_holes(const rg_tunnel_stream& s);
 // What the stream lost by now (CLOCK_MONOTONIC ns): what the data path
