@@ -243,12 +243,16 @@ static __always_inline enum rg_seq_verdict rg_tunnel_stream_update(struct rg_tun
 	}
 	if (d > 0) {
 		if (d > 1) {
-			__u32 run = rg_bit_width(d - 1) - 1;
+			__u32 gap = d - 1, run = 0;
 
-			/* As for the delay's bucket: keep the verifier's bound. */
-			barrier_var(run);
-			if (run >= RG_TUNNEL_RUN_BUCKETS)
-				run = RG_TUNNEL_RUN_BUCKETS - 1;
+			/*
+			 * Constants, not rg_bit_width(): Linux 6.1's verifier
+			 * loses the bound of a computed index through its
+			 * shifts, and the compiler drops any clamp it can prove.
+			 */
+			for (__u32 k = 1; k < RG_TUNNEL_RUN_BUCKETS; k++)
+				if (gap >= (1u << k))
+					run = k;
 			st->loss_runs[run]++;
 		}
 		/* The numbers that leave the window: their holes are lost. */

@@ -27,11 +27,18 @@ thread_local std::string last_kernel_message;
 constexpr const char kKernelMessagePrefix[] = "Kernel error message: ";
 
 int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list ap) {
-  char buf[1024];
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  size_t n = strlen(buf);
-  while (n && buf[n - 1] == '\n') buf[--n] = '\0';
-  if (const char* m = strstr(buf, kKernelMessagePrefix)) last_kernel_message = m + sizeof(kKernelMessagePrefix) - 1;
+  // Whole: a verifier log comes as one message, and its reason is its last line.
+  va_list len_ap;
+  va_copy(len_ap, ap);
+  const int len = vsnprintf(nullptr, 0, fmt, len_ap);
+  va_end(len_ap);
+  if (len < 0) return 0;
+  std::string buf(static_cast<size_t>(len) + 1, '\0');
+  vsnprintf(buf.data(), buf.size(), fmt, ap);
+  buf.resize(static_cast<size_t>(len));
+  while (!buf.empty() && buf.back() == '\n') buf.pop_back();
+  if (const auto at = buf.find(kKernelMessagePrefix); at != std::string::npos)
+    last_kernel_message = buf.substr(at + sizeof(kKernelMessagePrefix) - 1);
   // libxdp probes kernel features by trying them, and libbpf warns about
   // each probe that fails; only --verbose shows them.
   spdlog::debug("{}{}", level == LIBBPF_DEBUG ? "libbpf debug: " : "libbpf: ", buf);
