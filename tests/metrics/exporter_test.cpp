@@ -364,6 +364,11 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
     v.max_seq = 20;
     v.delay[3] = 10;  // up to 8 us
     v.delay_sum_ns = 50000;
+    v.loss_runs[0] = 2;
+    v.loss_runs[RG_TUNNEL_RUN_BUCKETS - 1] = 1;
+    // The second stream's sender numbers in an epoch: it eliminates, and
+    // its duplicates were dropped here; the first one's reached the host.
+    if (cpu == 1) v.epoch = 7;
     ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
   }
   close(streams);
@@ -380,6 +385,12 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_lost_packets_total", peer), 2 + 2 + 1);
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_reordered_packets_total", peer), 2);
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_duplicated_packets_total", peer), 6);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_duplicates_delivered_packets_total", peer), 3);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_peer_eliminates", peer), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_loss_runs_total", {{"peer", "gw-b"}, {"length", "1"}}), 4);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_loss_runs_total", {{"peer", "gw-b"}, {"length", "2-3"}}), 0);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_loss_runs_total", {{"peer", "gw-b"}, {"length", "128+"}}), 2);
+  EXPECT_EQ(find(s.samples, "roceguard_tunnel_loss_runs_total").size(), static_cast<size_t>(RG_TUNNEL_RUN_BUCKETS));
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_count", peer), 20);
   EXPECT_NEAR(*value_of(s.samples, "roceguard_tunnel_delay_seconds_sum", peer), 100e-6, 1e-12);
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_bucket", {{"peer", "gw-b"}, {"le", "+Inf"}}), 20);

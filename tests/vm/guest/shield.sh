@@ -49,7 +49,8 @@ CFG
 	rg_attach -c /tmp/roceguard.toml --reset-state >attach.log 2>&1 || die "attach ($1): $(cat attach.log)"
 }
 
-write_bw=(ib_write_bw -e -d rxe0 -x "$gid" -s "$SIZE" -n "$ITERS" -F --report_gbits -p 18515)
+# No -e here: perftest has no completion events for WRITE, so it polls.
+write_bw=(ib_write_bw -d rxe0 -x "$gid" -s "$SIZE" -n "$ITERS" -F --report_gbits -p 18515)
 run=0
 for round in $(seq 1 "$ROUNDS"); do
 	for mode in $SHIELDS; do
@@ -70,7 +71,7 @@ for round in $(seq 1 "$ROUNDS"); do
 			--argjson bw "$bw" --argjson stats "$stats" \
 			--rawfile before hw_before --rawfile after hw_after '
 			def table: split("\n") | map(select(length > 0) | split(" ") | {key: .[0], value: (.[1] | tonumber)}) | from_entries;
-			(before | table) as $b | (after | table)
+			($before | table) as $b | ($after | table)
 			| with_entries(.value -= ($b[.key] // 0)) as $hw
 			| {run: $run, round: $round, mode: $mode, vm: $vm, bw_gbps: $bw, rxe: $hw,
 			   tunnel: ([$stats.tunnels[]? | select(.peer == "far")] | first),
