@@ -691,6 +691,7 @@ int create_tunnel_streams_map(uint32_t max_entries, uint32_t map_flags) {
   const int lock = b.add_struct("bpf_spin_lock", sizeof(bpf_spin_lock), {{"val", b.u32, 0}});
   const int window = b.array(b.u64, RG_TUNNEL_WINDOW_WORDS);
   const int delay = b.array(b.u64, RG_TUNNEL_DELAY_BUCKETS);
+  const int runs = b.array(b.u64, RG_TUNNEL_RUN_BUCKETS);
   const int key = b.add_struct("rg_tunnel_stream_key", sizeof(rg_tunnel_stream_key),
                                {{"peer", b.u32, offsetof(rg_tunnel_stream_key, peer)},
                                 {"stream", b.u32, offsetof(rg_tunnel_stream_key, stream)}});
@@ -708,7 +709,8 @@ int create_tunnel_streams_map(uint32_t max_entries, uint32_t map_flags) {
                                   {"duplicated", b.u64, offsetof(rg_tunnel_stream, duplicated)},
                                   {"resyncs", b.u64, offsetof(rg_tunnel_stream, resyncs)},
                                   {"delay_sum_ns", b.u64, offsetof(rg_tunnel_stream, delay_sum_ns)},
-                                  {"delay", delay, offsetof(rg_tunnel_stream, delay)}});
+                                  {"delay", delay, offsetof(rg_tunnel_stream, delay)},
+                                  {"loss_runs", runs, offsetof(rg_tunnel_stream, loss_runs)}});
   return create_with_btf(b, BPF_MAP_TYPE_HASH, kMapTunnelStreams, sizeof(rg_tunnel_stream_key),
                          sizeof(rg_tunnel_stream), key, value, max_entries, map_flags);
 }

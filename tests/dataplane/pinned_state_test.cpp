@@ -7,6 +7,7 @@
 // packet is sent.
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
 #include <net/if.h>
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -34,6 +36,7 @@
 #include "dataplane/maps.h"
 #include "dataplane/state.h"
 #include "metrics/presentation.h"
+#include "roceguard.skel.h"
 
 namespace {
 
@@ -557,6 +560,46 @@ TEST_F(ShieldUpgrade, PeerStatsAndStreamsAreCarriedIntoTheNewLayout) {
   // This build's layout is nothing to migrate.
   EXPECT_FALSE(rg::migrate_peer_stats(pin_));
   EXPECT_FALSE(rg::migrate_tunnel_streams(pin_, RG_MAX_TUNNEL_STREAMS, 0));
+}
+
+// The BTF the loader writes for the maps it creates describes the value as
+// the BPF object's BTF does, member by member: a field added to roceguard.h
+// and not to the loader's description fails here.
+void expect_btf_like_the_objects(int map_fd, const char* type_name) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(map_fd, &info, &len), 0) << strerror(errno);
+  ASSERT_NE(info.btf_id, 0u) << type_name << ": the map has no BTF";
+  btf* mine = btf__load_from_kernel_by_id(info.btf_id);
+  ASSERT_NE(mine, nullptr) << strerror(errno);
+  roceguard* skel = roceguard__open();
+  ASSERT_NE(skel, nullptr);
+  const btf* theirs = bpf_object__btf(skel->obj);
+  const int id = btf__find_by_name_kind(theirs, type_name, BTF_KIND_STRUCT);
+  ASSERT_GT(id, 0) << type_name;
+  const btf_type* a = btf__type_by_id(mine, info.btf_value_type_id);
+  const btf_type* b = btf__type_by_id(theirs, static_cast<__u32>(id));
+  EXPECT_STREQ(btf__name_by_offset(mine, a->name_off), type_name);
+  EXPECT_EQ(a->size, b->size) << type_name;
+  EXPECT_EQ(btf_vlen(a), btf_vlen(b)) << type_name;
+  for (uint16_t i = 0; i < std::min(btf_vlen(a), btf_vlen(b)); ++i) {
+    EXPECT_STREQ(btf__name_by_offset(mine, btf_members(a)[i].name_off),
+                 btf__name_by_offset(theirs, btf_members(b)[i].name_off))
+        << type_name << " member " << i;
+    EXPECT_EQ(btf_member_bit_offset(a, i), btf_member_bit_offset(b, i)) << type_name << " member " << i;
+  }
+  roceguard__destroy(skel);
+  btf__free(mine);
+}
+
+TEST_F(ShieldUpgrade, MigratedMapsCarryTheValueTypesOfTheObject) {
+  pin_old_tunnel_state();
+  ASSERT_TRUE(rg::migrate_peer_stats(pin_));
+  ASSERT_TRUE(rg::migrate_tunnel_streams(pin_, RG_MAX_TUNNEL_STREAMS, 0));
+  const int stats = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapPeerStats).c_str()));
+  const int streams = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapTunnelStreams).c_str()));
+  expect_btf_like_the_objects(stats, "rg_peer_stats");
+  expect_btf_like_the_objects(streams, "rg_tunnel_stream");
 }
 
 // An upgrade with the earlier build's pins starts (it used to be refused
