@@ -650,6 +650,43 @@ TEST_F(ExporterBpf, StatsAndDoctorFitTheAckTimeoutToTheTunnelRoundTrip) {
   EXPECT_EQ(f[0].what.rfind("skipped: no tunnel has delay samples", 0), 0u) << f[0].what;
 }
 
+// doctor's tunnel.shield: a shielded peer eliminates when its own numbers
+// carry an epoch; without one (a roceguard before the shield) it would hand
+// both copies to its host; with nothing numbered from it, nobody can tell.
+TEST_F(ExporterBpf, DoctorSaysWhetherAShieldedPeerEliminates) {
+  const std::string pin = dp_->pin_path();
+  State st;
+  st.config = nlohmann::json::parse(R"({"tunnel": {"shield": "all", "peer": [{"name": "gw-new"}, {"name": "gw-old"},
+                                        {"name": "gw-quiet"}, {"name": "gw-off", "shield": "off"}]}})");
+  write_state(pin, st);
+  struct StateUnpin {
+    std::string path;
+    ~StateUnpin() { unlink(path.c_str()); }
+  } unpin{pin + "/" + kMapState};
+  EXPECT_EQ(recorded_shielded_peers(pin), (std::vector<std::string>{"gw-new", "gw-old", "gw-quiet"}));
+
+  const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
+  ASSERT_GE(streams, 0);
+  for (uint32_t slot : {0u, 1u}) {
+    rg_tunnel_stream_key k{slot, 0};
+    rg_tunnel_stream v{};
+    v.received = 10;
+    v.epoch = slot == 0 ? 9 : 0;
+    std::fill(std::begin(v.window), std::end(v.window), ~0ull);
+    v.last_ns = monotonic_now_ns();
+    ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
+  }
+  close(streams);
+
+  DoctorInput in;
+  in.pin_path = pin;
+  std::map<std::string, Verdict> verdicts;
+  for (const auto& f : run_doctor(in))
+    if (f.check == "tunnel.shield") verdicts[f.subject] = f.verdict;
+  EXPECT_EQ(verdicts, (std::map<std::string, Verdict>{
+                          {"gw-new", Verdict::kOk}, {"gw-old", Verdict::kWarn}, {"gw-quiet", Verdict::kInfo}}));
+}
+
 TEST_F(ExporterBpf, RestartNeitherResetsNorDoubleCounts) {
   send_traffic(*dp_);
   std::vector<Sample> before;
