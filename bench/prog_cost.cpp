@@ -73,8 +73,8 @@ Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false) {
   return PacketBuilder()
       .ipv4(kPeer4, kLocal4)
       .udp(50000, rg::test::kGenevePort)
-      .geneve(kVni, seq_option ? Bytes{0xff, 0x52, RG_TUNNEL_OPT_TYPE_DEFAULT, RG_TUNNEL_OPT_WORDS, 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+      .geneve(kVni, seq_option ? rg::test::tunnel_seq_option(0, 0, 0, RG_TUNNEL_OPT_CLASS_DEFAULT,
+                                                               RG_TUNNEL_OPT_TYPE_DEFAULT)
                              : Bytes{})
       .payload(inner)
       .build();
