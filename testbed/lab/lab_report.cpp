@@ -65,7 +65,7 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
                   {{"copies_sent", d.shield_copies},
                    {"extra_wan_bytes", d.shield_copy_bytes},
                    {"extra_wan_bytes_pct", pct ? json(*pct) : json(nullptr)},
-                   {"tunnel_bytes", d.tunnel_bytes},
+                   {"wan_geneve_bytes", d.tunnel_bytes},
                    {"duplicates_eliminated", d.shield_eliminated},
                    {"residual_loss", d.lost},
                    {"wan_all_copies_dropped", d.wan_all_copies_dropped},

@@ -61,8 +61,9 @@ struct TunnelDirection {
   uint64_t wan_dropped = 0;      // Geneve packets the WAN dropped in this direction
   uint64_t delay_arrivals = 0;
   double delay_avg_s = 0;
-  // The loss shield: the sending gateway's bytes towards the peer and the
-  // second copies it sent (their bytes: what the shield adds to the WAN),
+  // The loss shield: the Geneve bytes that entered the WAN in this
+  // direction (whole frames, copies included), the second copies the
+  // sending gateway sent (their bytes: what the shield adds to the WAN),
   // the copies the receiving gateway dropped because the other copy came
   // first. lost above is then the residual loss: numbers every copy of
   // which was lost.

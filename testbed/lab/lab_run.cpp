@@ -243,6 +243,12 @@ std::array<uint64_t, 2> wan_geneve_drops(const Wan& wan) {
   return {wan.stats("to-a", RG_WAN_GENEVE).dropped, wan.stats("to-b", RG_WAN_GENEVE).dropped};
 }
 
+// Geneve bytes that entered the WAN, by direction: whole frames, as the
+// gateways count the shield's copies.
+std::array<uint64_t, 2> wan_geneve_bytes(const Wan& wan) {
+  return {wan.stats("to-a", RG_WAN_GENEVE).bytes, wan.stats("to-b", RG_WAN_GENEVE).bytes};
+}
+
 // The tunnel's sequence numbers every copy of which the WAN dropped, by
 // direction.
 std::array<WanSeqLoss, 2> wan_seq_loss(const Wan& wan) { return {wan.seq_loss("to-a"), wan.seq_loss("to-b")}; }
@@ -287,6 +293,7 @@ TunnelPeer one_peer(const std::string& pin) {
 // tunnel's loss is final, then compares it with the WAN's drops.
 std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& gw_b,
                                             const std::array<uint64_t, 2>& wan_base,
+                                            const std::array<uint64_t, 2>& bytes_base,
                                             const std::array<WanSeqLoss, 2>& seq_base, const Wan& wan) {
   TunnelPeer a, b;
   // Bounded: the settle time and 5 s more.
@@ -299,8 +306,9 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
   }
   const auto drops = wan_geneve_drops(wan);
   const auto seq = wan_seq_loss(wan);
+  const auto bytes = wan_geneve_bytes(wan);
   auto direction = [](const char* name, const TunnelPeer& from, const TunnelPeer& to, uint64_t dropped,
-                      const WanSeqLoss& seq) {
+                      uint64_t wan_bytes, const WanSeqLoss& seq) {
     TunnelDirection d;
     d.name = name;
     d.sent = from.ev[RG_PEER_EV_SEQ_SENT].packets;
@@ -312,7 +320,7 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     d.wan_dropped = dropped;
     for (uint64_t n : to.delay) d.delay_arrivals += n;
     if (d.delay_arrivals) d.delay_avg_s = static_cast<double>(to.delay_sum_ns) * 1e-9 / static_cast<double>(d.delay_arrivals);
-    d.tunnel_bytes = from.ev[RG_PEER_EV_ENCAPSULATED].bytes;
+    d.tunnel_bytes = wan_bytes;
     d.shield_copies = from.ev[RG_PEER_EV_SHIELD_COPIES].packets;
     d.shield_copy_bytes = from.ev[RG_PEER_EV_SHIELD_COPIES].bytes;
     d.shield_eliminated = to.ev[RG_PEER_EV_SHIELD_ELIMINATED].packets;
@@ -320,8 +328,8 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     d.wan_after_last_arrival = seq.after_last_arrival;
     return d;
   };
-  return {direction("a_to_b", a, b, drops[0] - wan_base[0], seq[0] - seq_base[0]),
-          direction("b_to_a", b, a, drops[1] - wan_base[1], seq[1] - seq_base[1])};
+  return {direction("a_to_b", a, b, drops[0] - wan_base[0], bytes[0] - bytes_base[0], seq[0] - seq_base[0]),
+          direction("b_to_a", b, a, drops[1] - wan_base[1], bytes[1] - bytes_base[1], seq[1] - seq_base[1])};
 }
 
 PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
@@ -391,6 +399,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     for (size_t i = 0; i < dl->directions(); ++i) delay_base.push_back(dl->stats(i));
   const auto wan_geneve_base = wan_geneve_drops(lab.wan);
   const auto wan_seq_base = wan_seq_loss(lab.wan);
+  const auto wan_bytes_base = wan_geneve_bytes(lab.wan);
   auto captures = start_captures(lab.topo, lab.dir, p.name, lab.opts.pcap_seconds);
 
   QpPlan plan;
@@ -492,7 +501,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     p.seconds.push_back(last);
   }
 
-  if (with && lab.opts.tunnel) p.tunnel = measure_tunnel(*gw_a, *gw_b, wan_geneve_base, wan_seq_base, lab.wan);
+  if (with && lab.opts.tunnel) p.tunnel = measure_tunnel(*gw_a, *gw_b, wan_geneve_base, wan_bytes_base, wan_seq_base, lab.wan);
   // The WAN during the phase: loss runs, the delay line's lateness.
   for (size_t d = 0; d < 2; ++d) {
     const LossRuns now = lab.wan.loss_runs(d == 0 ? "to-a" : "to-b");
