@@ -151,6 +151,13 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	inner_eth.h_proto = eth->h_proto;
 	if (rg_cfg.flags & RG_CFG_F_ENCAP) {
 		peer = rg_route_lookup(p, data_end, &slot);
+		/*
+		 * The shield's copy is sent by TC egress (bpf_clone_redirect); an
+		 * XDP frame cannot be cloned, so a shielded peer's frames take
+		 * the slow path.
+		 */
+		if (peer && (peer->flags & RG_PEER_F_SHIELD_MASK))
+			return XDP_PASS;
 		if (peer) {
 			ps = rg_peer_stats_get(slot);
 			/* An unresolved neighbour needs bpf_redirect_neigh: TC only. */

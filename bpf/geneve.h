@@ -164,7 +164,7 @@ static __always_inline void rg_encap_ipv6(struct ipv6hdr *ip6, const struct rg_p
 static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct rg_peer *peer,
 					  __u32 hash, __u16 udp_len,
 					  const struct ethhdr *inner_eth,
-					  struct rg_peer_stats *seq)
+					  struct rg_peer_stats *seq, __u32 lane)
 {
 	t->udp.source = rg_entropy_port(hash);
 	t->udp.dest = bpf_htons(RG_GENEVE_UDP_PORT);
@@ -178,7 +178,7 @@ static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct
 	t->gnv.vni[2] = peer->vni;
 	t->gnv.reserved = 0;
 	if (seq) {
-		rg_tunnel_opt_fill(&t->seq.opt, seq);
+		rg_tunnel_opt_fill(&t->seq.opt, seq, lane);
 		t->seq.inner_eth = *inner_eth;
 	} else {
 		t->inner_eth = *inner_eth;
@@ -201,7 +201,7 @@ struct rg_encap_plan {
 	const struct rg_nexthop *hop;
 	struct rg_nexthop found;
 	struct rg_peer_stats *seq;
-	__u32 hash, room, udp_len, ip_len, opt_len;
+	__u32 hash, lane, room, udp_len, ip_len, opt_len;
 	enum rg_fib_result fr;
 };
 
@@ -228,6 +228,13 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	__u32 gen, seg_ip_len;
 
 	e->hash = rg_flow_hash(flow);
+	e->lane = rg_tunnel_lane(e->hash);
+	/*
+	 * Numbered or not (a GSO skb is not), a flow keeps its lane's path:
+	 * switching between the two would reorder it.
+	 */
+	if (rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ)
+		e->hash = rg_lane_hash(e->lane);
 	e->seq = NULL;
 	e->opt_len = 0;
 	if ((rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ) && ps && numbered) {
@@ -313,12 +320,12 @@ static __always_inline __u32 rg_encap_build(union rg_encap_hdr *h, const struct 
 	if (peer->family == AF_INET6) {
 		rg_encap_eth(&h->v6.eth, e->hop->dmac, e->hop->smac, ETH_P_IPV6);
 		rg_encap_ipv6(&h->v6.ip6, peer, p->tos, e->hash, e->udp_len);
-		rg_encap_tail(&h->v6.tail, peer, e->hash, e->udp_len, inner_eth, e->seq);
+		rg_encap_tail(&h->v6.tail, peer, e->hash, e->udp_len, inner_eth, e->seq, e->lane);
 		return RG_ENCAP6_LEN + opt_len;
 	}
 	rg_encap_eth(&h->v4.eth, e->hop->dmac, e->hop->smac, ETH_P_IP);
 	rg_encap_ipv4(&h->v4.ip, peer, p->tos, e->ip_len, e->hop->ip_csum);
-	rg_encap_tail(&h->v4.tail, peer, e->hash, e->udp_len, inner_eth, e->seq);
+	rg_encap_tail(&h->v4.tail, peer, e->hash, e->udp_len, inner_eth, e->seq, e->lane);
 	return RG_ENCAP4_LEN + opt_len;
 }
 
@@ -335,7 +342,7 @@ static __always_inline void rg_encap_failed(const struct rg_encap_plan *e, struc
 	rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, inner_len);
 	/* The far end must not count it lost. */
 	if (e->seq)
-		e->seq->tx_seq--;
+		e->seq->tx_seq[e->lane & (RG_TUNNEL_LANES - 1)]--;
 }
 
 /* An encapsulated frame standing for segs RoCE packets, wire_len bytes inner. */
@@ -346,6 +353,62 @@ static __always_inline void rg_encap_count(const struct rg_encap_plan *e, struct
 	rg_peer_count_n(ps, RG_PEER_EV_ENCAPSULATED, segs, wire_len);
 	if (e->seq)
 		rg_peer_count(ps, RG_PEER_EV_SEQ_SENT, wire_len);
+}
+
+/*
+ * Does the peer's shield (flags: rg_peer.flags) copy this RoCE packet (p,
+ * parsed up to data_end)? CONTROL copies what a sender waits for: a loss
+ * of any of these costs a whole retransmit timeout, where a lost packet
+ * in the middle of a stream costs only a NAK's round trip. That is a
+ * packet asking for an ACK (the BTH AckReq bit: the last of a message),
+ * the ACK, NAK and atomic ACK, READ and atomic requests (FLUSH and ATOMIC
+ * WRITE too), the last or only READ response, and CNPs.
+ */
+static __always_inline int rg_shield_wants(const struct rg_pkt *p, void *data_end, __u8 flags)
+{
+	const __u8 *bth = p->l5;
+	__u8 op;
+
+	if (flags & RG_PEER_F_SHIELD_ALL)
+		return 1;
+	if (!(flags & RG_PEER_F_SHIELD_CONTROL))
+		return 0;
+	if (p->opcode == RG_BTH_OPCODE_CNP)
+		return 1;
+	if ((void *)(bth + RG_BTH_LEN) > data_end)
+		return 0;
+	if (bth[8] & 0x80) /* AckReq */
+		return 1;
+	if (rg_bth_transport(p->opcode) != RG_BTH_TRANSPORT_RC &&
+	    rg_bth_transport(p->opcode) != RG_BTH_TRANSPORT_XRC)
+		return 0;
+	op = rg_bth_operation(p->opcode);
+	return (op >= 0x0c && op <= 0x14 && op != 0x0d && op != 0x0e) || op == 0x1c || op == 0x1d;
+}
+
+/*
+ * Sends the shield's second copy of the frame just encapsulated as e
+ * planned, out of the device the original leaves by, before it. The copy
+ * carries the original's sequence number, so the far gateway keeps
+ * whichever arrives first. An unnumbered frame (a GSO skb: every segment
+ * would carry one number) cannot be told apart from its copy there and is
+ * sent once, as is one whose next hop still needs its neighbour resolved.
+ * The copy meets this device's egress program again, as Geneve: left alone.
+ */
+static __always_inline void rg_shield_copy(struct __sk_buff *skb, const struct rg_encap_plan *e,
+					   struct rg_peer_stats *ps)
+{
+	__u32 len = skb->len;
+
+	if (!e->seq || e->fr != RG_FIB_OK) {
+		rg_peer_count(ps, RG_PEER_EV_SHIELD_UNCOPIED, len);
+		return;
+	}
+	if (bpf_clone_redirect(skb, e->hop->ifindex, 0)) {
+		rg_peer_count(ps, RG_PEER_EV_SHIELD_COPY_ERROR, len);
+		return;
+	}
+	rg_peer_count(ps, RG_PEER_EV_SHIELD_COPIES, len);
 }
 
 /*
@@ -374,10 +437,13 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	struct ethhdr inner_eth;
 	__u64 flags;
 	__u32 len;
+	int shield;
 
 	if ((void *)(eth + 1) > data_end || !h)
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
+	/* Decided on the inner headers, which the encapsulation moves. */
+	shield = rg_shield_wants(p, data_end, peer->flags);
 
 	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, skb->gso_segs <= 1, ps,
 			  &fib, &e);
@@ -404,6 +470,8 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		return RG_ENCAP_DONE;
 	}
 	rg_encap_count(&e, c, ps, p->segs, p->wire_len);
+	if (shield)
+		rg_shield_copy(skb, &e, ps);
 	*verdict = rg_fib_verdict(skb, &fib, e.fr, e.hop->ifindex);
 	return RG_ENCAP_DONE;
 }
@@ -589,11 +657,16 @@ static __always_inline enum rg_decap_result rg_decap_deliver(struct __sk_buff *s
 	__builtin_memcpy(eth->h_dest, iface->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, outer->smac, ETH_ALEN);
 	eth->h_proto = outer->inner_proto;
-	rg_count(c, RG_EV_DECAPSULATED, len);
 	ps = rg_peer_stats_get(outer->peer_slot);
+	/*
+	 * The shield's second copy ends here, before the host or any counter
+	 * but the peer's elimination count sees it.
+	 */
+	if (outer->has_seq &&
+	    rg_tunnel_track(outer->peer_slot, outer->stream, outer->seq, outer->sent_ns, ps, len))
+		return RG_DECAP_DROP;
+	rg_count(c, RG_EV_DECAPSULATED, len);
 	rg_peer_count(ps, RG_PEER_EV_DECAPSULATED, len);
-	if (outer->has_seq)
-		rg_tunnel_track(outer->peer_slot, outer->stream, outer->seq, outer->sent_ns, ps, len);
 
 	*cls = rg_parse(data, data_end, p);
 	if (!p->family)

@@ -49,16 +49,52 @@ static __always_inline __u64 rg_tunnel_clock_ns(void)
 	return bpf_ktime_get_ns();
 }
 
-/* Takes the next sequence number of this CPU's stream towards the peer. */
-static __always_inline void rg_tunnel_opt_fill(struct rg_tunnel_opt *o, struct rg_peer_stats *ps)
+/*
+ * The lane of a flow (its flow hash): one of RG_TUNNEL_LANES, each numbered
+ * on its own. With the option on, the lane's hash replaces the flow's as
+ * the outer entropy (rg_lane_hash), so every flow of a lane takes the
+ * lane's one WAN path, and a stream never spans two paths.
+ */
+static __always_inline __u32 rg_tunnel_lane(__u32 flow_hash)
+{
+	return (flow_hash ^ (flow_hash >> 16)) & (RG_TUNNEL_LANES - 1);
+}
+
+/*
+ * The outer entropy of a lane: an odd multiple spreads the 16 lanes over
+ * 16 distinct UDP source ports (low 14 bits) and flow labels.
+ */
+static __always_inline __u32 rg_lane_hash(__u32 lane)
+{
+	return (lane + 1) * 0x9e3779b1u;
+}
+
+/*
+ * This CPU's epoch towards the peer: the load's, taken when the slot
+ * numbers its first packet, kept while the slot's numbering goes on (a
+ * restart of the loader that reuses the pinned slot keeps both).
+ */
+static __always_inline __u32 rg_tunnel_epoch(struct rg_peer_stats *ps)
+{
+	if (!ps->epoch)
+		ps->epoch = rg_cfg.tunnel_epoch ? rg_cfg.tunnel_epoch : 1;
+	return ps->epoch;
+}
+
+/* Takes the next sequence number of this CPU's stream on lane towards the peer. */
+static __always_inline void rg_tunnel_opt_fill(struct rg_tunnel_opt *o, struct rg_peer_stats *ps,
+					       __u32 lane)
 {
 	__u64 now = rg_tunnel_clock_ns();
+	__u32 stream = (rg_tunnel_epoch(ps) << RG_TUNNEL_EPOCH_SHIFT) |
+		       ((bpf_get_smp_processor_id() & RG_TUNNEL_CPU_MASK) << RG_TUNNEL_LANE_BITS) |
+		       (lane & (RG_TUNNEL_LANES - 1));
 
 	o->opt_class = bpf_htons(rg_cfg.tunnel_opt_class);
 	o->type = rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL;
 	o->length = RG_TUNNEL_OPT_WORDS;
-	o->stream = bpf_htonl(bpf_get_smp_processor_id());
-	o->seq = bpf_htonl(ps->tx_seq++);
+	o->stream = bpf_htonl(stream);
+	o->seq = bpf_htonl(ps->tx_seq[lane & (RG_TUNNEL_LANES - 1)]++);
 	o->sent_hi = bpf_htonl(now >> 32);
 	o->sent_lo = bpf_htonl((__u32)now);
 }
@@ -103,84 +139,159 @@ static __always_inline __u32 rg_delay_bucket(__u64 delay_ns)
 	return k < RG_TUNNEL_DELAY_BUCKETS - 1 ? k : RG_TUNNEL_DELAY_BUCKETS - 1;
 }
 
+/* Does the ring say seq arrived? Valid for seq in the window only. */
+static __always_inline int rg_window_has(const struct rg_tunnel_stream *st, __u32 seq)
+{
+	return (st->window[(seq >> 6) & (RG_TUNNEL_WINDOW_WORDS - 1)] >> (seq & 63)) & 1;
+}
+
+static __always_inline void rg_window_set(struct rg_tunnel_stream *st, __u32 seq)
+{
+	st->window[(seq >> 6) & (RG_TUNNEL_WINDOW_WORDS - 1)] |= 1ull << (seq & 63);
+}
+
+/* Numbers in the window that never arrived. */
+static __always_inline __u32 rg_window_holes(const struct rg_tunnel_stream *st)
+{
+	__u32 arrived = 0;
+
+	for (int i = 0; i < RG_TUNNEL_WINDOW_WORDS; i++)
+		arrived += rg_popcount64(st->window[i]);
+	return RG_TUNNEL_WINDOW - arrived;
+}
+
+static __always_inline void rg_window_fill(struct rg_tunnel_stream *st, __u64 word)
+{
+	for (int i = 0; i < RG_TUNNEL_WINDOW_WORDS; i++)
+		st->window[i] = word;
+}
+
+/*
+ * Clears n (at most RG_TUNNEL_WINDOW) ring positions from the one of
+ * number from on, for the numbers that take them; returns how many of the
+ * numbers that leave them (RG_TUNNEL_WINDOW earlier) never arrived. A word
+ * at a time: a partial first word, then whole ones, the last one partial.
+ * The word's index comes from the loop's count alone, so the verifier sees
+ * the same pointer on every path through an iteration and prunes them.
+ */
+static __always_inline __u32 rg_window_advance(struct rg_tunnel_stream *st, __u32 from, __u32 n)
+{
+	__u32 off = from & 63, first = from >> 6, lost = 0;
+
+	for (int i = 0; i < RG_TUNNEL_WINDOW_WORDS + 1; i++) {
+		__u32 take = 64 - off;
+		__u64 mask, *w;
+
+		if (!n)
+			break;
+		if (take > n)
+			take = n;
+		mask = (~0ull >> (64 - take)) << off;
+		w = &st->window[(first + i) & (RG_TUNNEL_WINDOW_WORDS - 1)];
+		lost += take - rg_popcount64(*w & mask);
+		*w &= ~mask;
+		n -= take;
+		off = 0;
+	}
+	return lost;
+}
+
 /*
  * The window a stream (re)starts with at seq. Senders number from 0, so
  * below RG_TUNNEL_WINDOW the numbers before seq are holes like any other
- * (the stream's first packets may be the lost ones); bits before 0 and
+ * (the stream's first packets may be the lost ones); numbers before 0 and
  * anything before a later start are taken as arrived.
  */
-static __always_inline __u64 rg_tunnel_start_window(__u32 seq)
+static __always_inline void rg_tunnel_start_window(struct rg_tunnel_stream *st, __u32 seq)
 {
-	if (seq >= RG_TUNNEL_WINDOW)
-		return ~0ull;
-	if (seq == RG_TUNNEL_WINDOW - 1)
-		return 1;
-	return (~0ull << (seq + 1)) | 1;
+	rg_window_fill(st, ~0ull);
+	if (seq < RG_TUNNEL_WINDOW)
+		rg_window_advance(st, 0, seq);
+	rg_window_set(st, seq);
 }
 
-/* One arrival of seq at now (CLOCK_MONOTONIC); called under st->lock. */
-static __always_inline void rg_tunnel_stream_update(struct rg_tunnel_stream *st, __u32 seq,
-						    __u64 now)
+/* What an arrival was to its stream. */
+enum rg_seq_verdict {
+	RG_SEQ_NEW,       /* first arrival of its number: deliver */
+	RG_SEQ_DUPLICATE, /* its number arrived before, inside the window */
+	RG_SEQ_LATE,      /* older than the window: cannot tell; delivered */
+};
+
+/* One arrival of seq, sent in epoch, at now (CLOCK_MONOTONIC); called under st->lock. */
+static __always_inline enum rg_seq_verdict rg_tunnel_stream_update(struct rg_tunnel_stream *st,
+								   __u32 epoch, __u32 seq, __u64 now)
 {
 	__s32 d = (__s32)(seq - st->max_seq);
 
 	/* A hole still open after the stream was silent this long is lost. */
 	if (st->received && now > st->last_ns && now - st->last_ns >= RG_TUNNEL_SETTLE_NS) {
-		st->lost += RG_TUNNEL_WINDOW - rg_popcount64(st->window);
-		st->window = ~0ull;
+		st->lost += rg_window_holes(st);
+		rg_window_fill(st, ~0ull);
 	}
 	if (now > st->last_ns)
 		st->last_ns = now;
 
-	if (!st->received || d > (__s32)RG_TUNNEL_SEQ_JUMP_MAX || d < -(__s32)RG_TUNNEL_SEQ_JUMP_MAX) {
+	if (!st->received || epoch != st->epoch || d > (__s32)RG_TUNNEL_SEQ_JUMP_MAX ||
+	    d < -(__s32)RG_TUNNEL_SEQ_JUMP_MAX) {
 		if (st->received)
 			st->resyncs++;
+		st->epoch = epoch;
 		st->max_seq = seq;
-		st->window = rg_tunnel_start_window(seq);
+		rg_tunnel_start_window(st, seq);
 		st->received++;
-		return;
+		return RG_SEQ_NEW;
 	}
 	if (d > 0) {
-		/* The oldest d numbers leave the window: their holes are lost. */
+		/* The numbers that leave the window: their holes are lost. */
 		if (d >= RG_TUNNEL_WINDOW) {
-			st->lost += RG_TUNNEL_WINDOW - rg_popcount64(st->window) + (d - RG_TUNNEL_WINDOW);
-			st->window = 1;
+			st->lost += rg_window_holes(st) + (d - RG_TUNNEL_WINDOW);
+			rg_window_fill(st, 0);
 		} else {
-			st->lost += d - rg_popcount64(st->window >> (RG_TUNNEL_WINDOW - d));
-			st->window = (st->window << d) | 1;
+			st->lost += rg_window_advance(st, st->max_seq + 1, d);
 		}
+		rg_window_set(st, seq);
 		st->max_seq = seq;
 		st->received++;
-	} else if (d == 0) {
+		return RG_SEQ_NEW;
+	}
+	if (d == 0) {
 		st->duplicated++;
-	} else if (-d < RG_TUNNEL_WINDOW) {
-		__u64 bit = 1ull << -d;
-
-		if (st->window & bit) {
+		return RG_SEQ_DUPLICATE;
+	}
+	if (-d < RG_TUNNEL_WINDOW) {
+		if (rg_window_has(st, seq)) {
 			st->duplicated++;
-		} else {
-			st->window |= bit;
-			st->reordered++;
-			st->received++;
+			return RG_SEQ_DUPLICATE;
 		}
-	} else {
-		/* Later than the window: already counted lost when it left it. */
+		rg_window_set(st, seq);
 		st->reordered++;
 		st->received++;
+		return RG_SEQ_NEW;
 	}
+	/* Later than the window: already counted lost when it left it. */
+	st->reordered++;
+	st->received++;
+	return RG_SEQ_LATE;
 }
 
-/* Gateway B: one packet of the peer in slot carrying our option. */
-static __always_inline void rg_tunnel_track(__u32 slot, __u32 stream, __u32 seq, __u64 sent_ns,
-					    struct rg_peer_stats *ps, __u64 bytes)
+/*
+ * Gateway B: one packet of the peer in slot carrying our option (stream as
+ * on the wire). Returns whether to drop it as the second copy of a number
+ * that arrived: only from a sender with epochs (one that knows the shield),
+ * since a sender before them restarts its numbering unseen.
+ */
+static __always_inline int rg_tunnel_track(__u32 slot, __u32 stream, __u32 seq, __u64 sent_ns,
+					   struct rg_peer_stats *ps, __u64 bytes)
 {
-	struct rg_tunnel_stream_key key = { .peer = slot, .stream = stream };
+	struct rg_tunnel_stream_key key = { .peer = slot, .stream = stream & RG_TUNNEL_STREAM_ID_MASK };
+	__u32 epoch = stream >> RG_TUNNEL_EPOCH_SHIFT;
 	struct rg_tunnel_stream *st;
 	__u64 arrived = rg_tunnel_clock_ns();
 	__u64 now = bpf_ktime_get_ns();
 	/* Behind the sender's clock (unsynchronised clocks): counted as 0. */
 	__u64 delay = arrived > sent_ns ? arrived - sent_ns : 0;
 	__u32 bucket = rg_delay_bucket(delay), zero_idx = 0;
+	enum rg_seq_verdict v;
 
 	st = bpf_map_lookup_elem(&rg_tunnel_streams, &key);
 	if (!st) {
@@ -191,21 +302,28 @@ static __always_inline void rg_tunnel_track(__u32 slot, __u32 stream, __u32 seq,
 		st = bpf_map_lookup_elem(&rg_tunnel_streams, &key);
 		if (!st) {
 			rg_peer_count(ps, RG_PEER_EV_SEQ_UNTRACKED, bytes);
-			return;
+			return 0;
 		}
 	}
 	bpf_spin_lock(&st->lock);
-	rg_tunnel_stream_update(st, seq, now);
-	/*
-	 * rg_delay_bucket() already clamps, so the compiler drops this test;
-	 * Linux 6.1's verifier then loses the bound through the shifts of
-	 * rg_bit_width() and refuses the store. The barrier keeps the test.
-	 */
-	barrier_var(bucket);
-	if (bucket < RG_TUNNEL_DELAY_BUCKETS)
-		st->delay[bucket]++;
-	st->delay_sum_ns += delay;
+	v = rg_tunnel_stream_update(st, epoch, seq, now);
+	if (v != RG_SEQ_DUPLICATE) {
+		/*
+		 * rg_delay_bucket() already clamps, so the compiler drops this test;
+		 * Linux 6.1's verifier then loses the bound through the shifts of
+		 * rg_bit_width() and refuses the store. The barrier keeps the test.
+		 */
+		barrier_var(bucket);
+		if (bucket < RG_TUNNEL_DELAY_BUCKETS)
+			st->delay[bucket]++;
+		st->delay_sum_ns += delay;
+	}
 	bpf_spin_unlock(&st->lock);
+	if (v == RG_SEQ_DUPLICATE && epoch) {
+		rg_peer_count(ps, RG_PEER_EV_SHIELD_ELIMINATED, bytes);
+		return 1;
+	}
+	return 0;
 }
 
 #endif

@@ -2076,6 +2076,22 @@ TEST(XdpForward, EncapsulatesAsTheStackAndTcEgressWould) {
   EXPECT_EQ(f.dp.events(RG_DIR_INGRESS).at("roce_packets"), n) << "counted on arrival too, as at XDP today";
 }
 
+// The shield's copy is bpf_clone_redirect's, at TC egress: the fast path
+// leaves a shielded peer's frames to the stack, and only that peer's.
+TEST(XdpForward, LeavesAShieldedPeerToTcEgress) {
+  KernelRoutes routes;
+  route_remote_nets(routes);
+  ForwardPlane f;
+  f.dp.shield(kPeerSlot4, RG_PEER_F_SHIELD_CONTROL);
+  const Bytes in = from_lan(tunneled4()).build();
+  const Verdict r = f.dp.xdp_at(in, other_dev_ifindex());
+  EXPECT_EQ(r.ret, kXdpPass);
+  EXPECT_FALSE(parse(r.out).geneve) << "left to the stack, unencapsulated";
+  EXPECT_EQ(f.dp.events(RG_DIR_EGRESS).count("xdp_forwarded"), 0u);
+  f.dp.shield(kPeerSlot4, 0);
+  EXPECT_EQ(f.dp.xdp_at(in, other_dev_ifindex()).ret, kXdpRedirect) << "unshielded again: forwarded";
+}
+
 // The next-hop cache serves the fast path as it serves TC egress.
 TEST(XdpForward, UsesTheNextHopCache) {
   KernelRoutes routes;

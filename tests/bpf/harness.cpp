@@ -155,6 +155,7 @@ rg_config test_config() {
   c.qp_idle_ms = RG_DEFAULT_QP_IDLE_MS;
   c.tunnel_opt_class = RG_TUNNEL_OPT_CLASS_DEFAULT;
   c.tunnel_opt_type = RG_TUNNEL_OPT_TYPE_DEFAULT;
+  c.tunnel_epoch = kTestEpoch;
   return c;
 }
 
@@ -428,6 +429,15 @@ void Dataplane::peer(uint32_t idx, const std::string& local, const std::string& 
   p.family = l.size() == 4 ? AF_INET : AF_INET6;
   std::memcpy(p.local, l.data(), l.size());
   std::memcpy(p.remote, r.data(), r.size());
+  if (bpf_map__update_elem(skel_->maps.rg_peers, &idx, sizeof(idx), &p, sizeof(p), 0))
+    throw std::runtime_error("rg_peers update: " + std::string(std::strerror(errno)));
+}
+
+void Dataplane::shield(uint32_t idx, uint8_t flags) {
+  rg_peer p{};
+  if (bpf_map__lookup_elem(skel_->maps.rg_peers, &idx, sizeof(idx), &p, sizeof(p), 0))
+    throw std::runtime_error("rg_peers lookup: " + std::string(std::strerror(errno)));
+  p.flags = static_cast<__u8>((p.flags & ~RG_PEER_F_SHIELD_MASK) | flags);
   if (bpf_map__update_elem(skel_->maps.rg_peers, &idx, sizeof(idx), &p, sizeof(p), 0))
     throw std::runtime_error("rg_peers update: " + std::string(std::strerror(errno)));
 }

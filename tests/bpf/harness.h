@@ -52,6 +52,8 @@ inline constexpr uint32_t kPeerSlot4 = 0;
 inline constexpr uint32_t kPeerSlot6 = 1;
 inline constexpr uint32_t kFarEnd4 = 2;
 inline constexpr uint32_t kFarEnd6 = 3;
+// The sequence epoch of every test load (rg_config.tunnel_epoch).
+inline constexpr uint16_t kTestEpoch = 0x5eed;
 
 inline constexpr uint32_t kTcPass = static_cast<uint32_t>(-1);  // TC_ACT_UNSPEC
 inline constexpr uint32_t kTcShot = 2;                          // TC_ACT_SHOT
@@ -122,6 +124,8 @@ class Dataplane {
   void peer(uint32_t idx, const std::string& local, const std::string& remote, uint32_t vni,
             uint16_t mtu = 1500);
   void route(const std::string& prefix, uint32_t prefixlen, uint32_t peer_idx);
+  // The loss shield towards peer idx (RG_PEER_F_SHIELD_*), as the loader writes it.
+  void shield(uint32_t idx, uint8_t flags);
   // Geneve from remote on vni is decapsulated when sent to peer_idx's local address.
   void decap(const std::string& remote, uint32_t vni, uint32_t peer_idx);
   // The standard set: 203.0.113.0/24 via the IPv4 peer, 2001:db8:6::/48 via
