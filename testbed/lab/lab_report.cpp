@@ -495,7 +495,9 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   row("roceguard gw B: DSCP repaired", [&](const PhaseResult& p) { return rg(p.final.rg_repaired_b, p); });
   row("roceguard gw B: estimated lost", [&](const PhaseResult& p) { return rg(p.final.rg_lost_b, p); });
   // The tunnel's exact loss next to the WAN's own drop count: equal once
-  // the tunnel is quiet, when no packet is left in flight.
+  // the tunnel is quiet, when no packet is left in flight, but for drops
+  // after a stream's last arrival. "WAN dropped every copy": sequence
+  // numbers the WAN dropped every copy of (the loss shield sends two).
   auto tunnel = [&](size_t dir, uint64_t TunnelDirection::*field) {
     return [dir, field, &num](const PhaseResult& p) {
       return dir < p.tunnel.size() ? num(p.tunnel[dir].*field) : std::string("-");
@@ -508,6 +510,7 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
     row((at + "received").c_str(), tunnel(d, &TunnelDirection::received));
     row((at + "lost (sequence numbers)").c_str(), tunnel(d, &TunnelDirection::lost));
     row((at + "dropped by the WAN").c_str(), tunnel(d, &TunnelDirection::wan_dropped));
+    row((at + "WAN dropped every copy").c_str(), tunnel(d, &TunnelDirection::wan_all_copies_dropped));
     row((at + "reordered / duplicated").c_str(), [d](const PhaseResult& p) {
       return d < p.tunnel.size()
                  ? std::to_string(p.tunnel[d].reordered) + " / " + std::to_string(p.tunnel[d].duplicated)
@@ -519,9 +522,8 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
     });
   }
   // The loss shield per direction: what it cost (copies, extra WAN bytes)
-  // and what it left (numbers every copy of which was lost, at the
-  // receiving gateway and at the WAN).
-  for (size_t d = 0; d < 2; ++d) {
+  // and what it left (numbers every copy of which was lost).
+  for (size_t d = 0; d < 2 && s.shield != "off"; ++d) {
     const std::string at = std::string("shield ") + dirs[d] + ": ";
     row((at + "copies sent").c_str(), tunnel(d, &TunnelDirection::shield_copies));
     row((at + "extra WAN bytes").c_str(), [d](const PhaseResult& p) {
@@ -531,9 +533,6 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
     });
     row((at + "duplicates eliminated").c_str(), tunnel(d, &TunnelDirection::shield_eliminated));
     row((at + "residual loss").c_str(), tunnel(d, &TunnelDirection::lost));
-    row((at + "WAN dropped every copy").c_str(), [d, &num](const PhaseResult& p) {
-      return num(p.wan_seq[d].all_copies_dropped);
-    });
   }
   return out.str();
 }

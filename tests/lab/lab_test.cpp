@@ -243,6 +243,7 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
     EXPECT_NE(read(report + "/summary.txt").find(row), std::string::npos) << row;
   const std::string summary = read(report + "/summary.txt");
   EXPECT_NE(summary.find("tunnel A->B: lost (sequence numbers)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("tunnel B->A: WAN dropped every copy"), std::string::npos) << summary;
   const std::string prom_b = read(report + "/prometheus-gw-b.txt");
   EXPECT_NE(prom_b.find("roceguard_tunnel_lost_packets_total{peer=\"far-gateway\"}"), std::string::npos)
       << prom_b;
@@ -291,7 +292,7 @@ TEST_F(Lab, ShieldLosesOnlyTheNumbersTheWanDroppedEveryCopyOf) {
   }
   const std::string summary = read(report + "/summary.txt");
   for (const char* row : {"loss shield (with roceguard): all", "shield A->B: copies sent", "shield B->A: residual loss",
-                          "shield A->B: WAN dropped every copy", "shield A->B: extra WAN bytes"})
+                          "tunnel A->B: WAN dropped every copy", "shield A->B: extra WAN bytes"})
     EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
   expect_nothing_left(report);
 }
