@@ -69,7 +69,39 @@ void check_peers(const Config& cfg, ConfigProblems& p) {
                        std::to_string(RG_MAX_ROUTES) + " per address family");
 }
 
+// The far gateway tells the two copies of a packet apart from a lost one
+// by their sequence number: no shield without the sequence option. Named
+// where the shield was set: the peer's own key, else tunnel.shield once.
+void check_shield(const Config& cfg, ConfigProblems& p) {
+  if (cfg.tunnel_sequence) return;
+  bool inherited = false;
+  for (size_t i = 0; i < cfg.peers.size(); ++i) {
+    const auto& peer = cfg.peers[i];
+    if (peer.shield == Shield::kOff) continue;
+    if (!peer.shield_given) {
+      inherited = true;
+      continue;
+    }
+    p.errors.push_back("tunnel.peer[" + std::to_string(i) + "].shield: " + in_quotes(shield_name(peer.shield)) +
+                       " needs tunnel.sequence = true (the far gateway tells a copy from a loss by its "
+                       "sequence number)");
+  }
+  if (inherited)
+    p.errors.push_back("tunnel.shield: " + in_quotes(shield_name(cfg.tunnel_shield)) +
+                       " needs tunnel.sequence = true (the far gateway tells a copy from a loss by its "
+                       "sequence number)");
+}
+
 }  // namespace
+
+uint8_t shield_flags(Shield s) {
+  switch (s) {
+    case Shield::kOff: return 0;
+    case Shield::kControl: return RG_PEER_F_SHIELD_CONTROL;
+    case Shield::kAll: return RG_PEER_F_SHIELD_ALL;
+  }
+  return 0;
+}
 
 std::optional<Address> parse_address(const std::string& text) {
   Address a;
@@ -306,6 +338,7 @@ void report_syntax(const toml::parse_error& e, ConfigProblems& p) {
 void finish_config(Config& cfg, ConfigProblems& p) {
   for (size_t i = 0; i < cfg.peers.size(); ++i) {
     auto& peer = cfg.peers[i];
+    if (!peer.shield_given) peer.shield = cfg.tunnel_shield;
     if (peer.mtu_given) continue;
     peer.mtu = cfg.tunnel_mtu;
     if (peer.remote.family == AF_INET6 && peer.mtu < kMinMtuV6)
@@ -314,6 +347,7 @@ void finish_config(Config& cfg, ConfigProblems& p) {
                          "; set a larger mtu for this peer");
   }
   check_peers(cfg, p);
+  check_shield(cfg, p);
   if (cfg.xdp_forward && cfg.ingress_hook == IngressHook::kTc)
     p.errors.push_back("dataplane.xdp_forward: the fast path runs in the XDP hook, but dataplane.ingress_hook is tc; "
                        "set it to xdp or auto");

@@ -45,6 +45,10 @@ struct Prefix {
   std::string text;
 };
 
+// The loss shield towards a peer (RG_PEER_F_SHIELD_*): which packets the
+// sending gateway sends twice, for the far gateway to keep the first copy.
+enum class Shield { kOff, kControl, kAll };
+
 struct PeerConfig {
   std::string name;
   Address local;
@@ -53,6 +57,8 @@ struct PeerConfig {
   uint32_t mtu = RG_DEFAULT_TUNNEL_MTU;
   bool mtu_given = false;  // otherwise tunnel.mtu, whichever source set it
   std::vector<Prefix> routes;
+  Shield shield = Shield::kOff;
+  bool shield_given = false;  // otherwise tunnel.shield, whichever source set it
 };
 
 enum class XdpMode { kNative, kSkb };
@@ -92,6 +98,9 @@ struct Config {
   // Off by default: its measured cost is above the 30 ns budget (design.md section 12).
   bool tunnel_sequence = false;
   uint32_t tunnel_opt_class = RG_TUNNEL_OPT_CLASS_DEFAULT;
+  // The peers' loss shield unless a peer sets its own; off by default, as
+  // it doubles what it shields on the WAN.
+  Shield tunnel_shield = Shield::kOff;
   std::vector<PeerConfig> peers;
 
   // [metrics]
@@ -102,7 +111,9 @@ struct Config {
   // [nic]: the RDMA NIC profile `roceguard nic` applies.
   nic::Profile nic;
 
-  // Read-only global of the BPF object.
+  // Read-only global of the BPF object, the same for the same configuration:
+  // the load's sequence epoch (tunnel_epoch) is left 0 for the loader to
+  // fill in (dataplane/bpf_object.cpp).
   rg_config rodata() const;
   // Canonical form: what `status` shows and what the state hash covers.
   nlohmann::json to_json() const;
@@ -140,6 +151,11 @@ struct ConfigSources {
   bool environment = true;
 };
 Config resolve_config(const ConfigSources& sources, ConfigProblems& problems);
+
+// RG_PEER_F_SHIELD_* of a shield setting, for rg_peer.flags.
+uint8_t shield_flags(Shield s);
+// "off", "control", "all": as the configuration spells it.
+std::string_view shield_name(Shield s);
 
 std::optional<Address> parse_address(const std::string& text);
 // Why a tunnel endpoint address cannot be one ("is a multicast address"),

@@ -75,6 +75,11 @@ bool within_spec(const ValueSpec& spec, const OptionValue& v, const std::string&
   }
   if (spec.type == OptionType::kString && !spec.choices.empty()) {
     const auto& s = std::get<std::string>(v);
+    for (const auto& [value, why] : spec.refused)
+      if (s == value) {
+        p.errors.push_back(key + ": " + in_quotes(s) + " " + std::string(why));
+        return false;
+      }
     if (std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end()) {
       std::string list;
       for (auto c : spec.choices) list += (list.empty() ? "" : ", ") + in_quotes(c);
@@ -83,6 +88,15 @@ bool within_spec(const ValueSpec& spec, const OptionValue& v, const std::string&
     }
   }
   return true;
+}
+
+// "0..63", "pass, drop", or "": what an option or a peer field may be.
+std::string spec_range_text(const ValueSpec& spec) {
+  if (spec.type == OptionType::kInteger && spec.min <= spec.max)
+    return number_text(spec.min, spec.hex) + ".." + number_text(spec.max, spec.hex);
+  std::string list;
+  for (auto c : spec.choices) list += (list.empty() ? "" : ", ") + std::string(c);
+  return list;
 }
 
 // The key of a list's element: flags are repeated, not indexed.
@@ -124,7 +138,7 @@ Option choice(std::string_view path, std::string_view flag, E Config::*member,
   Option o;
   o.path = path;
   o.flag = flag;
-  o.flag_of = FlagOf::kDaemon;
+  o.flag_of = flag.empty() ? FlagOf::kNone : FlagOf::kDaemon;
   o.spec = spec_of(OptionType::kString);
   for (const auto& n : names) o.spec.choices.push_back(n.first);
   o.help = help;
@@ -164,6 +178,26 @@ Option nic_option(std::string_view path, std::string_view flag, OptionType type,
   };
   o.get = [get](const Config& c) { return get(c.nic); };
   return o;
+}
+
+// The shield's settings, for tunnel.shield and a peer's shield alike.
+constexpr std::array<std::pair<std::string_view, Shield>, 3> kShieldNames{
+    {{"off", Shield::kOff}, {"control", Shield::kControl}, {"all", Shield::kAll}}};
+
+// "auto" is the shield that turns itself on by the loss it
+// measures; the name is taken so a file written for it fails loudly here.
+ValueSpec shield_spec() {
+  ValueSpec s = spec_of(OptionType::kString);
+  for (const auto& n : kShieldNames) s.choices.push_back(n.first);
+  s.refused.emplace_back("auto", "is not available in this version (a shield that follows the measured loss is "
+                                 "planned); use \"off\", \"control\" or \"all\"");
+  return s;
+}
+
+Shield shield_of(const OptionValue& v) {
+  for (const auto& n : kShieldNames)
+    if (n.first == std::get<std::string>(v)) return n.second;
+  return Shield::kOff;  // not reached: the value passed the choices
 }
 
 void set_address(Address& out, const OptionValue& v, const std::string& key, ConfigProblems& p) {
@@ -209,6 +243,13 @@ std::vector<PeerField> make_peer_fields() {
                  peer.mtu_given = true;
                },
                [](const PeerConfig& peer) { return nlohmann::json(peer.mtu); }});
+  f.push_back({"shield", shield_spec(), "",
+               "the loss shield towards this peer: off, control or all; default tunnel.shield",
+               [](PeerConfig& peer, const OptionValue& v, const std::string&, ConfigProblems&) {
+                 peer.shield = shield_of(v);
+                 peer.shield_given = true;
+               },
+               [](const PeerConfig& peer) { return nlohmann::json(std::string(shield_name(peer.shield))); }});
   f.push_back({"routes", spec_of(OptionType::kStringList), "", "inner destination prefixes sent through this peer",
                [](PeerConfig& peer, const OptionValue& v, const std::string& key, ConfigProblems& p) {
                  const auto& list = std::get<std::vector<std::string>>(v);
@@ -344,6 +385,15 @@ std::vector<Option> make_options() {
                   "both gateways of a tunnel use the same",
                   true));
   {
+    Option shield = choice("tunnel.shield", "", &Config::tunnel_shield, kShieldNames,
+                           "the loss shield: each numbered packet of a kind is sent twice, the far gateway keeps "
+                           "the first copy to arrive; control: what a Go-Back-N sender waits for (ACK, NAK, CNP, "
+                           "READ, atomics, ACK requests), all: every RoCE packet; peers inherit it; needs "
+                           "tunnel.sequence");
+    shield.spec = shield_spec();
+    o.push_back(shield);
+  }
+  {
     Option peers;
     peers.path = "tunnel.peer";
     peers.spec = spec_of(OptionType::kTableList);
@@ -433,6 +483,12 @@ std::string json_text(const nlohmann::json& j, bool hex) {
 
 }  // namespace
 
+std::string_view shield_name(Shield s) {
+  for (const auto& n : kShieldNames)
+    if (n.second == s) return n.first;
+  return "?";
+}
+
 std::string Option::env() const {
   std::string name = "ROCEGUARD_";
   for (char c : path) name += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -444,13 +500,7 @@ std::string Option::long_flag() const {
   return at == std::string_view::npos ? "" : std::string(flag.substr(at));
 }
 
-std::string Option::range_text() const {
-  if (spec.type == OptionType::kInteger && spec.min <= spec.max)
-    return number_text(spec.min, spec.hex) + ".." + number_text(spec.max, spec.hex);
-  std::string list;
-  for (auto c : spec.choices) list += (list.empty() ? "" : ", ") + std::string(c);
-  return list;
-}
+std::string Option::range_text() const { return spec_range_text(spec); }
 
 std::string Option::default_text() const { return json_text(get(Config{}), spec.hex); }
 
@@ -590,7 +640,7 @@ std::string options_text() {
     row(std::string(opt.path), opt.env(), flag_text(opt), opt.range_text(), opt.default_text(), opt.help);
     if (opt.spec.type == OptionType::kTableList)
       for (const auto& f : peer_fields()) {
-        std::string range = f.spec.min <= f.spec.max ? std::to_string(f.spec.min) + ".." + std::to_string(f.spec.max) : "";
+        const std::string range = spec_range_text(f.spec);
         o << "    ." << f.key << (range.empty() ? "" : "  " + range) << (f.missing.empty() ? "" : "  required")
           << "  " << f.help << "\n";
       }
@@ -609,7 +659,7 @@ std::string options_markdown() {
       << " |\n";
     if (opt.spec.type == OptionType::kTableList)
       for (const auto& f : peer_fields()) {
-        std::string range = f.spec.min <= f.spec.max ? std::to_string(f.spec.min) + ".." + std::to_string(f.spec.max) : "";
+        const std::string range = spec_range_text(f.spec);
         o << "| " << code(std::string(opt.path) + "[]." + std::string(f.key)) << " | | | " << type_text(f.spec) << " | "
           << range << " | " << (f.missing.empty() ? "" : "required") << " | " << f.help << " |\n";
       }

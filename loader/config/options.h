@@ -33,6 +33,9 @@ struct ValueSpec {
   OptionType type = OptionType::kString;
   int64_t min = 1, max = 0;
   std::vector<std::string_view> choices;
+  // Strings refused with a reason of their own instead of "is not one of":
+  // a value people will try because it is announced, but not available yet.
+  std::vector<std::pair<std::string_view, std::string_view>> refused;
   bool hex = false;  // shown as 0x.. in help and docs
 };
 

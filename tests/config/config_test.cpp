@@ -527,5 +527,102 @@ TEST(XdpForward, OffByDefaultOnReachesRodataAndTakesXdp) {
   EXPECT_TRUE(errors_of("[dataplane]\nxdp_forward = true\ningress_hook = \"xdp\"\n").empty());
 }
 
+// The loss shield: tunnel.shield for every peer, a peer's own shield over
+// it, both in the JSON (config check --print, the attach record) and in
+// the rg_peer flags the map writer stores.
+constexpr std::string_view kTwoPeers = R"(
+[tunnel]
+sequence = true
+%s
+[[tunnel.peer]]
+name = "west"
+local = "192.0.2.1"
+remote = "203.0.113.1"
+vni = 1
+%s
+[[tunnel.peer]]
+name = "east"
+local = "192.0.2.1"
+remote = "203.0.113.2"
+vni = 2
+)";
+
+std::string two_peers(const std::string& tunnel, const std::string& west) {
+  std::string text(kTwoPeers);
+  text.replace(text.find("%s"), 2, tunnel);
+  text.replace(text.find("%s"), 2, west);
+  return text;
+}
+
+TEST(Shield, OffByDefaultPeersInheritTheTunnelsAndMayOverrideIt) {
+  Config plain = parse_ok(two_peers("", ""));
+  EXPECT_EQ(plain.tunnel_shield, Shield::kOff);
+  for (const auto& peer : plain.peers) {
+    EXPECT_EQ(peer.shield, Shield::kOff);
+    EXPECT_EQ(shield_flags(peer.shield), 0);
+  }
+  EXPECT_EQ(plain.to_json()["tunnel"]["shield"], "off");
+  EXPECT_EQ(plain.to_json()["tunnel"]["peer"][0]["shield"], "off");
+
+  Config all = parse_ok(two_peers("shield = \"all\"", ""));
+  ASSERT_EQ(all.peers.size(), 2u);
+  EXPECT_EQ(all.peers[0].shield, Shield::kAll);
+  EXPECT_EQ(all.peers[1].shield, Shield::kAll);
+  EXPECT_EQ(shield_flags(all.peers[0].shield), RG_PEER_F_SHIELD_ALL);
+
+  Config mixed = parse_ok(two_peers("shield = \"control\"", "shield = \"off\""));
+  EXPECT_EQ(mixed.peers[0].shield, Shield::kOff) << "the peer's own shield beats tunnel.shield";
+  EXPECT_EQ(mixed.peers[1].shield, Shield::kControl);
+  EXPECT_EQ(shield_flags(mixed.peers[1].shield), RG_PEER_F_SHIELD_CONTROL);
+  const nlohmann::json j = mixed.to_json();
+  EXPECT_EQ(j["tunnel"]["shield"], "control");
+  EXPECT_EQ(j["tunnel"]["peer"][0]["shield"], "off");
+  EXPECT_EQ(j["tunnel"]["peer"][1]["shield"], "control");
+  EXPECT_NE(mixed.hash(), parse_ok(two_peers("shield = \"control\"", "")).hash());
+
+  // Inherited from the environment as from the file: finish_config decides.
+  ConfigProblems p;
+  Config env = parse_config_string(two_peers("", "shield = \"control\""), p);
+  apply_environment(env, p, env_of({{"ROCEGUARD_TUNNEL_SHIELD", "all"}}));
+  finish_config(env, p);
+  ASSERT_TRUE(p.ok()) << p.errors.front();
+  EXPECT_EQ(env.peers[0].shield, Shield::kControl);
+  EXPECT_EQ(env.peers[1].shield, Shield::kAll);
+}
+
+TEST(Shield, AutoIsRefusedAsNotAvailableYet) {
+  auto errs = errors_of(two_peers("shield = \"auto\"", ""));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].rfind("tunnel.shield: \"auto\" is not available in this version", 0), 0u) << errs[0];
+  errs = errors_of(two_peers("", "shield = \"auto\""));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].rfind("tunnel.peer[0].shield: \"auto\" is not available in this version", 0), 0u) << errs[0];
+  ConfigProblems p;
+  Config c;
+  apply_environment(c, p, env_of({{"ROCEGUARD_TUNNEL_SHIELD", "auto"}}));
+  ASSERT_EQ(p.errors.size(), 1u);
+  EXPECT_EQ(p.errors[0].rfind("ROCEGUARD_TUNNEL_SHIELD: \"auto\" is not available", 0), 0u) << p.errors[0];
+  errs = errors_of(two_peers("shield = \"twice\"", ""));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0], "tunnel.shield: \"twice\" is not one of \"off\", \"control\", \"all\"");
+}
+
+TEST(Shield, NeedsTheSequenceOptionNamingWhereItWasSet) {
+  auto without_sequence = [](std::string text) {
+    text.erase(text.find("sequence = true\n"), 16);
+    return text;
+  };
+  auto errs = errors_of(without_sequence(two_peers("shield = \"all\"", "")));
+  ASSERT_EQ(errs.size(), 1u) << "one message for the peers that inherit it";
+  EXPECT_EQ(errs[0].rfind("tunnel.shield: \"all\" needs tunnel.sequence = true", 0), 0u) << errs[0];
+  errs = errors_of(without_sequence(two_peers("", "shield = \"control\"")));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].rfind("tunnel.peer[0].shield: \"control\" needs tunnel.sequence = true", 0), 0u) << errs[0];
+  // Only a peer whose shield is on needs it: east still inherits "all".
+  EXPECT_EQ(errors_of(without_sequence(two_peers("shield = \"all\"", "shield = \"off\""))).size(), 1u);
+  EXPECT_TRUE(errors_of(without_sequence(two_peers("", "shield = \"off\""))).empty());
+  EXPECT_TRUE(errors_of("[tunnel]\nshield = \"all\"\n").empty()) << "no peer, nothing shielded";
+}
+
 }  // namespace
 }  // namespace rg
