@@ -4,11 +4,11 @@
 # shield (--shield), one run each, and a table of host A's goodput as a
 # share of its line rate, resends per WAN drop, retransmit timeouts and
 # failed QPs, without and with roceguard. With more than the shield off,
-# a second table: with roceguard, per shield mode, goodput in Mbit/s and
-# as a share of --host-rate (a line rate only the congestion scenario
-# enforces) and of the same cell at 0 % loss, resends per WAN drop,
-# timeouts, the shield's extra WAN bytes and the residual loss against the
-# WAN's drops (gateway A to B). Writes bench/results/lab_wan.json (OUT=...)
+# a second table: with roceguard, per shield mode, goodput in Mbit/s, as a
+# share of host A's line rate (only the congestion scenario has one) and of
+# the same cell at 0 % loss, resends per WAN drop, timeouts, the shield's
+# extra WAN bytes and the residual loss against the WAN's drops (gateway A
+# to B). Writes bench/results/lab_wan.json (OUT=...)
 # and prints the tables in Markdown. Needs root and a build directory
 # (BUILD_DIR, default build) with roceguard-lab.
 #   bench/lab_wan.sh                      LOSSES="0 0.1 1" DELAYS="0 2ms 10ms" SHIELDS="off"
@@ -53,7 +53,6 @@ for delay in $delays; do
 				loss_pct: $loss, shield: $shield,
 				load: "'"$(cut -d' ' -f1 /proc/loadavg)"'",
 				window: .settings.sender.window, rtt_ms: (.settings.sender.rtt_us / 1000),
-				host_rate_mbit: .settings.sender.window_mbit,
 				phases: (.phases | with_entries(.value = {
 					goodput_share: .value.headline.goodput_share,
 					goodput_mbps: (if .value.sender.elapsed_ms > 0
@@ -87,14 +86,15 @@ if [ "$shields" = off ]; then
 		"\(.phases.without.qps_failed // "–") / \(.phases.with.qps_failed // "–")"] | "| " + join(" | ") + " |"' "$out"
 	exit 0
 fi
-echo "| one-way delay | WAN loss | shield | goodput with, Mbit/s | of --host-rate | of 0 % loss | resends per WAN drop | timeouts | QPs failed | extra WAN bytes A->B | residual loss / WAN drops A->B |"
+echo "| one-way delay | WAN loss | shield | goodput with, Mbit/s | of host A's line | of 0 % loss | resends per WAN drop | timeouts | QPs failed | extra WAN bytes A->B | residual loss / WAN drops A->B |"
 echo "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 jq -r 'def r1: if type == "number" then (. * 10 | round / 10) else "–" end;
+	def pct: if type == "number" then (. * 100 | floor | tostring) + " %" else "–" end;
 	.runs as $runs | .runs[] | . as $r
 	| ([$runs[] | select(.delay == $r.delay and .shield == $r.shield and .loss_pct == 0)][0].phases.with.goodput_mbps) as $clean
 	| .phases.with as $w
 	| [.delay, "\(.loss_pct) %", .shield, ($w.goodput_mbps | r1),
-	   (if $w.goodput_mbps then ($w.goodput_mbps / .host_rate_mbit * 100 | floor | tostring) + " %" else "–" end),
+	   ($w.goodput_share | pct),
 	   (if $clean and $clean > 0 then ($w.goodput_mbps / $clean * 100 | floor | tostring) + " %" else "–" end),
 	   ($w.resends_per_wan_drop | r1), $w.timeouts, $w.qps_failed,
 	   (if $w.shield.extra_wan_bytes_pct then ($w.shield.extra_wan_bytes_pct | r1 | tostring) + " %" else "0 %" end),
