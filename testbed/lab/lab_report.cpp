@@ -66,6 +66,8 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
                    {"extra_wan_bytes", d.shield_copy_bytes},
                    {"extra_wan_bytes_pct", pct ? json(*pct) : json(nullptr)},
                    {"wan_geneve_bytes", d.tunnel_bytes},
+                   {"copy_errors", d.shield_copy_errors},
+                   {"uncopied", d.shield_uncopied},
                    {"duplicates_eliminated", d.shield_eliminated},
                    {"residual_loss", d.lost},
                    {"wan_all_copies_dropped", d.wan_all_copies_dropped},
@@ -530,6 +532,11 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
       if (d >= p.tunnel.size()) return std::string("-");
       const auto pct = extra_bytes_pct(p.tunnel[d]);
       return std::to_string(p.tunnel[d].shield_copy_bytes) + (pct ? fmt(" (%.1f %%)", *pct) : std::string());
+    });
+    row((at + "copies refused / sent once").c_str(), [d](const PhaseResult& p) {
+      return d < p.tunnel.size() ? std::to_string(p.tunnel[d].shield_copy_errors) + " / " +
+                                       std::to_string(p.tunnel[d].shield_uncopied)
+                                 : std::string("-");
     });
     row((at + "duplicates eliminated").c_str(), tunnel(d, &TunnelDirection::shield_eliminated));
     row((at + "residual loss").c_str(), tunnel(d, &TunnelDirection::lost));

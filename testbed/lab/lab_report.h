@@ -71,6 +71,10 @@ struct TunnelDirection {
   uint64_t shield_copies = 0;
   uint64_t shield_copy_bytes = 0;
   uint64_t shield_eliminated = 0;
+  // Copies the kernel refused to send (the egress queue full, say), and
+  // shielded packets sent once (unnumbered, or a neighbour to resolve).
+  uint64_t shield_copy_errors = 0;
+  uint64_t shield_uncopied = 0;
   // Numbers every copy of which the WAN dropped (WanSeqLoss), and of those
   // the ones after the stream's last arrival, which no receiver can count.
   uint64_t wan_all_copies_dropped = 0;

@@ -324,6 +324,8 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     d.shield_copies = from.ev[RG_PEER_EV_SHIELD_COPIES].packets;
     d.shield_copy_bytes = from.ev[RG_PEER_EV_SHIELD_COPIES].bytes;
     d.shield_eliminated = to.ev[RG_PEER_EV_SHIELD_ELIMINATED].packets;
+    d.shield_copy_errors = from.ev[RG_PEER_EV_SHIELD_COPY_ERROR].packets;
+    d.shield_uncopied = from.ev[RG_PEER_EV_SHIELD_UNCOPIED].packets;
     d.wan_all_copies_dropped = seq.all_copies_dropped;
     d.wan_after_last_arrival = seq.after_last_arrival;
     return d;
