@@ -59,8 +59,8 @@ Bytes roce_frame(uint8_t tos, size_t payload) {
 }
 
 // With seq_option, the tunnel sequence option as gateway A writes it (its
-// number is advanced per run like the PSN).
-Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false) {
+// number is advanced per run like the PSN), in stream (epoch, CPU, lane).
+Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false, uint32_t stream = 0) {
   rg::test::Bth bth;
   bth.dest_qp = 0x000201;
   Bytes inner = PacketBuilder()
@@ -73,7 +73,7 @@ Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false) {
   return PacketBuilder()
       .ipv4(kPeer4, kLocal4)
       .udp(50000, rg::test::kGenevePort)
-      .geneve(kVni, seq_option ? rg::test::tunnel_seq_option(0, 0, 0, RG_TUNNEL_OPT_CLASS_DEFAULT,
+      .geneve(kVni, seq_option ? rg::test::tunnel_seq_option(stream, 0, 0, RG_TUNNEL_OPT_CLASS_DEFAULT,
                                                                RG_TUNNEL_OPT_TYPE_DEFAULT)
                              : Bytes{})
       .payload(inner)
@@ -97,6 +97,7 @@ struct Case {
   uint32_t psn = 0;
   double repeat_ns = -1;  // repeat > 1, only where the input is not modified
   size_t seq_at = 0;      // offset of the tunnel sequence number in frame, if any
+  bool seq_fixed = false;  // every run the same number: after the first, each is a second copy
 
   Case(std::string n, std::string h, int fd, Bytes f, bool is_roce, bool is_geneve, int change, bool is_floor = false)
       : name(std::move(n)), hook(std::move(h)), prog_fd(fd), frame(std::move(f)), roce(is_roce), geneve(is_geneve),
@@ -123,6 +124,19 @@ int main(int argc, char** argv) {
     Object remark_account(config(RG_CFG_F_REMARK | RG_CFG_F_ACCOUNT));
     Object full(config(RG_CFG_F_DEFAULT));
     Object full_seq(config(RG_CFG_F_DEFAULT | RG_CFG_F_TUNNEL_SEQ));
+    // The loss shield: every RoCE packet copied (bpf_clone_redirect, the
+    // copy sent through the device for real), and the receiving side's
+    // elimination of the second copy.
+    Object shielded(config(RG_CFG_F_DEFAULT | RG_CFG_F_TUNNEL_SEQ));
+    {
+      const uint32_t slot = 0;
+      rg_peer p{};
+      if (bpf_map__lookup_elem(shielded.skel()->maps.rg_peers, &slot, sizeof(slot), &p, sizeof(p), 0))
+        throw std::runtime_error("rg_peers lookup: " + std::string(std::strerror(errno)));
+      p.flags |= RG_PEER_F_SHIELD_ALL;
+      if (bpf_map__update_elem(shielded.skel()->maps.rg_peers, &slot, sizeof(slot), &p, sizeof(p), 0))
+        throw std::runtime_error("rg_peers update: " + std::string(std::strerror(errno)));
+    }
     // The same program with the next-hop cache leased, as `roceguard run`
     // grants it (the benchmark renews it every round, as the daemon does).
     Object cached(config(RG_CFG_F_DEFAULT));
@@ -180,9 +194,19 @@ int main(int argc, char** argv) {
     // The sequence number: after UDP, the Geneve base header, and the
     // option's class/type/length and stream words.
     cases.back().seq_at = rg::test::parse(cases.back().frame).l4 + 8 + 8 + 8;
+    // The shield's rows: each minus its row without the shield above.
+    cases.push_back({"tc egress: DSCP + accounting + Geneve encap + sequence option + shield copy (all)", "tc",
+                     shielded.tc_fd(), roce_frame(host_tos, payload), true, false,
+                     50 + static_cast<int>(sizeof(rg_tunnel_opt))});
+    const uint32_t stream = 1u << RG_TUNNEL_EPOCH_SHIFT;  // a sender with epochs: eliminated
+    cases.push_back({"xdp ingress: Geneve (sequence option) second copy eliminated", "xdp", shielded.xdp_fd(),
+                     geneve_frame(0, payload, true, stream), true, true,
+                     -50 - static_cast<int>(sizeof(rg_tunnel_opt))});
+    cases.back().seq_at = rg::test::parse(cases.back().frame).l4 + 8 + 8 + 8;
+    cases.back().seq_fixed = true;
 
     auto run_once = [&](Case& c) {
-      if (c.seq_at)
+      if (c.seq_at && !c.seq_fixed)
         for (int b = 0; b < 4; ++b) c.frame[c.seq_at + b] = static_cast<uint8_t>(c.psn >> (24 - 8 * b));
       const size_t options = c.seq_at ? sizeof(rg_tunnel_opt) : 0;
       if (c.roce) set_psn(c.frame, bth_offset(c.geneve) + options, c.psn++ & RG_PSN_MASK);
@@ -204,6 +228,14 @@ int main(int argc, char** argv) {
                                  std::to_string(c.size_change) + "; counters:" + events);
       }
     }
+    // The shield's rows: copies sent, second copies dropped.
+    for (auto& c : cases)
+      if (c.seq_fixed && run_once(c).retval != XDP_DROP)
+        throw std::runtime_error(c.name + ": the second copy was not dropped");
+    uint64_t copies = 0;
+    for (const auto& row : rg::read_peer_stats(bpf_map__fd(shielded.skel()->maps.rg_peer_stats)))
+      copies += row.ev[RG_PEER_EV_SHIELD_COPIES].packets;
+    if (copies == 0) throw std::runtime_error("the shielded encapsulation sent no copy");
     for (unsigned r = 0; r < rounds; ++r)
       for (auto& c : cases) {
         leases.renew();

@@ -242,6 +242,19 @@ static __always_inline enum rg_seq_verdict rg_tunnel_stream_update(struct rg_tun
 		return RG_SEQ_NEW;
 	}
 	if (d > 0) {
+		if (d > 1) {
+			__u32 gap = d - 1, run = 0;
+
+			/*
+			 * Constants, not rg_bit_width(): Linux 6.1's verifier
+			 * loses the bound of a computed index through its
+			 * shifts, and the compiler drops any clamp it can prove.
+			 */
+			for (__u32 k = 1; k < RG_TUNNEL_RUN_BUCKETS; k++)
+				if (gap >= (1u << k))
+					run = k;
+			st->loss_runs[run]++;
+		}
 		/* The numbers that leave the window: their holes are lost. */
 		if (d >= RG_TUNNEL_WINDOW) {
 			st->lost += rg_window_holes(st) + (d - RG_TUNNEL_WINDOW);

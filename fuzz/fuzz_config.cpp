@@ -66,6 +66,9 @@ void check_accepted(const rg::Config& c, std::string_view text) {
     in(p.vni, 0, rg::kMaxVni, "peer vni");
     in(p.mtu, p.remote.family == AF_INET6 ? rg::kMinMtuV6 : rg::kMinMtuV4, rg::kMaxMtu, "peer mtu");
     if (p.local.family != p.remote.family) violation("accepted a peer mixing families", text);
+    // The far gateway tells a shield's copy from a loss by its number.
+    if (p.shield != rg::Shield::kOff && !c.tunnel_sequence)
+      violation("accepted a shielded peer without tunnel.sequence", text);
     for (const auto& r : p.routes)
       in(r.len, 0, r.addr.family == AF_INET ? 32 : 128, "route prefix length");
   }

@@ -406,6 +406,11 @@ struct rg_tunnel_opt {
 #define RG_TUNNEL_SEQ_JUMP_MAX (1u << 20)
 /* One-way delay buckets: bucket k holds delays up to 2^k microseconds, the last one the rest. */
 #define RG_TUNNEL_DELAY_BUCKETS 24
+/*
+ * Loss run buckets: bucket k counts gaps of 2^k to 2^(k+1) - 1 consecutive
+ * numbers as they open (1, 2-3, 4-7, ...), the last one the rest.
+ */
+#define RG_TUNNEL_RUN_BUCKETS 8
 
 /*
  * Per-peer events, counted per CPU in rg_peer_stats (index = peer slot).
@@ -461,6 +466,12 @@ struct rg_tunnel_stream {
 	__u64 resyncs;
 	__u64 delay_sum_ns;
 	__u64 delay[RG_TUNNEL_DELAY_BUCKETS]; /* per bucket, not cumulative */
+	/*
+	 * Gaps by length when they opened (a later arrival may still fill
+	 * one): the loss runs. Runs of 2 or more are correlated loss, which
+	 * the shield's copies (sent back to back) do not survive.
+	 */
+	__u64 loss_runs[RG_TUNNEL_RUN_BUCKETS];
 };
 
 #ifndef __BPF__
@@ -488,7 +499,8 @@ RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 20, "rg_tunnel_opt layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX + 4 * RG_TUNNEL_LANES, "rg_peer_stats layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) == 64 + 8 + 8 * RG_TUNNEL_WINDOW_WORDS + 8 * RG_TUNNEL_DELAY_BUCKETS,
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) ==
+			 64 + 8 + 8 * RG_TUNNEL_WINDOW_WORDS + 8 * RG_TUNNEL_DELAY_BUCKETS + 8 * RG_TUNNEL_RUN_BUCKETS,
 		 "rg_tunnel_stream layout");
 #endif
 

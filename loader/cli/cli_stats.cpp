@@ -1,6 +1,6 @@
 // stats: the pinned counters, per-CPU values summed, read through MapReader;
-// per interface, per tunnel peer (with the round trip measured and the ACK
-// timeout fitting it), and optionally per QP.
+// per interface, per tunnel peer (with the loss shield's work, the round
+// trip measured and the ACK timeout fitting it), and optionally per QP.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -127,6 +127,21 @@ void cmd_stats(const std::string& pin_path, const std::string& config, bool json
                                        t.ev[RG_PEER_EV_OVERSIZE_DROPPED].packets),
                   (unsigned long long)t.received, (unsigned long long)t.lost, (unsigned long long)t.reordered,
                   (unsigned long long)t.duplicated, (unsigned long long)t.ev[RG_PEER_EV_FIB_MISS].packets, avg_us);
+    }
+    // The loss shield, where it works in either direction: copies count
+    // where the shield is on (towards the peer), eliminated and residual
+    // loss where the copies arrive (from it).
+    if (all || std::any_of(tunnels.begin(), tunnels.end(), [](const TunnelPeer& t) { return tunnel_shield(t).active(); })) {
+      std::printf("\nloss shield: per peer (copies sent to it; duplicates eliminated and residual loss from it)\n");
+      std::printf("%-20s %12s %16s %12s %12s %10s %14s\n", "PEER", "COPIES", "EXTRA_WAN_BYTES", "ELIMINATED",
+                  "COPY_ERRORS", "UNCOPIED", "RESIDUAL_LOST");
+      for (const auto& t : tunnels) {
+        const TunnelShield sh = tunnel_shield(t);
+        std::printf("%-20s %12llu %16llu %12llu %12llu %10llu %14llu\n", t.name.c_str(),
+                    (unsigned long long)sh.copies, (unsigned long long)sh.extra_wan_bytes,
+                    (unsigned long long)sh.eliminated, (unsigned long long)sh.copy_errors,
+                    (unsigned long long)sh.uncopied, (unsigned long long)sh.residual_lost);
+      }
     }
     // The round trip through each tunnel, and the local ACK timeout of the
     // RDMA hosts whose traffic takes it.

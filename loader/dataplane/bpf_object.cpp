@@ -3,6 +3,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xdp/libxdp.h>
@@ -26,11 +27,18 @@ thread_local std::string last_kernel_message;
 constexpr const char kKernelMessagePrefix[] = "Kernel error message: ";
 
 int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list ap) {
-  char buf[1024];
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  size_t n = strlen(buf);
-  while (n && buf[n - 1] == '\n') buf[--n] = '\0';
-  if (const char* m = strstr(buf, kKernelMessagePrefix)) last_kernel_message = m + sizeof(kKernelMessagePrefix) - 1;
+  // Whole: a verifier log comes as one message, and its reason is its last line.
+  va_list len_ap;
+  va_copy(len_ap, ap);
+  const int len = vsnprintf(nullptr, 0, fmt, len_ap);
+  va_end(len_ap);
+  if (len < 0) return 0;
+  std::string buf(static_cast<size_t>(len) + 1, '\0');
+  vsnprintf(buf.data(), buf.size(), fmt, ap);
+  buf.resize(static_cast<size_t>(len));
+  while (!buf.empty() && buf.back() == '\n') buf.pop_back();
+  if (const auto at = buf.find(kKernelMessagePrefix); at != std::string::npos)
+    last_kernel_message = buf.substr(at + sizeof(kKernelMessagePrefix) - 1);
   // libxdp probes kernel features by trying them, and libbpf warns about
   // each probe that fails; only --verbose shows them.
   spdlog::debug("{}{}", level == LIBBPF_DEBUG ? "libbpf debug: " : "libbpf: ", buf);
@@ -46,11 +54,13 @@ int libxdp_log(enum libxdp_print_level level, const char* fmt, va_list ap) {
   return 0;
 }
 
-// Applies cfg to an opened (not loaded) object: rodata, the per-QP tables'
+// Applies cfg to an opened (not loaded) object: rodata with the load's
+// sequence epoch, the per-QP tables'
 // size, and the pin path of each persistent map, which makes libbpf reuse a
 // compatible pinned map (counters carry over) or create and pin a new one.
-void configure(struct roceguard* skel, const Config& cfg, const std::string& pin_path) {
+void configure(struct roceguard* skel, const Config& cfg, uint16_t tunnel_epoch, const std::string& pin_path) {
   skel->rodata->rg_cfg = cfg.rodata();
+  skel->rodata->rg_cfg.tunnel_epoch = tunnel_epoch;
   set_qp_entries(skel->obj, cfg.qp_entries);
   // The fast path's program is verified only for a load that runs it.
   bpf_program__set_autoload(skel->progs.rg_xdp_forward, cfg.xdp_forward);
@@ -63,6 +73,17 @@ void configure(struct roceguard* skel, const Config& cfg, const std::string& pin
 }
 
 }  // namespace
+
+uint16_t new_tunnel_epoch() {
+  uint16_t epoch = 0;
+  while (epoch == 0) {
+    const ssize_t n = getrandom(&epoch, sizeof(epoch), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof(epoch)))
+      throw Error("cannot draw the tunnel sequence epoch: " + errno_text(n < 0 ? errno : EIO));
+  }
+  return epoch;
+}
 
 std::string take_kernel_message() {
   std::string m;
@@ -123,17 +144,28 @@ std::vector<MapMismatch> check_pinned_maps(struct roceguard* skel, const std::st
 }
 
 BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_state)
-    : cfg_(cfg), pin_path_(pin_path) {
+    : cfg_(cfg), pin_path_(pin_path), tunnel_epoch_(new_tunnel_epoch()) {
   skel_ = roceguard__open();
   if (!skel_) throw Error("cannot open the embedded BPF object: " + errno_text(errno));
   try {
-    configure(skel_, cfg, pin_path);
+    configure(skel_, cfg, tunnel_epoch_, pin_path);
 
     // A build with new events only lengthens the counter value: carried
     // over rather than refused, so an upgrade keeps the counters.
     if (!reset_state && migrate_counters(pin_path, bpf_map__value_size(skel_->maps.rg_counters)))
       spdlog::info("carried the counters in {}/{} over to this build's events (new events start at zero)",
                    pin_path, kMapCounters);
+    // Builds before the loss shield numbered one stream per CPU in a
+    // 64-number window: their peer counters and stream counters carry
+    // over; the numbering restarts, in this load's epoch.
+    if (!reset_state && migrate_peer_stats(pin_path))
+      spdlog::info("carried the peer counters in {}/{} over to this build's layout (tunnel sequence numbers "
+                   "restart from 0)", pin_path, kMapPeerStats);
+    if (!reset_state)
+      if (auto n = migrate_tunnel_streams(pin_path, bpf_map__max_entries(skel_->maps.rg_tunnel_streams),
+                                          bpf_map__map_flags(skel_->maps.rg_tunnel_streams)))
+        spdlog::info("carried {} tunnel sequence streams in {}/{} over to this build's layout (each as lane 0 "
+                     "of its CPU)", *n, pin_path, kMapTunnelStreams);
     // A build before the per-family tables kept one rg_qp: its QPs carry
     // over into this build's tables (the old pin goes once the attach is
     // done).
@@ -194,7 +226,7 @@ void BpfObject::reopen() {
   roceguard__destroy(skel_);
   skel_ = roceguard__open();
   if (!skel_) throw Error("cannot open the embedded BPF object: " + errno_text(errno));
-  configure(skel_, cfg_, pin_path_);
+  configure(skel_, cfg_, tunnel_epoch_, pin_path_);
   prepare_xdp();
 }
 
@@ -215,7 +247,7 @@ void BpfObject::pin_maps() const {
   if (!scratch) throw Error("cannot open the embedded BPF object: " + errno_text(errno));
   int err = 0;
   try {
-    configure(scratch, cfg_, pin_path_);
+    configure(scratch, cfg_, tunnel_epoch_, pin_path_);
     bpf_program* prog;
     bpf_object__for_each_program(prog, scratch->obj) bpf_program__set_autoload(prog, false);
     err = bpf_object__load(scratch->obj);
@@ -258,6 +290,8 @@ int BpfObject::xdp_prog_fd() const { return bpf_program__fd(skel_->progs.rg_xdp_
 int BpfObject::tc_prog_fd() const { return bpf_program__fd(skel_->progs.rg_tc_egress); }
 
 int BpfObject::tc_ingress_prog_fd() const { return bpf_program__fd(skel_->progs.rg_tc_ingress); }
+
+const rg_config& BpfObject::rodata() const { return skel_->rodata->rg_cfg; }
 
 int BpfObject::map_fd(const char* name) const {
   bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);

@@ -5,6 +5,7 @@
 // XDP program can become an extension of its dispatcher.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ std::vector<MapMismatch> check_pinned_maps(struct roceguard* skel, const std::st
 
 // Is any of roceguard's maps pinned under pin_path?
 bool any_map_pinned(const std::string& pin_path);
+
+// A random sequence epoch for one load (rg_config.tunnel_epoch), never 0:
+// the sending gateway's streams restart from 0 whenever rg_peer_stats is
+// created anew, and a fresh epoch is how the far gateway tells that restart
+// from a late packet, however close the new numbers are to the old ones.
+uint16_t new_tunnel_epoch();
 
 class BpfObject {
  public:
@@ -77,12 +84,17 @@ class BpfObject {
   int tc_prog_fd() const;
   int tc_ingress_prog_fd() const;
   int map_fd(const char* name) const;
+  // The read-only configuration the programs run with: cfg.rodata() and
+  // this load's tunnel_epoch.
+  const rg_config& rodata() const;
 
  private:
   void prepare_xdp();
 
   Config cfg_;
   std::string pin_path_;
+  // One epoch for the object's life: a reopen() is the same load retried.
+  uint16_t tunnel_epoch_ = 0;
   struct roceguard* skel_ = nullptr;
   struct xdp_program* xdp_ = nullptr;
 };

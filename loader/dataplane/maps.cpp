@@ -1,6 +1,7 @@
 #include "dataplane/maps.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <net/if.h>
 #include <sys/socket.h>
@@ -11,6 +12,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <map>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -589,6 +592,205 @@ rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {
 }
 
 }  // namespace
+
+namespace {
+
+// The BTF of a map the loader creates itself (a migrated one), written out
+// as libbpf writes the BPF object's, so `bpftool map dump` shows its fields
+// as it shows the others'; for rg_tunnel_streams it is also how the kernel
+// finds the value's bpf_spin_lock, which the programs take and BPF_F_LOCK
+// reads need. Offsets come from roceguard.h (offsetof), so a field stays
+// where the header puts it.
+class MapBtf {
+ public:
+  struct Field {
+    const char* name;
+    int type;
+    size_t offset;
+  };
+
+  explicit MapBtf(const char* map) : map_(map), types_(btf__new_empty()) {
+    if (!types_) throw Error(std::string("cannot build the BTF of ") + map_ + ": " + errno_text(errno));
+    u16 = check(btf__add_int(types_, "__u16", 2, 0));
+    u32 = check(btf__add_int(types_, "__u32", 4, 0));
+    u64 = check(btf__add_int(types_, "__u64", 8, 0));
+  }
+  ~MapBtf() { btf__free(types_); }
+  MapBtf(const MapBtf&) = delete;
+  MapBtf& operator=(const MapBtf&) = delete;
+
+  int array(int elem, uint32_t n) { return check(btf__add_array(types_, u32, elem, n)); }
+  int add_struct(const char* name, size_t size, std::initializer_list<Field> fields) {
+    const int id = check(btf__add_struct(types_, name, static_cast<uint32_t>(size)));
+    for (const Field& f : fields)
+      check(btf__add_field(types_, f.name, f.type, static_cast<uint32_t>(f.offset * 8), 0));
+    return id;
+  }
+  // Loaded into the kernel; the fd lives as long as this object.
+  int fd() {
+    if (int err = btf__load_into_kernel(types_))
+      throw Error(std::string("cannot load the BTF of ") + map_ + " into the kernel: " + errno_text(-err));
+    return btf__fd(types_);
+  }
+
+  int u16 = 0, u32 = 0, u64 = 0;
+
+ private:
+  int check(int id) {
+    if (id < 0) throw Error(std::string("cannot build the BTF of ") + map_ + ": " + errno_text(-id));
+    return id;
+  }
+
+  const char* map_;
+  btf* types_;
+};
+
+int create_with_btf(MapBtf& b, bpf_map_type type, const char* name, uint32_t key_size, uint32_t value_size,
+                    int key, int value, uint32_t max_entries, uint32_t map_flags) {
+  LIBBPF_OPTS(bpf_map_create_opts, opts, .btf_fd = static_cast<__u32>(b.fd()),
+              .btf_key_type_id = static_cast<__u32>(key), .btf_value_type_id = static_cast<__u32>(value),
+              .map_flags = map_flags);
+  const int fd = bpf_map_create(type, name, key_size, value_size, max_entries, &opts);
+  if (fd < 0) throw Error(std::string("cannot create ") + name + ": " + errno_text(errno));
+  return fd;
+}
+
+int create_peer_stats_map(uint32_t max_entries, uint32_t map_flags) {
+  MapBtf b(kMapPeerStats);
+  const int counter = b.add_struct("rg_counter", sizeof(rg_counter),
+                                   {{"packets", b.u64, offsetof(rg_counter, packets)},
+                                    {"bytes", b.u64, offsetof(rg_counter, bytes)}});
+  const int events = b.array(counter, RG_PEER_EV_MAX);
+  const int lanes = b.array(b.u32, RG_TUNNEL_LANES);
+  const int value = b.add_struct("rg_peer_stats", sizeof(rg_peer_stats),
+                                 {{"epoch", b.u16, offsetof(rg_peer_stats, epoch)},
+                                  {"reserved0", b.u16, offsetof(rg_peer_stats, reserved0)},
+                                  {"reserved1", b.u32, offsetof(rg_peer_stats, reserved1)},
+                                  {"ev", events, offsetof(rg_peer_stats, ev)},
+                                  {"tx_seq", lanes, offsetof(rg_peer_stats, tx_seq)}});
+  return create_with_btf(b, BPF_MAP_TYPE_PERCPU_ARRAY, kMapPeerStats, sizeof(uint32_t), sizeof(rg_peer_stats), b.u32,
+                         value, max_entries, map_flags);
+}
+
+void add_stream(rg_tunnel_stream& into, const LegacyTunnelStream& old) {
+  into.max_seq = old.max_seq;
+  into.last_ns = std::max<uint64_t>(into.last_ns, old.last_ns);
+  into.received += old.received;
+  into.lost += old.lost;
+  into.reordered += old.reordered;
+  into.duplicated += old.duplicated;
+  into.resyncs += old.resyncs;
+  into.delay_sum_ns += old.delay_sum_ns;
+  for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) into.delay[k] += old.delay[k];
+}
+
+}  // namespace
+
+int create_tunnel_streams_map(uint32_t max_entries, uint32_t map_flags) {
+  MapBtf b(kMapTunnelStreams);
+  const int lock = b.add_struct("bpf_spin_lock", sizeof(bpf_spin_lock), {{"val", b.u32, 0}});
+  const int window = b.array(b.u64, RG_TUNNEL_WINDOW_WORDS);
+  const int delay = b.array(b.u64, RG_TUNNEL_DELAY_BUCKETS);
+  const int runs = b.array(b.u64, RG_TUNNEL_RUN_BUCKETS);
+  const int key = b.add_struct("rg_tunnel_stream_key", sizeof(rg_tunnel_stream_key),
+                               {{"peer", b.u32, offsetof(rg_tunnel_stream_key, peer)},
+                                {"stream", b.u32, offsetof(rg_tunnel_stream_key, stream)}});
+  const int value = b.add_struct("rg_tunnel_stream", sizeof(rg_tunnel_stream),
+                                 {{"lock", lock, offsetof(rg_tunnel_stream, lock)},
+                                  {"max_seq", b.u32, offsetof(rg_tunnel_stream, max_seq)},
+                                  {"epoch", b.u16, offsetof(rg_tunnel_stream, epoch)},
+                                  {"reserved0", b.u16, offsetof(rg_tunnel_stream, reserved0)},
+                                  {"reserved1", b.u32, offsetof(rg_tunnel_stream, reserved1)},
+                                  {"window", window, offsetof(rg_tunnel_stream, window)},
+                                  {"last_ns", b.u64, offsetof(rg_tunnel_stream, last_ns)},
+                                  {"received", b.u64, offsetof(rg_tunnel_stream, received)},
+                                  {"lost", b.u64, offsetof(rg_tunnel_stream, lost)},
+                                  {"reordered", b.u64, offsetof(rg_tunnel_stream, reordered)},
+                                  {"duplicated", b.u64, offsetof(rg_tunnel_stream, duplicated)},
+                                  {"resyncs", b.u64, offsetof(rg_tunnel_stream, resyncs)},
+                                  {"delay_sum_ns", b.u64, offsetof(rg_tunnel_stream, delay_sum_ns)},
+                                  {"delay", delay, offsetof(rg_tunnel_stream, delay)},
+                                  {"loss_runs", runs, offsetof(rg_tunnel_stream, loss_runs)}});
+  return create_with_btf(b, BPF_MAP_TYPE_HASH, kMapTunnelStreams, sizeof(rg_tunnel_stream_key),
+                         sizeof(rg_tunnel_stream), key, value, max_entries, map_flags);
+}
+
+bool migrate_peer_stats(const std::string& pin_path) {
+  const std::string path = pin_path + "/" + kMapPeerStats;
+  Owned old{bpf_obj_get(path.c_str())};
+  if (old.fd < 0) return false;
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return false;
+  if (info.type != BPF_MAP_TYPE_PERCPU_ARRAY || info.key_size != sizeof(uint32_t) ||
+      info.value_size != sizeof(LegacyPeerStats))
+    return false;
+
+  const int ncpu = possible_cpus();
+  const uint32_t old_stride = round8(sizeof(LegacyPeerStats)), new_stride = round8(sizeof(rg_peer_stats));
+  Owned fresh{create_peer_stats_map(info.max_entries, info.map_flags)};
+  std::vector<uint8_t> value(static_cast<size_t>(new_stride) * ncpu);
+  walk_map(old.fd, sizeof(uint32_t), old_stride * static_cast<uint32_t>(ncpu), info.max_entries,
+           [&](const uint8_t* k, const uint8_t* v) {
+             std::fill(value.begin(), value.end(), 0);
+             bool any = false;
+             for (int cpu = 0; cpu < ncpu; ++cpu) {
+               LegacyPeerStats o;
+               std::memcpy(&o, v + static_cast<size_t>(cpu) * old_stride, sizeof(o));
+               rg_peer_stats n{};  // epoch and tx_seq 0: a new numbering
+               for (uint32_t e = 0; e < kLegacyPeerEvents; ++e) {
+                 n.ev[e] = o.ev[e];
+                 any |= o.ev[e].packets || o.ev[e].bytes;
+               }
+               std::memcpy(value.data() + static_cast<size_t>(cpu) * new_stride, &n, sizeof(n));
+             }
+             if (any && bpf_map_update_elem(fresh.fd, k, value.data(), BPF_ANY) != 0)
+               throw Error("cannot copy a peer's counters into the migrated " + path + ": " + errno_text(errno));
+           });
+  pin_replacing(fresh.fd, path);
+  return true;
+}
+
+std::optional<size_t> migrate_tunnel_streams(const std::string& pin_path, uint32_t max_entries,
+                                             uint32_t map_flags) {
+  const std::string path = pin_path + "/" + kMapTunnelStreams;
+  Owned old{bpf_obj_get(path.c_str())};
+  if (old.fd < 0) return std::nullopt;
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return std::nullopt;
+  if (info.type != BPF_MAP_TYPE_HASH || info.key_size != sizeof(rg_tunnel_stream_key) ||
+      info.value_size != sizeof(LegacyTunnelStream))
+    return std::nullopt;
+
+  // The CPU goes where this build's stream field has it (12 bits): a CPU
+  // beyond them shares the stream of the CPU it wraps to, so its counts
+  // are added to that one's rather than lost. The old window is dropped
+  // (a new epoch restarts the tracking), so values are read without the
+  // lock: a count the old programs add meanwhile is all a torn read costs.
+  std::map<std::pair<uint32_t, uint32_t>, rg_tunnel_stream> streams;
+  walk_map(old.fd, sizeof(rg_tunnel_stream_key), sizeof(LegacyTunnelStream), info.max_entries,
+           [&](const uint8_t* k, const uint8_t* v) {
+             rg_tunnel_stream_key key;
+             LegacyTunnelStream o;
+             std::memcpy(&key, k, sizeof(key));
+             std::memcpy(&o, v, sizeof(o));
+             const uint32_t stream = (key.stream & RG_TUNNEL_CPU_MASK) << RG_TUNNEL_LANE_BITS;
+             auto [it, added] = streams.try_emplace({key.peer, stream});
+             if (added) std::fill(std::begin(it->second.window), std::end(it->second.window), ~0ull);
+             add_stream(it->second, o);
+           });
+
+  Owned fresh{create_tunnel_streams_map(max_entries, map_flags)};
+  for (const auto& [k, value] : streams) {
+    const rg_tunnel_stream_key key{k.first, k.second};
+    if (bpf_map_update_elem(fresh.fd, &key, &value, BPF_NOEXIST) != 0)
+      throw Error("cannot copy a stream into the migrated " + path + " (" + std::to_string(streams.size()) +
+                  " streams, " + std::to_string(max_entries) + " at most): " + errno_text(errno));
+  }
+  pin_replacing(fresh.fd, path);
+  return streams.size();
+}
 
 void set_qp_entries(struct bpf_object* obj, uint32_t entries) {
   for (const char* name : {kMapQp4, kMapQp6}) {

@@ -220,6 +220,46 @@ struct LegacyQpState {
 };
 static_assert(sizeof(LegacyQpState) == 184, "the legacy rg_qp value");
 
+// The values of rg_peer_stats and rg_tunnel_streams of builds before the
+// loss shield: one sequence stream per sending CPU and a 64-number window.
+inline constexpr uint32_t kLegacyPeerEvents = 8;
+struct LegacyPeerStats {
+  uint32_t tx_seq;
+  uint32_t reserved;
+  rg_counter ev[kLegacyPeerEvents];
+};
+static_assert(sizeof(LegacyPeerStats) == 136, "the legacy rg_peer_stats value");
+struct LegacyTunnelStream {
+  bpf_spin_lock lock;
+  uint32_t max_seq;
+  uint64_t window;
+  uint64_t last_ns;
+  uint64_t received, lost, reordered, duplicated, resyncs, delay_sum_ns;
+  uint64_t delay[RG_TUNNEL_DELAY_BUCKETS];
+};
+static_assert(sizeof(LegacyTunnelStream) == 264, "the legacy rg_tunnel_streams value");
+
+// Brings a pinned rg_peer_stats of the layout before the loss shield to
+// this build's: every peer event is carried over; the sequence numbers and
+// the epoch start at 0, so the far gateway sees the numbering restart under
+// the load's new epoch. Returns true when it migrated; any other layout is
+// left for the compatibility check to name.
+bool migrate_peer_stats(const std::string& pin_path);
+
+// The same for rg_tunnel_streams, into a new map of max_entries and
+// map_flags: the stream of sending CPU c of a peer becomes lane 0 of that
+// CPU ({peer, c << RG_TUNNEL_LANE_BITS}) with its counters, epoch 0 (which
+// no sender uses, so the next packet restarts its tracking) and a window
+// of nothing missing. Returns the streams carried over, or nullopt when no
+// map of that layout is pinned.
+std::optional<size_t> migrate_tunnel_streams(const std::string& pin_path, uint32_t max_entries,
+                                             uint32_t map_flags);
+
+// Creates an rg_tunnel_streams map of this build's layout, with the BTF the
+// kernel needs to find its values' bpf_spin_lock; returns its fd (owned by
+// the caller) or throws rg::Error.
+int create_tunnel_streams_map(uint32_t max_entries, uint32_t map_flags);
+
 // Sizes both per-QP tables (rg_qp4, rg_qp6) of an opened, not yet loaded
 // object; throws rg::Error naming the table it could not size.
 void set_qp_entries(struct bpf_object* obj, uint32_t entries);

@@ -62,6 +62,16 @@ constexpr std::array<PeerEventName, RG_PEER_EV_MAX> kPeerEvents{{
      "Packets sent into the tunnel to the peer with the sequence option (sending gateway)"},
     {RG_PEER_EV_SEQ_UNTRACKED, "untracked", "roceguard_tunnel_untracked_packets_total",
      "Packets from the peer with the sequence option whose stream found the stream table full"},
+    {RG_PEER_EV_SHIELD_COPIES, "shield_copies", "roceguard_tunnel_shield_copies_total",
+     "Second copies the loss shield sent to the peer (sending gateway)", {}, {},
+     "roceguard_tunnel_shield_copy_bytes_total",
+     "Bytes of the loss shield's second copies to the peer: what the shield adds to the WAN (sending gateway)"},
+    {RG_PEER_EV_SHIELD_ELIMINATED, "shield_eliminated", "roceguard_tunnel_shield_eliminated_packets_total",
+     "Packets from the peer dropped as the second copy of one that arrived already (receiving gateway)"},
+    {RG_PEER_EV_SHIELD_COPY_ERROR, "shield_copy_errors", "roceguard_tunnel_shield_copy_errors_total",
+     "Loss shield copies to the peer the kernel refused to send; the packet went once"},
+    {RG_PEER_EV_SHIELD_UNCOPIED, "shield_uncopied", "roceguard_tunnel_shield_uncopied_packets_total",
+     "Packets to the peer the loss shield covers but sent once: unnumbered (a GSO packet), or with the next hop unresolved"},
 }};
 
 }  // namespace

@@ -31,6 +31,10 @@ struct PeerEventName {
   std::string_view help;
   std::string_view label = {};
   std::string_view label_value = {};
+  // Byte-count family (full name) and its help; empty where the event's
+  // byte count says nothing.
+  std::string_view bytes_metric = {};
+  std::string_view bytes_help = {};
 };
 
 // Indexed by rg_peer_event; size RG_PEER_EV_MAX.

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -179,6 +180,7 @@ class Doctor {
     check_rdma();
     check_scrape();
     check_ack_timeout();
+    check_shield_peers();
     return std::move(out_);
   }
 
@@ -447,6 +449,47 @@ class Doctor {
       add(check, "", Verdict::kInfo,
           "skipped: no tunnel has delay samples (no pinned maps, tunnel.sequence off, or nothing arrived from a "
           "peer), so no round trip to hold the ACK timeout against");
+  }
+
+  // A shielded peer must eliminate the second copies, or its host gets
+  // both: a peer that numbers its own tunnel in an epoch does (a roceguard
+  // that knows the shield); one whose numbers carry none does not (an
+  // older roceguard); one that sent nothing numbered cannot be told.
+  void check_shield_peers() {
+    const char* check = "tunnel.shield";
+    std::vector<std::string> shielded;
+    if (in_.config_given) {
+      for (const auto& p : in_.config.peers)
+        if (p.shield != Shield::kOff) shielded.push_back(p.name);
+    } else {
+      shielded = recorded_shielded_peers(in_.pin_path);
+    }
+    if (shielded.empty()) return;
+    std::vector<TunnelPeer> tunnels;
+    if (any_map_pinned(in_.pin_path)) {
+      try {
+        MapReader reader(in_.pin_path);
+        tunnels = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(in_.pin_path),
+                               monotonic_now_ns());
+      } catch (const std::exception&) {
+        add(check, "", Verdict::kInfo, "skipped: the pinned maps cannot be read (see scrape)");
+        return;
+      }
+    }
+    for (const auto& name : shielded) {
+      const auto t = std::find_if(tunnels.begin(), tunnels.end(), [&](const TunnelPeer& p) { return p.name == name; });
+      if (t == tunnels.end() || !t->streams)
+        add(check, name, Verdict::kInfo,
+            "the loss shield is on towards this peer, and nothing numbered came from it yet: whether it drops the "
+            "second copies cannot be told (it does if it runs roceguard with the shield and tunnel.sequence on)");
+      else if (t->epoch_streams)
+        add(check, name, Verdict::kOk, "the peer numbers its tunnel in an epoch: it drops the second copies");
+      else
+        add(check, name, Verdict::kWarn,
+            "the loss shield is on towards this peer, but its own numbers carry no epoch: a roceguard before the "
+            "shield, which hands both copies of every shielded packet to its host",
+            "upgrade roceguard on the peer, or set shield = \"off\" for it");
+    }
   }
 
   const DoctorInput& in_;

@@ -206,6 +206,9 @@ class MetricsCollector : public prometheus::Collectable {
         if (!n.label.empty()) labels.emplace_back(n.label, n.label_value);
         out.add(std::string(n.metric), std::string(n.help), MetricType::Counter, labels,
                 static_cast<double>(t.ev[e].packets));
+        if (!n.bytes_metric.empty())
+          out.add(std::string(n.bytes_metric), std::string(n.bytes_help), MetricType::Counter, labels,
+                  static_cast<double>(t.ev[e].bytes));
       }
       if (!t.streams) continue;
       const Labels peer{{"peer", t.name}};
@@ -213,14 +216,32 @@ class MetricsCollector : public prometheus::Collectable {
       out.add("roceguard_tunnel_received_packets_total", std::string("Packets that arrived") + from,
               MetricType::Counter, peer, static_cast<double>(t.received));
       out.add("roceguard_tunnel_lost_packets_total",
-              std::string("Sequence numbers that never arrived: a hole counts once 64 newer packets came, or once "
-                          "its stream was silent for a second") + from,
+              "Sequence numbers that never arrived (with the loss shield on: neither copy did): a hole counts "
+              "once " + std::to_string(RG_TUNNEL_WINDOW) + " newer packets came, or once its stream was silent "
+              "for a second" + from,
               MetricType::Counter, peer, static_cast<double>(t.lost));
       out.add("roceguard_tunnel_reordered_packets_total",
               std::string("Packets that arrived behind a newer one (a hole they fill)") + from,
               MetricType::Counter, peer, static_cast<double>(t.reordered));
       out.add("roceguard_tunnel_duplicated_packets_total", std::string("Sequence numbers that arrived twice") + from,
               MetricType::Counter, peer, static_cast<double>(t.duplicated));
+      out.add("roceguard_tunnel_duplicates_delivered_packets_total",
+              std::string("Duplicates handed to the host: from streams without an epoch (a sender that does not "
+                          "know the loss shield), which are never eliminated") + from,
+              MetricType::Counter, peer, static_cast<double>(t.duplicates_delivered));
+      out.add("roceguard_tunnel_peer_eliminates",
+              "1 when the peer numbers its streams in an epoch: a roceguard that eliminates the loss shield's "
+              "second copies, so this gateway may shield the tunnel towards it; 0 when it does not (an older "
+              "roceguard would hand both copies to its host)",
+              MetricType::Gauge, peer, t.epoch_streams ? 1.0 : 0.0);
+      for (size_t k = 0; k < RG_TUNNEL_RUN_BUCKETS; ++k) {
+        Labels run{{"peer", t.name}, {"length", tunnel_loss_run_label(k)}};
+        out.add("roceguard_tunnel_loss_runs_total",
+                std::string("Gaps of this many consecutive sequence numbers as they opened: the WAN's loss runs "
+                            "(runs of 2 or more are correlated loss, which the loss shield's back-to-back copies "
+                            "do not survive)") + from,
+                MetricType::Counter, run, static_cast<double>(t.loss_runs[k]));
+      }
       std::vector<std::pair<double, uint64_t>> buckets;
       uint64_t cumulative = 0;
       for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) {

@@ -103,6 +103,17 @@ uint64_t tunnel_stream_lost(const rg_tunnel_stream& s, uint64_t now_ns) {
   return s.lost + (settled ? tunnel_window_holes(s) : 0);
 }
 
+TunnelShield tunnel_shield(const TunnelPeer& t) {
+  TunnelShield s;
+  s.copies = t.ev[RG_PEER_EV_SHIELD_COPIES].packets;
+  s.extra_wan_bytes = t.ev[RG_PEER_EV_SHIELD_COPIES].bytes;
+  s.eliminated = t.ev[RG_PEER_EV_SHIELD_ELIMINATED].packets;
+  s.copy_errors = t.ev[RG_PEER_EV_SHIELD_COPY_ERROR].packets;
+  s.uncopied = t.ev[RG_PEER_EV_SHIELD_UNCOPIED].packets;
+  s.residual_lost = t.lost;
+  return s;
+}
+
 double tunnel_delay_bucket_le(size_t k) { return static_cast<double>(uint64_t{1} << k) * 1e-6; }
 
 uint64_t monotonic_now_ns() {
@@ -140,6 +151,25 @@ std::vector<std::string> peer_names(const std::string& pin_path) {
     names.push_back(p.is_object() && name != p.end() && name->is_string() ? name->get<std::string>() : "");
   }
   return names;
+}
+
+std::vector<std::string> recorded_shielded_peers(const std::string& pin_path) {
+  std::vector<std::string> out;
+  const nlohmann::json config = recorded_config(pin_path);
+  if (!config.is_object() || !config.contains("tunnel") || !config["tunnel"].is_object()) return out;
+  const nlohmann::json& tunnel = config["tunnel"];
+  const std::string fallback = tunnel.value("shield", nlohmann::json("off")).is_string()
+                                   ? tunnel.value("shield", std::string("off"))
+                                   : "off";
+  const auto peers = tunnel.find("peer");
+  if (peers == tunnel.end() || !peers->is_array()) return out;
+  for (const auto& p : *peers) {
+    if (!p.is_object()) continue;
+    const auto own = p.find("shield");
+    const std::string shield = own != p.end() && own->is_string() ? own->get<std::string>() : fallback;
+    if (shield != "off") out.push_back(p.value("name", std::string()));
+  }
+  return out;
 }
 
 std::optional<nic::Profile> recorded_nic_profile(const std::string& pin_path) {
@@ -193,10 +223,21 @@ std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
     t.resyncs += s.resyncs;
     for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) t.delay[k] += s.delay[k];
     t.delay_sum_ns += s.delay_sum_ns;
+    for (size_t k = 0; k < RG_TUNNEL_RUN_BUCKETS; ++k) t.loss_runs[k] += s.loss_runs[k];
+    if (s.epoch)
+      ++t.epoch_streams;
+    else
+      t.duplicates_delivered += s.duplicated;
   }
   std::vector<TunnelPeer> out;
   for (auto& [slot, t] : by_slot) out.push_back(std::move(t));
   return out;
+}
+
+std::string tunnel_loss_run_label(size_t k) {
+  const uint64_t lo = uint64_t{1} << k;
+  if (k + 1 >= RG_TUNNEL_RUN_BUCKETS) return std::to_string(lo) + "+";
+  return k == 0 ? "1" : std::to_string(lo) + "-" + std::to_string((lo << 1) - 1);
 }
 
 uint64_t tunnel_delay_count(const TunnelPeer& t) {
@@ -251,9 +292,19 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
     if (const auto a = nic::ack_timeout_for_rtt(*r))
       fit = {{"exponent", a->exponent}, {"seconds", a->effective_us * 1e-6}};
   }
+  nlohmann::json runs = nlohmann::json::array();
+  for (size_t k = 0; k < RG_TUNNEL_RUN_BUCKETS; ++k)
+    runs.push_back({{"length", tunnel_loss_run_label(k)}, {"count", t.loss_runs[k]}});
+  const TunnelShield shield = tunnel_shield(t);
   return {{"peer", t.name},
           {"slot", t.slot},
           {"events", events},
+          {"shield", {{"copies", shield.copies},
+                      {"extra_wan_bytes", shield.extra_wan_bytes},
+                      {"eliminated", shield.eliminated},
+                      {"copy_errors", shield.copy_errors},
+                      {"uncopied", shield.uncopied},
+                      {"residual_lost", shield.residual_lost}}},
           {"streams", t.streams},
           {"received", t.received},
           {"lost", t.lost},
@@ -261,6 +312,9 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
           {"reordered", t.reordered},
           {"duplicated", t.duplicated},
           {"resyncs", t.resyncs},
+          {"loss_runs", runs},
+          {"peer_eliminates", t.epoch_streams > 0},
+          {"duplicates_delivered", t.duplicates_delivered},
           {"delay", {{"count", cumulative}, {"sum_seconds", static_cast<double>(t.delay_sum_ns) * 1e-9},
                      {"buckets", buckets}, {"p99_seconds", p99}}},
           {"rtt_estimate_seconds", rtt},

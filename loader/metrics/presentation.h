@@ -76,7 +76,34 @@ struct TunnelPeer {
   uint64_t resyncs = 0;
   std::array<uint64_t, RG_TUNNEL_DELAY_BUCKETS> delay{};  // per bucket, not cumulative
   uint64_t delay_sum_ns = 0;
+  std::array<uint64_t, RG_TUNNEL_RUN_BUCKETS> loss_runs{};  // gaps by length as they opened
+  // Streams the peer numbers in an epoch: a roceguard that knows the loss
+  // shield, and so drops the second copy of what this gateway sends it.
+  uint64_t epoch_streams = 0;
+  // Duplicates of streams without an epoch: not eliminated, they reached
+  // the host behind this gateway.
+  uint64_t duplicates_delivered = 0;
 };
+
+// The lengths bucket k of TunnelPeer::loss_runs counts: "1", "2-3", ..., "128+".
+std::string tunnel_loss_run_label(size_t k);
+
+// What the loss shield did on one peer's tunnel, as stats and the exporter
+// show it. The sending gateway counts the copies, the receiving one the
+// copies it dropped; what still went missing there is the residual loss:
+// the sequence numbers of which both copies were lost (the streams' lost).
+struct TunnelShield {
+  uint64_t copies = 0;
+  uint64_t extra_wan_bytes = 0;
+  uint64_t eliminated = 0;
+  uint64_t copy_errors = 0;
+  uint64_t uncopied = 0;
+  uint64_t residual_lost = 0;
+  // Any shield counter moved: this gateway shields towards the peer, or
+  // the peer shields towards it.
+  bool active() const { return copies || eliminated || copy_errors || uncopied; }
+};
+TunnelShield tunnel_shield(const TunnelPeer& t);
 
 // Holes in a stream's window (RG_TUNNEL_WINDOW numbers behind its newest).
 uint64_t tunnel_window_holes(const rg_tunnel_stream& s);
@@ -118,6 +145,9 @@ uint64_t monotonic_now_ns();
 // pin_path: the defaults with the record's nic keys on top. nullopt when
 // there is no record or it has no [nic] keys.
 std::optional<nic::Profile> recorded_nic_profile(const std::string& pin_path);
+// The running configuration's peers (the attach record) whose loss shield
+// is on, by name.
+std::vector<std::string> recorded_shielded_peers(const std::string& pin_path);
 
 nlohmann::json tunnel_peer_json(const TunnelPeer& t);
 

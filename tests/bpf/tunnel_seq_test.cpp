@@ -363,6 +363,21 @@ TEST(TunnelSeqStreams, DelayLandsInItsBucket) {
   EXPECT_DOUBLE_EQ(tunnel_delay_bucket_le(22), 4.194304);
 }
 
+// Each gap is counted by its length as it opens: the WAN's loss runs.
+TEST(TunnelSeqStreams, GapsCountAsLossRunsByLength) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  const Bytes inner = towards_peer(false).build();
+  const uint64_t sent = tai_now_ns();
+  // Gaps of 1, 2, 4, 89 and 999 numbers; then one filled late, still counted.
+  for (uint32_t s : {0u, 2u, 5u, 10u, 100u, 1100u, 1101u, 1103u, 1102u})
+    ASSERT_EQ(dp.xdp(geneve_with(seq_option(stream_of(9, 0, 0), s, sent), inner)).ret, kXdpPass);
+  const auto rows = read_tunnel_streams(bpf_map__fd(dp.skel()->maps.rg_tunnel_streams));
+  ASSERT_EQ(rows.size(), 1u);
+  const std::vector<uint64_t> runs(std::begin(rows[0].state.loss_runs), std::end(rows[0].state.loss_runs));
+  EXPECT_EQ(runs, (std::vector<uint64_t>{2, 1, 1, 0, 0, 0, 1, 1})) << "1 and 1, 2, 4, 89, and 999 in the last";
+}
+
 // What the readers add once a stream has been silent: its open holes are
 // lost, as the data path would count them on the next arrival.
 TEST(TunnelSeqStreams, SilentStreamSettlesItsHoles) {

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -1001,6 +1002,9 @@ TEST_F(LoaderNetns, TunnelMapsMatchTheConfiguration) {
   must("ip -n " + ns_a_ + " addr add 2001:db8::1/64 dev veth0 nodad");
   std::string two = write_file("two.toml", R"(
 interfaces = ["veth0"]
+[tunnel]
+sequence = true
+shield = "control"
 [[tunnel.peer]]
 name = "west"
 local = "198.51.100.1"
@@ -1013,7 +1017,18 @@ local = "2001:db8::1"
 remote = "2001:db8::2"
 vni = 7
 routes = ["2001:db8:2::/48"]
+shield = "all"
 )");
+  // Each used slot's shield flags, by VNI, from the pinned rg_peers.
+  auto shield_flags = [&] {
+    std::map<uint32_t, uint32_t> by_vni;
+    Result dump = sh("bpftool -j map dump pinned " + pin_ + "/rg_peers");
+    for (const auto& e : json::parse(dump.out)) {
+      const json& v = e["formatted"]["value"];  // bpftool's view through the map's BTF
+      if (v["family"] != 0) by_vni[v["vni"].get<uint32_t>()] = v["flags"].get<uint32_t>();
+    }
+    return by_vni;
+  };
   Result check = sh(in_a(std::string(RG_BIN) + " config check " + two));
   EXPECT_EQ(check.rc, 0) << check.out;
   ASSERT_EQ(rg("attach --config " + two).rc, 0);
@@ -1022,6 +1037,9 @@ routes = ["2001:db8:2::/48"]
   EXPECT_EQ(map_entries("rg_decap"), 2u);
   Result peers = sh("bpftool -j map dump pinned " + pin_ + "/rg_peers");
   EXPECT_NE(peers.out.find("\"vni\":4791"), std::string::npos) << peers.out.substr(0, 400);
+  // The loss shield: tunnel.shield for west, v6's own for it.
+  EXPECT_EQ(shield_flags(), (std::map<uint32_t, uint32_t>{{4791, RG_PEER_F_SHIELD_CONTROL}, {7, RG_PEER_F_SHIELD_ALL}}));
+  EXPECT_EQ(status()["config"]["tunnel"]["peer"][1]["shield"], "all");
 
   std::string one = write_file("one.toml", R"(
 interfaces = ["veth0"]
@@ -1039,6 +1057,7 @@ routes = ["203.0.113.0/24"]
   peers = sh("bpftool -j map dump pinned " + pin_ + "/rg_peers");
   EXPECT_EQ(peers.out.find("\"vni\":4791"), std::string::npos) << "stale peer slot is cleared";
   EXPECT_NE(peers.out.find("\"vni\":4792"), std::string::npos);
+  EXPECT_EQ(shield_flags(), (std::map<uint32_t, uint32_t>{{4792, 0}})) << "the shield is off again";
   json st = status();
   EXPECT_EQ(st["config"]["tunnel"]["peer"][0]["vni"], 4792);
 }

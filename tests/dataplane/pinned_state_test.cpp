@@ -7,6 +7,7 @@
 // packet is sent.
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
 #include <net/if.h>
@@ -14,11 +15,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -28,8 +31,12 @@
 #include "cli/config_check.h"
 #include "common/error.h"
 #include "config/config.h"
+#include "dataplane/bpf_object.h"
+#include "dataplane/map_writer.h"
 #include "dataplane/maps.h"
 #include "dataplane/state.h"
+#include "metrics/presentation.h"
+#include "roceguard.skel.h"
 
 namespace {
 
@@ -402,6 +409,293 @@ TEST_F(PinnedState, LegacyQpTableOfAnotherLayoutIsRefusedByName) {
   EXPECT_NE(msg.find("--reset-state"), std::string::npos) << msg;
   struct stat st {};
   EXPECT_NE(stat((pin_ + "/" + rg::kMapQp4).c_str(), &st), 0);
+}
+
+// --- Tunnel state across the upgrade to the loss shield --------------------
+
+using rg::LegacyPeerStats;
+using rg::LegacyTunnelStream;
+
+// Per-CPU values of one key, from an open map.
+template <typename T>
+std::vector<T> per_cpu(int fd, uint32_t key) {
+  const int ncpu = libbpf_num_possible_cpus();
+  const size_t stride = (sizeof(T) + 7) & ~size_t{7};
+  std::vector<uint8_t> raw(stride * static_cast<size_t>(ncpu));
+  std::vector<T> out;
+  if (bpf_map_lookup_elem(fd, &key, raw.data()) != 0) return out;
+  for (int c = 0; c < ncpu; ++c) {
+    T v;
+    std::memcpy(&v, raw.data() + stride * static_cast<size_t>(c), sizeof(v));
+    out.push_back(v);
+  }
+  return out;
+}
+
+class ShieldUpgrade : public PinnedState {
+ protected:
+  // rg_peer_stats and rg_tunnel_streams as the build before the shield
+  // pinned them, filled: peer slots 1 and 3 counted every event on every
+  // CPU (event e on CPU c of slot s: 1000*s + 10*e + c packets, 64*e
+  // bytes) and numbered packets; peer 1 sent from CPUs 0 and 2, peer 2
+  // from CPU 5. The old streams' lock needs no BTF here: the migration
+  // reads the values as bytes.
+  void pin_old_tunnel_state() {
+    ncpu_ = libbpf_num_possible_cpus();
+    ASSERT_GT(ncpu_, 0);
+    int stats = pin(rg::kMapPeerStats, BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(uint32_t), sizeof(LegacyPeerStats),
+                    RG_MAX_PEERS);
+    const size_t stride = (sizeof(LegacyPeerStats) + 7) & ~size_t{7};
+    for (uint32_t slot : {1u, 3u}) {
+      std::vector<uint8_t> value(stride * static_cast<size_t>(ncpu_), 0);
+      for (int c = 0; c < ncpu_; ++c) {
+        LegacyPeerStats v{};
+        v.tx_seq = 500 + c;
+        for (uint32_t e = 0; e < rg::kLegacyPeerEvents; ++e) v.ev[e] = {1000ull * slot + 10 * e + c, 64ull * e};
+        std::memcpy(value.data() + stride * static_cast<size_t>(c), &v, sizeof(v));
+      }
+      ASSERT_EQ(bpf_map_update_elem(stats, &slot, value.data(), BPF_ANY), 0) << strerror(errno);
+    }
+    int streams = pin(rg::kMapTunnelStreams, BPF_MAP_TYPE_HASH, sizeof(rg_tunnel_stream_key),
+                      sizeof(LegacyTunnelStream), 4096);
+    for (auto [peer, cpu] : {std::pair{1u, 0u}, std::pair{1u, 2u}, std::pair{2u, 5u}}) {
+      rg_tunnel_stream_key k{peer, cpu};
+      ASSERT_EQ(bpf_map_update_elem(streams, &k, &old_stream(peer, cpu), BPF_NOEXIST), 0) << strerror(errno);
+    }
+  }
+
+  static const LegacyTunnelStream& old_stream(uint32_t peer, uint32_t cpu) {
+    static std::map<std::pair<uint32_t, uint32_t>, LegacyTunnelStream> made;
+    auto [it, fresh] = made.try_emplace({peer, cpu});
+    if (fresh) {
+      LegacyTunnelStream& v = it->second;
+      v = {};
+      const uint64_t n = 100 * peer + cpu;
+      v.max_seq = static_cast<uint32_t>(1000 + n);
+      v.window = ~0ull & ~(1ull << 3);  // one hole still open
+      v.last_ns = 777 + n;
+      v.received = 1000 + n;
+      v.lost = 7 + n;
+      v.reordered = 3 + n;
+      v.duplicated = 2 + n;
+      v.resyncs = 1 + n;
+      v.delay_sum_ns = 5000 + n;
+      for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) v.delay[k] = k + n;
+    }
+    return it->second;
+  }
+
+  // The migrated state, through the one reader stats and the exporter use.
+  void expect_carried_over() {
+    int stats = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapPeerStats).c_str()));
+    ASSERT_GE(stats, 0);
+    rg::MapUsage u = rg::map_info(stats, rg::kMapPeerStats);
+    EXPECT_EQ(u.value_size, sizeof(rg_peer_stats));
+    EXPECT_EQ(u.max_entries, static_cast<uint32_t>(RG_MAX_PEERS));
+    const auto rows = rg::read_peer_stats(stats);
+    ASSERT_EQ(rows.size(), 2u);
+    const uint64_t cpu_sum = static_cast<uint64_t>(ncpu_) * (ncpu_ - 1) / 2;
+    for (const auto& row : rows) {
+      EXPECT_TRUE(row.slot == 1 || row.slot == 3) << row.slot;
+      for (uint32_t e = 0; e < rg::kLegacyPeerEvents; ++e) {
+        EXPECT_EQ(row.ev[e].packets, ncpu_ * (1000ull * row.slot + 10 * e) + cpu_sum) << row.slot << " " << e;
+        EXPECT_EQ(row.ev[e].bytes, ncpu_ * 64ull * e) << row.slot << " " << e;
+      }
+      for (uint32_t e = rg::kLegacyPeerEvents; e < RG_PEER_EV_MAX; ++e) EXPECT_EQ(row.ev[e].packets, 0u) << e;
+      // A new numbering: from 0, in no epoch yet (the programs take the load's).
+      for (const rg_peer_stats& v : per_cpu<rg_peer_stats>(stats, row.slot)) {
+        EXPECT_EQ(v.epoch, 0);
+        for (uint32_t lane = 0; lane < RG_TUNNEL_LANES; ++lane) EXPECT_EQ(v.tx_seq[lane], 0u);
+      }
+    }
+
+    int streams = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapTunnelStreams).c_str()));
+    ASSERT_GE(streams, 0);
+    u = rg::map_info(streams, rg::kMapTunnelStreams);
+    EXPECT_EQ(u.value_size, sizeof(rg_tunnel_stream));
+    EXPECT_EQ(u.max_entries, static_cast<uint32_t>(RG_MAX_TUNNEL_STREAMS));
+    // Read under the lock (BPF_F_LOCK): the new map's BTF must show it.
+    const auto got = rg::read_tunnel_streams(streams);
+    ASSERT_EQ(got.size(), 3u);
+    std::set<std::pair<uint32_t, uint32_t>> keys;
+    for (const auto& row : got) {
+      keys.insert({row.key.peer, row.key.stream});
+      const uint32_t cpu = row.key.stream >> RG_TUNNEL_LANE_BITS;
+      EXPECT_EQ(row.key.stream & (RG_TUNNEL_LANES - 1), 0u) << "lane 0";
+      const LegacyTunnelStream& o = old_stream(row.key.peer, cpu);
+      const rg_tunnel_stream& n = row.state;
+      EXPECT_EQ(n.epoch, 0);
+      EXPECT_EQ(n.max_seq, o.max_seq);
+      for (uint64_t w : n.window) EXPECT_EQ(w, ~0ull) << "nothing missing";
+      EXPECT_EQ(rg::tunnel_window_holes(n), 0u);
+      EXPECT_EQ(n.last_ns, o.last_ns);
+      EXPECT_EQ(n.received, o.received);
+      EXPECT_EQ(n.lost, o.lost);
+      EXPECT_EQ(n.reordered, o.reordered);
+      EXPECT_EQ(n.duplicated, o.duplicated);
+      EXPECT_EQ(n.resyncs, o.resyncs);
+      EXPECT_EQ(n.delay_sum_ns, o.delay_sum_ns);
+      for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) EXPECT_EQ(n.delay[k], o.delay[k]) << k;
+    }
+    EXPECT_EQ(keys, (std::set<std::pair<uint32_t, uint32_t>>{{1, 0u << RG_TUNNEL_LANE_BITS},
+                                                             {1, 2u << RG_TUNNEL_LANE_BITS},
+                                                             {2, 5u << RG_TUNNEL_LANE_BITS}}));
+    struct stat st {};
+    for (const char* name : {rg::kMapPeerStats, rg::kMapTunnelStreams})
+      EXPECT_NE(stat((pin_ + "/" + name + "_migrating").c_str(), &st), 0) << name;
+  }
+
+  int ncpu_ = 0;
+};
+
+TEST_F(ShieldUpgrade, PeerStatsAndStreamsAreCarriedIntoTheNewLayout) {
+  pin_counters();
+  pin_qp();
+  pin_old_tunnel_state();
+  ASSERT_TRUE(rg::migrate_peer_stats(pin_));
+  auto carried = rg::migrate_tunnel_streams(pin_, RG_MAX_TUNNEL_STREAMS, 0);
+  ASSERT_TRUE(carried);
+  EXPECT_EQ(*carried, 3u);
+  expect_carried_over();
+  // This build's layout is nothing to migrate.
+  EXPECT_FALSE(rg::migrate_peer_stats(pin_));
+  EXPECT_FALSE(rg::migrate_tunnel_streams(pin_, RG_MAX_TUNNEL_STREAMS, 0));
+}
+
+// The BTF the loader writes for the maps it creates describes the value as
+// the BPF object's BTF does, member by member: a field added to roceguard.h
+// and not to the loader's description fails here.
+void expect_btf_like_the_objects(int map_fd, const char* type_name) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(map_fd, &info, &len), 0) << strerror(errno);
+  ASSERT_NE(info.btf_id, 0u) << type_name << ": the map has no BTF";
+  btf* mine = btf__load_from_kernel_by_id(info.btf_id);
+  ASSERT_NE(mine, nullptr) << strerror(errno);
+  roceguard* skel = roceguard__open();
+  ASSERT_NE(skel, nullptr);
+  const btf* theirs = bpf_object__btf(skel->obj);
+  const int id = btf__find_by_name_kind(theirs, type_name, BTF_KIND_STRUCT);
+  ASSERT_GT(id, 0) << type_name;
+  const btf_type* a = btf__type_by_id(mine, info.btf_value_type_id);
+  const btf_type* b = btf__type_by_id(theirs, static_cast<__u32>(id));
+  EXPECT_STREQ(btf__name_by_offset(mine, a->name_off), type_name);
+  EXPECT_EQ(a->size, b->size) << type_name;
+  EXPECT_EQ(btf_vlen(a), btf_vlen(b)) << type_name;
+  for (uint16_t i = 0; i < std::min(btf_vlen(a), btf_vlen(b)); ++i) {
+    EXPECT_STREQ(btf__name_by_offset(mine, btf_members(a)[i].name_off),
+                 btf__name_by_offset(theirs, btf_members(b)[i].name_off))
+        << type_name << " member " << i;
+    EXPECT_EQ(btf_member_bit_offset(a, i), btf_member_bit_offset(b, i)) << type_name << " member " << i;
+  }
+  roceguard__destroy(skel);
+  btf__free(mine);
+}
+
+TEST_F(ShieldUpgrade, MigratedMapsCarryTheValueTypesOfTheObject) {
+  pin_old_tunnel_state();
+  ASSERT_TRUE(rg::migrate_peer_stats(pin_));
+  ASSERT_TRUE(rg::migrate_tunnel_streams(pin_, RG_MAX_TUNNEL_STREAMS, 0));
+  const int stats = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapPeerStats).c_str()));
+  const int streams = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapTunnelStreams).c_str()));
+  expect_btf_like_the_objects(stats, "rg_peer_stats");
+  expect_btf_like_the_objects(streams, "rg_tunnel_stream");
+}
+
+// An upgrade with the earlier build's pins starts (it used to be refused
+// with --reset-state as the only way out): the object loads on the carried
+// maps, its programs' lock on the streams' BTF, and runs in an epoch of
+// its own.
+TEST_F(ShieldUpgrade, LoadOnTheEarlierBuildsPinsCarriesThemOver) {
+  ASSERT_EQ(geteuid(), 0u) << "needs root: loads the BPF object";
+  pin_old_tunnel_state();
+  rg::Config cfg;
+  cfg.tunnel_sequence = true;
+  {
+    rg::BpfObject obj(cfg, pin_, false);
+    ASSERT_NO_THROW(obj.load());
+    EXPECT_NE(obj.rodata().tunnel_epoch, 0);
+  }
+  expect_carried_over();
+}
+
+// --- The load's sequence epoch ----------------------------------------------
+
+// Never 0 (the receiving gateway's "no epoch": a sender before them), and
+// drawn anew for each load.
+TEST(TunnelEpoch, RandomAndNeverZero) {
+  std::set<uint16_t> seen;
+  for (int i = 0; i < 64; ++i) {
+    const uint16_t e = rg::new_tunnel_epoch();
+    EXPECT_NE(e, 0);
+    seen.insert(e);
+  }
+  // 64 draws of 65535 values all alike: odds of 65535^-63.
+  EXPECT_GT(seen.size(), 1u);
+}
+
+TEST_F(PinnedState, EveryLoadRunsInAnEpochOfItsOwnWithTheConfiguredRodata) {
+  ASSERT_EQ(geteuid(), 0u) << "needs root: loads the BPF object";
+  rg::Config cfg;
+  cfg.tunnel_sequence = true;
+  cfg.dscp = 26;
+  std::set<uint16_t> epochs;
+  for (int i = 0; i < 3; ++i) {
+    rg::BpfObject obj(cfg, pin_, false);
+    obj.load();
+    rg_config loaded = obj.rodata();
+    EXPECT_NE(loaded.tunnel_epoch, 0);
+    epochs.insert(loaded.tunnel_epoch);
+    // Everything else is the configuration's, which has no epoch of its own.
+    EXPECT_EQ(cfg.rodata().tunnel_epoch, 0);
+    loaded.tunnel_epoch = 0;
+    const rg_config want = cfg.rodata();
+    EXPECT_EQ(std::memcmp(&loaded, &want, sizeof(want)), 0);
+  }
+  // Three loads in one epoch: odds of 65535^-2.
+  EXPECT_GT(epochs.size(), 1u) << "3 loads, one epoch";
+}
+
+// --- The map writer ----------------------------------------------------------
+
+// Each peer's shield, its own or tunnel.shield, reaches its rg_peers slot.
+TEST_F(PinnedState, ShieldOfEachPeerReachesItsSlot) {
+  ASSERT_EQ(geteuid(), 0u) << "needs root: creates the BPF object's maps";
+  rg::ConfigProblems p;
+  rg::Config cfg = rg::parse_config_string(R"(
+[tunnel]
+sequence = true
+shield = "control"
+[[tunnel.peer]]
+name = "a"
+local = "192.0.2.1"
+remote = "203.0.113.1"
+vni = 1
+[[tunnel.peer]]
+name = "b"
+local = "192.0.2.1"
+remote = "203.0.113.2"
+vni = 2
+shield = "all"
+[[tunnel.peer]]
+name = "c"
+local = "192.0.2.1"
+remote = "203.0.113.3"
+vni = 3
+shield = "off"
+)", p);
+  ASSERT_TRUE(p.ok()) << p.errors.front();
+  rg::BpfObject obj(cfg, pin_, false);
+  obj.pin_maps();
+  auto open = [&](const char* name) { return fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())); };
+  const int peers = open(rg::kMapPeers);
+  rg::MapWriter(peers, open(rg::kMapRoute4), open(rg::kMapRoute6), open(rg::kMapDecap)).write_tunnels(cfg.peers);
+  const uint8_t want[] = {RG_PEER_F_SHIELD_CONTROL, RG_PEER_F_SHIELD_ALL, 0, 0};
+  for (uint32_t slot = 0; slot < 4; ++slot) {
+    rg_peer v{};
+    ASSERT_EQ(bpf_map_lookup_elem(peers, &slot, &v), 0) << strerror(errno);
+    EXPECT_EQ(v.flags, want[slot]) << "slot " << slot;
+  }
 }
 
 // --- Pruning counters of interfaces that are gone --------------------------

@@ -358,11 +358,17 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
     v.lost = 2;
     v.reordered = 1;
     v.duplicated = 3;
-    v.window = ~0ull & ~(1ull << 4);
+    std::fill(std::begin(v.window), std::end(v.window), ~0ull);
+    v.window[0] &= ~(1ull << 4);  // one hole
     v.last_ns = cpu == 0 ? now : now - 2 * RG_TUNNEL_SETTLE_NS;
     v.max_seq = 20;
     v.delay[3] = 10;  // up to 8 us
     v.delay_sum_ns = 50000;
+    v.loss_runs[0] = 2;
+    v.loss_runs[RG_TUNNEL_RUN_BUCKETS - 1] = 1;
+    // The second stream's sender numbers in an epoch: it eliminates, and
+    // its duplicates were dropped here; the first one's reached the host.
+    if (cpu == 1) v.epoch = 7;
     ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
   }
   close(streams);
@@ -379,6 +385,12 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_lost_packets_total", peer), 2 + 2 + 1);
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_reordered_packets_total", peer), 2);
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_duplicated_packets_total", peer), 6);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_duplicates_delivered_packets_total", peer), 3);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_peer_eliminates", peer), 1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_loss_runs_total", {{"peer", "gw-b"}, {"length", "1"}}), 4);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_loss_runs_total", {{"peer", "gw-b"}, {"length", "2-3"}}), 0);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_loss_runs_total", {{"peer", "gw-b"}, {"length", "128+"}}), 2);
+  EXPECT_EQ(find(s.samples, "roceguard_tunnel_loss_runs_total").size(), static_cast<size_t>(RG_TUNNEL_RUN_BUCKETS));
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_count", peer), 20);
   EXPECT_NEAR(*value_of(s.samples, "roceguard_tunnel_delay_seconds_sum", peer), 100e-6, 1e-12);
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_bucket", {{"peer", "gw-b"}, {"le", "+Inf"}}), 20);
@@ -397,6 +409,120 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
   CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
   EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;
   EXPECT_EQ(r.output, "") << "promtool has lint remarks";
+}
+
+// The loss shield per peer: what the sending side counted (copies, their
+// bytes, refused copies, packets sent once) and what the receiving side
+// counted (copies eliminated, and the residual loss: sequence numbers of
+// which neither copy arrived), alike in /metrics, `stats --json` and the
+// stats table.
+TEST_F(ExporterBpf, ShieldFiguresPerPeerInMetricsAndStats) {
+  const std::string pin = dp_->pin_path();
+  State st;
+  st.config = nlohmann::json::parse(R"({"tunnel": {"peer": [{"name": "gw-a"}, {"name": "gw-b"}]}})");
+  write_state(pin, st);
+  struct StateUnpin {
+    std::string path;
+    ~StateUnpin() { unlink(path.c_str()); }
+  } unpin{pin + "/" + kMapState};
+
+  const int ncpu = libbpf_num_possible_cpus();
+  ASSERT_GT(ncpu, 0);
+  const size_t stride = (sizeof(rg_peer_stats) + 7) & ~size_t{7};
+  std::vector<uint8_t> per_cpu(stride * static_cast<size_t>(ncpu), 0);
+  for (int cpu = 0; cpu < ncpu; ++cpu) {
+    rg_peer_stats v{};
+    v.epoch = 0x1234;
+    v.tx_seq[3] = 40;
+    v.ev[RG_PEER_EV_SEQ_SENT] = {40, 40000};
+    v.ev[RG_PEER_EV_SHIELD_COPIES] = {30, 3000};
+    v.ev[RG_PEER_EV_SHIELD_ELIMINATED] = {25, 2500};
+    v.ev[RG_PEER_EV_SHIELD_COPY_ERROR] = {2, 0};
+    v.ev[RG_PEER_EV_SHIELD_UNCOPIED] = {5, 0};
+    std::memcpy(per_cpu.data() + stride * static_cast<size_t>(cpu), &v, sizeof(v));
+  }
+  const int stats = bpf_obj_get((pin + "/" + kMapPeerStats).c_str());
+  ASSERT_GE(stats, 0);
+  uint32_t slot = 1;
+  ASSERT_EQ(bpf_map_update_elem(stats, &slot, per_cpu.data(), BPF_ANY), 0) << strerror(errno);
+  close(stats);
+  // Two lanes of one CPU of peer 1: 4 numbers lost in all (neither copy came).
+  const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
+  ASSERT_GE(streams, 0);
+  for (uint32_t lane : {0u, 1u}) {
+    rg_tunnel_stream_key k{1, (3u << RG_TUNNEL_LANE_BITS) | lane};
+    rg_tunnel_stream v{};
+    v.epoch = 0x4321;
+    v.received = 100;
+    v.max_seq = 101;
+    v.lost = 2;
+    std::fill(std::begin(v.window), std::end(v.window), ~0ull);
+    v.last_ns = monotonic_now_ns();
+    ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
+  }
+  close(streams);
+
+  Exporter ex(options_for(pin));
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const Labels peer{{"peer", "gw-b"}};
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_shield_copies_total", peer), 30.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_shield_copy_bytes_total", peer), 3000.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_shield_eliminated_packets_total", peer), 25.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_shield_copy_errors_total", peer), 2.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_shield_uncopied_packets_total", peer), 5.0 * ncpu);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_lost_packets_total", peer), 4);
+  // Only the copies' bytes say something: no other peer event has a byte series.
+  for (const auto& sample : s.samples) {
+    if (sample.name.starts_with("roceguard_tunnel_") && sample.name.find("bytes") != std::string::npos) {
+      EXPECT_EQ(sample.name, "roceguard_tunnel_shield_copy_bytes_total");
+    }
+  }
+  TempDir tmp("shield-scrape");
+  write_file(tmp.path() + "/metrics.txt", s.body);
+  CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "") << "promtool has lint remarks";
+
+  const std::string cmd = std::string(ROCEGUARD_BIN) + " stats --pin-path " + pin;
+  r = run_command({"sh", "-c", cmd + " --json 2>/dev/null"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["tunnels"].size(), 1u) << j.dump(2);
+  const nlohmann::json& shield = j["tunnels"][0]["shield"];
+  EXPECT_EQ(j["tunnels"][0]["peer"], "gw-b");
+  EXPECT_EQ(shield["copies"], 30 * ncpu) << shield.dump();
+  EXPECT_EQ(shield["extra_wan_bytes"], 3000 * ncpu);
+  EXPECT_EQ(shield["eliminated"], 25 * ncpu);
+  EXPECT_EQ(shield["copy_errors"], 2 * ncpu);
+  EXPECT_EQ(shield["uncopied"], 5 * ncpu);
+  EXPECT_EQ(shield["residual_lost"], 4);
+  EXPECT_EQ(j["tunnels"][0]["events"]["shield_copies"]["bytes"], 3000 * ncpu);
+
+  r = run_command({"sh", "-c", cmd + " 2>&1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string row = [&] {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "%-20s %12d %16d %12d %12d %10d %14d", "gw-b", 30 * ncpu, 3000 * ncpu, 25 * ncpu,
+                  2 * ncpu, 5 * ncpu, 4);
+    return std::string(buf);
+  }();
+  EXPECT_NE(r.output.find("loss shield: per peer"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(row), std::string::npos) << "want: " << row << "\n" << r.output;
+}
+
+// Without any shield counter the stats table has no shield part.
+TEST(TunnelShield, ActiveOnlyWhenACounterMoved) {
+  TunnelPeer t;
+  t.lost = 9;
+  EXPECT_FALSE(tunnel_shield(t).active());
+  EXPECT_EQ(tunnel_shield(t).residual_lost, 9u);
+  for (rg_peer_event e : {RG_PEER_EV_SHIELD_COPIES, RG_PEER_EV_SHIELD_ELIMINATED, RG_PEER_EV_SHIELD_COPY_ERROR,
+                          RG_PEER_EV_SHIELD_UNCOPIED}) {
+    TunnelPeer one;
+    one.ev[e].packets = 1;
+    EXPECT_TRUE(tunnel_shield(one).active()) << peer_event_name(e).name;
+  }
 }
 
 // The round trip from the delay histogram: twice the p99 one-way delay,
@@ -444,7 +570,7 @@ TEST_F(ExporterBpf, StatsAndDoctorFitTheAckTimeoutToTheTunnelRoundTrip) {
   rg_tunnel_stream v{};
   v.received = 100;
   v.max_seq = 99;
-  v.window = ~0ull;
+  std::fill(std::begin(v.window), std::end(v.window), ~0ull);
   v.last_ns = monotonic_now_ns();
   v.delay[13] = 100;
   v.delay_sum_ns = 100 * 6000000ull;

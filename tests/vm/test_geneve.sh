@@ -3,7 +3,9 @@
 # option (tunnel.sequence is on by default; the option is not critical), is
 # accepted by the kernel's geneve device in the other VM, and Geneve made by
 # the kernel's device, without options, is decapsulated by roceguard's XDP
-# program (one RC ping-pong needs both).
+# program (one RC ping-pong needs both). With the loss shield on towards
+# the IPv4 peer, the kernel's device accepts the copies too: it receives
+# exactly what roceguard encapsulated plus its copies.
 set -euo pipefail
 . "$(dirname "$0")/vm.sh"
 rgvm_setup
@@ -20,6 +22,10 @@ fail=0
 for dev in gnv0 gnv6; do
 	[ "$(cat "$b/${dev}_rx_packets")" -gt 0 ] || { echo "FAIL: the kernel geneve device $dev received nothing"; fail=1; }
 done
+echo "shielded peer b: encapsulated $(res encapsulated_b), copies $(res copies_b), uncopied $(res uncopied_b); rxe1 duplicate_request $(cat "$b/rxe1_duplicate_request")"
+[ "$(res copies_b)" -gt 0 ] || { echo "FAIL: no copy sent towards the shielded peer"; fail=1; }
+[ "$(cat "$b/gnv0_rx_packets")" -eq $(($(res encapsulated_b) + $(res copies_b))) ] ||
+	{ echo "FAIL: gnv0 received $(cat "$b/gnv0_rx_packets"), not the originals and their copies"; fail=1; }
 # Geneve from a as b received it: every packet roceguard sent carries the option.
 numbered=$(tshark -r "$b/b_eth0.pcap" -Y "geneve && geneve.option.class == 0xff52" 2>/dev/null | wc -l)
 echo "geneve on b with roceguard's sequence option: $numbered"

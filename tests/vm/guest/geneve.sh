@@ -6,6 +6,9 @@
 # An RC ping-pong completes only if both directions work. The same again
 # over an IPv6 underlay (gnv6, rxe2, 198.51.100.0/24 inside), where the
 # kernel device must take roceguard's zero UDP checksum (udp6zerocsumrx).
+# The IPv4 peer is shielded (every RoCE packet sent twice): the kernel's
+# device takes the copies too, and, eliminating nothing, hands both to rxe1,
+# which is why a sender must shield only a peer that eliminates.
 . "$RGVM_SRC/tests/vm/guest/common.sh"
 net_up
 rxe_up
@@ -36,6 +39,7 @@ if [ "$RGVM_NAME" = b ]; then
 	for dev in gnv0 gnv6; do
 		ip -s -j link show $dev | jq '.[0].stats64.rx.packets' >${dev}_rx_packets
 	done
+	cat /sys/class/infiniband/rxe1/ports/1/hw_counters/duplicate_request >rxe1_duplicate_request
 	exit 0
 fi
 
@@ -62,6 +66,7 @@ local = "$SELF"
 remote = "$PEER"
 vni = $VNI
 routes = ["203.0.113.2/32"]
+shield = "all"
 
 [[tunnel.peer]]
 name = "b6"
@@ -91,4 +96,7 @@ cat pingpong.log pingpong6.log
 echo "encapsulated=$(rg_event encapsulated egress)" >>result
 echo "decapsulated=$(rg_event decapsulated ingress)" >>result
 echo "unknown_tunnel=$(rg_event unknown_tunnel ingress)" >>result
+# Towards the shielded peer b: what was encapsulated, and its copies.
+"$RGVM_ROCEGUARD" stats --json |
+	jq -r '.tunnels[] | select(.peer == "b") | "encapsulated_b=\(.events.encapsulated.packets)", "copies_b=\(.shield.copies)", "uncopied_b=\(.shield.uncopied)"' >>result
 cat result
