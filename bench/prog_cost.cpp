@@ -73,10 +73,8 @@ Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false, u
   return PacketBuilder()
       .ipv4(kPeer4, kLocal4)
       .udp(50000, rg::test::kGenevePort)
-      .geneve(kVni, seq_option ? Bytes{0xff, 0x52, RG_TUNNEL_OPT_TYPE_DEFAULT, RG_TUNNEL_OPT_WORDS,
-                                        static_cast<uint8_t>(stream >> 24), static_cast<uint8_t>(stream >> 16),
-                                        static_cast<uint8_t>(stream >> 8), static_cast<uint8_t>(stream),
-                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+      .geneve(kVni, seq_option ? rg::test::tunnel_seq_option(stream, 0, 0, RG_TUNNEL_OPT_CLASS_DEFAULT,
+                                                               RG_TUNNEL_OPT_TYPE_DEFAULT)
                              : Bytes{})
       .payload(inner)
       .build();

@@ -70,6 +70,12 @@ void add_lab_options(CLI::App* lab) {
       ->check(CLI::IsMember({"gbn", "sr"}))
       ->capture_default_str();
   lab->add_flag("--no-tunnel", no_tunnel, "roceguard re-marks and repairs DSCP only, no Geneve between the gateways");
+  lab->add_option("--shield", o.shield,
+                  "the gateways' loss shield (tunnel.shield): off; control: each gateway sends a second copy into "
+                  "the tunnel of ACK/NAK, CNP, READ, atomic and AckReq packets; all: of every RoCE packet; the "
+                  "receiving gateway drops whichever copy arrives second")
+      ->check(CLI::IsMember({"off", "control", "all"}))
+      ->capture_default_str();
   lab->add_option("--ingress-hook", o.ingress_hook,
                   "where the gateways run roceguard's ingress program (dataplane.ingress_hook): auto picks TC "
                   "ingress on the lab's veths")

@@ -10,15 +10,20 @@ namespace rg::lab {
 
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode, unsigned tunnel_mtu, const std::string& ingress_hook,
-                      bool xdp_forward) {
+                      bool xdp_forward, bool sequence, const std::string& shield) {
   std::ostringstream toml;
   toml << (xdp_forward ? "interfaces = [\"wan0\", \"lan0\"]\n" : "interfaces = [\"wan0\"]\n")
        << "[dataplane]\nxdp_mode = \"" << (xdp_mode == XdpMode::kSkb ? "skb" : "native") << "\"\n"
        << "ingress_hook = \"" << ingress_hook << "\"\n"
        << "xdp_forward = " << (xdp_forward ? "true" : "false") << "\n";
-  if (tunnel)
-    toml << "[tunnel]\n[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" << local << "\"\nremote = \""
+  if (tunnel) {
+    toml << "[tunnel]\n";
+    if (sequence) toml << "sequence = true\n";
+    // "off" is tunnel.shield's default.
+    if (shield != "off") toml << "shield = \"" << shield << "\"\n";
+    toml << "[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" << local << "\"\nremote = \""
          << remote << "\"\nvni = " << kLabVni << "\nmtu = " << tunnel_mtu << "\nroutes = [\"" << route << "\"]\n";
+  }
   ConfigProblems problems;
   Config cfg = parse_config_string(toml.str(), problems);
   if (!problems.ok()) {

@@ -23,10 +23,12 @@ inline constexpr uint32_t kLabVni = 4242;
 // xdp_forward the gateway runs the XDP fast path between its LAN and WAN
 // interfaces, both attached (the lab's topology then lets the far ends of
 // its veths take redirected frames: Topology::accept_xdp_redirects).
+// sequence is tunnel.sequence; shield is tunnel.shield ("off", "control",
+// "all"), which needs the sequence option.
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode = XdpMode::kNative,
                       unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU, const std::string& ingress_hook = "auto",
-                      bool xdp_forward = false);
+                      bool xdp_forward = false, bool sequence = false, const std::string& shield = "off");
 
 class Gateway {
  public:

@@ -41,9 +41,17 @@ double phase_seconds(const PhaseResult& p) {
   return p.sent.elapsed.count() ? p.sent.elapsed.count() / 1000.0 : p.seconds.size();
 }
 
+// The shield's extra WAN bytes as a share of what the gateway sent into
+// the tunnel without them.
+std::optional<double> extra_bytes_pct(const TunnelDirection& d) {
+  if (d.tunnel_bytes <= d.shield_copy_bytes) return std::nullopt;
+  return 100.0 * static_cast<double>(d.shield_copy_bytes) / static_cast<double>(d.tunnel_bytes - d.shield_copy_bytes);
+}
+
 json tunnel_json(const std::vector<TunnelDirection>& dirs) {
   json j = json::object();
-  for (const auto& d : dirs)
+  for (const auto& d : dirs) {
+    const auto pct = extra_bytes_pct(d);
     j[d.name] = {{"sent", d.sent},
                  {"received", d.received},
                  {"lost", d.lost},
@@ -52,7 +60,19 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
                  {"duplicated", d.duplicated},
                  {"wan_dropped", d.wan_dropped},
                  {"delay_arrivals", d.delay_arrivals},
-                 {"delay_avg_s", d.delay_avg_s}};
+                 {"delay_avg_s", d.delay_avg_s},
+                 {"shield",
+                  {{"copies_sent", d.shield_copies},
+                   {"extra_wan_bytes", d.shield_copy_bytes},
+                   {"extra_wan_bytes_pct", pct ? json(*pct) : json(nullptr)},
+                   {"wan_geneve_bytes", d.tunnel_bytes},
+                   {"copy_errors", d.shield_copy_errors},
+                   {"uncopied", d.shield_uncopied},
+                   {"duplicates_eliminated", d.shield_eliminated},
+                   {"residual_loss", d.lost},
+                   {"wan_all_copies_dropped", d.wan_all_copies_dropped},
+                   {"wan_all_copies_dropped_after_last_arrival", d.wan_after_last_arrival}}}};
+  }
   return j;
 }
 
@@ -63,6 +83,12 @@ json wan_json(const PhaseResult& p) {
     json runs = json::object();
     for (size_t i = 0; i < p.wan_runs[d].size(); ++i) runs[loss_run_bound(i)] = p.wan_runs[d][i];
     j["loss_runs"][names[d]] = runs;
+    const WanSeqLoss& q = p.wan_seq[d];
+    j["all_copies_dropped"][names[d]] = q.all_copies_dropped;
+    j["all_copies_dropped_after_last_arrival"][names[d]] = q.after_last_arrival;
+    j["sequence_streams"][names[d]] = q.streams;
+    j["sequence_late"][names[d]] = q.late;
+    j["sequence_untracked"][names[d]] = q.untracked;
   }
   if (!p.delay_line.empty()) {
     j["delay_line"] = json::object();
@@ -289,6 +315,12 @@ Headline headline(const LabSettings& s, const PhaseResult& p) {
   return h;
 }
 
+std::string shield_text(const std::string& shield) {
+  if (shield == "control") return "control: a second copy of ACK/NAK, CNP, READ, atomics and AckReq packets";
+  if (shield == "all") return "all: a second copy of every RoCE packet";
+  return shield;
+}
+
 std::string wan_text(const LabSettings& s) {
   std::string t = s.wan_delay_ms > 0 ? fmt("one-way delay %.3g ms each direction", s.wan_delay_ms) : "no delay";
   if (s.wan_jitter_ms > 0) t += fmt(" (+- %.3g ms jitter, order kept)", s.wan_jitter_ms);
@@ -322,7 +354,8 @@ std::string sender_lines(const LabSettings& s) {
 
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count) {
   std::string what = phase.roceguard
-                         ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN"
+                         ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN, loss shield " +
+                                           shield_text(s.shield)
                                      : "roceguard on both gateways: DSCP re-mark and repair, no tunnel")
                          : "no roceguard: RoCE crosses the WAN as it is";
   return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs; WAN: %s)\n   %s\n", index, count,
@@ -361,6 +394,7 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   out << "\n== summary (" << s.duration_s << " s per phase, " << s.qps << " QPs, " << s.payload
       << " B payload)\n   the WAN: " << wan_text(s) << "\n";
   out << "   host A: " << sender_lines(s) << "\n";
+  if (s.tunnel) out << "   loss shield (with roceguard): " << shield_text(s.shield) << "\n";
   if (s.scheduler)
     out << "   host A's line rate " << s.sender_mbit << " Mbit/s; congestion at gateway B towards host B: " << s.scheduler->link_mbit << " Mbit/s, DSCP 46 guaranteed "
         << s.scheduler->priority_mbit << ", best effort " << s.scheduler->link_mbit - s.scheduler->priority_mbit
@@ -463,7 +497,9 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   row("roceguard gw B: DSCP repaired", [&](const PhaseResult& p) { return rg(p.final.rg_repaired_b, p); });
   row("roceguard gw B: estimated lost", [&](const PhaseResult& p) { return rg(p.final.rg_lost_b, p); });
   // The tunnel's exact loss next to the WAN's own drop count: equal once
-  // the tunnel is quiet, when no packet is left in flight.
+  // the tunnel is quiet, when no packet is left in flight, but for drops
+  // after a stream's last arrival. "WAN dropped every copy": sequence
+  // numbers the WAN dropped every copy of (the loss shield sends two).
   auto tunnel = [&](size_t dir, uint64_t TunnelDirection::*field) {
     return [dir, field, &num](const PhaseResult& p) {
       return dir < p.tunnel.size() ? num(p.tunnel[dir].*field) : std::string("-");
@@ -476,6 +512,7 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
     row((at + "received").c_str(), tunnel(d, &TunnelDirection::received));
     row((at + "lost (sequence numbers)").c_str(), tunnel(d, &TunnelDirection::lost));
     row((at + "dropped by the WAN").c_str(), tunnel(d, &TunnelDirection::wan_dropped));
+    row((at + "WAN dropped every copy").c_str(), tunnel(d, &TunnelDirection::wan_all_copies_dropped));
     row((at + "reordered / duplicated").c_str(), [d](const PhaseResult& p) {
       return d < p.tunnel.size()
                  ? std::to_string(p.tunnel[d].reordered) + " / " + std::to_string(p.tunnel[d].duplicated)
@@ -485,6 +522,24 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
       return d < p.tunnel.size() && p.tunnel[d].delay_arrivals ? fmt("%.1f", p.tunnel[d].delay_avg_s * 1e6)
                                                                : std::string("-");
     });
+  }
+  // The loss shield per direction: what it cost (copies, extra WAN bytes)
+  // and what it left (numbers every copy of which was lost).
+  for (size_t d = 0; d < 2 && s.shield != "off"; ++d) {
+    const std::string at = std::string("shield ") + dirs[d] + ": ";
+    row((at + "copies sent").c_str(), tunnel(d, &TunnelDirection::shield_copies));
+    row((at + "extra WAN bytes").c_str(), [d](const PhaseResult& p) {
+      if (d >= p.tunnel.size()) return std::string("-");
+      const auto pct = extra_bytes_pct(p.tunnel[d]);
+      return std::to_string(p.tunnel[d].shield_copy_bytes) + (pct ? fmt(" (%.1f %%)", *pct) : std::string());
+    });
+    row((at + "copies refused / sent once").c_str(), [d](const PhaseResult& p) {
+      return d < p.tunnel.size() ? std::to_string(p.tunnel[d].shield_copy_errors) + " / " +
+                                       std::to_string(p.tunnel[d].shield_uncopied)
+                                 : std::string("-");
+    });
+    row((at + "duplicates eliminated").c_str(), tunnel(d, &TunnelDirection::shield_eliminated));
+    row((at + "residual loss").c_str(), tunnel(d, &TunnelDirection::lost));
   }
   return out.str();
 }
@@ -505,6 +560,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"qps", s.qps},
                    {"payload", s.payload},
                    {"tunnel", s.tunnel},
+                   {"shield", s.shield},
                    {"xdp_forward", s.xdp_forward},
                    {"host_tos", s.host_tos},
                    {"sender",

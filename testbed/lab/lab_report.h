@@ -61,6 +61,24 @@ struct TunnelDirection {
   uint64_t wan_dropped = 0;      // Geneve packets the WAN dropped in this direction
   uint64_t delay_arrivals = 0;
   double delay_avg_s = 0;
+  // The loss shield: the Geneve bytes that entered the WAN in this
+  // direction (whole frames, copies included), the second copies the
+  // sending gateway sent (their bytes: what the shield adds to the WAN),
+  // the copies the receiving gateway dropped because the other copy came
+  // first. lost above is then the residual loss: numbers every copy of
+  // which was lost.
+  uint64_t tunnel_bytes = 0;
+  uint64_t shield_copies = 0;
+  uint64_t shield_copy_bytes = 0;
+  uint64_t shield_eliminated = 0;
+  // Copies the kernel refused to send (the egress queue full, say), and
+  // shielded packets sent once (unnumbered, or a neighbour to resolve).
+  uint64_t shield_copy_errors = 0;
+  uint64_t shield_uncopied = 0;
+  // Numbers every copy of which the WAN dropped (WanSeqLoss), and of those
+  // the ones after the stream's last arrival, which no receiver can count.
+  uint64_t wan_all_copies_dropped = 0;
+  uint64_t wan_after_last_arrival = 0;
 };
 
 struct PhaseResult {
@@ -82,6 +100,7 @@ struct PhaseResult {
   // length, and what the delay line did (empty without one).
   std::array<LossRuns, 2> wan_runs{};
   std::array<uint64_t, 2> wan_dropped{};  // RoCE and Geneve packets, per direction
+  std::array<WanSeqLoss, 2> wan_seq{};    // the tunnel's sequence numbers, per direction
   std::vector<DelayLineStats> delay_line;
 };
 
@@ -111,6 +130,7 @@ struct LabSettings {
   unsigned retry_cnt = 0;
   Retransmit retransmit = Retransmit::kGoBackN;
   bool tunnel = true;
+  std::string shield = "off";  // tunnel.shield of both gateways
   bool xdp_forward = false;
   uint8_t host_tos = 0;
   std::string metrics_a, metrics_b;
@@ -134,6 +154,10 @@ struct Headline {
   std::optional<double> resends_per_drop;  // host A's resends per packet the WAN dropped
 };
 Headline headline(const LabSettings& s, const PhaseResult& p);
+
+// "off", "all: a second copy of every RoCE packet" ...: the loss shield as
+// the banner and the summary name it.
+std::string shield_text(const std::string& shield);
 
 // What the WAN does: "one-way delay 2 ms each direction, loss 0.1 % (independent), no reordering, DSCP
 // bleached".

@@ -243,6 +243,25 @@ std::array<uint64_t, 2> wan_geneve_drops(const Wan& wan) {
   return {wan.stats("to-a", RG_WAN_GENEVE).dropped, wan.stats("to-b", RG_WAN_GENEVE).dropped};
 }
 
+// Geneve bytes that entered the WAN, by direction: whole frames, as the
+// gateways count the shield's copies.
+std::array<uint64_t, 2> wan_geneve_bytes(const Wan& wan) {
+  return {wan.stats("to-a", RG_WAN_GENEVE).bytes, wan.stats("to-b", RG_WAN_GENEVE).bytes};
+}
+
+// The tunnel's sequence numbers every copy of which the WAN dropped, by
+// direction.
+std::array<WanSeqLoss, 2> wan_seq_loss(const Wan& wan) { return {wan.seq_loss("to-a"), wan.seq_loss("to-b")}; }
+
+WanSeqLoss operator-(WanSeqLoss a, const WanSeqLoss& b) {
+  a.all_copies_dropped -= b.all_copies_dropped;
+  a.after_last_arrival -= b.after_last_arrival;
+  a.streams -= b.streams;
+  a.late -= b.late;
+  a.untracked -= b.untracked;
+  return a;
+}
+
 // RoCE and Geneve packets the WAN dropped of those that arrived on ifname.
 uint64_t wan_roce_drops(const Wan& wan, const std::string& ifname) {
   return wan.stats(ifname, RG_WAN_ROCE).dropped + wan.stats(ifname, RG_WAN_GENEVE).dropped;
@@ -253,7 +272,10 @@ TunnelPeer one_peer(const std::string& pin) {
   auto peers = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(pin), monotonic_now_ns());
   TunnelPeer sum;
   for (const auto& p : peers) {
-    for (size_t e = 0; e < RG_PEER_EV_MAX; ++e) sum.ev[e].packets += p.ev[e].packets;
+    for (size_t e = 0; e < RG_PEER_EV_MAX; ++e) {
+      sum.ev[e].packets += p.ev[e].packets;
+      sum.ev[e].bytes += p.ev[e].bytes;
+    }
     sum.streams += p.streams;
     sum.received += p.received;
     sum.lost += p.lost;
@@ -270,7 +292,9 @@ TunnelPeer one_peer(const std::string& pin) {
 // hole left to settle (its stream silent for RG_TUNNEL_SETTLE_NS), so the
 // tunnel's loss is final, then compares it with the WAN's drops.
 std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& gw_b,
-                                            const std::array<uint64_t, 2>& wan_base, const Wan& wan) {
+                                            const std::array<uint64_t, 2>& wan_base,
+                                            const std::array<uint64_t, 2>& bytes_base,
+                                            const std::array<WanSeqLoss, 2>& seq_base, const Wan& wan) {
   TunnelPeer a, b;
   // Bounded: the settle time and 5 s more.
   const auto limit = std::chrono::nanoseconds(RG_TUNNEL_SETTLE_NS) + 5s;
@@ -281,7 +305,10 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     std::this_thread::sleep_for(100ms);
   }
   const auto drops = wan_geneve_drops(wan);
-  auto direction = [](const char* name, const TunnelPeer& from, const TunnelPeer& to, uint64_t dropped) {
+  const auto seq = wan_seq_loss(wan);
+  const auto bytes = wan_geneve_bytes(wan);
+  auto direction = [](const char* name, const TunnelPeer& from, const TunnelPeer& to, uint64_t dropped,
+                      uint64_t wan_bytes, const WanSeqLoss& seq) {
     TunnelDirection d;
     d.name = name;
     d.sent = from.ev[RG_PEER_EV_SEQ_SENT].packets;
@@ -293,9 +320,18 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     d.wan_dropped = dropped;
     for (uint64_t n : to.delay) d.delay_arrivals += n;
     if (d.delay_arrivals) d.delay_avg_s = static_cast<double>(to.delay_sum_ns) * 1e-9 / static_cast<double>(d.delay_arrivals);
+    d.tunnel_bytes = wan_bytes;
+    d.shield_copies = from.ev[RG_PEER_EV_SHIELD_COPIES].packets;
+    d.shield_copy_bytes = from.ev[RG_PEER_EV_SHIELD_COPIES].bytes;
+    d.shield_eliminated = to.ev[RG_PEER_EV_SHIELD_ELIMINATED].packets;
+    d.shield_copy_errors = from.ev[RG_PEER_EV_SHIELD_COPY_ERROR].packets;
+    d.shield_uncopied = from.ev[RG_PEER_EV_SHIELD_UNCOPIED].packets;
+    d.wan_all_copies_dropped = seq.all_copies_dropped;
+    d.wan_after_last_arrival = seq.after_last_arrival;
     return d;
   };
-  return {direction("a_to_b", a, b, drops[0] - wan_base[0]), direction("b_to_a", b, a, drops[1] - wan_base[1])};
+  return {direction("a_to_b", a, b, drops[0] - wan_base[0], bytes[0] - bytes_base[0], seq[0] - seq_base[0]),
+          direction("b_to_a", b, a, drops[1] - wan_base[1], bytes[1] - bytes_base[1], seq[1] - seq_base[1])};
 }
 
 PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
@@ -310,12 +346,13 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   std::array<std::string, 2> ingress_series{"xdp_ingress", "xdp_ingress"};  // per exporter
   if (with) {
     // The lab measures the tunnel's exact loss against the WAN's drops: the
-    // sequence option is on in both gateways.
+    // sequence option is on in both gateways (the loss shield needs it too).
     Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel, XdpMode::kNative,
-                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook, lab.opts.xdp_forward);
+                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook, lab.opts.xdp_forward, true,
+                                  lab.opts.shield);
     Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel, XdpMode::kNative,
-                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook, lab.opts.xdp_forward);
-    cfg_a.tunnel_sequence = cfg_b.tunnel_sequence = true;
+                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook, lab.opts.xdp_forward, true,
+                                  lab.opts.shield);
     // RoCE into the uplink's priority class; gateway B's egress on wan0
     // (ACKs, NAKs, CNPs) gets the same, as a symmetric deployment would.
     if (lab.uplink_scheduler) cfg_a.skb_priority = cfg_b.skb_priority = HtbScheduler::kPriorityClassId;
@@ -363,6 +400,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   if (const DelayLine* dl = lab.wan.delay_line())
     for (size_t i = 0; i < dl->directions(); ++i) delay_base.push_back(dl->stats(i));
   const auto wan_geneve_base = wan_geneve_drops(lab.wan);
+  const auto wan_seq_base = wan_seq_loss(lab.wan);
+  const auto wan_bytes_base = wan_geneve_bytes(lab.wan);
   auto captures = start_captures(lab.topo, lab.dir, p.name, lab.opts.pcap_seconds);
 
   QpPlan plan;
@@ -464,13 +503,16 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     p.seconds.push_back(last);
   }
 
-  if (with && lab.opts.tunnel) p.tunnel = measure_tunnel(*gw_a, *gw_b, wan_geneve_base, lab.wan);
+  if (with && lab.opts.tunnel) p.tunnel = measure_tunnel(*gw_a, *gw_b, wan_geneve_base, wan_bytes_base, wan_seq_base, lab.wan);
   // The WAN during the phase: loss runs, the delay line's lateness.
   for (size_t d = 0; d < 2; ++d) {
     const LossRuns now = lab.wan.loss_runs(d == 0 ? "to-a" : "to-b");
     for (size_t i = 0; i < now.size(); ++i) p.wan_runs[d][i] = now[i] - runs_base[d][i];
     p.wan_dropped[d] = wan_roce_drops(lab.wan, d == 0 ? "to-a" : "to-b") - dropped_base[d];
   }
+  // After measure_tunnel's wait, when it ran: nothing is left to come.
+  const auto seq_now = wan_seq_loss(lab.wan);
+  for (size_t d = 0; d < 2; ++d) p.wan_seq[d] = seq_now[d] - wan_seq_base[d];
   if (const DelayLine* dl = lab.wan.delay_line())
     for (size_t i = 0; i < dl->directions() && i < delay_base.size(); ++i) {
       DelayLineStats x = dl->stats(i);
@@ -564,6 +606,10 @@ int run_lab(const LabOptions& opts) {
   if (congestion && (opts.queue_packets == 0 || opts.bulk_streams == 0 || opts.sender_mbit == 0))
     throw Error("lab: --queue, --bulk-streams and --host-rate are at least 1", kExitUsage);
   if (opts.retry_cnt > 7) throw Error("lab: --retry-cnt is 0..7", kExitUsage);
+  if (opts.shield != "off" && opts.shield != "control" && opts.shield != "all")
+    throw Error("lab: --shield is off, control or all", kExitUsage);
+  if (opts.shield != "off" && !opts.tunnel)
+    throw Error("lab: --shield needs the tunnel: the copies are Geneve packets (drop --no-tunnel)", kExitUsage);
   const auto retransmit = parse_retransmit(opts.retransmit);
   if (!retransmit) throw Error("lab: --retransmit is gbn or sr", kExitUsage);
   const AckTimeoutSetting ack_timeout = ack_timeout_setting(opts.ack_timeout);  // throws a usage error
@@ -600,6 +646,7 @@ int run_lab(const LabOptions& opts) {
   settings.retry_cnt = opts.retry_cnt;
   settings.retransmit = *retransmit;
   settings.tunnel = opts.tunnel;
+  settings.shield = opts.shield;
   settings.xdp_forward = opts.xdp_forward;
   settings.host_tos = kHostTos;
 
@@ -670,6 +717,11 @@ int run_lab(const LabOptions& opts) {
   // Loss and CE only on RoCE and Geneve: the lab's control traffic (ARP,
   // neighbour discovery) stays intact.
   wan_cfg.flags = RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY;
+  // The sequence option as the gateways write it (gateway_config keeps the
+  // defaults), so the WAN counts the numbers every copy of which it dropped.
+  const rg_config gateway_rodata = Config{}.rodata();
+  wan_cfg.seq_opt_class = gateway_rodata.tunnel_opt_class;
+  wan_cfg.seq_opt_type = gateway_rodata.tunnel_opt_type;
   Wan wan(topo.netns(Node::kWan), {"to-a", "to-b"}, wan_cfg);
   if (opts.wan_delay.count() || opts.reorder_pct > 0) {
     DelayLineConfig dl;

@@ -34,6 +34,9 @@ struct LabOptions {
   unsigned retry_cnt = 7;
   std::string retransmit = "gbn";
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
+  // The gateways' loss shield (tunnel.shield): "off", "control" (a second
+  // copy of what Go-Back-N waits for) or "all" (of every RoCE packet).
+  std::string shield = "off";
   std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook
   bool xdp_forward = false;  // the gateways' dataplane.xdp_forward (LAN and WAN attached)
   std::string report_dir;     // empty: ./roceguard-lab-<UTC timestamp>

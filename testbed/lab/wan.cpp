@@ -222,7 +222,35 @@ std::map<std::pair<uint32_t, uint32_t>, WanStats> Wan::read() const {
       s.dropped += c.dropped;
       s.bleached += c.bleached;
       s.ce_marked += c.ce_marked;
+      s.seq_all_dropped += c.seq_all_dropped;
+      s.seq_late += c.seq_late;
+      s.seq_untracked += c.seq_untracked;
     }
+  }
+  return out;
+}
+
+WanSeqLoss Wan::seq_loss(const std::string& ifname) const {
+  const uint32_t ifindex = static_cast<uint32_t>(hook_ifindex(ifname));
+  const WanStats st = stats(ifname, RG_WAN_GENEVE);
+  WanSeqLoss out;
+  out.all_copies_dropped = st.seq_all_dropped;
+  out.late = st.seq_late;
+  out.untracked = st.seq_untracked;
+  // Each stream's newest number is finished here, without changing the
+  // stream: a copy of it may still arrive while the run goes on.
+  const int fd = bpf_map__fd(skel_->maps.wan_seq);
+  rg_wan_seq_key key{}, next{};
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    key = next;
+    prev = &key;
+    rg_wan_seq s{};
+    if (key.ifindex != ifindex || bpf_map_lookup_elem_flags(fd, &key, &s, BPF_F_LOCK) != 0 || !s.started) continue;
+    ++out.streams;
+    const uint64_t pending = s.passed ? 0 : 1;
+    out.all_copies_dropped += pending;
+    out.after_last_arrival += s.unseen + pending;
   }
   return out;
 }
@@ -246,6 +274,9 @@ WanStats Wan::total(rg_wan_class cls) const {
     t.dropped += s.dropped;
     t.bleached += s.bleached;
     t.ce_marked += s.ce_marked;
+    t.seq_all_dropped += s.seq_all_dropped;
+    t.seq_late += s.seq_late;
+    t.seq_untracked += s.seq_untracked;
   }
   return t;
 }

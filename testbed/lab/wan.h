@@ -22,6 +22,25 @@ struct WanStats {
   uint64_t dropped = 0;
   uint64_t bleached = 0;
   uint64_t ce_marked = 0;
+  uint64_t seq_all_dropped = 0;  // see rg_wan_stats
+  uint64_t seq_late = 0;
+  uint64_t seq_untracked = 0;
+};
+
+// One direction's sequence numbers of the tunnel option (roceguard's, with
+// the class and type of rg_wan_config) every copy of which the WAN dropped.
+struct WanSeqLoss {
+  // Finished numbers (a newer one of their stream came) and each stream's
+  // newest number if none of its copies passed: at the end of a run, when
+  // nothing is left to come, every number every copy of which was lost.
+  uint64_t all_copies_dropped = 0;
+  // Of those, the ones after the last number of their stream a copy of
+  // which passed: the receiver never saw a later number, so it cannot know
+  // they were sent.
+  uint64_t after_last_arrival = 0;
+  uint64_t streams = 0;
+  uint64_t late = 0;       // copies that came after a newer number: not counted
+  uint64_t untracked = 0;  // packets of streams the WAN had no room for
 };
 
 // Loss runs of one direction by length (RG_WAN_RUN_BUCKETS buckets: runs
@@ -64,6 +83,8 @@ class Wan {
   // Packets that arrived on ifname (so: travelling away from its peer).
   WanStats stats(const std::string& ifname, rg_wan_class cls) const;
   WanStats total(rg_wan_class cls) const;
+  // The sequence numbers of the Geneve packets that arrived on ifname.
+  WanSeqLoss seq_loss(const std::string& ifname) const;
 
  private:
   std::map<std::pair<uint32_t, uint32_t>, WanStats> read() const;

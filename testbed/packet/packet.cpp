@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <sys/time.h>
 
+#include "roceguard/roceguard.h"
+
 namespace rg::test {
 namespace {
 
@@ -479,6 +481,19 @@ View parse_inner(const Bytes& f) {
   View outer = parse(f);
   if (!outer.geneve || outer.inner > f.size()) return View{};
   return parse(slice(f, outer.inner));
+}
+
+Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, uint64_t sent_ns, uint16_t opt_class, uint8_t type) {
+  static_assert(RG_TUNNEL_OPT_WORDS == 4, "stream, seq and the two words of the send time");
+  Bytes o = {static_cast<uint8_t>(opt_class >> 8), static_cast<uint8_t>(opt_class), type, RG_TUNNEL_OPT_WORDS};
+  auto be32 = [&o](uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) o.push_back(static_cast<uint8_t>(v >> shift));
+  };
+  be32(stream);
+  be32(seq);
+  be32(static_cast<uint32_t>(sent_ns >> 32));
+  be32(static_cast<uint32_t>(sent_ns));
+  return o;
 }
 
 Bytes slice(const Bytes& b, size_t from, size_t len) {

@@ -128,6 +128,11 @@ class PacketBuilder {
   Bytes payload_;
 };
 
+// roceguard's tunnel sequence option (struct rg_tunnel_opt in
+// roceguard/roceguard.h) as gateway A writes it, for geneve()'s options:
+// stream is the whole field (epoch | sending CPU | lane).
+Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, uint64_t sent_ns, uint16_t opt_class, uint8_t type);
+
 // RoCE v2 ICRC (IBA Annex A17.3.3) of the IP packet at [ip, ip + len) whose
 // last 4 bytes are the ICRC slot: CRC32 over 8 bytes of 1s (the masked LRH)
 // and the packet with the variant fields masked to 1s, sent little-endian.

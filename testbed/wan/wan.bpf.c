@@ -51,6 +51,13 @@ struct {
 	__type(value, struct rg_wan_hold);
 } wan_hold SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RG_WAN_SEQ_STREAMS);
+	__type(key, struct rg_wan_seq_key);
+	__type(value, struct rg_wan_seq);
+} wan_seq SEC(".maps");
+
 #define WAN_ECN_MASK 0x03
 #define WAN_ECN_CE 0x03
 
@@ -119,6 +126,70 @@ static __always_inline int wan_lose(const struct rg_wan_config *cfg, struct rg_w
 	return lost;
 }
 
+/*
+ * A Geneve packet the WAN just passed or dropped: if it carries the
+ * sequence option first, the number it carries joins its stream. A newer
+ * number finishes the stream's previous one, which counts if no copy of it
+ * passed; the user side adds each stream's newest number when none of its
+ * copies passed either (Wan::seq_loss). udp_off: the outer UDP header.
+ */
+static __always_inline void wan_seq_track(struct __sk_buff *skb, const struct rg_wan_config *cfg, __u32 udp_off,
+					  int dropped, struct rg_wan_stats *st)
+{
+	struct rg_wan_seq zero = {}, *s;
+	struct rg_wan_seq_key key = {};
+	struct rg_genevehdr gnv;
+	struct rg_tunnel_opt opt;
+	int all_dropped = 0, late = 0;
+	__u32 seq;
+
+	if (bpf_skb_load_bytes(skb, udp_off + sizeof(struct udphdr), &gnv, sizeof(gnv)))
+		return;
+	/* Version 0, and an option area long enough for the option. */
+	if ((gnv.ver_optlen >> 6) || (gnv.ver_optlen & 0x3f) * 4 < sizeof(opt))
+		return;
+	if (bpf_skb_load_bytes(skb, udp_off + sizeof(struct udphdr) + sizeof(gnv), &opt, sizeof(opt)))
+		return;
+	if (opt.opt_class != bpf_htons(cfg->seq_opt_class) || opt.type != cfg->seq_opt_type ||
+	    (opt.length & 0x1f) != RG_TUNNEL_OPT_WORDS)
+		return;
+	key.ifindex = skb->ifindex;
+	key.stream = bpf_ntohl(opt.stream);
+	seq = bpf_ntohl(opt.seq);
+	s = bpf_map_lookup_elem(&wan_seq, &key);
+	if (!s) {
+		bpf_map_update_elem(&wan_seq, &key, &zero, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&wan_seq, &key);
+	}
+	if (!s) {
+		if (st)
+			st->seq_untracked++;
+		return;
+	}
+	bpf_spin_lock(&s->lock);
+	if (!s->started || (__s32)(seq - s->seq) > 0) {
+		if (s->started && !s->passed) {
+			all_dropped = 1;
+			s->unseen++;
+		}
+		s->started = 1;
+		s->seq = seq;
+		s->passed = 0;
+	} else if (seq != s->seq) {
+		late = 1;
+	}
+	if (!late && !dropped) {
+		/* The receiver will see this number, and so the holes before it. */
+		s->passed = 1;
+		s->unseen = 0;
+	}
+	bpf_spin_unlock(&s->lock);
+	if (st) {
+		st->seq_all_dropped += all_dropped;
+		st->seq_late += late;
+	}
+}
+
 static __always_inline __u32 wan_class(__be16 dport)
 {
 	if (dport == bpf_htons(RG_ROCE_UDP_PORT))
@@ -157,7 +228,7 @@ int wan_ingress(struct __sk_buff *skb)
 	__sum16 *ip_check = NULL;
 	__u8 tos = 0, l4proto = 0;
 	void *l4 = NULL;
-	__u32 cls = RG_WAN_NOT_UDP;
+	__u32 cls = RG_WAN_NOT_UDP, udp_off = 0;
 
 	cfg = bpf_map_lookup_elem(&wan_config, &zero_idx);
 	if (!cfg)
@@ -197,8 +268,10 @@ int wan_ingress(struct __sk_buff *skb)
 	if (l4 && l4proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4;
 
-		if ((void *)(udp + 1) <= data_end)
+		if ((void *)(udp + 1) <= data_end) {
 			cls = wan_class(udp->dest);
+			udp_off = (__u32)((long)udp - (long)data);
+		}
 	}
 
 account:
@@ -209,7 +282,11 @@ account:
 	}
 	if (cls != RG_WAN_NOT_UDP &&
 	    (!(cfg->flags & RG_WAN_F_ROCE_ONLY) || cls == RG_WAN_ROCE || cls == RG_WAN_GENEVE)) {
-		if (wan_lose(cfg, wan_direction(skb->ifindex))) {
+		int lost = wan_lose(cfg, wan_direction(skb->ifindex));
+
+		if (cls == RG_WAN_GENEVE && cfg->seq_opt_class)
+			wan_seq_track(skb, cfg, udp_off, lost, st);
+		if (lost) {
 			if (st)
 				st->dropped++;
 			return TC_ACT_SHOT;

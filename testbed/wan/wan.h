@@ -8,6 +8,7 @@
 #ifndef ROCEGUARD_WAN_H
 #define ROCEGUARD_WAN_H
 
+#include <linux/bpf.h> /* struct bpf_spin_lock */
 #include <linux/types.h>
 
 #define RG_WAN_PPM 1000000u /* loss and CE rates are parts per million */
@@ -42,7 +43,16 @@ struct rg_wan_config {
 	__u32 flags;           /* RG_WAN_F_* */
 	__u32 burst_enter_ppm; /* Gilbert-Elliott good -> bad, per eligible packet */
 	__u32 burst_leave_ppm; /* Gilbert-Elliott bad -> good; 0: independent loss */
-	__u32 pad;
+	/*
+	 * roceguard's tunnel sequence option (struct rg_tunnel_opt) as the
+	 * gateways write it, first in Geneve's option area; class 0: not
+	 * followed. The WAN then counts, per stream, the sequence numbers
+	 * whose every copy it dropped (rg_wan_seq): what the loss shield,
+	 * which sends a number twice, cannot recover.
+	 */
+	__u16 seq_opt_class;
+	__u8 seq_opt_type;
+	__u8 pad;
 };
 
 /* Loss runs (consecutive eligible packets dropped in one direction) by
@@ -77,6 +87,47 @@ struct rg_wan_stats {
 	__u64 dropped;
 	__u64 bleached;  /* DSCP was non-zero and got zeroed */
 	__u64 ce_marked;
+	/*
+	 * Geneve with the sequence option (rg_wan_config.seq_opt_class):
+	 * numbers every copy of which was dropped, counted when a newer number
+	 * of the stream arrives (the stream's newest one is in rg_wan_seq);
+	 * copies of a number older than the stream's newest, which the count
+	 * leaves out; packets of streams the table had no room for.
+	 */
+	__u64 seq_all_dropped;
+	__u64 seq_late;
+	__u64 seq_untracked;
+};
+
+/*
+ * One stream of the tunnel sequence option, per direction: the option's
+ * whole stream field (epoch | sending CPU | lane), on which the numbers
+ * are consecutive.
+ */
+#define RG_WAN_SEQ_STREAMS 8192
+
+struct rg_wan_seq_key {
+	__u32 ifindex; /* the direction */
+	__u32 stream;  /* host order */
+};
+
+/*
+ * The stream's newest number and whether a copy of it passed. Copies of one
+ * number arrive back to back, from one CPU of the sending gateway, but the
+ * WAN may run on several CPUs: updated under the lock.
+ */
+struct rg_wan_seq {
+	struct bpf_spin_lock lock;
+	__u32 started;  /* seq is valid */
+	__u32 seq;      /* newest number seen */
+	__u32 passed;   /* a copy of seq passed */
+	/*
+	 * Numbers every copy of which was dropped since the last number a copy
+	 * of which passed: no later number reached the receiver, so it cannot
+	 * tell them from packets still on their way.
+	 */
+	__u32 unseen;
+	__u32 pad;
 };
 
 #endif /* ROCEGUARD_WAN_H */

@@ -215,6 +215,14 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
     EXPECT_GT(t["delay_arrivals"].get<uint64_t>(), 0u);
     // The default WAN delay line (2 ms one way) is on the tunnel's path.
     EXPECT_GE(t["delay_avg_s"].get<double>(), 0.002) << t;
+    // Sent once, a number is lost with its only copy: the WAN's count of
+    // numbers every copy of which it dropped is its drop count, and the
+    // tunnel's loss is exactly the part of it a later arrival revealed.
+    const json& wan = j["phases"]["with"]["wan"];
+    const uint64_t all_dropped = wan["all_copies_dropped"][dir], unseen = wan["all_copies_dropped_after_last_arrival"][dir];
+    EXPECT_EQ(all_dropped, dropped) << wan;
+    EXPECT_EQ(lost, all_dropped - std::min(unseen, all_dropped)) << t << wan;
+    EXPECT_EQ(t["shield"]["copies_sent"].get<uint64_t>(), 0u) << t;
   }
   // The WAN's own account: loss runs per direction add up to about its
   // drops (a run still open at the end is not counted yet), and the delay
@@ -235,11 +243,57 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
     EXPECT_NE(read(report + "/summary.txt").find(row), std::string::npos) << row;
   const std::string summary = read(report + "/summary.txt");
   EXPECT_NE(summary.find("tunnel A->B: lost (sequence numbers)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("tunnel B->A: WAN dropped every copy"), std::string::npos) << summary;
   const std::string prom_b = read(report + "/prometheus-gw-b.txt");
   EXPECT_NE(prom_b.find("roceguard_tunnel_lost_packets_total{peer=\"far-gateway\"}"), std::string::npos)
       << prom_b;
   EXPECT_NE(prom_b.find("roceguard_tunnel_delay_seconds_bucket{peer=\"far-gateway\",le=\"+Inf\"}"),
             std::string::npos);
+  expect_nothing_left(report);
+}
+
+// The loss shield on every RoCE packet: each gateway sends every numbered
+// packet twice, and what the receiving gateway still lost (its residual
+// loss, the tunnel's lost) is exactly the WAN's count of numbers every copy
+// of which it dropped, but for those after a stream's last arrival, which
+// no receiver can tell from packets still on their way.
+TEST_F(Lab, ShieldLosesOnlyTheNumbersTheWanDroppedEveryCopyOf) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto argv = base_argv(report, 4);
+  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "with", "--loss", "1", "--shield", "all"});
+  auto r = rg::lab::run(argv, 300s);
+  std::cout << r.out << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  EXPECT_EQ(j["settings"]["shield"], "all");
+  const json& tunnel = j["phases"]["with"]["tunnel"];
+  const json& wan = j["phases"]["with"]["wan"];
+  for (const char* dir : {"a_to_b", "b_to_a"}) {
+    SCOPED_TRACE(dir);
+    ASSERT_TRUE(tunnel.contains(dir)) << tunnel;
+    const json& t = tunnel[dir];
+    const json& shield = t["shield"];
+    EXPECT_EQ(t["unsettled"].get<uint64_t>(), 0u) << "quiet: every hole settled";
+    EXPECT_GT(t["wan_dropped"].get<uint64_t>(), 0u) << "1 % of thousands of packets: the WAN drops some";
+    EXPECT_GT(shield["copies_sent"].get<uint64_t>(), 0u) << t;
+    EXPECT_GT(shield["extra_wan_bytes"].get<uint64_t>(), 0u) << t;
+    EXPECT_GT(shield["duplicates_eliminated"].get<uint64_t>(), 0u) << t;
+    const uint64_t residual = shield["residual_loss"], all_dropped = wan["all_copies_dropped"][dir],
+                   unseen = wan["all_copies_dropped_after_last_arrival"][dir];
+    EXPECT_EQ(residual, t["lost"].get<uint64_t>()) << t;
+    EXPECT_LE(unseen, all_dropped) << wan;
+    EXPECT_EQ(residual, all_dropped - std::min(unseen, all_dropped)) << t << wan;
+    EXPECT_LT(all_dropped, t["wan_dropped"].get<uint64_t>()) << "most drops hit one copy of two: " << t << wan;
+    EXPECT_EQ(wan["sequence_late"][dir].get<uint64_t>(), 0u) << wan;
+    EXPECT_EQ(wan["sequence_untracked"][dir].get<uint64_t>(), 0u) << wan;
+    EXPECT_EQ(wan["delay_line"][dir]["send_errors"].get<uint64_t>(), 0u) << wan;
+  }
+  const std::string summary = read(report + "/summary.txt");
+  for (const char* row : {"loss shield (with roceguard): all", "shield A->B: copies sent", "shield B->A: residual loss",
+                          "tunnel A->B: WAN dropped every copy", "shield A->B: extra WAN bytes"})
+    EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
   expect_nothing_left(report);
 }
 

@@ -7,13 +7,24 @@
 // line holds it at least that long); the median arrives within
 // kMedianBound of it, what this host's timers and scheduler add (measured
 // in bench/README.md, "Delay line").
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstring>
+#include <map>
 #include <numeric>
+#include <thread>
 
 #include "common/error.h"
 #include "lab/path_probe.h"
 #include "lab_fixture.h"
+#include "packet.h"
+#include "roceguard/roceguard.h"
 
 namespace rg::test {
 namespace {
@@ -130,6 +141,183 @@ TEST_F(DelayLine, IndependentLossDropsAlone) {
   EXPECT_GT(r.dropped, 500u);
   EXPECT_LT(r.dropped, 2000u);
   EXPECT_LT(r.mean_run_x10, 15u) << "5 % independent: runs average about 1.05";
+}
+
+// The WAN's count of tunnel sequence numbers every copy of which it
+// dropped, against what arrived: Geneve datagrams carrying roceguard's
+// sequence option, sent between the gateways' WAN addresses by plain UDP
+// sockets (no roceguard), each number once or twice back to back as the
+// loss shield sends it.
+class WanSequence : public LabTest {
+ protected:
+  // stream -> copies of each number that arrived, indexed by number.
+  using Arrivals = std::map<uint32_t, std::vector<unsigned>>;
+
+  // numbers of each stream, copies of each, from one gateway's WAN address
+  // to the other's Geneve port, the streams interleaved. Bounded: the
+  // sends, paced, and a drain of 500 ms of silence (at most 10 s).
+  Arrivals send(lab::Node from, const char* from_addr, lab::Node to, const char* to_addr,
+                const std::vector<uint32_t>& streams, uint32_t numbers, unsigned copies) {
+    Arrivals got;
+    for (uint32_t st : streams) got[st].assign(numbers, 0);
+    FdCloser rx(socket_in(to, to_addr, test::kGenevePort)), tx(socket_in(from, from_addr, 0));
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(test::kGenevePort);
+    inet_pton(AF_INET, to_addr, &dst.sin_addr);
+    // Geneve header and option as the UDP payload: the frame less its
+    // Ethernet, IPv4 and UDP headers.
+    constexpr size_t kHeaders = 14 + 20 + 8;
+    auto receive = [&](int timeout_ms) {
+      pollfd p{rx.fd, POLLIN, 0};
+      if (poll(&p, 1, timeout_ms) <= 0) return false;
+      uint8_t buf[2048];
+      const ssize_t n = recv(rx.fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n < static_cast<ssize_t>(8 + sizeof(rg_tunnel_opt))) return true;
+      uint32_t st, seq;
+      std::memcpy(&st, buf + 8 + 4, 4);
+      std::memcpy(&seq, buf + 8 + 8, 4);
+      auto it = got.find(ntohl(st));
+      if (it != got.end() && ntohl(seq) < numbers) ++it->second[ntohl(seq)];
+      return true;
+    };
+    // On one CPU, as the gateway's copies of one stream are: the veths
+    // hand each datagram to the WAN on the sending CPU, so the copies of a
+    // number reach it back to back and before the next number.
+    PinnedToThisCpu pinned;
+    for (uint32_t n = 0; n < numbers; ++n)
+      for (uint32_t st : streams) {
+        const test::Bytes frame = test::PacketBuilder()
+                                      .ipv4(from_addr, to_addr)
+                                      .udp(50000, test::kGenevePort)
+                                      .geneve(kVni, test::tunnel_seq_option(st, n, 0, RG_TUNNEL_OPT_CLASS_DEFAULT,
+                                                                            RG_TUNNEL_OPT_TYPE_DEFAULT))
+                                      .payload(64)
+                                      .build();
+        const test::Bytes payload = test::slice(frame, kHeaders);
+        for (unsigned c = 0; c < copies; ++c)
+          EXPECT_EQ(sendto(tx.fd, payload.data(), payload.size(), 0, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)),
+                    static_cast<ssize_t>(payload.size()));
+        // Paced, and read as it goes: the receiving socket never overflows.
+        while (receive(0)) {
+        }
+        std::this_thread::sleep_for(20us);
+      }
+    for (int quiet = 0, i = 0; quiet < 25 && i < 500; ++i) quiet = receive(20) ? 0 : quiet + 1;
+    return got;
+  }
+
+  struct Expected {
+    uint64_t sent = 0, arrived = 0;
+    uint64_t all_copies_dropped = 0, after_last_arrival = 0;
+  };
+  static Expected expected(const Arrivals& got, unsigned copies) {
+    Expected e;
+    for (const auto& [st, v] : got) {
+      size_t after_last = v.size();
+      for (size_t i = 0; i < v.size(); ++i) {
+        e.sent += copies;
+        e.arrived += v[i];
+        if (v[i] == 0) ++e.all_copies_dropped;
+        else after_last = i;
+      }
+      // Numbers after the stream's last arrival (all of them when none came).
+      e.after_last_arrival += after_last == v.size() ? v.size() : v.size() - 1 - after_last;
+    }
+    return e;
+  }
+
+ private:
+  static constexpr uint32_t kVni = 4242;
+  class PinnedToThisCpu {
+   public:
+    PinnedToThisCpu() {
+      if (sched_getaffinity(0, sizeof(old_), &old_) != 0) throw Error("sched_getaffinity: " + errno_text(errno));
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(sched_getcpu(), &one);
+      if (sched_setaffinity(0, sizeof(one), &one) != 0) throw Error("sched_setaffinity: " + errno_text(errno));
+    }
+    ~PinnedToThisCpu() { sched_setaffinity(0, sizeof(old_), &old_); }
+    PinnedToThisCpu(const PinnedToThisCpu&) = delete;
+    PinnedToThisCpu& operator=(const PinnedToThisCpu&) = delete;
+
+   private:
+    cpu_set_t old_{};
+  };
+  struct FdCloser {
+    int fd;
+    explicit FdCloser(int f) : fd(f) {}
+    ~FdCloser() { close(fd); }
+    FdCloser(const FdCloser&) = delete;
+    FdCloser& operator=(const FdCloser&) = delete;
+  };
+  int socket_in(lab::Node node, const char* addr, uint16_t port) {
+    lab::NetnsGuard in(topo_->netns(node));
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw Error("socket: " + errno_text(errno));
+    int buf = 8 << 20;
+    setsockopt(fd, SOL_SOCKET, port ? SO_RCVBUFFORCE : SO_SNDBUFFORCE, &buf, sizeof(buf));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, addr, &sa.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      const int err = errno;
+      close(fd);
+      throw Error(std::string("bind ") + addr + ": " + errno_text(err));
+    }
+    return fd;
+  }
+};
+
+TEST_F(WanSequence, CountsTheNumbersEveryCopyOfWhichItDropped) {
+  // 20 % independent loss: about 4 % of the numbers sent twice lose both copies.
+  rg_wan_config cfg{};
+  cfg.flags = RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY;
+  cfg.seq_opt_class = RG_TUNNEL_OPT_CLASS_DEFAULT;
+  cfg.seq_opt_type = RG_TUNNEL_OPT_TYPE_DEFAULT;
+  lab::set_loss(cfg, 20, 1);
+  wan_->configure(cfg);
+  const auto& a = topo_->addr();
+
+  // Gateway A to B, every number twice, three streams: two epochs, CPUs
+  // and lanes (the option's whole stream field names a stream).
+  const std::vector<uint32_t> streams{1u << 16 | 0u << 4 | 0u, 1u << 16 | 1u << 4 | 3u, 2u << 16 | 0u << 4 | 0u};
+  const Expected twice = expected(send(lab::Node::kGatewayA, a.gw_a_wan4, lab::Node::kGatewayB, a.gw_b_wan4,
+                                       streams, 800, 2),
+                                  2);
+  // Gateway B to A, every number once: what the WAN drops of them.
+  const Expected once = expected(send(lab::Node::kGatewayB, a.gw_b_wan4, lab::Node::kGatewayA, a.gw_a_wan4,
+                                      {1u << 16 | 5u << 4 | 1u}, 2000, 1),
+                                 1);
+  lab::set_loss(cfg, 0, 1);
+  wan_->configure(cfg);
+
+  const lab::WanStats geneve_ab = wan_->stats("to-a", RG_WAN_GENEVE), geneve_ba = wan_->stats("to-b", RG_WAN_GENEVE);
+  const lab::WanSeqLoss ab = wan_->seq_loss("to-a"), ba = wan_->seq_loss("to-b");
+  report("shielded A->B", {{"sent", twice.sent}, {"arrived", twice.arrived}, {"wan_dropped", geneve_ab.dropped},
+                           {"all_copies_dropped", ab.all_copies_dropped},
+                           {"after_last_arrival", ab.after_last_arrival}});
+  report("unshielded B->A", {{"sent", once.sent}, {"arrived", once.arrived}, {"wan_dropped", geneve_ba.dropped},
+                             {"all_copies_dropped", ba.all_copies_dropped}});
+  // Nothing but the WAN lost a datagram: the expectations below are exact.
+  ASSERT_EQ(twice.arrived + geneve_ab.dropped, twice.sent);
+  ASSERT_EQ(once.arrived + geneve_ba.dropped, once.sent);
+  EXPECT_GT(twice.all_copies_dropped, 0u) << "2400 numbers, 4 % of them: some";
+  EXPECT_GT(geneve_ab.dropped, twice.all_copies_dropped) << "most drops hit one copy only";
+  EXPECT_EQ(ab.all_copies_dropped, twice.all_copies_dropped);
+  EXPECT_EQ(ab.after_last_arrival, twice.after_last_arrival);
+  EXPECT_EQ(ab.streams, streams.size());
+  // Sent once, a number is lost with its only copy.
+  EXPECT_EQ(ba.all_copies_dropped, geneve_ba.dropped);
+  EXPECT_EQ(ba.all_copies_dropped, once.all_copies_dropped);
+  EXPECT_EQ(ba.after_last_arrival, once.after_last_arrival);
+  EXPECT_EQ(ba.streams, 1u);
+  for (const auto* q : {&ab, &ba}) {
+    EXPECT_EQ(q->late, 0u);
+    EXPECT_EQ(q->untracked, 0u);
+  }
 }
 
 TEST(WanLoss, BurstParametersFollowTheLossAndTheMeanBurst) {

@@ -82,7 +82,7 @@ TEST_F(E2e, PlainPathWorksAndWanBleachesDscp) {
 // The generator's own recovery, no roceguard: Go-Back-N gets every message
 // through a lossy WAN, and every loss is paid for with a resend.
 TEST_F(E2e, PlainPathRecoversFromWanLoss) {
-  wan_->configure({30000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});  // 3 %
+  wan_->configure({30000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});  // 3 %
   auto cfg = sender(receiver_addr(false), 500);
   Traffic t = run_traffic(cfg, {}, [this](const lab::SenderStats& s) {
     return s.packets - wan_dropped_ab(*wan_, RG_WAN_ROCE);
@@ -256,7 +256,7 @@ TEST_F(E2e, XdpRepairsBleachedDscpWithoutTunnel) {
 TEST_F(E2e, WanCongestionMarksSurviveDecapAndTriggerCnps) {
   DirectAttach gw_a(topo_->netns(Node::kGatewayA), "wan0", DirectAttach::Hook::kTcEgress, peer_a());
   DirectAttach gw_b(topo_->netns(Node::kGatewayB), "wan0", DirectAttach::Hook::kXdp, peer_b());
-  wan_->configure({0, 100000, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});  // 10 % CE
+  wan_->configure({0, 100000, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});  // 10 % CE
   auto cfg = sender(receiver_addr(false), 300);
   cfg.tos = 0x02;  // ECT(0)
   lab::ReceiverConfig rcfg;
@@ -284,7 +284,7 @@ TEST_F(E2e, WanCongestionMarksSurviveDecapAndTriggerCnps) {
 TEST_F(E2e, PsnWrapWithWritesKeepsAccountingExact) {
   DirectAttach gw_a(topo_->netns(Node::kGatewayA), "wan0", DirectAttach::Hook::kTcEgress, peer_a());
   DirectAttach gw_b(topo_->netns(Node::kGatewayB), "wan0", DirectAttach::Hook::kXdp, peer_b());
-  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});
   auto cfg = sender(receiver_addr(false), 600);
   cfg.opcode = lab::kOpWriteOnly;
   cfg.qps.first_psn = lab::kPsnMask - 300;

@@ -232,7 +232,7 @@ std::unique_ptr<lab::Sender> LabTest::make_sender(const lab::SenderConfig& cfg) 
 LossyTunnel LabTest::run_lossy_tunnel(const CounterSource& gw_a, const CounterSource& gw_b) {
   // Everything host A or gateway A sends towards B, as it leaves gateway A.
   Capture cap(*topo_, false, tmp_->path());
-  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});  // 2 %
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});  // 2 %
 
   LossyTunnel run;
   run.cfg.peer = receiver_addr(false);

@@ -302,7 +302,7 @@ TEST(RoceGen, RetransmitOptionsRejectBadValues) {
 class RoceGenLossy : public LabTest {};
 
 TEST_F(RoceGenLossy, SelectiveRepeatResendsOnlyWhatWasLost) {
-  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});  // 2 %
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});  // 2 %
   std::map<lab::Retransmit, Traffic> runs;
   std::map<lab::Retransmit, uint64_t> requests_dropped, drops;
   for (auto mode : {lab::Retransmit::kGoBackN, lab::Retransmit::kSelectiveRepeat}) {

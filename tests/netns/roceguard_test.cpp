@@ -237,7 +237,7 @@ TEST_F(RoceguardBinary, CarriesDscpAndEveryCounterViewAgrees) {
 // through the kill, nothing goes uncounted, and a restarted loader continues
 // the counters instead of starting over.
 TEST_F(RoceguardBinary, KillDashNineKeepsTrafficAndCounters) {
-  wan_->configure({10000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});  // 1 %
+  wan_->configure({10000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});  // 1 %
   lab::SenderConfig cfg;
   cfg.peer = receiver_addr(false);
   cfg.messages = 4000;
@@ -434,7 +434,7 @@ TEST_F(RoceguardBinary, SoakRestartsAndScrapesUnderLoss) {
   const char* env = std::getenv("ROCEGUARD_SOAK_SECONDS");
   const int seconds = env ? std::max(10, std::atoi(env)) : 45;
   const int restart_every = seconds >= 120 ? 30 : 15;
-  wan_->configure({1000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});  // 0.1 %
+  wan_->configure({1000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});  // 0.1 %
   lab::SenderConfig cfg;
   cfg.peer = receiver_addr(false);
   // Per QP, the most one PSN window allows; more QPs for long runs, so the
@@ -521,7 +521,7 @@ TEST_F(RoceguardBinary, SoakRestartsAndScrapesUnderLoss) {
 // outside and 46 inside.
 TEST_F(RoceguardBinary, Ipv6TunnelCarriesTrafficClass) {
   Capture cap(*topo_, true, tmp_->path());
-  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0});
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});
   lab::SenderConfig cfg;
   cfg.peer = receiver_addr(true);
   cfg.messages = 300;
