@@ -55,16 +55,7 @@ PacketBuilder towards_peer(bool v6, uint32_t psn = 100, size_t payload = 64, uin
 
 // The option as roceguard writes it (struct rg_tunnel_opt), byte by byte.
 Bytes seq_option(uint32_t stream, uint32_t seq, uint64_t sent_ns, uint16_t cls = RG_TUNNEL_OPT_CLASS_DEFAULT) {
-  Bytes o = {static_cast<uint8_t>(cls >> 8), static_cast<uint8_t>(cls), RG_TUNNEL_OPT_TYPE_DEFAULT,
-             static_cast<uint8_t>(RG_TUNNEL_OPT_WORDS)};
-  auto be32 = [&o](uint32_t v) {
-    for (int s = 24; s >= 0; s -= 8) o.push_back(static_cast<uint8_t>(v >> s));
-  };
-  be32(stream);
-  be32(seq);
-  be32(static_cast<uint32_t>(sent_ns >> 32));
-  be32(static_cast<uint32_t>(sent_ns));
-  return o;
+  return tunnel_seq_option(stream, seq, sent_ns, cls, RG_TUNNEL_OPT_TYPE_DEFAULT);
 }
 
 uint32_t be32_at(const Bytes& b, size_t at) {
