@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <vector>
@@ -399,23 +400,29 @@ class Doctor {
             " NIC counter(s))");
   }
 
+  // The tunnels as the pinned maps show them (none without pins); nullopt,
+  // with check skipped and the reason said, when the pins cannot be read.
+  std::optional<std::vector<TunnelPeer>> pinned_tunnels(const char* check) {
+    if (!any_map_pinned(in_.pin_path)) return std::vector<TunnelPeer>{};
+    try {
+      MapReader reader(in_.pin_path);
+      return tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(in_.pin_path),
+                          monotonic_now_ns());
+    } catch (const std::exception&) {
+      add(check, "", Verdict::kInfo, "skipped: the pinned maps cannot be read (see scrape)");
+      return std::nullopt;
+    }
+  }
+
   // The NIC profile's ACK timeout against each tunnel's round trip as the
   // data plane measured it (2 x the p99 one-way delay): a timeout shorter
   // than the path calls for resends what was not lost. A warning, not a
   // failure: the RDMA hosts behind the tunnel may use another profile.
   void check_ack_timeout() {
     const char* check = "nic.ack_timeout";
-    std::vector<TunnelPeer> tunnels;
-    if (any_map_pinned(in_.pin_path)) {
-      try {
-        MapReader reader(in_.pin_path);
-        tunnels = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(in_.pin_path),
-                               monotonic_now_ns());
-      } catch (const std::exception&) {
-        add(check, "", Verdict::kInfo, "skipped: the pinned maps cannot be read (see scrape)");
-        return;
-      }
-    }
+    const auto read = pinned_tunnels(check);
+    if (!read) return;
+    const std::vector<TunnelPeer>& tunnels = *read;
     nic::Profile profile = in_.config.nic;
     std::string source = in_.config_given ? "the configuration's profile" : "the default profile";
     if (!in_.config_given)
@@ -465,17 +472,9 @@ class Doctor {
       shielded = recorded_shielded_peers(in_.pin_path);
     }
     if (shielded.empty()) return;
-    std::vector<TunnelPeer> tunnels;
-    if (any_map_pinned(in_.pin_path)) {
-      try {
-        MapReader reader(in_.pin_path);
-        tunnels = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), peer_names(in_.pin_path),
-                               monotonic_now_ns());
-      } catch (const std::exception&) {
-        add(check, "", Verdict::kInfo, "skipped: the pinned maps cannot be read (see scrape)");
-        return;
-      }
-    }
+    const auto read = pinned_tunnels(check);
+    if (!read) return;
+    const std::vector<TunnelPeer>& tunnels = *read;
     for (const auto& name : shielded) {
       const auto t = std::find_if(tunnels.begin(), tunnels.end(), [&](const TunnelPeer& p) { return p.name == name; });
       if (t == tunnels.end() || !t->streams)

@@ -316,18 +316,26 @@ TEST_F(ExporterBpf, PromtoolAcceptsTheOutput) {
   EXPECT_EQ(r.output, "") << "promtool has lint remarks";
 }
 
+// The attach record of a running configuration (json), as `attach` writes
+// it beside the pins; removed with the object.
+struct RecordedConfig {
+  RecordedConfig(const std::string& pin, const char* json) : path(pin + "/" + kMapState) {
+    State st;
+    st.config = nlohmann::json::parse(json);
+    write_state(pin, st);
+  }
+  ~RecordedConfig() { unlink(path.c_str()); }
+  RecordedConfig(const RecordedConfig&) = delete;
+  RecordedConfig& operator=(const RecordedConfig&) = delete;
+  std::string path;
+};
+
 // Per-peer tunnel series: labelled with the configured peer name from the
 // attach record, the counters summed over CPUs, the receiving side's
 // stream figures and the delay histogram as the maps hold them.
 TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
   const std::string pin = dp_->pin_path();
-  State st;
-  st.config = nlohmann::json::parse(R"({"tunnel": {"peer": [{"name": "gw-x"}, {"name": "gw-b"}]}})");
-  write_state(pin, st);
-  struct StateUnpin {
-    std::string path;
-    ~StateUnpin() { unlink(path.c_str()); }
-  } unpin{pin + "/" + kMapState};
+  const RecordedConfig recorded(pin, R"({"tunnel": {"peer": [{"name": "gw-x"}, {"name": "gw-b"}]}})");
 
   const int ncpu = libbpf_num_possible_cpus();
   ASSERT_GT(ncpu, 0);
@@ -418,13 +426,7 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
 // stats table.
 TEST_F(ExporterBpf, ShieldFiguresPerPeerInMetricsAndStats) {
   const std::string pin = dp_->pin_path();
-  State st;
-  st.config = nlohmann::json::parse(R"({"tunnel": {"peer": [{"name": "gw-a"}, {"name": "gw-b"}]}})");
-  write_state(pin, st);
-  struct StateUnpin {
-    std::string path;
-    ~StateUnpin() { unlink(path.c_str()); }
-  } unpin{pin + "/" + kMapState};
+  const RecordedConfig recorded(pin, R"({"tunnel": {"peer": [{"name": "gw-a"}, {"name": "gw-b"}]}})");
 
   const int ncpu = libbpf_num_possible_cpus();
   ASSERT_GT(ncpu, 0);
@@ -551,14 +553,8 @@ TEST(TunnelRtt, TwiceTheP99OfTheOneWayDelay) {
 // the running configuration's (the attach record), or that of -c FILE.
 TEST_F(ExporterBpf, StatsAndDoctorFitTheAckTimeoutToTheTunnelRoundTrip) {
   const std::string pin = dp_->pin_path();
-  State st;
-  st.config = nlohmann::json::parse(R"({"tunnel": {"peer": [{"name": "gw-b"}]},
+  const RecordedConfig recorded(pin, R"({"tunnel": {"peer": [{"name": "gw-b"}]},
                                         "nic": {"ack_timeout": "500us", "gid_index": null}})");
-  write_state(pin, st);
-  struct StateUnpin {
-    std::string path;
-    ~StateUnpin() { unlink(path.c_str()); }
-  } unpin{pin + "/" + kMapState};
   ASSERT_TRUE(recorded_nic_profile(pin));
   EXPECT_EQ(recorded_nic_profile(pin)->ack_timeout.exponent, 7);
 
@@ -655,14 +651,8 @@ TEST_F(ExporterBpf, StatsAndDoctorFitTheAckTimeoutToTheTunnelRoundTrip) {
 // both copies to its host; with nothing numbered from it, nobody can tell.
 TEST_F(ExporterBpf, DoctorSaysWhetherAShieldedPeerEliminates) {
   const std::string pin = dp_->pin_path();
-  State st;
-  st.config = nlohmann::json::parse(R"({"tunnel": {"shield": "all", "peer": [{"name": "gw-new"}, {"name": "gw-old"},
+  const RecordedConfig recorded(pin, R"({"tunnel": {"shield": "all", "peer": [{"name": "gw-new"}, {"name": "gw-old"},
                                         {"name": "gw-quiet"}, {"name": "gw-off", "shield": "off"}]}})");
-  write_state(pin, st);
-  struct StateUnpin {
-    std::string path;
-    ~StateUnpin() { unlink(path.c_str()); }
-  } unpin{pin + "/" + kMapState};
   EXPECT_EQ(recorded_shielded_peers(pin), (std::vector<std::string>{"gw-new", "gw-old", "gw-quiet"}));
 
   const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
