@@ -678,26 +678,29 @@ TEST_F(TunnelShield, UnnumberedFramesAreSentOnce) {
 // A's numbered frames, each arriving twice (and a third time): B hands
 // each to the host once, and counts the rest as eliminated.
 TEST(TunnelShieldDecap, SecondAndThirdCopiesAreEliminated) {
-  Dataplane dp(seq_config());
-  dp.tunnels();
-  dp.shield(kPeerSlot4, RG_PEER_F_SHIELD_ALL);
-  for (uint32_t psn = 0; psn < 5; ++psn) {
-    const Bytes in = towards_peer(false, psn).build();
-    const Bytes out = dp.tc(in).out;
-    const Verdict first = dp.xdp(out);
-    ASSERT_EQ(first.ret, kXdpPass);
-    EXPECT_EQ(hex(first.out).size(), hex(in).size()) << "decapsulated";
-    EXPECT_EQ(dp.xdp(out).ret, kXdpDrop) << "the second copy";
-    EXPECT_EQ(dp.xdp(out).ret, kXdpDrop) << "a copy of an eliminated copy";
+  for (bool v6 : {false, true}) {
+    SCOPED_TRACE(v6 ? "IPv6 outer" : "IPv4 outer");
+    Dataplane dp(seq_config());
+    dp.tunnels();
+    dp.shield(v6 ? kPeerSlot6 : kPeerSlot4, RG_PEER_F_SHIELD_ALL);
+    for (uint32_t psn = 0; psn < 5; ++psn) {
+      const Bytes in = towards_peer(v6, psn).build();
+      const Bytes out = dp.tc(in).out;
+      const Verdict first = dp.xdp(out);
+      ASSERT_EQ(first.ret, kXdpPass);
+      EXPECT_EQ(first.out.size(), in.size()) << "decapsulated";
+      EXPECT_EQ(dp.xdp(out).ret, kXdpDrop) << "the second copy";
+      EXPECT_EQ(dp.xdp(out).ret, kXdpDrop) << "a copy of an eliminated copy";
+    }
+    const TunnelPeer* p = peer_at(peers_of(dp), v6 ? kFarEnd6 : kFarEnd4);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_ELIMINATED].packets, 10u);
+    EXPECT_EQ(p->ev[RG_PEER_EV_DECAPSULATED].packets, 5u) << "what reached the host";
+    EXPECT_EQ(p->received, 5u);
+    EXPECT_EQ(p->duplicated, 10u);
+    EXPECT_EQ(p->lost + p->unsettled, 0u);
+    EXPECT_EQ(dp.events(RG_DIR_INGRESS)["roce_packets"], 5u) << "the host's RoCE, counted once";
   }
-  const TunnelPeer* p = peer_at(peers_of(dp), kFarEnd4);
-  ASSERT_NE(p, nullptr);
-  EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_ELIMINATED].packets, 10u);
-  EXPECT_EQ(p->ev[RG_PEER_EV_DECAPSULATED].packets, 5u) << "what reached the host";
-  EXPECT_EQ(p->received, 5u);
-  EXPECT_EQ(p->duplicated, 10u);
-  EXPECT_EQ(p->lost + p->unsettled, 0u);
-  EXPECT_EQ(dp.events(RG_DIR_INGRESS)["roce_packets"], 5u) << "the host's RoCE, counted once";
 }
 
 struct EliminationCase {
