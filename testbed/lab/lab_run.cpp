@@ -321,11 +321,13 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     for (uint64_t n : to.delay) d.delay_arrivals += n;
     if (d.delay_arrivals) d.delay_avg_s = static_cast<double>(to.delay_sum_ns) * 1e-9 / static_cast<double>(d.delay_arrivals);
     d.tunnel_bytes = wan_bytes;
-    d.shield_copies = from.ev[RG_PEER_EV_SHIELD_COPIES].packets;
-    d.shield_copy_bytes = from.ev[RG_PEER_EV_SHIELD_COPIES].bytes;
-    d.shield_eliminated = to.ev[RG_PEER_EV_SHIELD_ELIMINATED].packets;
-    d.shield_copy_errors = from.ev[RG_PEER_EV_SHIELD_COPY_ERROR].packets;
-    d.shield_uncopied = from.ev[RG_PEER_EV_SHIELD_UNCOPIED].packets;
+    // The copies as the sending gateway counts them, their elimination as the receiving one does.
+    const TunnelShield sent = tunnel_shield(from);
+    d.shield_copies = sent.copies;
+    d.shield_copy_bytes = sent.extra_wan_bytes;
+    d.shield_eliminated = tunnel_shield(to).eliminated;
+    d.shield_copy_errors = sent.copy_errors;
+    d.shield_uncopied = sent.uncopied;
     d.wan_all_copies_dropped = seq.all_copies_dropped;
     d.wan_after_last_arrival = seq.after_last_arrival;
     return d;

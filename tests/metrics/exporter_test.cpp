@@ -316,6 +316,19 @@ TEST_F(ExporterBpf, PromtoolAcceptsTheOutput) {
   EXPECT_EQ(r.output, "") << "promtool has lint remarks";
 }
 
+// Writes v into every CPU's slot of the pinned rg_peer_stats at slot.
+void write_peer_stats(const std::string& pin, uint32_t slot, const rg_peer_stats& v) {
+  const int ncpu = libbpf_num_possible_cpus();
+  ASSERT_GT(ncpu, 0);
+  const size_t stride = (sizeof(rg_peer_stats) + 7) & ~size_t{7};
+  std::vector<uint8_t> per_cpu(stride * static_cast<size_t>(ncpu), 0);
+  for (int cpu = 0; cpu < ncpu; ++cpu) std::memcpy(per_cpu.data() + stride * static_cast<size_t>(cpu), &v, sizeof(v));
+  const int stats = bpf_obj_get((pin + "/" + kMapPeerStats).c_str());
+  ASSERT_GE(stats, 0);
+  EXPECT_EQ(bpf_map_update_elem(stats, &slot, per_cpu.data(), BPF_ANY), 0) << strerror(errno);
+  close(stats);
+}
+
 // The attach record of a running configuration (json), as `attach` writes
 // it beside the pins; removed with the object.
 struct RecordedConfig {
@@ -339,20 +352,13 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
 
   const int ncpu = libbpf_num_possible_cpus();
   ASSERT_GT(ncpu, 0);
-  const size_t stride = (sizeof(rg_peer_stats) + 7) & ~size_t{7};
-  std::vector<uint8_t> per_cpu(stride * static_cast<size_t>(ncpu), 0);
-  for (int cpu = 0; cpu < ncpu; ++cpu) {
+  {
     rg_peer_stats v{};
     v.ev[RG_PEER_EV_SEQ_SENT].packets = 5;
     v.ev[RG_PEER_EV_ENCAPSULATED].packets = 6;
     v.ev[RG_PEER_EV_OVERSIZE_DROPPED].packets = 1;
-    std::memcpy(per_cpu.data() + stride * static_cast<size_t>(cpu), &v, sizeof(v));
+    write_peer_stats(pin, 1, v);
   }
-  const int stats = bpf_obj_get((pin + "/" + kMapPeerStats).c_str());
-  ASSERT_GE(stats, 0);
-  uint32_t slot = 1;
-  ASSERT_EQ(bpf_map_update_elem(stats, &slot, per_cpu.data(), BPF_ANY), 0) << strerror(errno);
-  close(stats);
 
   // Two streams of peer 1; one silent for longer than the settle time, so
   // its open hole counts as lost already.
@@ -430,9 +436,7 @@ TEST_F(ExporterBpf, ShieldFiguresPerPeerInMetricsAndStats) {
 
   const int ncpu = libbpf_num_possible_cpus();
   ASSERT_GT(ncpu, 0);
-  const size_t stride = (sizeof(rg_peer_stats) + 7) & ~size_t{7};
-  std::vector<uint8_t> per_cpu(stride * static_cast<size_t>(ncpu), 0);
-  for (int cpu = 0; cpu < ncpu; ++cpu) {
+  {
     rg_peer_stats v{};
     v.epoch = 0x1234;
     v.tx_seq[3] = 40;
@@ -441,13 +445,8 @@ TEST_F(ExporterBpf, ShieldFiguresPerPeerInMetricsAndStats) {
     v.ev[RG_PEER_EV_SHIELD_ELIMINATED] = {25, 2500};
     v.ev[RG_PEER_EV_SHIELD_COPY_ERROR] = {2, 0};
     v.ev[RG_PEER_EV_SHIELD_UNCOPIED] = {5, 0};
-    std::memcpy(per_cpu.data() + stride * static_cast<size_t>(cpu), &v, sizeof(v));
+    write_peer_stats(pin, 1, v);
   }
-  const int stats = bpf_obj_get((pin + "/" + kMapPeerStats).c_str());
-  ASSERT_GE(stats, 0);
-  uint32_t slot = 1;
-  ASSERT_EQ(bpf_map_update_elem(stats, &slot, per_cpu.data(), BPF_ANY), 0) << strerror(errno);
-  close(stats);
   // Two lanes of one CPU of peer 1: 4 numbers lost in all (neither copy came).
   const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
   ASSERT_GE(streams, 0);
