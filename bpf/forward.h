@@ -156,7 +156,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 		 * XDP frame cannot be cloned, so a shielded peer's frames take
 		 * the slow path.
 		 */
-		if (peer && (peer->flags & RG_PEER_F_SHIELD_MASK))
+		if (peer && rg_peer_shield(peer, bpf_map_lookup_elem(&rg_peer_ctl, &slot)))
 			return XDP_PASS;
 		if (peer) {
 			ps = rg_peer_stats_get(slot);

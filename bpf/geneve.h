@@ -36,8 +36,9 @@
 
 /*
  * Everything after the outer IP header; the same for both outer families.
- * The sequence option, when sent, goes first in the option area, so the
- * inner Ethernet header sits at one of two places.
+ * The sequence option, when sent, goes first in the option area, with or
+ * without its extension, so the inner Ethernet header sits at one of three
+ * places.
  */
 struct rg_geneve_tail {
 	struct udphdr udp;
@@ -46,7 +47,13 @@ struct rg_geneve_tail {
 		struct ethhdr inner_eth;
 		struct {
 			struct rg_tunnel_opt opt;
-			struct ethhdr inner_eth;
+			union {
+				struct ethhdr inner_eth;
+				struct {
+					struct rg_tunnel_opt_ext ext;
+					struct ethhdr inner_eth;
+				} ext;
+			};
 		} seq;
 	};
 };
@@ -75,12 +82,14 @@ _Static_assert(__builtin_offsetof(struct rg_encap6, ip6) % 4 == 0, "outer IPv6 a
 
 /*
  * Bytes on the wire from the outer Ethernet header to the inner one
- * included, without the sequence option; it adds RG_TUNNEL_OPT_LEN.
+ * included, without the sequence option; it adds RG_TUNNEL_OPT_LEN, and
+ * RG_TUNNEL_OPT_EXT_LEN more with its extension.
  */
 #define RG_GENEVE_TAIL_LEN (sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + sizeof(struct ethhdr))
 #define RG_ENCAP4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + RG_GENEVE_TAIL_LEN)
 #define RG_ENCAP6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + RG_GENEVE_TAIL_LEN)
 #define RG_TUNNEL_OPT_LEN sizeof(struct rg_tunnel_opt)
+#define RG_TUNNEL_OPT_EXT_LEN sizeof(struct rg_tunnel_opt_ext)
 /* Room inserted after the original Ethernet header, which becomes the inner one. */
 #define RG_ENCAP4_ROOM (RG_ENCAP4_LEN - sizeof(struct ethhdr))
 #define RG_ENCAP6_ROOM (RG_ENCAP6_LEN - sizeof(struct ethhdr))
@@ -157,34 +166,6 @@ static __always_inline void rg_encap_ipv6(struct ipv6hdr *ip6, const struct rg_p
 	__builtin_memcpy(&ip6->daddr, peer->remote, 16);
 }
 
-/*
- * UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936.
- * With seq (this CPU's stream to the peer) the sequence option goes first.
- */
-static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct rg_peer *peer,
-					  __u32 hash, __u16 udp_len,
-					  const struct ethhdr *inner_eth,
-					  struct rg_peer_stats *seq, __u32 lane)
-{
-	t->udp.source = rg_entropy_port(hash);
-	t->udp.dest = bpf_htons(RG_GENEVE_UDP_PORT);
-	t->udp.len = bpf_htons(udp_len);
-	t->udp.check = 0;
-	t->gnv.ver_optlen = seq ? RG_TUNNEL_OPT_LEN / 4 : 0;
-	t->gnv.flags = 0;
-	t->gnv.proto = bpf_htons(RG_GENEVE_PROTO_TEB);
-	t->gnv.vni[0] = peer->vni >> 16;
-	t->gnv.vni[1] = peer->vni >> 8;
-	t->gnv.vni[2] = peer->vni;
-	t->gnv.reserved = 0;
-	if (seq) {
-		rg_tunnel_opt_fill(&t->seq.opt, seq, lane);
-		t->seq.inner_eth = *inner_eth;
-	} else {
-		t->inner_eth = *inner_eth;
-	}
-}
-
 enum rg_encap_result {
 	RG_ENCAP_DONE,     /* encapsulated; verdict in *verdict */
 	RG_ENCAP_OVERSIZE, /* over the tunnel MTU: apply the policy */
@@ -202,8 +183,63 @@ struct rg_encap_plan {
 	struct rg_nexthop found;
 	struct rg_peer_stats *seq;
 	__u32 hash, lane, room, udp_len, ip_len, opt_len;
+	__u32 shield;     /* RG_PEER_F_SHIELD_*: the configuration's and "auto"'s */
+	__u32 opt_flags;  /* the option's stream flags (RG_TUNNEL_F_*) */
+	__u32 feedback;   /* for the extension (rg_peer_ctl) */
+	__u8 ext;         /* the option carries its extension */
 	enum rg_fib_result fr;
 };
+
+/*
+ * UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936.
+ * With e->seq (this CPU's stream to the peer) the sequence option goes
+ * first, with its extension when e->ext.
+ */
+static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct rg_peer *peer,
+					  const struct rg_encap_plan *e,
+					  const struct ethhdr *inner_eth)
+{
+	t->udp.source = rg_entropy_port(e->hash);
+	t->udp.dest = bpf_htons(RG_GENEVE_UDP_PORT);
+	t->udp.len = bpf_htons(e->udp_len);
+	t->udp.check = 0;
+	t->gnv.ver_optlen = e->opt_len / 4;
+	t->gnv.flags = 0;
+	t->gnv.proto = bpf_htons(RG_GENEVE_PROTO_TEB);
+	t->gnv.vni[0] = peer->vni >> 16;
+	t->gnv.vni[1] = peer->vni >> 8;
+	t->gnv.vni[2] = peer->vni;
+	t->gnv.reserved = 0;
+	if (e->seq && e->ext) {
+		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext.ext, e->seq, e->lane, e->opt_flags, e->feedback);
+		t->seq.ext.inner_eth = *inner_eth;
+	} else if (e->seq) {
+		rg_tunnel_opt_fill(&t->seq.opt, NULL, e->seq, e->lane, e->opt_flags, 0);
+		t->seq.inner_eth = *inner_eth;
+	} else {
+		t->inner_eth = *inner_eth;
+	}
+}
+
+/*
+ * The shield towards the peer in slot: the configuration's (peer->flags)
+ * and what the "auto" mode turned on (rg_peer_ctl).
+ */
+static __always_inline __u32 rg_peer_shield(const struct rg_peer *peer, const struct rg_peer_ctl *ctl)
+{
+	return (peer->flags | (ctl ? ctl->shield : 0)) & RG_PEER_F_SHIELD_MASK;
+}
+
+/* The plan's sizes grow by the extension once it is sure to carry one. */
+static __always_inline void rg_encap_plan_ext(struct rg_encap_plan *e)
+{
+	if (!e->ext)
+		return;
+	e->opt_len += RG_TUNNEL_OPT_EXT_LEN;
+	e->room += RG_TUNNEL_OPT_EXT_LEN;
+	e->udp_len += RG_TUNNEL_OPT_EXT_LEN;
+	e->ip_len += RG_TUNNEL_OPT_EXT_LEN;
+}
 
 /*
  * Plans the encapsulation of an inner frame of inner_len bytes (p parsed
@@ -224,6 +260,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 							  struct rg_encap_plan *e)
 {
 	int v6 = peer->family == AF_INET6;
+	const struct rg_peer_ctl *ctl = bpf_map_lookup_elem(&rg_peer_ctl, &slot);
 	struct rg_nexthop *nh;
 	__u32 gen, seg_ip_len;
 
@@ -237,9 +274,14 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 		e->hash = rg_lane_hash(e->lane);
 	e->seq = NULL;
 	e->opt_len = 0;
+	e->ext = 0;
+	e->shield = rg_peer_shield(peer, ctl);
+	e->feedback = ctl ? ctl->feedback : 0;
+	e->opt_flags = (rg_cfg.flags & RG_CFG_F_DECAP) ? RG_TUNNEL_F_ELIMINATES : 0;
 	if ((rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ) && ps && numbered) {
 		e->seq = ps;
 		e->opt_len = RG_TUNNEL_OPT_LEN;
+		e->ext = rg_tunnel_next_has_ext(ps, e->lane);
 	}
 	e->room = (v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM) + e->opt_len;
 	e->udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + e->opt_len + inner_len;
@@ -247,19 +289,35 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	seg_ip_len = e->ip_len - inner_len + seg_len;
 	if (seg_ip_len > peer->mtu)
 		return RG_ENCAP_OVERSIZE;
+	/*
+	 * The extension goes only where it fits: a frame that fits the tunnel
+	 * with the 12-byte option always does, whatever its number.
+	 */
+	if (seg_ip_len + RG_TUNNEL_OPT_EXT_LEN > peer->mtu)
+		e->ext = 0;
 
 	nh = rg_nexthop_get(slot, &gen);
 	if (nh && gen && nh->gen == gen) {
 		if (seg_ip_len > nh->mtu)
 			return RG_ENCAP_OVERSIZE;
+		if (seg_ip_len + RG_TUNNEL_OPT_EXT_LEN > nh->mtu)
+			e->ext = 0;
 		e->fr = RG_FIB_OK;
 		e->hop = nh;
+		rg_encap_plan_ext(e);
 		return RG_ENCAP_DONE;
 	}
 
 	__be16 sport = rg_entropy_port(e->hash);
 	__be32 label = bpf_htonl(e->hash & RG_FLOW_LABEL_MASK);
 
+	/*
+	 * Asked without the extension, which then follows the tunnel's MTU
+	 * only: a second lookup to learn the route's would not fit the stack.
+	 * The cache knows the route's MTU (above); uncached, a frame within 8
+	 * bytes of a route MTU under tunnel.mtu (which then overstates the
+	 * path) carries it one number in 16 and may be dropped on the way.
+	 */
 	e->fr = rg_fib_peer(ctx, peer, fib, seg_ip_len, sport, label);
 	if (e->fr == RG_FIB_TOO_BIG)
 		return RG_ENCAP_OVERSIZE;
@@ -271,6 +329,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	e->hop = &e->found;
 	if (e->fr == RG_FIB_OK && nh && gen)
 		rg_nexthop_fill(ctx, peer, fib, &e->found, nh, gen, sport, label);
+	rg_encap_plan_ext(e);
 	return RG_ENCAP_DONE;
 }
 
@@ -314,18 +373,18 @@ static __always_inline __u32 rg_encap_build(union rg_encap_hdr *h, const struct 
 					    const struct ethhdr *inner_eth)
 {
 	/* From the stream, not e->opt_len: the store needs a length the verifier can bound. */
-	__u32 opt_len = e->seq ? RG_TUNNEL_OPT_LEN : 0;
+	__u32 opt_len = e->seq ? RG_TUNNEL_OPT_LEN + (e->ext ? RG_TUNNEL_OPT_EXT_LEN : 0) : 0;
 
 	rg_encap_headers_init(h, sizeof(*h));
 	if (peer->family == AF_INET6) {
 		rg_encap_eth(&h->v6.eth, e->hop->dmac, e->hop->smac, ETH_P_IPV6);
 		rg_encap_ipv6(&h->v6.ip6, peer, p->tos, e->hash, e->udp_len);
-		rg_encap_tail(&h->v6.tail, peer, e->hash, e->udp_len, inner_eth, e->seq, e->lane);
+		rg_encap_tail(&h->v6.tail, peer, e, inner_eth);
 		return RG_ENCAP6_LEN + opt_len;
 	}
 	rg_encap_eth(&h->v4.eth, e->hop->dmac, e->hop->smac, ETH_P_IP);
 	rg_encap_ipv4(&h->v4.ip, peer, p->tos, e->ip_len, e->hop->ip_csum);
-	rg_encap_tail(&h->v4.tail, peer, e->hash, e->udp_len, inner_eth, e->seq, e->lane);
+	rg_encap_tail(&h->v4.tail, peer, e, inner_eth);
 	return RG_ENCAP4_LEN + opt_len;
 }
 
@@ -442,8 +501,6 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	if ((void *)(eth + 1) > data_end || !h)
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
-	/* Decided on the inner headers, which the encapsulation moves. */
-	shield = rg_shield_wants(p, data_end, peer->flags);
 
 	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, skb->gso_segs <= 1, ps,
 			  &fib, &e);
@@ -453,6 +510,13 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	}
 	if (r != RG_ENCAP_DONE)
 		return r;
+	/*
+	 * Decided on the inner headers, which the encapsulation moves; the
+	 * option says the number is sent twice when the copy can be made.
+	 */
+	shield = rg_shield_wants(p, data_end, e.shield);
+	if (shield && e.seq && e.fr == RG_FIB_OK)
+		e.opt_flags |= RG_TUNNEL_F_COPIED;
 
 	flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
 		BPF_F_ADJ_ROOM_ENCAP_L2(sizeof(struct ethhdr)) | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
@@ -490,9 +554,7 @@ struct rg_outer {
 	__be16 inner_proto; /* the inner Ethernet header's type */
 	__u32 len;        /* bytes before the inner Ethernet header */
 	__u32 peer_slot;
-	__u32 stream;
-	__u32 seq;
-	__u64 sent_ns;
+	struct rg_tunnel_arrival seq;
 };
 
 /* Addresses as the ABI stores them: 16 bytes, IPv4 in the first 4, the rest zero. */
@@ -597,15 +659,26 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 	o->ecn = rg_tos_ecn(p->tos);
 	o->peer_slot = *idx;
 	o->has_seq = 0;
+	o->seq.stream = 0;
+	o->seq.seq = 0;
+	o->seq.sent_us = 0;
+	o->seq.feedback = 0;
+	o->seq.has_ext = 0;
 	/* roceguard puts its option first; one from anyone else is skipped. */
 	if (optlen >= RG_TUNNEL_OPT_LEN) {
 		struct rg_tunnel_opt *opt = (void *)(g + 1);
+		struct rg_tunnel_opt_ext *ext = (void *)(opt + 1);
+		__u32 ours = (void *)(opt + 1) <= data_end ? rg_tunnel_opt_is_ours(opt) : 0;
 
-		if ((void *)(opt + 1) <= data_end && rg_tunnel_opt_is_ours(opt)) {
+		if (ours && ours <= optlen) {
 			o->has_seq = 1;
-			o->stream = bpf_ntohl(opt->stream);
-			o->seq = bpf_ntohl(opt->seq);
-			o->sent_ns = ((__u64)bpf_ntohl(opt->sent_hi) << 32) | bpf_ntohl(opt->sent_lo);
+			o->seq.stream = bpf_ntohl(opt->stream);
+			o->seq.seq = bpf_ntohl(opt->seq);
+			if (ours > RG_TUNNEL_OPT_LEN && (void *)(ext + 1) <= data_end) {
+				o->seq.has_ext = 1;
+				o->seq.sent_us = bpf_ntohl(ext->sent_us);
+				o->seq.feedback = bpf_ntohl(ext->feedback);
+			}
 		}
 	}
 	return RG_DECAP_DONE;
@@ -663,7 +736,7 @@ static __always_inline enum rg_decap_result rg_decap_deliver(struct __sk_buff *s
 	 * but the peer's elimination count sees it.
 	 */
 	if (outer->has_seq &&
-	    rg_tunnel_track(outer->peer_slot, outer->stream, outer->seq, outer->sent_ns, ps, len))
+	    rg_tunnel_track(outer->peer_slot, &outer->seq, ps, len))
 		return RG_DECAP_DROP;
 	rg_count(c, RG_EV_DECAPSULATED, len);
 	rg_peer_count(ps, RG_PEER_EV_DECAPSULATED, len);

@@ -128,6 +128,26 @@ struct {
 } rg_peer_stats SEC(".maps");
 
 /*
+ * Per peer slot: what `roceguard run` decides (the feedback to send, the
+ * shield "auto" turned on) and what the peer's option said, per CPU (see
+ * struct rg_peer_ctl, struct rg_peer_rx). Not pinned: they belong to the
+ * process that loaded this object, as its next-hop leases do.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_peer_ctl);
+} rg_peer_ctl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_peer_rx);
+} rg_peer_rx SEC(".maps");
+
+/*
  * Streams arriving from the peers. One stream's packets reach this gateway
  * on any CPU (RSS spreads them by inner flow), hence the lock; a spin-locked
  * value cannot live in an LRU map, so a full table leaves new streams

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Per-peer counters and the tunnel sequence option (struct rg_tunnel_opt):
- * gateway A numbers each packet it sends into a tunnel and stamps it with
- * its CLOCK_TAI; gateway B counts, per stream, what arrived, what never
- * did, what came late or twice, and the one-way delay.
+ * gateway A numbers each packet it sends into a tunnel and stamps one in
+ * RG_TUNNEL_EXT_EVERY with its CLOCK_TAI; gateway B counts, per stream,
+ * what arrived, what never did, what came late or twice, and the one-way
+ * delay of the stamped ones.
  */
 #ifndef RG_BPF_TUNNEL_SEQ_H
 #define RG_BPF_TUNNEL_SEQ_H
@@ -76,35 +77,56 @@ static __always_inline __u32 rg_lane_hash(__u32 lane)
  */
 static __always_inline __u32 rg_tunnel_epoch(struct rg_peer_stats *ps)
 {
-	if (!ps->epoch)
-		ps->epoch = rg_cfg.tunnel_epoch ? rg_cfg.tunnel_epoch : 1;
-	return ps->epoch;
+	if (!(ps->epoch & RG_TUNNEL_EPOCH_MASK))
+		ps->epoch = rg_cfg.tunnel_epoch & RG_TUNNEL_EPOCH_MASK ? rg_cfg.tunnel_epoch : 1;
+	return ps->epoch & RG_TUNNEL_EPOCH_MASK;
 }
 
-/* Takes the next sequence number of this CPU's stream on lane towards the peer. */
-static __always_inline void rg_tunnel_opt_fill(struct rg_tunnel_opt *o, struct rg_peer_stats *ps,
-					       __u32 lane)
+/* Does the next number of this CPU's stream on lane carry the extension? */
+static __always_inline int rg_tunnel_next_has_ext(const struct rg_peer_stats *ps, __u32 lane)
 {
-	__u64 now = rg_tunnel_clock_ns();
-	__u32 stream = (rg_tunnel_epoch(ps) << RG_TUNNEL_EPOCH_SHIFT) |
+	return !(ps->tx_seq[lane & (RG_TUNNEL_LANES - 1)] & (RG_TUNNEL_EXT_EVERY - 1));
+}
+
+/*
+ * Takes the next sequence number of this CPU's stream on lane towards the
+ * peer. flags are the stream field's (RG_TUNNEL_F_*); with ext (as
+ * rg_tunnel_next_has_ext said), the extension follows with the send time
+ * and feedback.
+ */
+static __always_inline void rg_tunnel_opt_fill(struct rg_tunnel_opt *o, struct rg_tunnel_opt_ext *ext,
+					       struct rg_peer_stats *ps, __u32 lane, __u32 flags,
+					       __u32 feedback)
+{
+	__u32 stream = (flags & RG_TUNNEL_F_MASK) | (rg_tunnel_epoch(ps) << RG_TUNNEL_EPOCH_SHIFT) |
 		       ((bpf_get_smp_processor_id() & RG_TUNNEL_CPU_MASK) << RG_TUNNEL_LANE_BITS) |
 		       (lane & (RG_TUNNEL_LANES - 1));
 
 	o->opt_class = bpf_htons(rg_cfg.tunnel_opt_class);
 	o->type = rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL;
-	o->length = RG_TUNNEL_OPT_WORDS;
+	o->length = ext ? RG_TUNNEL_OPT_EXT_WORDS : RG_TUNNEL_OPT_WORDS;
 	o->stream = bpf_htonl(stream);
 	o->seq = bpf_htonl(ps->tx_seq[lane & (RG_TUNNEL_LANES - 1)]++);
-	o->sent_hi = bpf_htonl(now >> 32);
-	o->sent_lo = bpf_htonl((__u32)now);
+	if (ext) {
+		ext->sent_us = bpf_htonl((__u32)(rg_tunnel_clock_ns() / 1000));
+		ext->feedback = bpf_htonl(feedback);
+	}
 }
 
-/* Is the Geneve option at o (bounds checked by the caller) ours? */
-static __always_inline int rg_tunnel_opt_is_ours(const struct rg_tunnel_opt *o)
+/*
+ * Is the Geneve option at o (bounds checked by the caller) ours? Returns
+ * 0, or its length in bytes: with or without the extension.
+ */
+static __always_inline __u32 rg_tunnel_opt_is_ours(const struct rg_tunnel_opt *o)
 {
-	return o->opt_class == bpf_htons(rg_cfg.tunnel_opt_class) &&
-	       o->type == (rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL) &&
-	       (o->length & 0x1f) == RG_TUNNEL_OPT_WORDS;
+	if (o->opt_class != bpf_htons(rg_cfg.tunnel_opt_class) ||
+	    o->type != (rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL))
+		return 0;
+	if ((o->length & 0x1f) == RG_TUNNEL_OPT_WORDS)
+		return sizeof(struct rg_tunnel_opt);
+	if ((o->length & 0x1f) == RG_TUNNEL_OPT_EXT_WORDS)
+		return sizeof(struct rg_tunnel_opt) + sizeof(struct rg_tunnel_opt_ext);
+	return 0;
 }
 
 /* Bits set in a window; the BPF target has no population count instruction. */
@@ -287,23 +309,31 @@ static __always_inline enum rg_seq_verdict rg_tunnel_stream_update(struct rg_tun
 	return RG_SEQ_LATE;
 }
 
+/* What gateway B read from one packet's option (rg_geneve_match). */
+struct rg_tunnel_arrival {
+	__u32 stream;   /* as on the wire: flags, epoch, CPU, lane */
+	__u32 seq;
+	__u32 sent_us;  /* with has_ext only */
+	__u32 feedback; /* with has_ext only */
+	__u8 has_ext;
+};
+
 /*
- * Gateway B: one packet of the peer in slot carrying our option (stream as
- * on the wire). Returns whether to drop it as the second copy of a number
- * that arrived: only from a sender with epochs (one that knows the shield),
- * since a sender before them restarts its numbering unseen.
+ * Gateway B: one numbered packet of the peer in slot. Returns whether to
+ * drop it as the second copy of a number that arrived. Counts the peer's
+ * copied numbers, and keeps what its extension says (rg_peer_rx).
  */
-static __always_inline int rg_tunnel_track(__u32 slot, __u32 stream, __u32 seq, __u64 sent_ns,
+static __always_inline int rg_tunnel_track(__u32 slot, const struct rg_tunnel_arrival *a,
 					   struct rg_peer_stats *ps, __u64 bytes)
 {
-	struct rg_tunnel_stream_key key = { .peer = slot, .stream = stream & RG_TUNNEL_STREAM_ID_MASK };
-	__u32 epoch = stream >> RG_TUNNEL_EPOCH_SHIFT;
+	struct rg_tunnel_stream_key key = { .peer = slot, .stream = a->stream & RG_TUNNEL_STREAM_ID_MASK };
+	__u32 epoch = (a->stream >> RG_TUNNEL_EPOCH_SHIFT) & RG_TUNNEL_EPOCH_MASK;
 	struct rg_tunnel_stream *st;
-	__u64 arrived = rg_tunnel_clock_ns();
+	struct rg_peer_rx *rx;
+	/* Read before the lock, which allows no helper call; used with the extension only. */
+	__u32 arrived_us = (__u32)(rg_tunnel_clock_ns() / 1000);
 	__u64 now = bpf_ktime_get_ns();
-	/* Behind the sender's clock (unsynchronised clocks): counted as 0. */
-	__u64 delay = arrived > sent_ns ? arrived - sent_ns : 0;
-	__u32 bucket = rg_delay_bucket(delay), zero_idx = 0;
+	__u32 zero_idx = 0;
 	enum rg_seq_verdict v;
 
 	st = bpf_map_lookup_elem(&rg_tunnel_streams, &key);
@@ -319,8 +349,18 @@ static __always_inline int rg_tunnel_track(__u32 slot, __u32 stream, __u32 seq, 
 		}
 	}
 	bpf_spin_lock(&st->lock);
-	v = rg_tunnel_stream_update(st, epoch, seq, now);
-	if (v != RG_SEQ_DUPLICATE) {
+	v = rg_tunnel_stream_update(st, epoch, a->seq, now);
+	/*
+	 * The delay only after the update, from the arrival alone: branches on
+	 * the extension before it would double the paths the verifier walks
+	 * through the window's loops.
+	 */
+	if (v != RG_SEQ_DUPLICATE && a->has_ext) {
+		__s32 d = (__s32)(arrived_us - a->sent_us);
+		/* Behind the sender's clock (unsynchronised clocks): counted as 0. */
+		__u64 delay = d > 0 ? (__u64)d * 1000 : 0;
+		__u32 bucket = rg_delay_bucket(delay);
+
 		/*
 		 * rg_delay_bucket() already clamps, so the compiler drops this test;
 		 * Linux 6.1's verifier then loses the bound through the shifts of
@@ -332,10 +372,19 @@ static __always_inline int rg_tunnel_track(__u32 slot, __u32 stream, __u32 seq, 
 		st->delay_sum_ns += delay;
 	}
 	bpf_spin_unlock(&st->lock);
+
+	rx = bpf_map_lookup_elem(&rg_peer_rx, &slot);
+	if (rx && a->has_ext) {
+		rx->feedback = a->feedback;
+		rx->flags = a->stream & RG_TUNNEL_F_MASK;
+		rx->at_ns = now;
+	}
 	if (v == RG_SEQ_DUPLICATE && epoch) {
 		rg_peer_count(ps, RG_PEER_EV_SHIELD_ELIMINATED, bytes);
 		return 1;
 	}
+	if (v == RG_SEQ_NEW && rx && (a->stream & RG_TUNNEL_F_COPIED))
+		rx->copied++;
 	return 0;
 }
 

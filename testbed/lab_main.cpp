@@ -73,8 +73,9 @@ void add_lab_options(CLI::App* lab) {
   lab->add_option("--shield", o.shield,
                   "the gateways' loss shield (tunnel.shield): off; control: each gateway sends a second copy into "
                   "the tunnel of ACK/NAK, CNP, READ, atomic and AckReq packets; all: of every RoCE packet; the "
-                  "receiving gateway drops whichever copy arrives second")
-      ->check(CLI::IsMember({"off", "control", "all"}))
+                  "receiving gateway drops whichever copy arrives second; auto: all while the far gateway "
+                  "reports a raw loss of at least 0.05 % (tunnel.shield_auto_loss_ppm) without congestion")
+      ->check(CLI::IsMember({"off", "control", "all", "auto"}))
       ->capture_default_str();
   lab->add_option("--ingress-hook", o.ingress_hook,
                   "where the gateways run roceguard's ingress program (dataplane.ingress_hook): auto picks TC "

@@ -316,7 +316,7 @@ struct rg_config {
 	__u8 tunnel_opt_type;   /* its type; the high (critical) bit is clear */
 	__u8 reserved0;
 	/*
-	 * This load's sequence epoch, never 0: a peer's per-CPU slot of
+	 * This load's sequence epoch, 1 to RG_TUNNEL_EPOCH_MASK: a peer's per-CPU slot of
 	 * rg_peer_stats takes it when it numbers its first packet, so it
 	 * changes exactly when the numbering restarts from 0 (the map was
 	 * created anew: a reboot, --reset-state), and the receiving gateway
@@ -364,31 +364,62 @@ struct rg_iface {
  * on, a flow's entropy is one of RG_TUNNEL_LANES values, and each lane is
  * numbered on its own, so one stream follows one WAN path and the paths'
  * different delays are not taken for loss or reordering. The epoch
- * (rg_config.tunnel_epoch) marks a restart of the numbering; a sender
- * before epochs sends 0 there, and gets no duplicate elimination.
+ * (rg_config.tunnel_epoch) marks a restart of the numbering.
+ *
+ * Every numbered packet carries 12 bytes (struct rg_tunnel_opt): with
+ * Geneve's 50, 62 bytes fit the 64 of headroom a NIC's skb has, so the
+ * encapsulation does not reallocate it. One number in RG_TUNNEL_EXT_EVERY
+ * of each stream (seq % RG_TUNNEL_EXT_EVERY == 0) carries 8 bytes more
+ * (struct rg_tunnel_opt_ext): its send time, for the one-way delay, and
+ * the feedback of the loss shield's "auto" mode, what the sender measures
+ * of the traffic it receives from the peer. The type is 2: 0.2's option
+ * (type 1, 20 bytes in every packet) is another option to this build, and
+ * this one to 0.2; a pair tracks its tunnels once both ends run 0.3.
  */
 #define RG_TUNNEL_OPT_CLASS_DEFAULT 0xff52
 #define RG_TUNNEL_OPT_CLASS_MIN 0xff00
-#define RG_TUNNEL_OPT_TYPE_DEFAULT 0x01
+#define RG_TUNNEL_OPT_TYPE_DEFAULT 0x02
 #define RG_GENEVE_OPT_TYPE_CRITICAL 0x80
 
 struct rg_tunnel_opt {
 	__be16 opt_class;
 	__u8 type;
 	__u8 length;     /* 3 reserved bits | data length in 4-byte words */
-	__be32 stream;   /* epoch (16 bits) | sending CPU of gateway A (12) | lane (4) */
+	__be32 stream;   /* flags (4) | epoch (12) | sending CPU of gateway A (12) | lane (4) */
 	__be32 seq;      /* per stream, from 0, wrapping */
-	__be32 sent_hi;  /* send time at gateway A (rg_tunnel_clock_ns), high word */
-	__be32 sent_lo;
+};
+
+/* After rg_tunnel_opt in one packet in RG_TUNNEL_EXT_EVERY of a stream. */
+struct rg_tunnel_opt_ext {
+	__be32 sent_us;  /* send time at gateway A, rg_tunnel_clock_ns() / 1000, low 32 bits */
+	__be32 feedback; /* RG_FEEDBACK_*: gateway A's measure of what it receives from B */
 };
 #define RG_TUNNEL_OPT_WORDS ((sizeof(struct rg_tunnel_opt) - 4) / 4)
+#define RG_TUNNEL_OPT_EXT_WORDS (RG_TUNNEL_OPT_WORDS + sizeof(struct rg_tunnel_opt_ext) / 4)
+#define RG_TUNNEL_EXT_EVERY 16
 
 #define RG_TUNNEL_LANE_BITS 4
 #define RG_TUNNEL_LANES (1u << RG_TUNNEL_LANE_BITS)
 #define RG_TUNNEL_CPU_MASK 0xfffu
 #define RG_TUNNEL_EPOCH_SHIFT 16
+#define RG_TUNNEL_EPOCH_MASK 0xfffu
 /* The part of the option's stream that names a stream of one epoch: CPU and lane. */
 #define RG_TUNNEL_STREAM_ID_MASK 0xffffu
+/* The stream field's flags. */
+#define RG_TUNNEL_F_COPIED (1u << 28)     /* this number is sent twice: the shield copies it */
+#define RG_TUNNEL_F_ELIMINATES (1u << 29) /* the sender drops the second copies it receives */
+#define RG_TUNNEL_F_MASK (0xfu << 28)
+
+/*
+ * The feedback word: the raw loss of the peer's packets on the way here
+ * (before the shield's elimination), in parts per million over the last
+ * measurement period, and whether the one-way delay rose with it
+ * (congestion, which copies make worse). Written by `roceguard run`
+ * (rg_peer_ctl); 0 (not VALID): no measure.
+ */
+#define RG_FEEDBACK_LOSS_MASK 0xfffffu
+#define RG_FEEDBACK_CONGESTED (1u << 30)
+#define RG_FEEDBACK_VALID (1u << 31)
 
 /*
  * Receiving side: a hole in the last RG_TUNNEL_WINDOW sequence numbers of a
@@ -439,6 +470,26 @@ struct rg_peer_stats {
 	__u32 reserved1;
 	struct rg_counter ev[RG_PEER_EV_MAX];
 	__u32 tx_seq[RG_TUNNEL_LANES]; /* next sequence number of each lane's stream */
+};
+
+/*
+ * Per peer slot, what `roceguard run` decides while it runs (rg_peer_ctl):
+ * the feedback this gateway sends the peer, and the shield the "auto"
+ * mode turned on towards it (added to rg_peer.flags). Not pinned: both
+ * belong to the process that writes them, and start at 0 with it.
+ */
+struct rg_peer_ctl {
+	__u32 feedback;  /* RG_FEEDBACK_*, sent in the option's extension */
+	__u8 shield;     /* RG_PEER_F_SHIELD_*: on by tunnel.shield = "auto" */
+	__u8 reserved[3];
+};
+
+/* Per peer slot and CPU, what the peer's numbered packets said (rg_peer_rx). */
+struct rg_peer_rx {
+	__u64 copied;    /* first arrivals of numbers the peer sent twice (RG_TUNNEL_F_COPIED) */
+	__u64 at_ns;     /* CLOCK_MONOTONIC of the last extension; 0 = none yet */
+	__u32 feedback;  /* the last extension's feedback */
+	__u32 flags;     /* the last extension's stream flags (RG_TUNNEL_F_*) */
 };
 
 struct rg_tunnel_stream_key {
@@ -496,7 +547,10 @@ RG_STATIC_ASSERT(sizeof(struct rg_nexthop_lease) == 16, "rg_nexthop_lease layout
 RG_STATIC_ASSERT(sizeof(struct rg_config) == 28, "rg_config layout");
 RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
 RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
-RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 20, "rg_tunnel_opt layout");
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 12, "rg_tunnel_opt layout");
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt_ext) == 8, "rg_tunnel_opt_ext layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_ctl) == 8, "rg_peer_ctl layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_rx) == 24, "rg_peer_rx layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX + 4 * RG_TUNNEL_LANES, "rg_peer_stats layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) ==

@@ -99,6 +99,7 @@ uint8_t shield_flags(Shield s) {
     case Shield::kOff: return 0;
     case Shield::kControl: return RG_PEER_F_SHIELD_CONTROL;
     case Shield::kAll: return RG_PEER_F_SHIELD_ALL;
+    case Shield::kAuto: return 0;  // turned on by `roceguard run` (rg_peer_ctl), not configured
   }
   return 0;
 }

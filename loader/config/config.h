@@ -47,7 +47,9 @@ struct Prefix {
 
 // The loss shield towards a peer (RG_PEER_F_SHIELD_*): which packets the
 // sending gateway sends twice, for the far gateway to keep the first copy.
-enum class Shield { kOff, kControl, kAll };
+// kAuto: off until the peer reports a raw loss at or above
+// tunnel.shield_auto_loss_ppm, then all (daemon/shield_auto.h).
+enum class Shield { kOff, kControl, kAll, kAuto };
 
 struct PeerConfig {
   std::string name;
@@ -101,6 +103,9 @@ struct Config {
   // The peers' loss shield unless a peer sets its own; off by default, as
   // it doubles what it shields on the WAN.
   Shield tunnel_shield = Shield::kOff;
+  // "auto" turns the shield on towards a peer whose reported raw loss
+  // stays at or above this (parts per million), and off again below half.
+  uint32_t shield_auto_loss_ppm = 500;
   std::vector<PeerConfig> peers;
 
   // [metrics]

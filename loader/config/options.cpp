@@ -181,16 +181,12 @@ Option nic_option(std::string_view path, std::string_view flag, OptionType type,
 }
 
 // The shield's settings, for tunnel.shield and a peer's shield alike.
-constexpr std::array<std::pair<std::string_view, Shield>, 3> kShieldNames{
-    {{"off", Shield::kOff}, {"control", Shield::kControl}, {"all", Shield::kAll}}};
+constexpr std::array<std::pair<std::string_view, Shield>, 4> kShieldNames{
+    {{"off", Shield::kOff}, {"control", Shield::kControl}, {"all", Shield::kAll}, {"auto", Shield::kAuto}}};
 
-// "auto" is the shield that turns itself on by the loss it
-// measures; the name is taken so a file written for it fails loudly here.
 ValueSpec shield_spec() {
   ValueSpec s = spec_of(OptionType::kString);
   for (const auto& n : kShieldNames) s.choices.push_back(n.first);
-  s.refused.emplace_back("auto", "is not available in this version (a shield that follows the measured loss is "
-                                 "planned); use \"off\", \"control\" or \"all\"");
   return s;
 }
 
@@ -244,7 +240,7 @@ std::vector<PeerField> make_peer_fields() {
                },
                [](const PeerConfig& peer) { return nlohmann::json(peer.mtu); }});
   f.push_back({"shield", shield_spec(), "",
-               "the loss shield towards this peer: off, control or all; default tunnel.shield",
+               "the loss shield towards this peer: off, control, all or auto; default tunnel.shield",
                [](PeerConfig& peer, const OptionValue& v, const std::string&, ConfigProblems&) {
                  peer.shield = shield_of(v);
                  peer.shield_given = true;
@@ -377,8 +373,9 @@ std::vector<Option> make_options() {
                                                                                 {"drop", RG_MTU_DROP}}},
                      "over the tunnel MTU: pass unencapsulated, or drop"));
   o.push_back(boolean("tunnel.sequence", &Config::tunnel_sequence,
-                      "number and timestamp every packet sent into a tunnel (a 20-byte Geneve option) so the "
-                      "far gateway counts exact loss, reordering and one-way delay"));
+                      "number every packet sent into a tunnel (a 12-byte Geneve option; 20 bytes with the send "
+                      "time in one packet in 16 of each stream) so the far gateway counts exact loss, reordering "
+                      "and one-way delay"));
   o.push_back(u32("tunnel.sequence_option_class", "", RG_TUNNEL_OPT_CLASS_MIN, 0xffff,
                   &Config::tunnel_opt_class,
                   "Geneve option class of the sequence option (experimental-use range, RFC 8926 section 7.1); "
@@ -388,11 +385,16 @@ std::vector<Option> make_options() {
     Option shield = choice("tunnel.shield", "", &Config::tunnel_shield, kShieldNames,
                            "the loss shield: each numbered packet of a kind is sent twice, the far gateway keeps "
                            "the first copy to arrive; control: what a Go-Back-N sender waits for (ACK, NAK, CNP, "
-                           "READ, atomics, ACK requests), all: every RoCE packet; peers inherit it; needs "
-                           "tunnel.sequence");
+                           "READ, atomics, ACK requests), all: every RoCE packet, auto: all while the peer "
+                           "reports a raw loss of at least tunnel.shield_auto_loss_ppm and no congestion "
+                           "(`roceguard run` only); peers inherit it; needs tunnel.sequence");
     shield.spec = shield_spec();
     o.push_back(shield);
   }
+  o.push_back(u32("tunnel.shield_auto_loss_ppm", "", 1, 1000000, &Config::shield_auto_loss_ppm,
+                  "shield \"auto\": the raw loss, in parts per million of the packets sent, that the peer must "
+                  "report for 3 seconds in a row to turn the shield on; it goes off after 30 seconds below "
+                  "half of it"));
   {
     Option peers;
     peers.path = "tunnel.peer";

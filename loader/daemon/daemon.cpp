@@ -24,6 +24,8 @@
 #include "dataplane/hooks.h"
 #include "dataplane/maps.h"
 #include "dataplane/nexthop_lease.h"
+#include "daemon/shield_auto.h"
+#include "metrics/presentation.h"
 #include "dataplane/pin_scope.h"
 #include "metrics/exporter.h"
 #include "nic/apply.h"
@@ -378,6 +380,19 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
                    leases->granted(), cfg.peers.size());
   };
   start_leases();
+  // The shield's "auto" mode and the loss every peer is told it meets:
+  // from the first attach on, with the sequence option only.
+  std::unique_ptr<ShieldAuto> shield_auto;
+  auto run_shield_auto = [&] {
+    if (!cfg.tunnel_sequence || cfg.peers.empty()) return;
+    if (!shield_auto) {
+      if (dp.map_fd(kMapPeerCtl) < 0 || dp.map_fd(kMapPeerRx) < 0) return;
+      shield_auto = std::make_unique<ShieldAuto>(cfg, dp.map_fd(kMapPeerCtl), dp.map_fd(kMapPeerRx), pin_path);
+    }
+    shield_auto->tick(monotonic_now_ns());
+    exporter.set_shield_auto(shield_auto->auto_peers(), shield_auto->feedback());
+  };
+  run_shield_auto();
   spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
   sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
              cfg.interfaces.size(), exporter.listen_address().c_str());
@@ -401,6 +416,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
     if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
     Drained d;
     if (readable) d = links.drain();
+    run_shield_auto();
     if (leases) {
       const size_t before = leases->granted();
       if (d.any)

@@ -75,14 +75,14 @@ void configure(struct roceguard* skel, const Config& cfg, uint16_t tunnel_epoch,
 }  // namespace
 
 uint16_t new_tunnel_epoch() {
-  uint16_t epoch = 0;
-  while (epoch == 0) {
-    const ssize_t n = getrandom(&epoch, sizeof(epoch), 0);
+  uint16_t drawn = 0;
+  while ((drawn & RG_TUNNEL_EPOCH_MASK) == 0) {
+    const ssize_t n = getrandom(&drawn, sizeof(drawn), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n != static_cast<ssize_t>(sizeof(epoch)))
+    if (n != static_cast<ssize_t>(sizeof(drawn)))
       throw Error("cannot draw the tunnel sequence epoch: " + errno_text(n < 0 ? errno : EIO));
   }
-  return epoch;
+  return drawn & RG_TUNNEL_EPOCH_MASK;
 }
 
 std::string take_kernel_message() {

@@ -32,7 +32,8 @@ std::vector<MapMismatch> check_pinned_maps(struct roceguard* skel, const std::st
 // Is any of roceguard's maps pinned under pin_path?
 bool any_map_pinned(const std::string& pin_path);
 
-// A random sequence epoch for one load (rg_config.tunnel_epoch), never 0:
+// A random sequence epoch for one load (rg_config.tunnel_epoch), 1 to
+// RG_TUNNEL_EPOCH_MASK (12 bits of the option):
 // the sending gateway's streams restart from 0 whenever rg_peer_stats is
 // created anew, and a fresh epoch is how the far gateway tells that restart
 // from a late packet, however close the new numbers are to the old ones.

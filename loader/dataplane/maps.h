@@ -40,6 +40,9 @@ inline constexpr const char* kMapPeerStats = "rg_peer_stats";
 // Private to the process that loaded the object (see dataplane/nexthop_lease.h).
 inline constexpr const char* kMapNexthopLease = "rg_nh_leases";
 inline constexpr const char* kMapXdpTx = "rg_xdp_tx";  // unpinned: the fast path's targets
+// Private to the process that loaded the object: the shield's "auto" mode (daemon/shield_auto.h).
+inline constexpr const char* kMapPeerCtl = "rg_peer_ctl";
+inline constexpr const char* kMapPeerRx = "rg_peer_rx";
 inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
 // The ingress program's tail call into the fast path. Each load has its
 // own (a program array takes the type and flags of the first program that

@@ -118,6 +118,12 @@ class MetricsCollector : public prometheus::Collectable {
     attached_.try_emplace({ifname, hook}, false);
   }
 
+  void set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback) {
+    std::lock_guard lock(mu_);
+    shield_auto_ = std::move(peers);
+    feedback_ = std::move(feedback);
+  }
+
   std::vector<MetricFamily> Collect() const override {
     const auto start = std::chrono::steady_clock::now();
     FamilySet out;
@@ -130,6 +136,7 @@ class MetricsCollector : public prometheus::Collectable {
                 "1 when roceguard's program is attached to the interface at the hook",
                 MetricType::Gauge, {{"interface", key.first}, {"hook", key.second}}, on ? 1 : 0);
     }
+    add_shield_auto(out);
     out.add("roceguard_pins_persistent",
             "1 when the pinned maps outlive the loader; 0 when their bpffs is private to its mount namespace",
             MetricType::Gauge, {}, opts_.pins_outlive_process ? 1 : 0);
@@ -251,11 +258,47 @@ class MetricsCollector : public prometheus::Collectable {
                              cumulative);
       }
       out.add_histogram("roceguard_tunnel_delay_seconds",
-                        "One-way delay from the peer, from its send timestamp (CLOCK_TAI; CLOCK_MONOTONIC on "
+                        "One-way delay from the peer, from the send timestamp one packet in " +
+                            std::to_string(RG_TUNNEL_EXT_EVERY) + " of each stream carries (CLOCK_TAI; CLOCK_MONOTONIC on "
                         "kernels before 6.2, comparable within one host only): exact when both "
                         "gateways share a clock, offset by the difference of their clocks otherwise (a delay "
                         "that comes out negative counts as 0)",
                         peer, buckets, cumulative, static_cast<double>(t.delay_sum_ns) * 1e-9);
+    }
+  }
+
+  // What the daemon's "auto" mode decided and measured (empty without it).
+  void add_shield_auto(FamilySet& out) const {
+    std::lock_guard lock(mu_);
+    for (const ShieldAutoPeer& p : shield_auto_) {
+      const Labels peer{{"peer", p.name}};
+      out.add("roceguard_tunnel_shield_auto_on",
+              "1 while the loss shield set to \"auto\" is on towards the peer (every RoCE packet sent twice)",
+              MetricType::Gauge, peer, p.on ? 1 : 0);
+      for (const auto& [to, n] : {std::pair{"on", p.turned_on}, std::pair{"off", p.turned_off}})
+        out.add("roceguard_tunnel_shield_auto_changes_total",
+                "Times the \"auto\" loss shield turned on or off towards the peer (each is logged with its reason)",
+                MetricType::Counter, {{"peer", p.name}, {"to", to}}, static_cast<double>(n));
+      out.add("roceguard_tunnel_peer_reports_eliminates",
+              "1 when the peer's tunnel option says it drops the loss shield's second copies (a current report)",
+              MetricType::Gauge, peer, p.eliminates ? 1 : 0);
+      if (p.reported_loss >= 0) {
+        out.add("roceguard_tunnel_peer_reported_loss_ratio",
+                "Raw WAN loss of this gateway's packets as the peer measures it (before its elimination), "
+                "over its last 10 s, carried back in the tunnel option",
+                MetricType::Gauge, peer, p.reported_loss);
+        out.add("roceguard_tunnel_peer_reported_congestion",
+                "1 when the peer reports that the one-way delay rose with the loss (congestion: the \"auto\" "
+                "shield stays off)",
+                MetricType::Gauge, peer, p.congested ? 1 : 0);
+      }
+    }
+    for (const PeerFeedback& f : feedback_) {
+      if (f.measured_loss < 0) continue;
+      out.add("roceguard_tunnel_measured_loss_ratio",
+              "Raw WAN loss of the peer's packets as this gateway measures it (before elimination), over the "
+              "last 10 s; sent back to the peer for its \"auto\" shield",
+              MetricType::Gauge, {{"peer", f.name}}, f.measured_loss);
     }
   }
 
@@ -322,6 +365,8 @@ class MetricsCollector : public prometheus::Collectable {
   const ExporterOptions opts_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, bool> attached_;
+  std::vector<ShieldAutoPeer> shield_auto_;
+  std::vector<PeerFeedback> feedback_;
   mutable std::atomic<uint64_t> scrape_errors_{0};
   mutable std::atomic<bool> failing_{false};
 };
@@ -425,6 +470,10 @@ Exporter::~Exporter() {
 
 void Exporter::set_ingress_hook(const std::string& ifname, const std::string& hook) {
   impl_->collector->set_ingress_hook(ifname, hook);
+}
+
+void Exporter::set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback) {
+  impl_->collector->set_shield_auto(std::move(peers), std::move(feedback));
 }
 
 void Exporter::set_attach_state(const std::string& ifname, const std::string& hook,

@@ -34,6 +34,24 @@ struct ExporterOptions {
   std::string nic_state_dir;
 };
 
+// The loss shield's "auto" mode as `roceguard run` runs it
+// (daemon/shield_auto.h): one peer whose shield is "auto"...
+struct ShieldAutoPeer {
+  std::string name;
+  bool on = false;
+  bool eliminates = false;    // the peer says it eliminates copies
+  double reported_loss = -1;  // raw loss the peer reports of our packets; -1: none
+  bool congested = false;     // ...with a one-way delay that rose
+  uint64_t turned_on = 0, turned_off = 0;
+};
+
+// ...and every peer as this gateway measures it and reports back.
+struct PeerFeedback {
+  std::string name;
+  double measured_loss = -1;  // raw loss of the peer's packets here; -1: too few to say
+  bool congested = false;
+};
+
 class Exporter {
  public:
   explicit Exporter(ExporterOptions opts);  // binds; throws rg::Error
@@ -46,6 +64,8 @@ class Exporter {
   // Where ifname's ingress program runs, "xdp_ingress" or "tc_ingress":
   // roceguard_attached has a series for that hook only.
   void set_ingress_hook(const std::string& ifname, const std::string& hook);
+  // The shield's "auto" mode, reported by the daemon after each evaluation.
+  void set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback);
   // Bound address (useful with port 0).
   std::string listen_address() const;
 

@@ -5,6 +5,9 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "daemon/shield_auto.h"
+#include "dataplane/maps.h"
+#include "metrics/presentation.h"
 
 namespace rg::lab {
 
@@ -46,11 +49,44 @@ Gateway::Gateway(const Topology& topo, Node node, const std::string& pin, const 
     release();
     throw;
   }
+  run_shield_auto(cfg);
+}
+
+void Gateway::run_shield_auto(const Config& cfg) {
+  bool any = false;
+  for (const auto& p : cfg.peers) any |= p.shield == Shield::kAuto;
+  if (!any || !cfg.tunnel_sequence) return;
+  auto shield = std::make_shared<ShieldAuto>(cfg, dp_->map_fd(kMapPeerCtl), dp_->map_fd(kMapPeerRx), pin_);
+  // Bounded by the gateway's life: the destructor stops it.
+  auto_thread_ = std::thread([this, shield] {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      shield->tick(monotonic_now_ns());
+      auto peers = shield->auto_peers();
+      lock.lock();
+      auto_peers_ = std::move(peers);
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; });
+    }
+  });
+}
+
+std::vector<ShieldAutoPeer> Gateway::shield_auto() const {
+  std::lock_guard lock(mu_);
+  return auto_peers_;
 }
 
 Gateway::~Gateway() { release(); }
 
 void Gateway::release() noexcept {
+  if (auto_thread_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    stop_cv_.notify_all();
+    auto_thread_.join();
+  }
   try {
     NetnsGuard in(netns_);
     for (const auto& is : state_.interfaces)

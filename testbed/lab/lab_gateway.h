@@ -4,12 +4,17 @@
 // the throughput benchmark.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "config/config.h"
 #include "dataplane/attach.h"
 #include "dataplane/state.h"
+#include "metrics/exporter.h"
 #include "lab/topology.h"
 
 namespace rg::lab {
@@ -24,7 +29,7 @@ inline constexpr uint32_t kLabVni = 4242;
 // interfaces, both attached (the lab's topology then lets the far ends of
 // its veths take redirected frames: Topology::accept_xdp_redirects).
 // sequence is tunnel.sequence; shield is tunnel.shield ("off", "control",
-// "all"), which needs the sequence option.
+// "all", "auto"), which needs the sequence option.
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode = XdpMode::kNative,
                       unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU, const std::string& ingress_hook = "auto",
@@ -41,14 +46,25 @@ class Gateway {
 
   const std::string& pin() const { return pin_; }
   const State& state() const { return state_; }
+  // The "auto" shield's peers as this gateway's daemon would export them
+  // (empty unless a peer's shield is "auto").
+  std::vector<ShieldAutoPeer> shield_auto() const;
 
  private:
   void release() noexcept;
+  // What `roceguard run` does for the "auto" shield, once a second, while
+  // the gateway lives: a gateway of the lab runs no daemon.
+  void run_shield_auto(const Config& cfg);
 
   std::string netns_, pin_;
   std::unique_ptr<PinLock> lock_;
   std::unique_ptr<Dataplane> dp_;
   State state_;
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::vector<ShieldAutoPeer> auto_peers_;
+  std::thread auto_thread_;
 };
 
 }  // namespace rg::lab

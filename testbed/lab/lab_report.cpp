@@ -69,6 +69,11 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
                    {"copy_errors", d.shield_copy_errors},
                    {"uncopied", d.shield_uncopied},
                    {"duplicates_eliminated", d.shield_eliminated},
+                   {"auto",
+                    d.shield_auto_on < 0 ? json(nullptr)
+                                         : json{{"on_at_end", d.shield_auto_on == 1},
+                                                {"turned_on", d.shield_auto_turned_on},
+                                                {"turned_off", d.shield_auto_turned_off}}},
                    {"residual_loss", d.lost},
                    {"wan_all_copies_dropped", d.wan_all_copies_dropped},
                    {"wan_all_copies_dropped_after_last_arrival", d.wan_after_last_arrival}}}};
@@ -318,6 +323,7 @@ Headline headline(const LabSettings& s, const PhaseResult& p) {
 std::string shield_text(const std::string& shield) {
   if (shield == "control") return "control: a second copy of ACK/NAK, CNP, READ, atomics and AckReq packets";
   if (shield == "all") return "all: a second copy of every RoCE packet";
+  if (shield == "auto") return "auto: a second copy of every RoCE packet while the far gateway reports loss";
   return shield;
 }
 

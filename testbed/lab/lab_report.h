@@ -75,6 +75,10 @@ struct TunnelDirection {
   // shielded packets sent once (unnumbered, or a neighbour to resolve).
   uint64_t shield_copy_errors = 0;
   uint64_t shield_uncopied = 0;
+  // With --shield auto: whether the sending gateway's shield was on at the
+  // end (-1: not "auto"), and how often it turned on and off.
+  int shield_auto_on = -1;
+  uint64_t shield_auto_turned_on = 0, shield_auto_turned_off = 0;
   // Numbers every copy of which the WAN dropped (WanSeqLoss), and of those
   // the ones after the stream's last arrival, which no receiver can count.
   uint64_t wan_all_copies_dropped = 0;

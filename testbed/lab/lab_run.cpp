@@ -332,8 +332,17 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     d.wan_after_last_arrival = seq.after_last_arrival;
     return d;
   };
-  return {direction("a_to_b", a, b, drops[0] - wan_base[0], bytes[0] - bytes_base[0], seq[0] - seq_base[0]),
-          direction("b_to_a", b, a, drops[1] - wan_base[1], bytes[1] - bytes_base[1], seq[1] - seq_base[1])};
+  std::vector<TunnelDirection> out{
+      direction("a_to_b", a, b, drops[0] - wan_base[0], bytes[0] - bytes_base[0], seq[0] - seq_base[0]),
+      direction("b_to_a", b, a, drops[1] - wan_base[1], bytes[1] - bytes_base[1], seq[1] - seq_base[1])};
+  // The "auto" shield as each sending gateway's daemon would export it.
+  for (auto [d, gw] : {std::pair{&out[0], &gw_a}, std::pair{&out[1], &gw_b}})
+    for (const ShieldAutoPeer& s : gw->shield_auto()) {
+      d->shield_auto_on = s.on ? 1 : 0;
+      d->shield_auto_turned_on = s.turned_on;
+      d->shield_auto_turned_off = s.turned_off;
+    }
+  return out;
 }
 
 PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {

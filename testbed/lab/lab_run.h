@@ -35,7 +35,8 @@ struct LabOptions {
   std::string retransmit = "gbn";
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
   // The gateways' loss shield (tunnel.shield): "off", "control" (a second
-  // copy of what Go-Back-N waits for) or "all" (of every RoCE packet).
+  // copy of what Go-Back-N waits for), "all" (of every RoCE packet) or
+  // "auto" (all while the far gateway reports loss).
   std::string shield = "off";
   std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook
   bool xdp_forward = false;  // the gateways' dataplane.xdp_forward (LAN and WAN attached)

@@ -483,16 +483,21 @@ View parse_inner(const Bytes& f) {
   return parse(slice(f, outer.inner));
 }
 
-Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, uint64_t sent_ns, uint16_t opt_class, uint8_t type) {
-  static_assert(RG_TUNNEL_OPT_WORDS == 4, "stream, seq and the two words of the send time");
-  Bytes o = {static_cast<uint8_t>(opt_class >> 8), static_cast<uint8_t>(opt_class), type, RG_TUNNEL_OPT_WORDS};
+Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, std::optional<TunnelOptExt> ext, uint16_t opt_class,
+                        uint8_t type) {
+  static_assert(RG_TUNNEL_OPT_WORDS == 2 && RG_TUNNEL_OPT_EXT_WORDS == 4,
+                "stream and seq; with the extension, the send time and the feedback");
+  const auto words = static_cast<uint8_t>(ext ? RG_TUNNEL_OPT_EXT_WORDS : RG_TUNNEL_OPT_WORDS);
+  Bytes o = {static_cast<uint8_t>(opt_class >> 8), static_cast<uint8_t>(opt_class), type, words};
   auto be32 = [&o](uint32_t v) {
     for (int shift = 24; shift >= 0; shift -= 8) o.push_back(static_cast<uint8_t>(v >> shift));
   };
   be32(stream);
   be32(seq);
-  be32(static_cast<uint32_t>(sent_ns >> 32));
-  be32(static_cast<uint32_t>(sent_ns));
+  if (ext) {
+    be32(ext->sent_us);
+    be32(ext->feedback);
+  }
   return o;
 }
 

@@ -128,10 +128,18 @@ class PacketBuilder {
   Bytes payload_;
 };
 
+// The extension of the option (struct rg_tunnel_opt_ext), in host order.
+struct TunnelOptExt {
+  uint32_t sent_us = 0;   // send time, microseconds of CLOCK_TAI, low 32 bits
+  uint32_t feedback = 0;  // RG_FEEDBACK_*
+};
+
 // roceguard's tunnel sequence option (struct rg_tunnel_opt in
 // roceguard/roceguard.h) as gateway A writes it, for geneve()'s options:
-// stream is the whole field (epoch | sending CPU | lane).
-Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, uint64_t sent_ns, uint16_t opt_class, uint8_t type);
+// stream is the whole field (flags | epoch | sending CPU | lane), with the
+// extension when ext is given.
+Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, std::optional<TunnelOptExt> ext, uint16_t opt_class,
+                        uint8_t type);
 
 // RoCE v2 ICRC (IBA Annex A17.3.3) of the IP packet at [ip, ip + len) whose
 // last 4 bytes are the ICRC slot: CRC32 over 8 bytes of 1s (the masked LRH)

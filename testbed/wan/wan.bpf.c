@@ -151,10 +151,11 @@ static __always_inline void wan_seq_track(struct __sk_buff *skb, const struct rg
 	if (bpf_skb_load_bytes(skb, udp_off + sizeof(struct udphdr) + sizeof(gnv), &opt, sizeof(opt)))
 		return;
 	if (opt.opt_class != bpf_htons(cfg->seq_opt_class) || opt.type != cfg->seq_opt_type ||
-	    (opt.length & 0x1f) != RG_TUNNEL_OPT_WORDS)
+	    ((opt.length & 0x1f) != RG_TUNNEL_OPT_WORDS && (opt.length & 0x1f) != RG_TUNNEL_OPT_EXT_WORDS))
 		return;
 	key.ifindex = skb->ifindex;
-	key.stream = bpf_ntohl(opt.stream);
+	/* The flags differ between numbers of one stream (a copied one says so). */
+	key.stream = bpf_ntohl(opt.stream) & ~RG_TUNNEL_F_MASK;
 	seq = bpf_ntohl(opt.seq);
 	s = bpf_map_lookup_elem(&wan_seq, &key);
 	if (!s) {

@@ -2090,6 +2090,8 @@ TEST(XdpForward, LeavesAShieldedPeerToTcEgress) {
   EXPECT_EQ(f.dp.events(RG_DIR_EGRESS).count("xdp_forwarded"), 0u);
   f.dp.shield(kPeerSlot4, 0);
   EXPECT_EQ(f.dp.xdp_at(in, other_dev_ifindex()).ret, kXdpRedirect) << "unshielded again: forwarded";
+  f.dp.peer_ctl(kPeerSlot4, 0, RG_PEER_F_SHIELD_ALL);
+  EXPECT_EQ(f.dp.xdp_at(in, other_dev_ifindex()).ret, kXdpPass) << "shielded by \"auto\": left to TC egress";
 }
 
 // The next-hop cache serves the fast path as it serves TC egress.

@@ -442,6 +442,32 @@ void Dataplane::shield(uint32_t idx, uint8_t flags) {
     throw std::runtime_error("rg_peers update: " + std::string(std::strerror(errno)));
 }
 
+void Dataplane::peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield) {
+  rg_peer_ctl c{};
+  c.feedback = feedback;
+  c.shield = shield;
+  if (bpf_map__update_elem(skel_->maps.rg_peer_ctl, &idx, sizeof(idx), &c, sizeof(c), 0))
+    throw std::runtime_error("rg_peer_ctl update: " + std::string(std::strerror(errno)));
+}
+
+rg_peer_rx Dataplane::peer_rx(uint32_t idx) const {
+  const int ncpu = libbpf_num_possible_cpus();
+  std::vector<rg_peer_rx> per_cpu(static_cast<size_t>(ncpu));
+  if (bpf_map__lookup_elem(skel_->maps.rg_peer_rx, &idx, sizeof(idx), per_cpu.data(),
+                           per_cpu.size() * sizeof(rg_peer_rx), 0))
+    throw std::runtime_error("rg_peer_rx lookup: " + std::string(std::strerror(errno)));
+  rg_peer_rx sum{};
+  for (const auto& r : per_cpu) {
+    sum.copied += r.copied;
+    if (r.at_ns > sum.at_ns) {
+      sum.at_ns = r.at_ns;
+      sum.feedback = r.feedback;
+      sum.flags = r.flags;
+    }
+  }
+  return sum;
+}
+
 void Dataplane::route(const std::string& prefix, uint32_t prefixlen, uint32_t peer_idx) {
   Bytes a = ip_addr(prefix);
   int err;

@@ -53,7 +53,7 @@ inline constexpr uint32_t kPeerSlot6 = 1;
 inline constexpr uint32_t kFarEnd4 = 2;
 inline constexpr uint32_t kFarEnd6 = 3;
 // The sequence epoch of every test load (rg_config.tunnel_epoch).
-inline constexpr uint16_t kTestEpoch = 0x5eed;
+inline constexpr uint16_t kTestEpoch = 0xeed;  // 12 bits, as the option carries it
 
 inline constexpr uint32_t kTcPass = static_cast<uint32_t>(-1);  // TC_ACT_UNSPEC
 inline constexpr uint32_t kTcShot = 2;                          // TC_ACT_SHOT
@@ -126,6 +126,11 @@ class Dataplane {
   void route(const std::string& prefix, uint32_t prefixlen, uint32_t peer_idx);
   // The loss shield towards peer idx (RG_PEER_F_SHIELD_*), as the loader writes it.
   void shield(uint32_t idx, uint8_t flags);
+  // What `roceguard run` writes for peer idx (rg_peer_ctl): the feedback
+  // its option's extension carries, the shield "auto" turned on.
+  void peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield = 0);
+  // What peer idx's option said, summed (copied) or newest (the rest) over CPUs.
+  rg_peer_rx peer_rx(uint32_t idx) const;
   // Geneve from remote on vni is decapsulated when sent to peer_idx's local address.
   void decap(const std::string& remote, uint32_t vni, uint32_t peer_idx);
   // The standard set: 203.0.113.0/24 via the IPv4 peer, 2001:db8:6::/48 via

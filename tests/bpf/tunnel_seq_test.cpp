@@ -30,6 +30,9 @@ namespace {
 
 constexpr uint8_t kOpSendOnlyRc = 0x04;
 constexpr size_t kOptLen = sizeof(rg_tunnel_opt);
+constexpr size_t kExtLen = sizeof(rg_tunnel_opt_ext);
+// The option of number n of a stream: the extension on one in RG_TUNNEL_EXT_EVERY.
+constexpr size_t opt_len_of(uint32_t n) { return kOptLen + (n % RG_TUNNEL_EXT_EVERY ? 0 : kExtLen); }
 
 rg_config seq_config() {
   rg_config c = test_config();
@@ -53,9 +56,15 @@ PacketBuilder towards_peer(bool v6, uint32_t psn = 100, size_t payload = 64, uin
   return p;
 }
 
-// The option as roceguard writes it (struct rg_tunnel_opt), byte by byte.
-Bytes seq_option(uint32_t stream, uint32_t seq, uint64_t sent_ns, uint16_t cls = RG_TUNNEL_OPT_CLASS_DEFAULT) {
-  return tunnel_seq_option(stream, seq, sent_ns, cls, RG_TUNNEL_OPT_TYPE_DEFAULT);
+// The option as roceguard writes it (struct rg_tunnel_opt), byte by byte:
+// with the extension (sent at sent_ns, CLOCK_TAI), or without (short).
+Bytes seq_option(uint32_t stream, uint32_t seq, uint64_t sent_ns, uint16_t cls = RG_TUNNEL_OPT_CLASS_DEFAULT,
+                 uint32_t feedback = 0) {
+  return tunnel_seq_option(stream, seq, TunnelOptExt{static_cast<uint32_t>(sent_ns / 1000), feedback}, cls,
+                           RG_TUNNEL_OPT_TYPE_DEFAULT);
+}
+Bytes seq_option_short(uint32_t stream, uint32_t seq) {
+  return tunnel_seq_option(stream, seq, std::nullopt, RG_TUNNEL_OPT_CLASS_DEFAULT, RG_TUNNEL_OPT_TYPE_DEFAULT);
 }
 
 uint32_t be32_at(const Bytes& b, size_t at) {
@@ -68,8 +77,8 @@ uint16_t lane_port(uint32_t lane) {
 }
 
 // A stream field as a sender with epochs writes it.
-uint32_t stream_of(uint32_t epoch, uint32_t cpu, uint32_t lane) {
-  return (epoch << RG_TUNNEL_EPOCH_SHIFT) | (cpu << RG_TUNNEL_LANE_BITS) | lane;
+uint32_t stream_of(uint32_t epoch, uint32_t cpu, uint32_t lane, uint32_t flags = 0) {
+  return flags | (epoch << RG_TUNNEL_EPOCH_SHIFT) | (cpu << RG_TUNNEL_LANE_BITS) | lane;
 }
 
 // Where the option's stream and sequence number sit in an encapsulated IPv4 frame.
@@ -116,25 +125,31 @@ TEST_F(TunnelSeqEncap, OptionFirstNumberedPerCpuAndTimestamped) {
       const uint64_t after = tai_now_ns();
       ASSERT_EQ(r.ret, kTcPass);
       const size_t base = v6 ? 14 + 40 + 8 + 8 : 14 + 20 + 8 + 8;
-      ASSERT_EQ(r.out.size(), in.size() + base + kOptLen);
+      ASSERT_EQ(r.out.size(), in.size() + base + opt_len_of(n));
       View v = parse(r.out);
       ASSERT_TRUE(v.geneve);
-      EXPECT_EQ(v.gnv_optlen, kOptLen);
+      EXPECT_EQ(v.gnv_optlen, opt_len_of(n)) << "12 bytes; 20 with the send time on number 0";
       EXPECT_EQ(v.gnv_flags, 0) << "the option is not critical; neither is the packet";
       const size_t opt = base;  // right after the Geneve base header
       EXPECT_EQ(r.out[opt], 0xff);
       EXPECT_EQ(r.out[opt + 1], 0x52);
       EXPECT_EQ(r.out[opt + 2], RG_TUNNEL_OPT_TYPE_DEFAULT) << "type's critical bit clear";
-      EXPECT_EQ(r.out[opt + 3], RG_TUNNEL_OPT_WORDS);
+      EXPECT_EQ(r.out[opt + 3], n ? RG_TUNNEL_OPT_WORDS : RG_TUNNEL_OPT_EXT_WORDS);
       const uint32_t stream = be32_at(r.out, opt + 4);
-      EXPECT_EQ(stream >> RG_TUNNEL_EPOCH_SHIFT, kTestEpoch) << "the load's epoch";
+      EXPECT_EQ((stream >> RG_TUNNEL_EPOCH_SHIFT) & RG_TUNNEL_EPOCH_MASK, kTestEpoch) << "the load's epoch";
+      EXPECT_EQ(stream & RG_TUNNEL_F_MASK, RG_TUNNEL_F_ELIMINATES) << "it decapsulates: it eliminates";
       EXPECT_EQ((stream >> RG_TUNNEL_LANE_BITS) & RG_TUNNEL_CPU_MASK, static_cast<uint32_t>(sched_getcpu()))
           << "the sending CPU";
       EXPECT_EQ(v.sport, lane_port(stream & (RG_TUNNEL_LANES - 1))) << "the lane's source port";
       EXPECT_EQ(be32_at(r.out, opt + 8), n) << "numbered from 0, one by one";
-      const uint64_t sent = (uint64_t{be32_at(r.out, opt + 12)} << 32) | be32_at(r.out, opt + 16);
-      EXPECT_GE(sent, before);
-      EXPECT_LE(sent, after);
+      uint64_t sent = 0;
+      if (n == 0) {
+        const uint32_t sent_us = be32_at(r.out, opt + 12);
+        EXPECT_GE(sent_us, static_cast<uint32_t>(before / 1000));
+        EXPECT_LE(sent_us, static_cast<uint32_t>(after / 1000));
+        EXPECT_EQ(be32_at(r.out, opt + 16), 0u) << "no feedback: nobody measured yet";
+        sent = uint64_t{sent_us} * 1000;
+      }
       EXPECT_EQ(hex(slice(r.out, v.inner)), hex(in)) << "inner frame follows the option";
       // Byte for byte what a Geneve sender with this option would send.
       PacketBuilder want;
@@ -144,7 +159,7 @@ TEST_F(TunnelSeqEncap, OptionFirstNumberedPerCpuAndTimestamped) {
       else
         want.ipv4(kLocal4, kPeer4).ip_id(0).df(true);
       want.tos(46 << 2).ttl(RG_DEFAULT_OUTER_TTL).udp(v.sport, kGenevePort).udp_csum(UdpCsum::kZero)
-          .geneve(v6 ? kVni6 : kVni4, seq_option(stream, n, sent)).payload(in);
+          .geneve(v6 ? kVni6 : kVni4, n ? seq_option_short(stream, n) : seq_option(stream, n, sent)).payload(in);
       EXPECT_EQ(hex(r.out), hex(want.build()));
     }
     const TunnelPeer* p = peer_at(peers_of(dp), v6 ? kPeerSlot6 : kPeerSlot4);
@@ -168,8 +183,9 @@ TEST_F(TunnelSeqEncap, OffLeavesTheHeaderWithoutOptions) {
   EXPECT_EQ(p->ev[RG_PEER_EV_SEQ_SENT].packets, 0u);
 }
 
-// The option's 20 bytes count against the peer's MTU: a frame that fits
-// without it is over the MTU with it.
+// The option's 12 bytes count against the peer's MTU: a frame that fits
+// without it is over the MTU with it. The extension's 8 never do: a frame
+// it would not fit with leaves without it.
 TEST_F(TunnelSeqEncap, MtuGuardCountsTheOption) {
   const Bytes in = towards_peer(false, 100, 1000).build();
   const uint16_t fits_without = static_cast<uint16_t>(in.size() + 20 + 8 + 8);
@@ -191,7 +207,10 @@ TEST_F(TunnelSeqEncap, MtuGuardCountsTheOption) {
   }
   Dataplane dp(seq_config());
   dp.tunnels(static_cast<uint16_t>(fits_without + kOptLen));
-  EXPECT_EQ(parse(dp.tc(in).out).gnv_optlen, kOptLen) << "exactly the MTU with it";
+  EXPECT_EQ(parse(dp.tc(in).out).gnv_optlen, kOptLen) << "exactly the MTU with it; number 0 without its extension";
+  Dataplane roomy(seq_config());
+  roomy.tunnels(static_cast<uint16_t>(fits_without + kOptLen + kExtLen));
+  EXPECT_EQ(parse(roomy.tc(in).out).gnv_optlen, kOptLen + kExtLen) << "room for the extension";
 }
 
 TEST_F(TunnelSeqEncap, PerPeerCountersKeepPeersApart) {
@@ -223,9 +242,9 @@ TEST(TunnelSeqDecap, RoundTripTracksTheStream) {
   Dataplane dp(seq_config());
   dp.tunnels();
   const Bytes in = towards_peer(false).dscp(0).build();
-  for (int i = 0; i < 3; ++i) {
+  for (uint32_t i = 0; i < 3; ++i) {
     Verdict enc = dp.tc(in);
-    ASSERT_EQ(parse(enc.out).gnv_optlen, kOptLen);
+    ASSERT_EQ(parse(enc.out).gnv_optlen, opt_len_of(i));
     Verdict dec = dp.xdp(enc.out);
     ASSERT_EQ(dec.ret, kXdpPass);
     View v = parse(dec.out);
@@ -241,7 +260,7 @@ TEST(TunnelSeqDecap, RoundTripTracksTheStream) {
   EXPECT_EQ(far->lost + far->unsettled + far->reordered + far->duplicated, 0u);
   uint64_t arrivals = 0;
   for (uint64_t n : far->delay) arrivals += n;
-  EXPECT_EQ(arrivals, 3u);
+  EXPECT_EQ(arrivals, 1u) << "number 0 carried the send time";
 }
 
 // Interop the other way: Geneve without options, or with someone else's
@@ -397,7 +416,7 @@ struct Numbered {
 Numbered numbered(const Bytes& out) {
   View v = parse(out);
   EXPECT_TRUE(v.geneve);
-  EXPECT_EQ(v.gnv_optlen, kOptLen);
+  EXPECT_TRUE(v.gnv_optlen == kOptLen || v.gnv_optlen == kOptLen + kExtLen) << v.gnv_optlen;
   if (out.size() < kOpt4 + kOptLen) return {};
   return {be32_at(out, kOpt4 + 4), be32_at(out, kOpt4 + 8), v.sport};
 }
@@ -474,8 +493,30 @@ TEST_F(TunnelSeqEncap, NumbersInTheLoadsEpoch) {
     Dataplane dp(c);
     dp.tunnels();
     const Numbered n = numbered(dp.tc(towards_peer(false).build()).out);
-    EXPECT_EQ(n.stream >> RG_TUNNEL_EPOCH_SHIFT, epoch ? epoch : 1u);
+    EXPECT_EQ((n.stream >> RG_TUNNEL_EPOCH_SHIFT) & RG_TUNNEL_EPOCH_MASK, epoch ? epoch : 1u);
   }
+}
+
+// One number in RG_TUNNEL_EXT_EVERY of a stream carries the extension: the
+// send time and what `roceguard run` wrote to be reported to the peer.
+TEST_F(TunnelSeqEncap, EverySixteenthNumberCarriesTheFeedback) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  const uint32_t feedback = RG_FEEDBACK_VALID | RG_FEEDBACK_CONGESTED | 1234;
+  dp.peer_ctl(kPeerSlot4, feedback);
+  const Bytes in = towards_peer(false).build();
+  size_t extended = 0;
+  for (uint32_t n = 0; n < 2 * RG_TUNNEL_EXT_EVERY + 1; ++n) {
+    const Bytes out = dp.tc(in).out;
+    const Numbered num = numbered(out);
+    EXPECT_EQ(num.seq, n);
+    ASSERT_EQ(parse(out).gnv_optlen, opt_len_of(n)) << "number " << n;
+    if (opt_len_of(n) == kOptLen) continue;
+    ++extended;
+    EXPECT_EQ(be32_at(out, kOpt4 + 16), feedback) << "number " << n;
+    EXPECT_EQ(hex(slice(out, kOpt4 + kOptLen + kExtLen)), hex(in)) << "the inner frame behind the extension";
+  }
+  EXPECT_EQ(extended, 3u) << "numbers 0, 16 and 32";
 }
 
 // Gateway B at 999 of epoch 1; gateway A restarts (a new epoch) from 0 and
@@ -672,8 +713,66 @@ TEST_F(TunnelShield, UnnumberedFramesAreSentOnce) {
   EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_COPIES].packets, 0u);
 }
 
+// "auto" turns the shield on through rg_peer_ctl, on top of the
+// configuration's; the option says which numbers are sent twice.
+TEST_F(TunnelShield, AutoCopiesAndTheOptionSaysWhichNumbersAreCopied) {
+  WireTap tap;
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  dp.shield(kPeerSlot4, RG_PEER_F_SHIELD_CONTROL);
+  const Bytes plain = roce_to_peer(0x04).payload(64).build();
+  const Bytes asks = roce_to_peer(0x04, true).payload(64).build();
+  const Bytes once = dp.tc(plain).out, twice = dp.tc(asks).out;
+  EXPECT_EQ(numbered(once).stream & RG_TUNNEL_F_COPIED, 0u) << "control does not copy it";
+  EXPECT_EQ(numbered(twice).stream & RG_TUNNEL_F_COPIED, RG_TUNNEL_F_COPIED);
+  std::vector<Bytes> got = tap.geneve_until_marker();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(hex(got[0]), hex(twice)) << "the copy says it too";
+
+  dp.peer_ctl(kPeerSlot4, 0, RG_PEER_F_SHIELD_ALL);
+  const Bytes now_twice = dp.tc(plain).out;
+  EXPECT_EQ(numbered(now_twice).stream & RG_TUNNEL_F_COPIED, RG_TUNNEL_F_COPIED);
+  got = tap.geneve_until_marker();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(hex(got[0]), hex(now_twice));
+
+  dp.shield(kPeerSlot4, 0);
+  dp.peer_ctl(kPeerSlot4, 0, 0);
+  EXPECT_EQ(numbered(dp.tc(asks).out).stream & RG_TUNNEL_F_COPIED, 0u) << "off: nothing copied";
+  EXPECT_TRUE(tap.geneve_until_marker().empty());
+}
+
 // ---------------------------------------------------------------------------
 // The loss shield: gateway B's elimination (both ingress hooks).
+
+// What the peer's option says is kept for `roceguard run` (rg_peer_rx): the
+// first arrivals of numbers it sent twice (never a second copy), and its
+// extension's feedback and flags.
+TEST(TunnelShieldDecap, ThePeersReportIsKept) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  const Bytes inner = towards_peer(false).build();
+  const uint32_t copied = stream_of(5, 0, 0, RG_TUNNEL_F_COPIED | RG_TUNNEL_F_ELIMINATES);
+  const uint32_t single = stream_of(5, 0, 0, RG_TUNNEL_F_ELIMINATES);
+  const uint32_t feedback = RG_FEEDBACK_VALID | 4321;
+  const Bytes first = geneve_with(seq_option(copied, 0, tai_now_ns(), RG_TUNNEL_OPT_CLASS_DEFAULT, feedback), inner);
+  ASSERT_EQ(dp.xdp(first).ret, kXdpPass);
+  rg_peer_rx rx = dp.peer_rx(kPeerSlot4);
+  EXPECT_EQ(rx.copied, 1u);
+  EXPECT_EQ(rx.feedback, feedback);
+  EXPECT_EQ(rx.flags, RG_TUNNEL_F_COPIED | RG_TUNNEL_F_ELIMINATES);
+  EXPECT_NE(rx.at_ns, 0u);
+  ASSERT_EQ(dp.xdp(first).ret, kXdpDrop) << "its second copy";
+  ASSERT_EQ(dp.xdp(geneve_with(seq_option_short(single, 1), inner)).ret, kXdpPass);
+  ASSERT_EQ(dp.xdp(geneve_with(seq_option_short(copied, 2), inner)).ret, kXdpPass);
+  rx = dp.peer_rx(kPeerSlot4);
+  EXPECT_EQ(rx.copied, 2u) << "numbers 0 and 2; not the second copy of 0, not the single 1";
+  EXPECT_EQ(rx.feedback, feedback) << "only an extension carries feedback";
+  const TunnelPeer* p = peer_at(peers_of(dp), kPeerSlot4);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->received, 3u);
+  EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_ELIMINATED].packets, 1u);
+}
 
 // A's numbered frames, each arriving twice (and a third time): B hands
 // each to the host once, and counts the rest as eliminated.
@@ -772,15 +871,17 @@ TEST(OracleTables, EncapWithSequenceOption) {
   dp.tunnels();
   std::vector<Bytes> emitted;
   std::vector<TsharkRow> want;
-  for (bool v6 : {false, true}) {
+  for (bool v6 : {false, true, false}) {
+    // Number 0 of each peer's stream carries the extension; the second IPv4 one does not.
+    const bool ext = emitted.size() < 2;
     emitted.push_back(dp.tc(towards_peer(v6).build()).out);
     TsharkRow w;
     w["frame.protocols"] = std::string("eth:ethertype:") + (v6 ? "ipv6" : "ip") + ":udp:geneve:eth:ethertype:" +
                            (v6 ? "ipv6" : "ip") + ":udp:infiniband";
     w["geneve.option.class"] = "0xff52";
     // The base header's option length, then the option's own; both in bytes.
-    w["geneve.option.length"] = "20,20";
-    w["geneve.option.type"] = "0x01";
+    w["geneve.option.length"] = ext ? "20,20" : "12,12";
+    w["geneve.option.type"] = "0x02";
     w["geneve.proto_type"] = "0x6558";
     w["infiniband.bth.psn"] = "100";
     want.push_back(w);

@@ -590,21 +590,32 @@ TEST(Shield, OffByDefaultPeersInheritTheTunnelsAndMayOverrideIt) {
   EXPECT_EQ(env.peers[1].shield, Shield::kAll);
 }
 
-TEST(Shield, AutoIsRefusedAsNotAvailableYet) {
-  auto errs = errors_of(two_peers("shield = \"auto\"", ""));
-  ASSERT_EQ(errs.size(), 1u);
-  EXPECT_EQ(errs[0].rfind("tunnel.shield: \"auto\" is not available in this version", 0), 0u) << errs[0];
-  errs = errors_of(two_peers("", "shield = \"auto\""));
-  ASSERT_EQ(errs.size(), 1u);
-  EXPECT_EQ(errs[0].rfind("tunnel.peer[0].shield: \"auto\" is not available in this version", 0), 0u) << errs[0];
+// "auto" is the daemon's to turn on: no flag in rg_peer.flags, and the
+// threshold it decides by.
+TEST(Shield, AutoIsTheDaemonsWithItsThreshold) {
+  Config c = parse_ok(two_peers("shield = \"auto\"", ""));
+  ASSERT_EQ(c.peers.size(), 2u);
+  EXPECT_EQ(c.peers[0].shield, Shield::kAuto);
+  EXPECT_EQ(shield_flags(Shield::kAuto), 0) << "off until `roceguard run` turns it on (rg_peer_ctl)";
+  EXPECT_EQ(c.to_json()["tunnel"]["peer"][1]["shield"], "auto");
+  EXPECT_EQ(c.shield_auto_loss_ppm, 500u) << "0.05 %";
+  Config own = parse_ok(two_peers("shield_auto_loss_ppm = 2000", "shield = \"auto\""));
+  EXPECT_EQ(own.peers[0].shield, Shield::kAuto);
+  EXPECT_EQ(own.peers[1].shield, Shield::kOff);
+  EXPECT_EQ(own.shield_auto_loss_ppm, 2000u);
+  for (const char* bad : {"shield_auto_loss_ppm = 0", "shield_auto_loss_ppm = 1000001"}) {
+    auto errs = errors_of(two_peers(bad, ""));
+    ASSERT_EQ(errs.size(), 1u) << bad;
+    EXPECT_EQ(errs[0].rfind("tunnel.shield_auto_loss_ppm: ", 0), 0u) << errs[0];
+  }
   ConfigProblems p;
-  Config c;
-  apply_environment(c, p, env_of({{"ROCEGUARD_TUNNEL_SHIELD", "auto"}}));
-  ASSERT_EQ(p.errors.size(), 1u);
-  EXPECT_EQ(p.errors[0].rfind("ROCEGUARD_TUNNEL_SHIELD: \"auto\" is not available", 0), 0u) << p.errors[0];
-  errs = errors_of(two_peers("shield = \"twice\"", ""));
+  Config env;
+  apply_environment(env, p, env_of({{"ROCEGUARD_TUNNEL_SHIELD", "auto"}}));
+  EXPECT_TRUE(p.errors.empty()) << p.errors.front();
+  EXPECT_EQ(env.tunnel_shield, Shield::kAuto);
+  auto errs = errors_of(two_peers("shield = \"twice\"", ""));
   ASSERT_EQ(errs.size(), 1u);
-  EXPECT_EQ(errs[0], "tunnel.shield: \"twice\" is not one of \"off\", \"control\", \"all\"");
+  EXPECT_EQ(errs[0], "tunnel.shield: \"twice\" is not one of \"off\", \"control\", \"all\", \"auto\"");
 }
 
 TEST(Shield, NeedsTheSequenceOptionNamingWhereItWasSet) {

@@ -297,6 +297,44 @@ TEST_F(Lab, ShieldLosesOnlyTheNumbersTheWanDroppedEveryCopyOf) {
   expect_nothing_left(report);
 }
 
+// "auto": each gateway measures the raw loss of what the other sends it and
+// reports it back in the option; at 2 % loss (forty times the 0.05 %
+// threshold) each turns its shield on and copies, at none it stays off.
+TEST_F(Lab, AutoShieldFollowsTheLossThePeerReports) {
+  for (const char* loss : {"2", "0"}) {
+    SCOPED_TRACE(std::string("loss ") + loss + " %");
+    const bool lossy = std::string(loss) != "0";
+    TempDir tmp;
+    const std::string report = tmp.path() + "/report";
+    auto argv = base_argv(report, 12);
+    argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "with", "--loss", loss, "--shield", "auto"});
+    auto r = rg::lab::run(argv, 300s);
+    std::cout << r.out << r.err;
+    ASSERT_EQ(r.status, 0) << r.err;
+    json j = json::parse(read(report + "/counters.json"));
+    EXPECT_EQ(j["settings"]["shield"], "auto");
+    for (const char* dir : {"a_to_b", "b_to_a"}) {
+      SCOPED_TRACE(dir);
+      const json& t = j["phases"]["with"]["tunnel"][dir];
+      const json& a = t["shield"]["auto"];
+      ASSERT_TRUE(a.is_object()) << t;
+      if (lossy) {
+        EXPECT_GE(a["turned_on"].get<uint64_t>(), 1u) << t;
+        EXPECT_GT(t["shield"]["copies_sent"].get<uint64_t>(), 0u) << t;
+        EXPECT_GT(t["shield"]["duplicates_eliminated"].get<uint64_t>(), 0u) << t;
+      } else {
+        EXPECT_EQ(a["turned_on"].get<uint64_t>(), 0u) << t;
+        EXPECT_FALSE(a["on_at_end"].get<bool>()) << t;
+        EXPECT_EQ(t["shield"]["copies_sent"].get<uint64_t>(), 0u) << t;
+      }
+    }
+    if (lossy) {
+      EXPECT_NE((r.out + r.err).find("loss shield on (auto): the peer reports"), std::string::npos);
+    }
+    expect_nothing_left(report);
+  }
+}
+
 TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";

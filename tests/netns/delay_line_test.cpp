@@ -190,8 +190,13 @@ class WanSequence : public LabTest {
         const test::Bytes frame = test::PacketBuilder()
                                       .ipv4(from_addr, to_addr)
                                       .udp(50000, test::kGenevePort)
-                                      .geneve(kVni, test::tunnel_seq_option(st, n, 0, RG_TUNNEL_OPT_CLASS_DEFAULT,
-                                                                            RG_TUNNEL_OPT_TYPE_DEFAULT))
+                                      // With the extension on every 16th number, as a gateway sends.
+                                      .geneve(kVni, test::tunnel_seq_option(
+                                                        st, n,
+                                                        n % RG_TUNNEL_EXT_EVERY
+                                                            ? std::nullopt
+                                                            : std::optional<test::TunnelOptExt>(test::TunnelOptExt{}),
+                                                        RG_TUNNEL_OPT_CLASS_DEFAULT, RG_TUNNEL_OPT_TYPE_DEFAULT))
                                       .payload(64)
                                       .build();
         const test::Bytes payload = test::slice(frame, kHeaders);

@@ -1,0 +1,214 @@
+#include "daemon/shield_auto.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+#include "dataplane/maps.h"
+#include "metrics/presentation.h"
+#include "roceguard/roceguard.h"
+
+namespace rg {
+namespace {
+
+// A report older than this is no report: the peer stopped sending, or
+// stopped numbering (a restart without the option).
+constexpr uint64_t kStaleNs = 5'000'000'000ull;
+constexpr uint64_t kTickNs = 1'000'000'000ull;
+
+std::string percent(double ratio) { return fmt::format("{:.3f} %", ratio * 100); }
+
+}  // namespace
+
+double feedback_loss(uint32_t feedback) {
+  if (!(feedback & RG_FEEDBACK_VALID)) return -1;
+  return static_cast<double>(feedback & RG_FEEDBACK_LOSS_MASK) / 1e6;
+}
+
+uint32_t LossMeter::update(uint64_t now_ns, const PeerRxCounts& c) {
+  snaps_.emplace_back(now_ns, c);
+  while (snaps_.size() > 1 && now_ns - snaps_.front().first > kWindowNs) snaps_.pop_front();
+  const PeerRxCounts& o = snaps_.front().second;
+  // Counters restart with the pinned maps (--reset-state): start over.
+  if (c.received < o.received || c.lost < o.lost || c.eliminated < o.eliminated || c.copied < o.copied ||
+      c.delay_samples < o.delay_samples) {
+    snaps_.clear();
+    means_.clear();
+    snaps_.emplace_back(now_ns, c);
+    return 0;
+  }
+  const uint64_t received = c.received - o.received, lost = c.lost - o.lost;
+  const uint64_t eliminated = c.eliminated - o.eliminated, copied = c.copied - o.copied;
+
+  uint32_t word = 0;
+  double loss = -1;
+  if (copied >= kMinPairs) {
+    const uint64_t e = std::min(eliminated, copied);
+    loss = static_cast<double>(copied - e) / static_cast<double>(copied + e);
+  } else if (received + lost >= kMinNumbers) {
+    loss = static_cast<double>(lost) / static_cast<double>(received + lost);
+  }
+  if (loss >= 0) {
+    const auto ppm = static_cast<uint32_t>(std::min(loss, 1.0) * 1e6 + 0.5);
+    word = RG_FEEDBACK_VALID | std::min<uint32_t>(ppm, RG_FEEDBACK_LOSS_MASK);
+  }
+
+  const uint64_t samples = c.delay_samples - o.delay_samples;
+  if (samples >= kMinDelaySamples) {
+    const uint64_t mean = (c.delay_sum_ns - o.delay_sum_ns) / samples;
+    while (!means_.empty() && now_ns - means_.front().first > kBaselineNs) means_.pop_front();
+    uint64_t baseline = mean;
+    for (const auto& m : means_) baseline = std::min(baseline, m.second);
+    means_.emplace_back(now_ns, mean);
+    if (word && mean > baseline + std::max(baseline / 4, kCongestionMinRiseNs)) word |= RG_FEEDBACK_CONGESTED;
+  }
+  return word;
+}
+
+bool ShieldDecider::evaluate(const PeerReport& r, std::string& reason) {
+  const bool valid = r.fresh && (r.feedback & RG_FEEDBACK_VALID);
+  const bool congested = valid && (r.feedback & RG_FEEDBACK_CONGESTED);
+  const uint32_t ppm = valid ? (r.feedback & RG_FEEDBACK_LOSS_MASK) : 0;
+  const std::string loss = percent(ppm / 1e6);
+
+  stale_ = r.fresh ? 0 : stale_ + 1;
+  if (hold_ > 0) --hold_;
+  if (!on_) {
+    above_ = valid && !congested && r.eliminates && ppm >= on_ppm_ && hold_ == 0 ? above_ + 1 : 0;
+    if (above_ < kOnAfter) return false;
+    on_ = true;
+    above_ = below_ = 0;
+    reason = "the peer reports " + loss + " raw loss for " + std::to_string(kOnAfter) + " s (threshold " +
+             percent(on_ppm_ / 1e6) + ") and eliminates copies";
+    return true;
+  }
+  if (congested) {
+    reason = "the peer's one-way delay rose with its " + loss +
+             " loss: congestion, which copies make worse; off for at least " + std::to_string(kCongestionHold) +
+             " s";
+    hold_ = kCongestionHold;
+  } else if (r.fresh && !r.eliminates) {
+    reason = "the peer no longer says it eliminates copies";
+  } else if (stale_ >= kStaleAfter) {
+    reason = "no report from the peer for " + std::to_string(kStaleAfter) + " s";
+  } else {
+    below_ = valid && ppm * 2 < on_ppm_ ? below_ + 1 : (valid ? 0 : below_);
+    if (below_ < kOffAfter) return false;
+    reason = "the peer reports " + loss + " raw loss, below half the threshold for " + std::to_string(kOffAfter) +
+             " s";
+  }
+  on_ = false;
+  above_ = below_ = 0;
+  return true;
+}
+
+ShieldAuto::ShieldAuto(const Config& cfg, int ctl_fd, int rx_fd, std::string pin_path)
+    : ctl_fd_(ctl_fd), rx_fd_(rx_fd), pin_path_(std::move(pin_path)) {
+  for (const auto& p : cfg.peers) {
+    if (peers_.size() >= RG_MAX_PEERS) break;
+    peers_.push_back(Peer{.name = p.name,
+                          .is_auto = p.shield == Shield::kAuto,
+                          .meter = LossMeter{},
+                          .decider = ShieldDecider(cfg.shield_auto_loss_ppm),
+                          .sent = 0,
+                          .report = PeerReport{},
+                          .turned_on = 0,
+                          .turned_off = 0});
+  }
+  // Whatever a previous process left is not this one's decision.
+  for (uint32_t slot = 0; slot < peers_.size(); ++slot) write_ctl(slot, peers_[slot]);
+}
+
+void ShieldAuto::write_ctl(uint32_t slot, const Peer& p) const {
+  rg_peer_ctl v{};
+  v.feedback = p.sent;
+  v.shield = p.is_auto && p.decider.on() ? RG_PEER_F_SHIELD_ALL : 0;
+  if (bpf_map_update_elem(ctl_fd_, &slot, &v, BPF_ANY) != 0)
+    spdlog::warn("cannot write {}[{}]: {}", kMapPeerCtl, slot, errno_text(errno));
+}
+
+void ShieldAuto::tick(uint64_t now_ns) {
+  if (last_ns_ && now_ns - last_ns_ < kTickNs) return;
+  last_ns_ = now_ns;
+
+  std::vector<TunnelPeer> tunnels;
+  try {
+    MapReader reader(pin_path_);
+    tunnels = tunnel_peers(reader.peer_stats(), reader.tunnel_streams(), {}, now_ns);
+  } catch (const std::exception& e) {
+    spdlog::debug("shield auto: {}", e.what());
+    return;
+  }
+  const int ncpu = libbpf_num_possible_cpus();
+  std::vector<rg_peer_rx> rx(ncpu > 0 ? static_cast<size_t>(ncpu) : 1);
+
+  for (uint32_t slot = 0; slot < peers_.size(); ++slot) {
+    Peer& p = peers_[slot];
+    PeerRxCounts counts;
+    for (const TunnelPeer& t : tunnels) {
+      if (t.slot != slot) continue;
+      counts.received = t.received;
+      counts.lost = t.lost;
+      counts.eliminated = t.ev[RG_PEER_EV_SHIELD_ELIMINATED].packets;
+      for (uint64_t n : t.delay) counts.delay_samples += n;
+      counts.delay_sum_ns = t.delay_sum_ns;
+    }
+    // What the peer's extensions said: the newest CPU's.
+    p.report = PeerReport{};
+    std::fill(rx.begin(), rx.end(), rg_peer_rx{});
+    if (bpf_map_lookup_elem(rx_fd_, &slot, rx.data()) == 0) {
+      uint64_t newest = 0;
+      for (const auto& r : rx) {
+        counts.copied += r.copied;
+        if (r.at_ns > newest) {
+          newest = r.at_ns;
+          p.report.feedback = r.feedback;
+          p.report.eliminates = r.flags & RG_TUNNEL_F_ELIMINATES;
+        }
+      }
+      p.report.fresh = newest && now_ns >= newest && now_ns - newest < kStaleNs;
+    }
+
+    p.sent = p.meter.update(now_ns, counts);
+    if (p.is_auto) {
+      std::string reason;
+      if (p.decider.evaluate(p.report, reason)) {
+        ++(p.decider.on() ? p.turned_on : p.turned_off);
+        spdlog::info("peer {}: loss shield {} (auto): {}", p.name, p.decider.on() ? "on" : "off", reason);
+      }
+    }
+    write_ctl(slot, p);
+  }
+}
+
+std::vector<ShieldAutoPeer> ShieldAuto::auto_peers() const {
+  std::vector<ShieldAutoPeer> out;
+  for (const Peer& p : peers_) {
+    if (!p.is_auto) continue;
+    ShieldAutoPeer s;
+    s.name = p.name;
+    s.on = p.decider.on();
+    s.eliminates = p.report.fresh && p.report.eliminates;
+    s.reported_loss = p.report.fresh ? feedback_loss(p.report.feedback) : -1;
+    s.congested = p.report.fresh && (p.report.feedback & RG_FEEDBACK_VALID) &&
+                  (p.report.feedback & RG_FEEDBACK_CONGESTED);
+    s.turned_on = p.turned_on;
+    s.turned_off = p.turned_off;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<PeerFeedback> ShieldAuto::feedback() const {
+  std::vector<PeerFeedback> out;
+  for (const Peer& p : peers_)
+    out.push_back({p.name, feedback_loss(p.sent), (p.sent & RG_FEEDBACK_VALID) && (p.sent & RG_FEEDBACK_CONGESTED)});
+  return out;
+}
+
+}  // namespace rg
