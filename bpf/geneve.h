@@ -248,7 +248,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	if (seg_ip_len > peer->mtu)
 		return RG_ENCAP_OVERSIZE;
 
-	nh = rg_nexthop_get(slot, &gen);
+	nh = rg_nexthop_get(slot, rg_outer_tos(p), &gen);
 	if (nh && gen && nh->gen == gen) {
 		if (seg_ip_len > nh->mtu)
 			return RG_ENCAP_OVERSIZE;
@@ -260,7 +260,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	__be16 sport = rg_entropy_port(e->hash);
 	__be32 label = bpf_htonl(e->hash & RG_FLOW_LABEL_MASK);
 
-	e->fr = rg_fib_peer(ctx, peer, fib, seg_ip_len, sport, label);
+	e->fr = rg_fib_peer(ctx, peer, fib, seg_ip_len, sport, label, rg_outer_tos(p));
 	if (e->fr == RG_FIB_TOO_BIG)
 		return RG_ENCAP_OVERSIZE;
 	if (e->fr == RG_FIB_FAIL)
@@ -270,7 +270,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 		e->found.ip_csum = rg_ipv4_csum_fixed(peer);
 	e->hop = &e->found;
 	if (e->fr == RG_FIB_OK && nh && gen)
-		rg_nexthop_fill(ctx, peer, fib, &e->found, nh, gen, sport, label);
+		rg_nexthop_fill(ctx, peer, fib, &e->found, nh, gen, sport, label, rg_outer_tos(p));
 	return RG_ENCAP_DONE;
 }
 
