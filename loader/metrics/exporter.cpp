@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/pause_point.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "metrics/presentation.h"
@@ -120,6 +121,7 @@ class MetricsCollector : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const auto start = std::chrono::steady_clock::now();
+    pause_point("scrape");
     FamilySet out;
     out.add("roceguard_build_info", "roceguard version; the value is always 1", MetricType::Gauge,
             {{"version", ROCEGUARD_VERSION}}, 1);

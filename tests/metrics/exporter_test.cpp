@@ -14,12 +14,19 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "common/error.h"
+#include "common/pause_point.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "dataplane/state.h"
@@ -841,6 +848,127 @@ TEST(Exporter, HealthzAnswersWithoutCollecting) {
   Scrape s = scrape(ex);
   ASSERT_EQ(s.status, 200) << s.body;
   EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 1);
+}
+
+// Holds every scrape at the exporter's "scrape" pause point until opened:
+// the HTTP workers then stay busy for as long as a test needs, however
+// fast the machine. Installed for one test, removed (and opened) after.
+class ScrapeGate {
+ public:
+  ScrapeGate() {
+    gate_ = this;
+    set_pause_handler(&ScrapeGate::hold);
+  }
+  ~ScrapeGate() {
+    open();
+    set_pause_handler(nullptr);
+    gate_ = nullptr;
+  }
+  ScrapeGate(const ScrapeGate&) = delete;
+  ScrapeGate& operator=(const ScrapeGate&) = delete;
+
+  // True once n scrapes are held; waits at most 30 s.
+  bool wait_held(size_t n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return held_ >= n; });
+  }
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  static void hold(const char* point) {
+    if (std::strcmp(point, "scrape") != 0 || !gate_) return;
+    std::unique_lock lock(gate_->mu_);
+    ++gate_->held_;
+    gate_->cv_.notify_all();
+    // Bounded: a test that forgets to open the gate fails, it does not hang.
+    gate_->cv_.wait_for(lock, std::chrono::seconds(120), [] { return gate_->open_; });
+  }
+
+  static inline ScrapeGate* gate_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t held_ = 0;
+  bool open_ = false;
+};
+
+// TCP connections to host:port that never send a byte, closed on scope exit.
+class IdleClients {
+ public:
+  IdleClients(const std::string& host, uint16_t port, size_t n) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
+    for (size_t i = 0; i < n; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) throw std::runtime_error("socket");
+      fds_.push_back(fd);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
+        throw std::runtime_error("connect " + host + ":" + std::to_string(port) + ": " + strerror(errno));
+    }
+  }
+  ~IdleClients() {
+    for (int fd : fds_) close(fd);
+  }
+  IdleClients(const IdleClients&) = delete;
+  IdleClients& operator=(const IdleClients&) = delete;
+
+ private:
+  std::vector<int> fds_;
+};
+
+std::pair<std::string, uint16_t> host_port(const std::string& addr) {
+  const auto colon = addr.rfind(':');
+  return {addr.substr(0, colon), static_cast<uint16_t>(std::stoi(addr.substr(colon + 1)))};
+}
+
+// Where the exporter answers health probes, and its liveness path.
+std::pair<std::string, uint16_t> health_endpoint(const Exporter& ex) { return host_port(ex.listen_address()); }
+constexpr const char* kLivenessPath = "/healthz";
+
+// A probe has a deadline (Kubernetes: 1 s by default) and the scrape
+// server a few workers: health must not queue behind them. Every worker is
+// held inside a scrape, and more idle connections than there are workers
+// are open on the health endpoint, for as long as the test runs: the
+// liveness answer must still come (within a client deadline far beyond
+// anything the health answer itself needs).
+TEST(Exporter, HealthAnswersWhileEveryScrapeWorkerIsHeld) {
+  ScrapeGate gate;
+  ExporterOptions o = options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent");
+  o.threads = 2;
+  Exporter ex(o);
+  const auto [mhost, mport] = host_port(ex.listen_address());
+  std::vector<std::thread> scrapes;
+  std::vector<int> statuses(o.threads, 0);
+  for (size_t i = 0; i < o.threads; ++i)
+    scrapes.emplace_back([&, i] {
+      try {
+        statuses[i] = http_get(mhost, mport, "/metrics", 60).status;
+      } catch (const std::exception&) {
+        statuses[i] = -1;
+      }
+    });
+  ASSERT_TRUE(gate.wait_held(o.threads)) << "the scrapes never reached the exporter's workers";
+  const auto [host, port] = health_endpoint(ex);
+  IdleClients idle(host, port, 2 * o.threads + 2);
+
+  std::string failure;
+  try {
+    HttpReply live = http_get(host, port, kLivenessPath, 10);
+    EXPECT_EQ(live.status, 200);
+    EXPECT_EQ(live.body, "ok\n");
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  gate.open();
+  for (auto& t : scrapes) t.join();
+  EXPECT_EQ(failure, "") << "no liveness answer within 10 s while " << o.threads
+                         << " scrapes held every worker and " << 2 * o.threads + 2 << " clients sat idle";
+  for (int status : statuses) EXPECT_EQ(status, 200) << "a held scrape must complete once released";
 }
 
 TEST(Exporter, BusyPortIsAnErrorNamingTheAddress) {
