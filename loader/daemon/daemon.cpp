@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "common/netlink.h"
 #include "common/pause_point.h"
+#include "common/text.h"
 #include "dataplane/attach.h"
 #include "dataplane/hooks.h"
 #include "dataplane/maps.h"
@@ -124,7 +125,7 @@ class Runner {
       if (!is.ifindex || !up_[is.name]) continue;
       auto it = links.find(is.ifindex);
       if (it != links.end() && it->second != is.name)
-        spdlog::info("interface {} (ifindex {}) was renamed to {}", is.name, is.ifindex, it->second);
+        spdlog::info("interface {} (ifindex {}) was renamed to {}", is.name, is.ifindex, printable(it->second));
     }
   }
 
