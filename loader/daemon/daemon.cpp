@@ -267,11 +267,17 @@ class Runner {
   std::map<std::string, uint32_t> mtu_seen_;
 };
 
+void log_health(const Exporter& exporter) {
+  if (!exporter.health_address().empty())
+    spdlog::info("serving liveness and readiness on http://{0}/livez and http://{0}/readyz", exporter.health_address());
+}
+
 // `run` with dataplane.attach = false: nothing attached, nothing pinned, no
 // bpffs needed; the exporter serves the NIC counters and profile state.
 void run_exporter_only(const Config& cfg, const StopSignals& signals) {
   ExporterOptions eo;
   eo.listen = cfg.metrics_listen;
+  eo.health_listen = cfg.health_listen;
   eo.interfaces = cfg.interfaces;
   eo.dataplane = false;
   eo.nic_state_dir = nic::kDefaultNicStateDir;
@@ -279,6 +285,7 @@ void run_exporter_only(const Config& cfg, const StopSignals& signals) {
   spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on "
                "http://{}/metrics",
                exporter.listen_address());
+  log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=exporter only, metrics on %s", exporter.listen_address().c_str());
   for (;;) {
     bool unused = false;
@@ -343,6 +350,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   // the start without side effects.
   ExporterOptions eo;
   eo.listen = cfg.metrics_listen;
+  eo.health_listen = cfg.health_listen;
   eo.pin_path = pin_path;
   eo.interfaces = cfg.interfaces;
   eo.per_qp = cfg.per_qp;
@@ -380,6 +388,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   };
   start_leases();
   spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
+  log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
              cfg.interfaces.size(), exporter.listen_address().c_str());
 

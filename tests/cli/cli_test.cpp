@@ -1087,6 +1087,41 @@ TEST_F(LoaderNetns, RunExportsAndKeepsTheTcIngressHook) {
   EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }
 
+// `run` answers the probes on --health-listen, apart from /metrics:
+// liveness while it serves, readiness while veth0 has its programs; when
+// veth0 is deleted it is not ready (and still alive), and ready again once
+// veth0 is back and re-attached.
+TEST_F(LoaderNetns, RunAnswersProbesApartFromMetrics) {
+  Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741 --health-listen 127.0.0.1:9742");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  auto status_of = [&](const std::string& path) {
+    Result r = sh(in_a("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9742" + path));
+    return r.out;
+  };
+  auto wait_status = [&](const std::string& path, const std::string& want) {
+    std::string got;
+    for (int i = 0; i < 50 && got != want; ++i) {
+      got = status_of(path);
+      if (got != want) usleep(200 * 1000);
+    }
+    return got;
+  };
+  EXPECT_EQ(status_of("/livez"), "200");
+  EXPECT_EQ(status_of("/readyz"), "200") << read_log(d);
+  EXPECT_EQ(sh(in_a("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9741/healthz")).out, "404");
+  EXPECT_NE(read_log(d).find("http://127.0.0.1:9742/readyz"), std::string::npos) << read_log(d);
+
+  must("ip -n " + ns_a_ + " link del veth0");
+  EXPECT_EQ(wait_status("/readyz", "503"), "503") << read_log(d);
+  Result body = sh(in_a("curl -s http://127.0.0.1:9742/readyz"));
+  EXPECT_EQ(body.out, "not ready: nothing attached (not attached: veth0)\n");
+  EXPECT_EQ(status_of("/livez"), "200");
+  create_veth();
+  EXPECT_EQ(wait_status("/readyz", "200"), "200") << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
 TEST_F(LoaderNetns, TunnelMapsMatchTheConfiguration) {
   // Each peer's local address must be one of this host's.
   must("ip -n " + ns_a_ + " addr add 2001:db8::1/64 dev veth0 nodad");

@@ -517,6 +517,40 @@ TEST(Validation, RunsWhatRunRefuses) {
   EXPECT_EQ(run_refuses, !v6.ok()) << "config check and run disagree on [::]:9741";
 }
 
+// The probes' address: none by default, any numeric host:port or [v6]:port
+// (their server is not civetweb), never the scrapes' own.
+TEST(Validation, HealthListenIsItsOwnAddress) {
+  EXPECT_EQ(Config{}.health_listen, "");
+  EXPECT_EQ(parse_ok("[metrics]\nhealth_listen = \"127.0.0.1:9742\"\n").health_listen, "127.0.0.1:9742");
+  ConfigProblems named;
+  parse_config_string("[metrics]\nhealth_listen = \"localhost:9742\"\n", named);
+  EXPECT_TRUE(has_error(named, "metrics.health_listen: \"localhost\" is not an IPv4 address"));
+  auto offline = [](std::string_view metrics, std::string_view health) {
+    ConfigProblems p;
+    Config cfg = parse_config_string("interfaces = [\"lo\"]\n[metrics]\nlisten = \"" + std::string(metrics) +
+                                         "\"\nhealth_listen = \"" + std::string(health) + "\"\n",
+                                     p);
+    check_config(cfg, true, p);
+    return p;
+  };
+  EXPECT_TRUE(offline("127.0.0.1:9741", "127.0.0.1:9742").ok());
+  EXPECT_TRUE(offline("127.0.0.1:9741", "[::1]:9742").ok());
+  EXPECT_TRUE(offline("127.0.0.1:9741", "127.0.0.2:9741").ok()) << "another address, the same port";
+  for (auto [metrics, health] : {std::pair{"127.0.0.1:9741", "127.0.0.1:9741"}, std::pair{"0.0.0.0:9741", "127.0.0.1:9741"},
+                                 std::pair{"127.0.0.1:9741", "0.0.0.0:9741"}})
+    EXPECT_TRUE(has_error(offline(metrics, health), "metrics.health_listen: ")) << metrics << " " << health;
+  ConfigSources flags;
+  flags.environment = false;
+  flags.flags = {{"interfaces", {"lo"}}, {"metrics.health_listen", {"192.0.2.77:9742"}}};
+  try {
+    load_config(flags);
+    ADD_FAILURE() << "an address this host does not have was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("metrics.health_listen: 192.0.2.77 is not an address of this host"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST(Validation, PeerLocalMustBeThisHost) {
   ConfigProblems p;
   Config cfg = parse_config_string(R"(
