@@ -56,6 +56,30 @@ std::string listen_host(const std::string& listen) {
   return listen.substr(0, listen.rfind(':'));
 }
 
+bool is_wildcard(const Address& a) {
+  return std::all_of(a.bytes.begin(), a.bytes.end(), [](uint8_t b) { return b == 0; });
+}
+
+bool is_loopback(const Address& a) {
+  return (a.family == AF_INET && a.bytes[0] == 127) ||
+         (a.family == AF_INET6 && a.bytes[15] == 1 &&
+          std::all_of(a.bytes.begin(), a.bytes.begin() + 15, [](uint8_t b) { return b == 0; }));
+}
+
+// The probes' address must not be the scrapes' (bind would fail at start):
+// the same port on the same address, or on a wildcard covering the other.
+void check_health_listen(const Config& cfg, ConfigProblems& p) {
+  if (cfg.health_listen.empty()) return;
+  auto port = [](const std::string& listen) { return listen.substr(listen.rfind(':') + 1); };
+  if (port(cfg.health_listen) != port(cfg.metrics_listen) || port(cfg.health_listen) == "0") return;
+  const auto health = parse_address(listen_host(cfg.health_listen));
+  const auto metrics = parse_address(listen_host(cfg.metrics_listen));
+  if (!health || !metrics) return;
+  if (health->bytes == metrics->bytes || is_wildcard(*health) || is_wildcard(*metrics))
+    p.errors.push_back("metrics.health_listen: " + in_quotes(cfg.health_listen) + " is where metrics.listen (" +
+                       cfg.metrics_listen + ") serves; the probes need an address or port of their own");
+}
+
 // What the data plane and the attach record can hold, checked here so that a
 // configuration past them is refused before anything is attached, not
 // halfway through an attach. Peer and route counts against rg_peers,
@@ -107,6 +131,7 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
     p.errors.push_back("metrics.listen: " + in_quotes(cfg.metrics_listen) +
                        " is IPv6, but this build's HTTP server (civetweb) has no IPv6; use 0.0.0.0:PORT for "
                        "every IPv4 address or 127.0.0.1:PORT");
+  check_health_listen(cfg, p);
   check_limits(cfg, p);
   if (offline) return;
 
@@ -122,17 +147,16 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
       p.missing.push_back("tunnel.peer[" + std::to_string(i) + "].local: " + a.text +
                           " is not an address of this host (the outer source; check `ip addr`)");
   }
-  auto host = parse_address(listen_host(cfg.metrics_listen));
-  const bool wildcard = host && std::all_of(host->bytes.begin(), host->bytes.end(), [](uint8_t b) { return b == 0; });
-  // Loopback is this host's on every host, listed or not: a fresh network
-  // namespace or a minimal guest has lo down and no address on it yet.
-  const bool loopback = host && ((host->family == AF_INET && host->bytes[0] == 127) ||
-                                 (host->family == AF_INET6 && host->bytes[15] == 1 &&
-                                  std::all_of(host->bytes.begin(), host->bytes.begin() + 15,
-                                              [](uint8_t b) { return b == 0; })));
-  if (host && !wildcard && !loopback && !is_local(*host, local))
-    p.missing.push_back("metrics.listen: " + host->text +
-                        " is not an address of this host (use one from `ip addr`, 127.0.0.1 or 0.0.0.0)");
+  for (const auto& [key, listen] : {std::pair{"metrics.listen", &cfg.metrics_listen},
+                                     std::pair{"metrics.health_listen", &cfg.health_listen}}) {
+    if (listen->empty()) continue;
+    auto host = parse_address(listen_host(*listen));
+    // Loopback is this host's on every host, listed or not: a fresh network
+    // namespace or a minimal guest has lo down and no address on it yet.
+    if (host && !is_wildcard(*host) && !is_loopback(*host) && !is_local(*host, local))
+      p.missing.push_back(std::string(key) + ": " + host->text +
+                          " is not an address of this host (use one from `ip addr`, 127.0.0.1 or 0.0.0.0)");
+  }
 }
 
 Config load_config(const ConfigSources& sources, bool offline, bool wait_for_interfaces) {

@@ -1,7 +1,8 @@
 // Named points inside the all-or-nothing sections of attach and detach, where
 // a test build can stop the process to deliver a signal in the middle of
-// one. The roceguard binary installs no handler: a pause point is then a
-// null check and nothing else.
+// one, and inside a scrape ("scrape"), where an exporter test holds the
+// HTTP workers. The roceguard binary installs no handler: a pause point is
+// then a null check and nothing else.
 #pragma once
 
 namespace rg {

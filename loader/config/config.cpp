@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "nic/profile.h"
 
 namespace rg {
@@ -90,6 +91,21 @@ void check_shield(const Config& cfg, ConfigProblems& p) {
     p.errors.push_back("tunnel.shield: " + in_quotes(shield_name(cfg.tunnel_shield)) +
                        " needs tunnel.sequence = true (the far gateway tells a copy from a loss by its "
                        "sequence number)");
+}
+
+// Every string of the configuration goes into the attach record (JSON),
+// some into metrics labels (a peer's name): one that is not text is refused
+// naming its key, where a dump would fail later with no key at all.
+// Interfaces were checked as they were read (add_interface).
+void check_text(const nlohmann::json& j, const std::string& key, ConfigProblems& p) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (!is_text(s)) p.errors.push_back(key + ": " + in_quotes(s) + " is not UTF-8 text (or has control characters)");
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) check_text(j[i], key + "[" + std::to_string(i) + "]", p);
+  } else if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) check_text(v, key.empty() ? k : key + "." + k, p);
+  }
 }
 
 }  // namespace
@@ -172,7 +188,9 @@ std::optional<Prefix> parse_prefix(const std::string& text, std::string& why) {
   return p;
 }
 
-std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+// printable(): a message quotes what it was given, as text, whatever bytes
+// that was.
+std::string in_quotes(std::string_view s) { return "\"" + printable(s) + "\""; }
 
 std::string_view toml_type_name(const toml::node& n) {
   switch (n.type()) {
@@ -189,20 +207,34 @@ std::string_view toml_type_name(const toml::node& n) {
   }
 }
 
+// The kernel's rules (dev_valid_name) on the name as the kernel would read
+// it, which ends at a NUL: "a0\0x" is a0 to it. Beyond them, the name must
+// be text, as the attach record (JSON) and the metrics' labels hold it.
 bool valid_ifname(const std::string& name, std::string& why) {
   if (name.empty()) {
     why = "interface name is empty";
     return false;
   }
-  if (name.size() >= IFNAMSIZ) {
-    why = in_quotes(name) + " is longer than " + std::to_string(IFNAMSIZ - 1) + " characters";
+  if (name.find('\0') != std::string::npos) {
+    why = in_quotes(name) + " contains a NUL byte: the kernel reads the name only up to it";
     return false;
   }
-  for (char c : name)
-    if (c == '/' || c == ':' || isspace(static_cast<unsigned char>(c))) {
-      why = in_quotes(name) + " is not a valid interface name";
-      return false;
-    }
+  if (name.size() >= IFNAMSIZ) {
+    why = in_quotes(name) + " is longer than " + std::to_string(IFNAMSIZ - 1) + " bytes";
+    return false;
+  }
+  if (name == "." || name == ".." ||
+      std::any_of(name.begin(), name.end(),
+                  [](char c) { return c == '/' || c == ':' || isspace(static_cast<unsigned char>(c)); })) {
+    why = in_quotes(name) + " is not a valid interface name (no '/', ':' or whitespace; not . or ..)";
+    return false;
+  }
+  if (!is_text(name)) {
+    why = in_quotes(name) +
+          " is not UTF-8 text (or has control characters), which the attach record and the metrics' labels "
+          "cannot hold; rename the interface (ip link set dev OLD name NEW)";
+    return false;
+  }
   return true;
 }
 
@@ -349,6 +381,7 @@ void finish_config(Config& cfg, ConfigProblems& p) {
   }
   check_peers(cfg, p);
   check_shield(cfg, p);
+  check_text(cfg.to_json(), "", p);
   if (cfg.xdp_forward && cfg.ingress_hook == IngressHook::kTc)
     p.errors.push_back("dataplane.xdp_forward: the fast path runs in the XDP hook, but dataplane.ingress_hook is tc; "
                        "set it to xdp or auto");

@@ -110,6 +110,9 @@ struct Config {
 
   // [metrics]
   std::string metrics_listen = "127.0.0.1:9741";
+  // Liveness and readiness probes (/livez, /readyz) on an address of their
+  // own, apart from the scrapes; "" serves none.
+  std::string health_listen;
   bool per_qp = false;
   uint32_t top_qps = 50;
 

@@ -436,6 +436,23 @@ std::vector<Option> make_options() {
     listen.get = [](const Config& c) { return nlohmann::json(c.metrics_listen); };
     o.push_back(listen);
   }
+  {
+    Option health;
+    health.path = "metrics.health_listen";
+    health.flag = "--health-listen";
+    health.flag_of = FlagOf::kDaemon;
+    health.spec = spec_of(OptionType::kString);
+    health.help = "liveness /livez and readiness /readyz address, IPv4:port or [v6]:port, apart from /metrics; "
+                  "empty: none";
+    health.set = [](Config& c, const OptionValue& v, const std::string& key, ConfigProblems& p) {
+      const auto& text = std::get<std::string>(v);
+      std::string why;
+      if (text.empty() || valid_listen(text, why)) c.health_listen = text;
+      else p.errors.push_back(key + ": " + why);
+    };
+    health.get = [](const Config& c) { return nlohmann::json(c.health_listen); };
+    o.push_back(health);
+  }
   o.push_back(boolean("metrics.per_qp", &Config::per_qp, "per-QP series, capped to top_qps"));
   o.push_back(u32("metrics.top_qps", "", 1, 10000, &Config::top_qps, "per-QP series exported (worst first)"));
 

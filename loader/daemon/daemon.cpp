@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "common/netlink.h"
 #include "common/pause_point.h"
+#include "common/text.h"
 #include "dataplane/attach.h"
 #include "dataplane/hooks.h"
 #include "dataplane/maps.h"
@@ -136,7 +137,7 @@ class Runner {
       if (!is.ifindex || !up_[is.name]) continue;
       auto it = links.find(is.ifindex);
       if (it != links.end() && it->second != is.name)
-        spdlog::info("interface {} (ifindex {}) was renamed to {}", is.name, is.ifindex, it->second);
+        spdlog::info("interface {} (ifindex {}) was renamed to {}", is.name, is.ifindex, printable(it->second));
     }
   }
 
@@ -278,11 +279,17 @@ class Runner {
   std::map<std::string, uint32_t> mtu_seen_;
 };
 
+void log_health(const Exporter& exporter) {
+  if (!exporter.health_address().empty())
+    spdlog::info("serving liveness and readiness on http://{0}/livez and http://{0}/readyz", exporter.health_address());
+}
+
 // `run` with dataplane.attach = false: nothing attached, nothing pinned, no
 // bpffs needed; the exporter serves the NIC counters and profile state.
 void run_exporter_only(const Config& cfg, const StopSignals& signals) {
   ExporterOptions eo;
   eo.listen = cfg.metrics_listen;
+  eo.health_listen = cfg.health_listen;
   eo.interfaces = cfg.interfaces;
   eo.dataplane = false;
   eo.nic_state_dir = nic::kDefaultNicStateDir;
@@ -290,6 +297,7 @@ void run_exporter_only(const Config& cfg, const StopSignals& signals) {
   spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on "
                "http://{}/metrics",
                exporter.listen_address());
+  log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=exporter only, metrics on %s", exporter.listen_address().c_str());
   for (;;) {
     bool unused = false;
@@ -354,6 +362,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   // the start without side effects.
   ExporterOptions eo;
   eo.listen = cfg.metrics_listen;
+  eo.health_listen = cfg.health_listen;
   eo.pin_path = pin_path;
   eo.interfaces = cfg.interfaces;
   eo.per_qp = cfg.per_qp;
@@ -404,6 +413,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   };
   run_shield_auto();
   spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
+  log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
              cfg.interfaces.size(), exporter.listen_address().c_str());
 

@@ -17,8 +17,11 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/pause_point.h"
+#include "common/text.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
+#include "metrics/health.h"
 #include "metrics/presentation.h"
 #include "nic/apply.h"
 #include "nic/counters.h"
@@ -124,8 +127,33 @@ class MetricsCollector : public prometheus::Collectable {
     feedback_ = std::move(feedback);
   }
 
+  // Ready when an interface has a program at each of its hooks: what the
+  // loader last reported, read without touching the maps. Exporter-only
+  // mode attaches nothing by design and is ready as it serves.
+  Readiness readiness() const {
+    if (!opts_.dataplane) return {true, "ready: exporter only (dataplane.attach = false), nothing to attach"};
+    std::map<std::string, bool> up;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [key, on] : attached_) {
+        auto [it, fresh] = up.try_emplace(key.first, on);
+        it->second = it->second && on;
+      }
+    }
+    std::string attached, waiting;
+    for (const auto& [ifname, on] : up) {
+      std::string& list = on ? attached : waiting;
+      list += (list.empty() ? "" : ", ") + printable(ifname);
+    }
+    if (attached.empty())
+      return {false, "not ready: nothing attached" + (waiting.empty() ? std::string(" (no interface configured)")
+                                                                      : " (not attached: " + waiting + ")")};
+    return {true, "ready: attached to " + attached + (waiting.empty() ? "" : "; not attached: " + waiting)};
+  }
+
   std::vector<MetricFamily> Collect() const override {
     const auto start = std::chrono::steady_clock::now();
+    pause_point("scrape");
     FamilySet out;
     out.add("roceguard_build_info", "roceguard version; the value is always 1", MetricType::Gauge,
             {{"version", ROCEGUARD_VERSION}}, 1);
@@ -371,22 +399,6 @@ class MetricsCollector : public prometheus::Collectable {
   mutable std::atomic<bool> failing_{false};
 };
 
-// Liveness and readiness probes: answering proves the process and its HTTP
-// workers are alive without the cost of a scrape (175 ms at 64 k QPs, most
-// of a probe's 1 s timeout), so the map-walking collector is not called.
-constexpr const char* kHealthPath = "/healthz";
-
-void serve_health(mg_connection* conn) {
-  static constexpr char kBody[] = "ok\n";
-  mg_printf(conn,
-            "HTTP/1.1 200 OK\r\n"
-            "Content-Type: text/plain; charset=utf-8\r\n"
-            "Content-Length: %zu\r\n"
-            "Connection: close\r\n\r\n",
-            sizeof(kBody) - 1);
-  mg_write(conn, kBody, sizeof(kBody) - 1);
-}
-
 // prometheus-cpp's Exposer would add its own process-side series
 // (exposer_scrapes_total, ...) that reset on every restart; serving the
 // collector directly keeps every series under roceguard_.
@@ -397,13 +409,12 @@ class MetricsHandler : public CivetHandler {
   bool handleGet(CivetServer*, mg_connection* conn) override {
     // Registered on "/" so that civetweb's prefix routing cannot serve
     // /metrics/<anything>: only the exact path answers.
+    // Probes are not answered here, where they would queue behind scrapes
+    // and idle clients for one of the few workers: metrics.health_listen.
     const mg_request_info* ri = mg_get_request_info(conn);
-    if (ri && ri->local_uri && std::strcmp(ri->local_uri, kHealthPath) == 0) {
-      serve_health(conn);
-      return true;
-    }
     if (!ri || !ri->local_uri || std::strcmp(ri->local_uri, kMetricsPath) != 0) {
-      mg_send_http_error(conn, 404, "%s", "roceguard serves /metrics and /healthz only\n");
+      mg_send_http_error(conn, 404, "%s",
+                         "roceguard serves /metrics only here; /livez and /readyz are on metrics.health_listen\n");
       return true;
     }
     std::string body;
@@ -433,7 +444,8 @@ struct Exporter::Impl {
   ExporterOptions opts;
   std::unique_ptr<MetricsCollector> collector;
   std::unique_ptr<MetricsHandler> handler;
-  std::unique_ptr<CivetServer> server;  // last: stops before what it calls
+  std::unique_ptr<CivetServer> server;  // stops before what it calls
+  std::unique_ptr<HealthServer> health;  // last: stops first
 };
 
 Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
@@ -462,6 +474,9 @@ Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
                 kExitFailure);
   }
   impl_->server->addHandler("/", impl_->handler.get());
+  if (!impl_->opts.health_listen.empty())
+    impl_->health = std::make_unique<HealthServer>(
+        impl_->opts.health_listen, [collector = impl_->collector.get()] { return collector->readiness(); });
 }
 
 Exporter::~Exporter() {
@@ -480,6 +495,8 @@ void Exporter::set_attach_state(const std::string& ifname, const std::string& ho
                                 bool attached) {
   impl_->collector->set_attach_state(ifname, hook, attached);
 }
+
+std::string Exporter::health_address() const { return impl_->health ? impl_->health->address() : ""; }
 
 std::string Exporter::listen_address() const {
   const std::string& listen = impl_->opts.listen;

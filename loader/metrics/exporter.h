@@ -1,6 +1,7 @@
-// Prometheus exporter (prometheus-cpp). Serves /metrics, and /healthz for
-// liveness probes; every /metrics value is read from the pinned maps (and
-// sysfs for NIC counters) at scrape time.
+// Prometheus exporter (prometheus-cpp). Serves /metrics, every value read
+// from the pinned maps (and sysfs for NIC counters) at scrape time; and,
+// on an address of their own, the liveness and readiness probes
+// (metrics/health.h), which never wait for a scrape.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +15,8 @@ namespace rg {
 
 struct ExporterOptions {
   std::string listen = "127.0.0.1:9741";  // host:port; [v6]:port if civetweb has IPv6
+  // host:port or [v6]:port of /livez and /readyz; "" serves none.
+  std::string health_listen;
   std::string pin_path = "/sys/fs/bpf/roceguard";
   std::vector<std::string> interfaces;    // for attach-state and NIC counters
   bool per_qp = false;                    // per-QP series (bounded by top_qps)
@@ -68,6 +71,8 @@ class Exporter {
   void set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback);
   // Bound address (useful with port 0).
   std::string listen_address() const;
+  // Bound address of the probes, "" when there are none.
+  std::string health_address() const;
 
  private:
   struct Impl;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/text.h"
 #include "dataplane/names.h"
 #include "dataplane/state.h"
 
@@ -87,9 +88,9 @@ std::string address_text(uint32_t family, const uint8_t* addr) {
 }
 
 std::string interface_name(uint32_t ifindex, const InterfaceNames& names) {
-  if (auto it = names.find(ifindex); it != names.end()) return it->second;
+  if (auto it = names.find(ifindex); it != names.end()) return printable(it->second);
   char buf[IF_NAMESIZE] = {};
-  return if_indextoname(ifindex, buf) ? std::string(buf) : std::to_string(ifindex);
+  return if_indextoname(ifindex, buf) ? printable(buf) : std::to_string(ifindex);
 }
 
 uint64_t tunnel_window_holes(const rg_tunnel_stream& s) {

@@ -58,7 +58,8 @@ std::string address_text(uint32_t family, const uint8_t* addr);
 using InterfaceNames = std::map<uint32_t, std::string>;
 
 // The interface's name from names, else from this namespace, else the
-// ifindex as a number: a deleted interface keeps its counters.
+// ifindex as a number: a deleted interface keeps its counters. Written as
+// text (common/text.h): a byte of a name that is not UTF-8 shows as \xNN.
 std::string interface_name(uint32_t ifindex, const InterfaceNames& names = {});
 
 // One tunnel peer as a gateway sees it: its counters (both directions) and

@@ -617,8 +617,8 @@ int run_lab(const LabOptions& opts) {
   if (congestion && (opts.queue_packets == 0 || opts.bulk_streams == 0 || opts.sender_mbit == 0))
     throw Error("lab: --queue, --bulk-streams and --host-rate are at least 1", kExitUsage);
   if (opts.retry_cnt > 7) throw Error("lab: --retry-cnt is 0..7", kExitUsage);
-  if (opts.shield != "off" && opts.shield != "control" && opts.shield != "all")
-    throw Error("lab: --shield is off, control or all", kExitUsage);
+  if (opts.shield != "off" && opts.shield != "control" && opts.shield != "all" && opts.shield != "auto")
+    throw Error("lab: --shield is off, control, all or auto", kExitUsage);
   if (opts.shield != "off" && !opts.tunnel)
     throw Error("lab: --shield needs the tunnel: the copies are Geneve packets (drop --no-tunnel)", kExitUsage);
   const auto retransmit = parse_retransmit(opts.retransmit);

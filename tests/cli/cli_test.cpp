@@ -111,6 +111,45 @@ TEST(BadConfigs, DefaultConfigIsValid) {
   EXPECT_EQ(r.rc, 0) << r.out;
 }
 
+// True when s is UTF-8 (RFC 3629: no overlong forms, no surrogates, at
+// most U+10FFFF): what a JSON parser and Prometheus accept as text.
+bool is_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : 4;
+    if (n > 3 || i + n >= s.size()) return false;  // not a lead byte, or cut short
+    uint32_t cp = n == 0 ? c : n == 1 ? c & 0x1f : n == 2 ? c & 0x0f : c & 0x07;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    static const uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// A name that is not UTF-8 cannot go into the attach record (JSON): refused
+// as a usage error naming the flag, in a message that is itself text.
+TEST(BadConfigs, InterfaceNameThatIsNotTextIsRefusedNamingTheKey) {
+  const std::string check = std::string(RG_BIN) + " config check --offline " + RG_DEFAULT_CONFIG +
+                            " --interface \"$(printf '\\377rg0')\"";
+  const std::string want = "--interface: \"\\xffrg0\"";
+  Result r = sh(check);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+  EXPECT_TRUE(is_utf8(r.out)) << r.out;
+  r = sh(check + " --json");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  auto j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  bool named = false;
+  for (const auto& problem : j.value("problems", json::array())) named |= problem.get<std::string>().find(want) == 0;
+  EXPECT_TRUE(named) << r.out;
+}
+
 class LoaderNetns : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1115,6 +1154,57 @@ TEST_F(LoaderNetns, RunSurvivesInterfaceDeletion) {
   EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }
 
+// An attached interface renamed to a name that is not UTF-8 (byte 0xff):
+// /metrics, `stats --json` and `stats` still say what they count, writing
+// the byte as \xff, and every answer is text a parser takes.
+TEST_F(LoaderNetns, InterfaceRenamedToANameThatIsNotTextIsWrittenEscaped) {
+  Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  must("ip -n " + ns_a_ + " link set dev veth0 down");
+  must("ip -n " + ns_a_ + " link set dev veth0 name \"$(printf '\\377rg0')\"");
+  must("ip -n " + ns_a_ + " link set dev \"$(printf '\\377rg0')\" up");
+
+  Result m = sh(in_a("curl -sf http://127.0.0.1:9741/metrics"));
+  EXPECT_EQ(m.rc, 0) << m.out;
+  EXPECT_TRUE(is_utf8(m.out)) << "the scrape is not UTF-8, Prometheus rejects all of it";
+  // The label value \xffrg0, with its backslash escaped by the text format.
+  EXPECT_NE(m.out.find("roceguard_roce_packets_total{interface=\"\\\\xffrg0\",direction=\"egress\"} 3"),
+            std::string::npos) << m.out;
+
+  Result j = rg_stdout("stats --json");
+  EXPECT_EQ(j.rc, 0) << j.out;
+  EXPECT_TRUE(is_utf8(j.out));
+  auto stats = json::parse(j.out, nullptr, false);
+  ASSERT_TRUE(stats.is_object()) << j.out;
+  ASSERT_FALSE(stats["counters"].empty()) << j.out;
+  for (const auto& c : stats["counters"]) EXPECT_EQ(c["interface"], "\\xffrg0") << j.out;
+
+  Result text = rg("stats");
+  EXPECT_EQ(text.rc, 0) << text.out;
+  EXPECT_TRUE(is_utf8(text.out)) << text.out;
+  EXPECT_NE(text.out.find("\\xffrg0 egress"), std::string::npos) << text.out;
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
+// attach refuses what config check refuses: a name that is not UTF-8 (exit
+// 2, naming the flag) and a name with a NUL, which is another listed name
+// to the kernel: nothing is attached.
+TEST_F(LoaderNetns, AttachRefusesNamesThatAreNotNames) {
+  Result r = rg("attach --interface \"$(printf '\\377rg0')\"");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--interface: \"\\xffrg0\""), std::string::npos) << r.out;
+  EXPECT_TRUE(is_utf8(r.out)) << r.out;
+  const std::string cfg = write_file("nul.toml", "interfaces = [\"veth0\\u0000x\", \"veth0\"]\n");
+  r = rg("attach --config " + cfg);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("interfaces[0]: "), std::string::npos) << r.out;
+  EXPECT_FALSE(pins_exist());
+  Hooks h = hooks();
+  EXPECT_TRUE(h.xdp.empty() && h.tc.empty()) << "attached after all";
+}
+
 TEST_F(LoaderNetns, RunPutsBackAHookRemovedBehindItsBack) {
   Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741");
   ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
@@ -1149,6 +1239,41 @@ TEST_F(LoaderNetns, RunExportsAndKeepsTheTcIngressHook) {
   }
   EXPECT_TRUE(back) << read_log(d);
   EXPECT_TRUE(hooks().xdp.empty()) << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
+// `run` answers the probes on --health-listen, apart from /metrics:
+// liveness while it serves, readiness while veth0 has its programs; when
+// veth0 is deleted it is not ready (and still alive), and ready again once
+// veth0 is back and re-attached.
+TEST_F(LoaderNetns, RunAnswersProbesApartFromMetrics) {
+  Daemon d = start_run("--interface veth0 --metrics-listen 127.0.0.1:9741 --health-listen 127.0.0.1:9742");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  auto status_of = [&](const std::string& path) {
+    Result r = sh(in_a("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9742" + path));
+    return r.out;
+  };
+  auto wait_status = [&](const std::string& path, const std::string& want) {
+    std::string got;
+    for (int i = 0; i < 50 && got != want; ++i) {
+      got = status_of(path);
+      if (got != want) usleep(200 * 1000);
+    }
+    return got;
+  };
+  EXPECT_EQ(status_of("/livez"), "200");
+  EXPECT_EQ(status_of("/readyz"), "200") << read_log(d);
+  EXPECT_EQ(sh(in_a("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9741/healthz")).out, "404");
+  EXPECT_NE(read_log(d).find("http://127.0.0.1:9742/readyz"), std::string::npos) << read_log(d);
+
+  must("ip -n " + ns_a_ + " link del veth0");
+  EXPECT_EQ(wait_status("/readyz", "503"), "503") << read_log(d);
+  Result body = sh(in_a("curl -s http://127.0.0.1:9742/readyz"));
+  EXPECT_EQ(body.out, "not ready: nothing attached (not attached: veth0)\n");
+  EXPECT_EQ(status_of("/livez"), "200");
+  create_veth();
+  EXPECT_EQ(wait_status("/readyz", "200"), "200") << read_log(d);
   kill(d.pid, SIGTERM);
   EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -232,6 +233,49 @@ bool has_error(const ConfigProblems& p, const std::string& text) {
   for (const auto& e : p.errors)
     if (e.find(text) != std::string::npos) return true;
   return false;
+}
+
+// The kernel reads an interface name up to its first NUL, so "a0\0x" is a0
+// again: listed with a0 it would be attached twice. It refuses ".", "..",
+// '/', ':' and whitespace. And a name that is not text (not UTF-8, or with
+// control characters) cannot be written into the attach record, JSON or a
+// Prometheus label. Each is refused naming its key, from every source.
+TEST(Config, InterfaceNamesAreNamesTheKernelReadsAsWritten) {
+  ConfigProblems nul;
+  Config cfg = parse_config_string("interfaces = [\"a0\\u0000x\", \"a0\"]\n", nul);
+  EXPECT_TRUE(has_error(nul, "interfaces[0]: ")) << (nul.errors.empty() ? "accepted" : nul.errors.front());
+  EXPECT_EQ(std::count(cfg.interfaces.begin(), cfg.interfaces.end(), "a0"), 1) << "a0 listed twice";
+  for (const char* name : {".", "..", "a/b", "a:b", "a b", "a\\tb", "a\\u0001b", "a\\u007fb", "",
+                           "sixteen-bytes-xx"}) {
+    ConfigProblems p;
+    parse_config_string("interfaces = [\"lo\", \"" + std::string(name) + "\"]\n", p);
+    EXPECT_TRUE(has_error(p, "interfaces[1]: ")) << "\"" << name << "\" accepted";
+  }
+  for (const char* name : {"eth0", "ens1f0np0", "gw-\u00e9t\u00e9", "a_b.c@d", "123456789012345"}) {
+    ConfigProblems p;
+    parse_config_string("interfaces = [\"" + std::string(name) + "\"]\n", p);
+    EXPECT_TRUE(p.ok()) << name << ": " << (p.errors.empty() ? "" : p.errors.front());
+  }
+
+  // Not UTF-8: only a flag or the environment can carry it (a TOML file is
+  // UTF-8 by definition). Refused as usage, naming the key, and the message
+  // itself is text.
+  ConfigSources flag;
+  flag.environment = false;
+  flag.flags = {{"interfaces", {"\xffrg0"}}};
+  try {
+    load_config(flag, true);
+    ADD_FAILURE() << "a name that is not UTF-8 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--interface: \"\\xffrg0\""), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a configuration error: " << e.what();
+  }
+  ConfigProblems env;
+  Config c;
+  apply_environment(c, env, env_of({{"ROCEGUARD_INTERFACES", "lo,\xffrg0"}}));
+  EXPECT_TRUE(has_error(env, "ROCEGUARD_INTERFACES[1]: ")) << (env.errors.empty() ? "accepted" : env.errors.front());
 }
 
 TEST(Environment, DefaultFileEnvironmentFlagInThatOrder) {
@@ -471,6 +515,40 @@ TEST(Validation, RunsWhatRunRefuses) {
     EXPECT_NE(std::string(e.what()).find("metrics.listen"), std::string::npos) << e.what();
   }
   EXPECT_EQ(run_refuses, !v6.ok()) << "config check and run disagree on [::]:9741";
+}
+
+// The probes' address: none by default, any numeric host:port or [v6]:port
+// (their server is not civetweb), never the scrapes' own.
+TEST(Validation, HealthListenIsItsOwnAddress) {
+  EXPECT_EQ(Config{}.health_listen, "");
+  EXPECT_EQ(parse_ok("[metrics]\nhealth_listen = \"127.0.0.1:9742\"\n").health_listen, "127.0.0.1:9742");
+  ConfigProblems named;
+  parse_config_string("[metrics]\nhealth_listen = \"localhost:9742\"\n", named);
+  EXPECT_TRUE(has_error(named, "metrics.health_listen: \"localhost\" is not an IPv4 address"));
+  auto offline = [](std::string_view metrics, std::string_view health) {
+    ConfigProblems p;
+    Config cfg = parse_config_string("interfaces = [\"lo\"]\n[metrics]\nlisten = \"" + std::string(metrics) +
+                                         "\"\nhealth_listen = \"" + std::string(health) + "\"\n",
+                                     p);
+    check_config(cfg, true, p);
+    return p;
+  };
+  EXPECT_TRUE(offline("127.0.0.1:9741", "127.0.0.1:9742").ok());
+  EXPECT_TRUE(offline("127.0.0.1:9741", "[::1]:9742").ok());
+  EXPECT_TRUE(offline("127.0.0.1:9741", "127.0.0.2:9741").ok()) << "another address, the same port";
+  for (auto [metrics, health] : {std::pair{"127.0.0.1:9741", "127.0.0.1:9741"}, std::pair{"0.0.0.0:9741", "127.0.0.1:9741"},
+                                 std::pair{"127.0.0.1:9741", "0.0.0.0:9741"}})
+    EXPECT_TRUE(has_error(offline(metrics, health), "metrics.health_listen: ")) << metrics << " " << health;
+  ConfigSources flags;
+  flags.environment = false;
+  flags.flags = {{"interfaces", {"lo"}}, {"metrics.health_listen", {"192.0.2.77:9742"}}};
+  try {
+    load_config(flags);
+    ADD_FAILURE() << "an address this host does not have was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("metrics.health_listen: 192.0.2.77 is not an address of this host"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(Validation, PeerLocalMustBeThisHost) {

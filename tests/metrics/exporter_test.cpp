@@ -14,12 +14,19 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "common/error.h"
+#include "common/pause_point.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "dataplane/state.h"
@@ -823,24 +830,257 @@ TEST(Exporter, ServesOnlyTheMetricsPath) {
     EXPECT_EQ(scrape(ex, path).status, 404) << path;
 }
 
-// Kubernetes probes hit /healthz every few seconds: it must answer without
-// walking the maps, which is what a /metrics scrape with missing pins
-// counts as an error (MissingPinsGiveNoBpfSeriesAndCountErrors).
-TEST(Exporter, HealthzAnswersWithoutCollecting) {
-  Exporter ex(options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent"));
-  const std::string addr = ex.listen_address();
-  const auto colon = addr.rfind(':');
-  const auto port = static_cast<uint16_t>(std::stoi(addr.substr(colon + 1)));
-  for (int i = 0; i < 3; ++i) {
-    HttpReply r = http_get(addr.substr(0, colon), port, "/healthz");
-    EXPECT_EQ(r.status, 200);
-    EXPECT_EQ(r.body, "ok\n");
+// Holds every scrape at the exporter's "scrape" pause point until opened:
+// the HTTP workers then stay busy for as long as a test needs, however
+// fast the machine. Installed for one test, removed (and opened) after.
+class ScrapeGate {
+ public:
+  ScrapeGate() {
+    gate_ = this;
+    set_pause_handler(&ScrapeGate::hold);
   }
-  for (const char* path : {"/healthz/", "/healthzx", "/health"})
-    EXPECT_EQ(scrape(ex, path).status, 404) << path;
+  ~ScrapeGate() {
+    open();
+    set_pause_handler(nullptr);
+    gate_ = nullptr;
+  }
+  ScrapeGate(const ScrapeGate&) = delete;
+  ScrapeGate& operator=(const ScrapeGate&) = delete;
+
+  // True once n scrapes are held; waits at most 30 s.
+  bool wait_held(size_t n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return held_ >= n; });
+  }
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  static void hold(const char* point) {
+    if (std::strcmp(point, "scrape") != 0 || !gate_) return;
+    std::unique_lock lock(gate_->mu_);
+    ++gate_->held_;
+    gate_->cv_.notify_all();
+    // Bounded: a test that forgets to open the gate fails, it does not hang.
+    gate_->cv_.wait_for(lock, std::chrono::seconds(120), [] { return gate_->open_; });
+  }
+
+  static inline ScrapeGate* gate_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t held_ = 0;
+  bool open_ = false;
+};
+
+// TCP connections to host:port that never send a byte, closed on scope exit.
+class IdleClients {
+ public:
+  IdleClients(const std::string& host, uint16_t port, size_t n) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
+    for (size_t i = 0; i < n; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) throw std::runtime_error("socket");
+      fds_.push_back(fd);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
+        throw std::runtime_error("connect " + host + ":" + std::to_string(port) + ": " + strerror(errno));
+    }
+  }
+  ~IdleClients() {
+    for (int fd : fds_) close(fd);
+  }
+  IdleClients(const IdleClients&) = delete;
+  IdleClients& operator=(const IdleClients&) = delete;
+
+ private:
+  std::vector<int> fds_;
+};
+
+std::pair<std::string, uint16_t> host_port(const std::string& addr) {
+  const auto colon = addr.rfind(':');
+  return {addr.substr(0, colon), static_cast<uint16_t>(std::stoi(addr.substr(colon + 1)))};
+}
+
+// Sends request as it is and returns everything answered until the server
+// closes (each receive bounded to 10 s).
+std::string raw_exchange(const std::string& host, uint16_t port, const std::string& request) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("socket");
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
+  std::string in;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) >= 0) {
+    char buf[4096];
+    for (int i = 0; i < 64; ++i) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      in.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return in;
+}
+
+// Where the exporter answers health probes (ExporterOptions::health_listen),
+// and its liveness path.
+std::pair<std::string, uint16_t> health_endpoint(const Exporter& ex) { return host_port(ex.health_address()); }
+constexpr const char* kLivenessPath = "/livez";
+
+// Kubernetes probes hit /livez and /readyz every few seconds: they must
+// answer without walking the maps, which is what a /metrics scrape with
+// missing pins counts as an error (MissingPinsGiveNoBpfSeriesAndCountErrors),
+// and on the probes' own address only: the scrape server answers them 404,
+// since there they would wait for its workers.
+TEST(Exporter, HealthAnswersWithoutCollecting) {
+  ExporterOptions o = options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent");
+  o.health_listen = "127.0.0.1:0";
+  o.interfaces = {"lo"};
+  Exporter ex(o);
+  const auto [host, port] = host_port(ex.health_address());
+  ASSERT_NE(port, host_port(ex.listen_address()).second);
+  for (int i = 0; i < 3; ++i) {
+    HttpReply live = http_get(host, port, "/livez");
+    EXPECT_EQ(live.status, 200);
+    EXPECT_EQ(live.body, "ok\n");
+    HttpReply ready = http_get(host, port, "/readyz?verbose");
+    EXPECT_EQ(ready.status, 503);
+    EXPECT_EQ(ready.body, "not ready: nothing attached (not attached: lo)\n");
+  }
+  for (const char* path : {"/livez/", "/livezx", "/healthz", "/health", "/metrics", "/", "/readyz/x"})
+    EXPECT_EQ(http_get(host, port, path).status, 404) << path;
+  for (const char* path : {"/healthz", "/livez", "/readyz"})
+    EXPECT_EQ(scrape(ex, path).status, 404) << path << " on the scrape server";
   Scrape s = scrape(ex);
   ASSERT_EQ(s.status, 200) << s.body;
   EXPECT_EQ(value_of(s.samples, "roceguard_scrape_errors_total"), 1);
+}
+
+// Readiness is what the loader reported last: ready once an interface has
+// roceguard's program at every hook it uses (the one ingress hook in use and
+// TC egress), not while only some are; exporter-only mode attaches nothing
+// by design and is ready. Liveness answers all along.
+TEST(Exporter, ReadyOnceAnInterfaceHasEveryHook) {
+  ExporterOptions o = options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent");
+  o.health_listen = "127.0.0.1:0";
+  o.interfaces = {"lo", "rgex-absent0"};
+  Exporter ex(o);
+  const auto [host, port] = host_port(ex.health_address());
+  auto ready = [&, host = host, port = port] { return http_get(host, port, "/readyz"); };
+  EXPECT_EQ(ready().body, "not ready: nothing attached (not attached: lo, rgex-absent0)\n");
+  ex.set_attach_state("lo", "tc_egress", true);
+  EXPECT_EQ(ready().status, 503) << "the ingress hook is still missing";
+  ex.set_attach_state("lo", "xdp_ingress", true);
+  HttpReply r = ready();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ready: attached to lo; not attached: rgex-absent0\n");
+  ex.set_ingress_hook("lo", "tc_ingress");
+  EXPECT_EQ(ready().status, 503) << "moved to TC ingress, not attached there yet";
+  ex.set_attach_state("lo", "tc_ingress", true);
+  EXPECT_EQ(ready().status, 200);
+  ex.set_attach_state("lo", "tc_egress", false);
+  EXPECT_EQ(ready().status, 503);
+  EXPECT_EQ(http_get(host, port, "/livez").status, 200);
+
+  // A probe's answer follows HTTP: HEAD has no body, other methods 405,
+  // a request too large for a probe 431.
+  const std::string reply = raw_exchange(host, port, "HEAD /livez HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << reply;
+  EXPECT_NE(reply.find("Content-Length: 3\r\n"), std::string::npos) << reply;
+  EXPECT_EQ(reply.substr(reply.find("\r\n\r\n") + 4), "") << reply;
+  EXPECT_EQ(raw_exchange(host, port, "POST /livez HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+  EXPECT_EQ(raw_exchange(host, port, "GET /livez HTTP/1.1\r\nX: " + std::string(8192, 'x') + "\r\n\r\n")
+                .rfind("HTTP/1.1 431", 0), 0u);
+  EXPECT_EQ(raw_exchange(host, port, "nonsense\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+
+  ExporterOptions exporter_only = o;
+  exporter_only.dataplane = false;
+  exporter_only.health_listen = "127.0.0.1:0";
+  exporter_only.listen = "127.0.0.1:0";
+  Exporter eo(exporter_only);
+  const auto [eo_host, eo_port] = host_port(eo.health_address());
+  EXPECT_EQ(http_get(eo_host, eo_port, "/readyz").status, 200);
+
+  Exporter none(options_for("/nonexistent"));
+  EXPECT_EQ(none.health_address(), "") << "no probes unless asked for";
+}
+
+TEST(Exporter, HealthAddressErrorsNameTheAddress) {
+  ExporterOptions o = options_for("/nonexistent");
+  o.health_listen = "127.0.0.1:0";
+  Exporter first(o);
+  ExporterOptions second = options_for("/nonexistent");
+  second.health_listen = first.health_address();
+  try {
+    Exporter ex(second);
+    ADD_FAILURE() << "a second exporter bound " << second.health_listen << " too";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(second.health_listen), std::string::npos) << e.what();
+    EXPECT_EQ(e.exit_code(), kExitFailure);
+  }
+  second.health_listen = "localhost:1";
+  try {
+    Exporter ex(second);
+    ADD_FAILURE() << "localhost:1 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage) << e.what();
+  }
+}
+
+// A probe has a deadline (Kubernetes: 1 s by default) and the scrape
+// server a few workers: health must not queue behind them. Every worker is
+// held inside a scrape, and more idle connections than there are workers
+// are open on the health endpoint, for as long as the test runs: the
+// liveness and readiness answers must still come (within a client deadline
+// far beyond anything a health answer itself needs).
+TEST(Exporter, HealthAnswersWhileEveryScrapeWorkerIsHeld) {
+  ScrapeGate gate;
+  ExporterOptions o = options_for("/sys/fs/bpf/rgex-" + std::to_string(getpid()) + "-absent");
+  o.threads = 2;
+  o.health_listen = "127.0.0.1:0";
+  o.interfaces = {"lo"};
+  Exporter ex(o);
+  const auto [mhost, mport] = host_port(ex.listen_address());
+  std::vector<std::thread> scrapes;
+  std::vector<int> statuses(o.threads, 0);
+  for (size_t i = 0; i < o.threads; ++i)
+    scrapes.emplace_back([&, i] {
+      try {
+        statuses[i] = http_get(mhost, mport, "/metrics", 60).status;
+      } catch (const std::exception&) {
+        statuses[i] = -1;
+      }
+    });
+  ASSERT_TRUE(gate.wait_held(o.threads)) << "the scrapes never reached the exporter's workers";
+  const auto [host, port] = health_endpoint(ex);
+  IdleClients idle(host, port, 2 * o.threads + 2);
+
+  std::string failure;
+  try {
+    HttpReply live = http_get(host, port, kLivenessPath, 10);
+    EXPECT_EQ(live.status, 200);
+    EXPECT_EQ(live.body, "ok\n");
+    EXPECT_EQ(http_get(host, port, "/readyz", 10).status, 503) << "nothing attached yet";
+    ex.set_attach_state("lo", "tc_egress", true);
+    ex.set_attach_state("lo", "xdp_ingress", true);
+    EXPECT_EQ(http_get(host, port, "/readyz", 10).status, 200);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  gate.open();
+  for (auto& t : scrapes) t.join();
+  EXPECT_EQ(failure, "") << "no health answer within 10 s while " << o.threads
+                         << " scrapes held every worker and " << 2 * o.threads + 2 << " clients sat idle";
+  for (int status : statuses) EXPECT_EQ(status, 200) << "a held scrape must complete once released";
 }
 
 TEST(Exporter, BusyPortIsAnErrorNamingTheAddress) {

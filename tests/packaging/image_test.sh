@@ -2,8 +2,8 @@
 # The container image run the way the DaemonSet runs it: the host's bpffs
 # with shared propagation, only NET_ADMIN and SYS_ADMIN, AppArmor
 # unconfined, a read-only root, and the network namespace of the node (here
-# one this test creates, with a veth pair in it). Checks that /metrics and
-# /healthz answer, that the pins outlive the container (stopped and
+# one this test creates, with a veth pair in it). Checks that /metrics,
+# /livez and /readyz answer, that the pins outlive the container (stopped and
 # started again, then replaced by a new one) and are reused, not recreated,
 # and that `detach` from the image removes everything.
 # Needs root, podman and Debian's runc. Takes about 4 minutes on a 2-core
@@ -20,6 +20,7 @@ ctr=rgimg-$tag
 image=localhost/roceguard-test:$tag
 pin=/sys/fs/bpf/rgimg-$tag
 port=9741
+health_port=9742
 
 # crun refuses hybrid cgroup hierarchies; podman's default rlimits exceed
 # what an unprivileged container may raise to on such hosts.
@@ -60,7 +61,7 @@ TOML
 in_ns() { ip netns exec "$ns" "$@"; }
 wait_healthy() {
   for _ in $(seq 60); do
-    in_ns curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && return 0
+    in_ns curl -fsS "http://127.0.0.1:$health_port/livez" >/dev/null 2>&1 && return 0
     "${podman[@]}" container inspect -f '{{.State.Running}}' "$ctr" | grep true >/dev/null || break
     sleep 1
   done
@@ -70,23 +71,26 @@ wait_healthy() {
 }
 start_container() {
   "${podman[@]}" run -d --name "$ctr" "${as_daemonset[@]}" "$image" \
-    run --config /etc/roceguard/roceguard.toml --pin-path "$pin" --metrics-listen "127.0.0.1:$port" >/dev/null
+    run --config /etc/roceguard/roceguard.toml --pin-path "$pin" --metrics-listen "127.0.0.1:$port" \
+    --health-listen "127.0.0.1:$health_port" >/dev/null
   wait_healthy
 }
 map_id() { bpftool -j map show pinned "$pin/rg_counters" | jq -r .id; }
-# /healthz answers as soon as the exporter serves; the attach state in
-# /metrics follows within the loader's one-second check, so poll for it.
+# /livez answers as soon as the exporter serves; the attach state in
+# /metrics and /readyz follows within the loader's one-second check, so poll
+# for it.
 check_serving() {
   for _ in $(seq 30); do
     in_ns curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics"
     if grep -q '^roceguard_maps_up 1' "$work/metrics" &&
-       [ "$(grep -c '^roceguard_attached{.*interface="rg0".*} 1' "$work/metrics")" -eq 2 ]; then
+       [ "$(grep -c '^roceguard_attached{.*interface="rg0".*} 1' "$work/metrics")" -eq 2 ] &&
+       in_ns curl -fsS "http://127.0.0.1:$health_port/readyz" >/dev/null 2>&1; then
       ingress_attached
       return
     fi
     sleep 1
   done
-  echo "/metrics does not show the maps read and both hooks of rg0 attached:" >&2
+  echo "/metrics does not show the maps read and both hooks of rg0 attached, or /readyz is not 200:" >&2
   grep -v '^#' "$work/metrics" | grep -E 'maps_up|attached' >&2 || true
   return 1
 }

@@ -20,7 +20,7 @@ validate "$src"/packaging/k8s/*.yaml
 broken=$(mktemp)
 trap 'rm -f "$broken"' EXIT
 # A type error the schema catches, and a probe back on /metrics.
-sed -e 's/periodSeconds: 2$/periodSeconds: two/' -e '0,/path: \/healthz/s//path: \/metrics/' \
+sed -e 's/periodSeconds: 2$/periodSeconds: two/' -e '0,/path: \/livez/s//path: \/metrics/' \
   "$src/packaging/k8s/daemonset.yaml" >"$broken"
 if out=$(validate "$broken" 2>&1); then
   echo "the validator accepted a broken DaemonSet:" >&2

@@ -43,8 +43,18 @@ function checkDaemonSet(where, ds) {
   if (!listen.startsWith("$(NODE_IP):")) fail(where, `metrics must listen on the node's address, not ${listen || "the default"}`);
   const nodeIp = (daemon.env ?? []).find((e) => e.name === "NODE_IP");
   if (nodeIp?.valueFrom?.fieldRef?.fieldPath !== "status.hostIP") fail(where, "NODE_IP must come from status.hostIP");
-  for (const probe of ["livenessProbe", "readinessProbe", "startupProbe"])
-    if (daemon[probe]?.httpGet?.path !== "/healthz") fail(where, `${probe} must use /healthz, not a /metrics scrape`);
+  const healthFlag = args.indexOf("--health-listen");
+  const health = healthFlag < 0 ? "" : args[healthFlag + 1] ?? "";
+  if (!health.startsWith("$(NODE_IP):")) fail(where, `probes must listen on the node's address, not ${health || "nowhere"}`);
+  const healthPort = (daemon.ports ?? []).find((p) => p.name === "health");
+  if (String(healthPort?.containerPort) !== health.slice("$(NODE_IP):".length))
+    fail(where, `the port named health must be the --health-listen port ${health}`);
+  const paths = { livenessProbe: "/livez", readinessProbe: "/readyz", startupProbe: "/livez" };
+  for (const [probe, path] of Object.entries(paths)) {
+    const get = daemon[probe]?.httpGet;
+    if (get?.path !== path || get?.port !== "health")
+      fail(where, `${probe} must GET ${path} on the port named health (not a /metrics scrape, not the scrape server)`);
+  }
   if (!daemon.resources?.requests || !daemon.resources?.limits?.memory) fail(where, "resources need requests and a memory limit");
   const caps = daemon.securityContext?.capabilities ?? {};
   if (JSON.stringify(caps.drop) !== '["ALL"]' || JSON.stringify([...(caps.add ?? [])].sort()) !== '["NET_ADMIN","SYS_ADMIN"]')
