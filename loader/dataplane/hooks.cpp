@@ -718,4 +718,38 @@ bool holds_programs(const HookOwner& owner, int ifindex) {
   return false;
 }
 
+namespace {
+
+// enum bpf_attach_type of Linux 6.6 (uapi/linux/bpf.h): the headers this
+// builds against (Debian 12's, Linux 6.1) predate tcx. A kernel without
+// tcx answers a query for them with EINVAL.
+constexpr int kAttachTcxIngress = 46;
+constexpr int kAttachTcxEgress = 47;
+
+std::vector<uint32_t> tcx_programs(int ifindex, TcHook h) {
+  std::vector<uint32_t> ids(64);
+  uint32_t count = static_cast<uint32_t>(ids.size());
+  const auto type = static_cast<bpf_attach_type>(h == TcHook::kIngress ? kAttachTcxIngress : kAttachTcxEgress);
+  if (bpf_prog_query(ifindex, type, 0, nullptr, ids.data(), &count) != 0) return {};
+  ids.resize(std::min<size_t>(count, ids.size()));
+  return ids;
+}
+
+}  // namespace
+
+std::vector<ProgramAhead> programs_ahead(const HookOwner& owner, int ifindex, uint32_t priority,
+                                         bool ingress_at_tc) {
+  std::vector<ProgramAhead> ahead;
+  for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
+    if (h == TcHook::kIngress && !ingress_at_tc) continue;
+    for (uint32_t id : tcx_programs(ifindex, h))
+      if (!owner.owns(id, prog_name_by_id(id))) ahead.push_back({h, "tcx", 0, id, prog_name_by_id(id)});
+    for (const auto& f : tc_filters(ifindex, h))
+      if (f.priority < priority && !owner.owns(f.filter.prog_id, f.filter.name))
+        ahead.push_back({h, "clsact priority " + std::to_string(f.priority) + " handle " + tc_handle_text(f.handle),
+                         f.priority, f.filter.prog_id, f.filter.name});
+  }
+  return ahead;
+}
+
 }  // namespace rg

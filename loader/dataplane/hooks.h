@@ -130,4 +130,19 @@ std::vector<std::string> remove_moved_tc(const HookOwner& owner, int ifindex, co
 // Does one of owner's programs run on the interface (XDP or either TC hook)?
 bool holds_programs(const HookOwner& owner, int ifindex);
 
+// A program of another tool that runs before ours on the same TC hook and
+// can end the packet's path there, so that ours never sees it: any tcx
+// program (Linux 6.6+ runs tcx before clsact; one returning TCX_PASS or
+// TC_ACT_OK skips every clsact filter), or a clsact filter at a lower
+// priority number than ours (direct action: its verdict is final).
+struct ProgramAhead {
+  TcHook hook = TcHook::kEgress;
+  std::string where;  // "tcx", or "clsact priority 1 handle 0x1"
+  uint32_t priority = 0;  // clsact only
+  uint32_t prog_id = 0;
+  std::string name;
+};
+std::vector<ProgramAhead> programs_ahead(const HookOwner& owner, int ifindex, uint32_t priority,
+                                         bool ingress_at_tc);
+
 }  // namespace rg

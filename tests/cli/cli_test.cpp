@@ -140,7 +140,7 @@ class LoaderNetns : public ::testing::Test {
     }
     sh(in_a(std::string(RG_BIN) + " detach --pin-path " + pin_));
     sh(in_a(std::string(RG_BIN) + " detach --pin-path " + other_pin()));
-    sh("rm -rf " + pin_ + " " + other_pin() + " " + tmp_);
+    sh("rm -rf " + pin_ + " " + other_pin() + " " + pin_ + "-tcx " + tmp_);
     sh("ip netns del " + ns_a_);
     sh("ip netns del " + ns_b_);
   }
@@ -1917,6 +1917,65 @@ TEST_F(LoaderNetns, FailedFirstAttachUnderRunKeepsThePinLock) {
   kill(d.pid, SIGTERM);
   EXPECT_EQ(wait_exit(d), 0) << read_log(d);
   EXPECT_FALSE(pins_exist()) << "run leaves no empty pin directory behind";
+}
+
+// Another tool's TC program ahead of roceguard's on egress that returns
+// TC_ACT_OK ends the packet's path there: roceguard stays attached and
+// never sees the packet. status and doctor name the program, whether it is
+// a clsact filter at a lower priority number or (Linux 6.6+) a tcx program.
+TEST_F(LoaderNetns, StatusAndDoctorNameAProgramAheadThatEndsThePath) {
+  ASSERT_EQ(rg("attach -i veth0").rc, 0);
+  auto ahead_of = [&](const json& st) {
+    std::vector<std::string> out;
+    for (const auto& a : st["interfaces"][0].value("ahead", json::array()))
+      out.push_back(a.value("where", "") + " " + a.value("name", ""));
+    return out;
+  };
+  auto doctor_says = [&] {
+    Result r = sh("(" + in_a(std::string(RG_BIN) + " doctor --json -i veth0 --pin-path " + pin_) + " 2>/dev/null)");
+    json j = json::parse(r.out, nullptr, false);
+    std::string what;
+    for (const auto& f : j.value("findings", json::array()))
+      if (f.value("check", "") == "interface.tc_ahead" && f.value("verdict", "") == "warn") what += f.value("what", "");
+    return what;
+  };
+  EXPECT_TRUE(ahead_of(status()).empty());
+  EXPECT_EQ(doctor_says(), "");
+
+  // clsact, priority 1: it runs before roceguard's filter at 82.
+  int rc = in_netns(ns_a_, [&] {
+    bpf_object* obj = bpf_object__open_file(RG_FOREIGN_OBJ, nullptr);
+    if (!obj || bpf_object__load(obj)) return 1;
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(if_nametoindex("veth0")), .attach_point = BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_tc_ok")),
+                .handle = 1, .priority = 1);
+    return bpf_tc_attach(&hook, &o) ? 2 : 0;
+  });
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 0u) << "the filter ahead ends the path";
+  EXPECT_EQ(ahead_of(status()), std::vector<std::string>{"clsact priority 1 handle 0x1 foreign_tc_ok"});
+  EXPECT_NE(doctor_says().find("foreign_tc_ok"), std::string::npos);
+  must(in_a("tc filter del dev veth0 egress pref 1 handle 1 bpf"));
+
+  // tcx, where the kernel has it (BPF_TCX_EGRESS = 47 in Linux 6.6's uapi):
+  // a link, pinned so that it outlives the helper process.
+  const std::string link_pin = pin_ + "-tcx";
+  rc = in_netns(ns_a_, [&] {
+    bpf_object* obj = bpf_object__open_file(RG_FOREIGN_OBJ, nullptr);
+    if (!obj || bpf_object__load(obj)) return 1;
+    int link = bpf_link_create(bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_tc_ok")),
+                               static_cast<int>(if_nametoindex("veth0")), static_cast<bpf_attach_type>(47), nullptr);
+    if (link < 0) return 3;
+    return bpf_obj_pin(link, link_pin.c_str()) ? 2 : 0;
+  });
+  if (rc == 3) GTEST_SKIP() << "no tcx in this kernel";
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(send_roce(4, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 0u) << "the tcx program ahead ends the path";
+  EXPECT_EQ(ahead_of(status()), std::vector<std::string>{"tcx foreign_tc_ok"});
+  EXPECT_NE(doctor_says().find("foreign_tc_ok"), std::string::npos);
+  unlink(link_pin.c_str());
 }
 
 }  // namespace
