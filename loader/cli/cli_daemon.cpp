@@ -138,8 +138,18 @@ void cmd_status(const std::string& pin_path, bool json) {
   HookOwner owner(pin_path);
   nlohmann::json ifs = nlohmann::json::array();
   nlohmann::json problems = nlohmann::json::array();
+  nlohmann::json warnings = nlohmann::json::array();
   for (const auto& is : st->interfaces) {
     bool exists = ifname_of(is.ifindex) == is.name;
+    // Attached is not enough: a program ahead of ours may end the path first.
+    nlohmann::json ahead = nlohmann::json::array();
+    if (exists)
+      for (const auto& a : programs_ahead(owner, is.ifindex, is.tc_priority, is.ingress_hook == kIngressTc)) {
+        ahead.push_back({{"hook", tc_hook_name(a.hook)}, {"where", a.where}, {"prog_id", a.prog_id}, {"name", a.name}});
+        warnings.push_back(is.name + ": " + a.name + " (id " + std::to_string(a.prog_id) + ", " + a.where +
+                           ") runs ahead of roceguard on TC " + tc_hook_name(a.hook) +
+                           " and can end the packet's path there: roceguard then never sees it");
+      }
     ifs.push_back({{"name", is.name},
                    {"ifindex", is.ifindex},
                    {"present", exists},
@@ -148,12 +158,14 @@ void cmd_status(const std::string& pin_path, bool json) {
                    {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id},
                            {"attached", exists && tc_present(owner, is)}}},
                    {"tc_ingress", {{"prog_id", is.tc_ingress_prog_id},
-                                   {"attached", exists && tc_present(owner, is, TcHook::kIngress)}}}});
+                                   {"attached", exists && tc_present(owner, is, TcHook::kIngress)}}},
+                   {"ahead", ahead}});
     if (std::string why = interface_problem(ifs.back()); !why.empty()) problems.push_back(why);
   }
   out["interfaces"] = ifs;
   out["healthy"] = problems.empty();
   out["problems"] = problems;
+  out["warnings"] = warnings;
   if (!problems.empty()) exit_code() = kExitUnhealthy;
   nlohmann::json maps = nlohmann::json::array();
   MapReader reader(pin_path);
@@ -189,6 +201,10 @@ void cmd_status(const std::string& pin_path, bool json) {
                 m["entries"].get<unsigned>(), m["max_entries"].get<unsigned>(), fill);
   }
   std::cout << "\nconfig in force:\n" << st->config.dump(2) << "\n";
+  if (!warnings.empty()) {
+    std::cout << "\nWARNING:\n";
+    for (const auto& w : warnings) std::cout << "  " << w.get<std::string>() << "\n";
+  }
   if (!problems.empty()) {
     std::cout << "\nUNHEALTHY (exit code " << kExitUnhealthy << "):\n";
     for (const auto& p : problems) std::cout << "  " << p.get<std::string>() << "\n";

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "common/error.h"
 #include "common/netlink.h"
@@ -177,6 +178,9 @@ class Runner {
         IfaceState fresh = dp_.attach_interface(is.name, false);
         spdlog::info("{} {} (ifindex {}): {}, tc id {}", first_time ? "interface appeared: attached to"
                      : "re-attached to", is.name, fresh.ifindex, describe_ingress(fresh), fresh.tc_prog_id);
+        // A namesake took the name: the device that had it, renamed, is no
+        // longer the configured one and keeps none of our programs.
+        if (fresh.ifindex != is.ifindex) dp_.let_go_renamed(is);
         is = fresh;
         changed = true;
         last_error_[is.name].clear();
@@ -464,57 +468,102 @@ DetachResult detach(const std::string& pin_path, const std::vector<std::string>&
     throw Error("nothing attached with pin path " + pin_path, kExitNotFound);
   std::unique_ptr<PinLock> lock;
   if (pin_dir_exists(pin_path)) lock = std::make_unique<PinLock>(pin_path, false);
-  State st = read_state(pin_path).value_or(State{});
+  // A record that cannot be read names no interface, but the programs are
+  // still found: by the maps they use, on every interface.
+  std::optional<State> st;
+  std::string unreadable;  // why the record cannot be read
+  try {
+    st = read_state(pin_path);
+  } catch (const Error& e) {
+    if (e.exit_code() != kExitConflict) throw;
+    unreadable = e.what();
+  }
+  const bool readable = unreadable.empty();
+  if (!st) st = State{};
   // Ours are the programs using the maps pinned here: never another
   // instance's (another pin path) on the same interface.
   HookOwner owner(pin_path);
+  const auto here = interfaces_here();
+  auto name_of = [&](int ifindex) -> std::string {
+    for (const auto& n : here)
+      if (n.ifindex == ifindex) return n.name;
+    return "";
+  };
+  auto ifindex_of_name = [&](const std::string& name) {
+    for (const auto& n : here)
+      if (n.name == name) return n.ifindex;
+    return 0;
+  };
 
-  std::vector<IfaceState> targets, remaining;
-  for (const auto& is : st.interfaces) {
-    bool selected = only.empty();
-    for (const auto& n : only) selected |= n == is.name;
-    (selected ? targets : remaining).push_back(is);
-  }
-  // Interfaces named on the command line but missing from the record (it
-  // was lost): still remove our programs, found by name and the default
-  // (or recorded) TC handle/priority.
-  for (const auto& n : only) {
-    bool known = false;
-    for (const auto& t : targets) known |= t.name == n;
-    if (known) continue;
-    IfaceState is;
-    is.name = n;
-    is.ifindex = static_cast<int>(if_nametoindex(n.c_str()));
-    if (!is.ifindex) throw Error("interface " + n + " does not exist", kExitNotFound);
-    is.tc_handle = kDefaultTcHandle;
-    is.tc_priority = kDefaultTcPriority;
-    targets.push_back(is);
+  // The interfaces to clear: every one of the namespace, or those named
+  // (by their name now, and, for one the record has, the device it
+  // recorded, which may carry another name since).
+  std::vector<NetInterface> targets;
+  std::vector<IfaceState> remaining;
+  auto add_target = [&](int ifindex, const std::string& name) {
+    for (const auto& t : targets)
+      if (t.ifindex == ifindex) return;
+    targets.push_back({ifindex, name});
+  };
+  if (only.empty()) {
+    targets = here;
+    for (const auto& is : st->interfaces)
+      if (!ifindex_of_name(is.name) && name_of(is.ifindex).empty()) say(is.name + ": gone (nothing to remove)");
+  } else {
+    for (const auto& is : st->interfaces) {
+      bool selected = false;
+      for (const auto& n : only) selected |= n == is.name;
+      if (!selected) remaining.push_back(is);
+    }
+    for (const auto& n : only) {
+      const IfaceState* recorded = nullptr;
+      for (const auto& is : st->interfaces)
+        if (is.name == n) recorded = &is;
+      if (int ifindex = ifindex_of_name(n)) add_target(ifindex, n);
+      if (recorded && recorded->ifindex) {
+        const std::string now = name_of(recorded->ifindex);
+        if (!now.empty() && now != n) add_target(recorded->ifindex, now + " (was " + n + ")");
+      }
+      if (!ifindex_of_name(n) && !recorded && readable) throw Error("interface " + n + " does not exist", kExitNotFound);
+      if (!ifindex_of_name(n) && (!recorded || name_of(recorded->ifindex).empty()))
+        say(n + ": gone (nothing to remove)");
+    }
   }
 
   DetachResult result;
-  for (auto& is : targets) {
-    if (&is != &targets.front()) pause_point("detach-between-interfaces");
-    // The record's ifindex is only trusted while it still carries the name.
-    char buf[IF_NAMESIZE] = {};
-    if (!is.ifindex || !if_indextoname(static_cast<unsigned>(is.ifindex), buf) || is.name != buf)
-      is.ifindex = static_cast<int>(if_nametoindex(is.name.c_str()));
-    if (!is.ifindex) {
-      say(is.name + ": gone (nothing to remove)");
-      continue;
-    }
-    DetachLines lines = detach_interface(owner, is.ifindex, is.name, is.tc_handle, is.tc_priority);
+  for (const auto& t : targets) {
+    if (&t != &targets.front()) pause_point("detach-between-interfaces");
+    DetachLines lines = detach_interface(owner, t.ifindex, t.name);
     for (const auto& line : lines.removed) {
       say(line);
       ++result.programs_removed;
     }
     for (const auto& line : lines.left) say(line);
   }
-  if (remaining.empty()) {
+  // The programs are gone, but pins that cannot be accounted for stay, and
+  // the refusal says so: what they hold is for --reset-state to replace.
+  if (!readable)
+    throw Error(unreadable + "; removed the " + std::to_string(result.programs_removed) +
+                    " program(s) of this pin path found by their maps, and kept the pins", kExitConflict);
+  // The pins go once no program of theirs is left anywhere: a program
+  // whose maps are no longer pinned belongs to no pin path, and no
+  // roceguard command could find it again.
+  std::vector<std::string> still;
+  if (!only.empty())
+    for (const auto& n : interfaces_here())
+      if (holds_programs(owner, n.ifindex)) still.push_back(n.name);
+  if (remaining.empty() && still.empty()) {
     remove_pins(pin_path);
     result.pins_removed = true;
-  } else {
-    st.interfaces = remaining;
-    write_state(pin_path, st);
+    return result;
+  }
+  st->interfaces = remaining;
+  write_state(pin_path, *st);
+  if (remaining.empty()) {
+    std::string names;
+    for (const auto& n : still) names += (names.empty() ? "" : ", ") + n;
+    say("kept the pins under " + pin_path + ": " + names + " still run(s) this pin path's programs (`roceguard "
+        "detach` without --interface removes them all)");
   }
   return result;
 }

@@ -59,11 +59,17 @@ struct DetachResult {
   bool pins_removed = false;  // every interface done: maps and record gone
 };
 
-// Removes roceguard's programs from the recorded interfaces (only those in
-// `only` when it is not empty; named ones missing from the record are
-// found by name and the default TC handle/priority), then the pins when no
-// interface is left, else rewrites the record without the removed ones.
-// say() hears each removal, and each interface found gone, as it happens.
+// Removes this pin path's programs (those using its maps) from every
+// interface of the network namespace, or with `only` from the interfaces
+// named there (and from the device the record had under that name, which
+// may carry another name since), at any TC handle/priority: a record that
+// was lost, never written or cannot be read hides none of them. Then the
+// pins, once no interface is left in the record and no program of theirs
+// anywhere; else rewrites the record without the removed ones. With a
+// record this roceguard cannot read, the programs are removed all the same
+// and rg::Error (kExitConflict) names the record and --reset-state: the
+// pins stay. say() hears each removal, and each interface found gone, as
+// it happens.
 DetachResult detach(const std::string& pin_path, const std::vector<std::string>& only,
                     const std::function<void(const std::string&)>& say);
 

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/pause_point.h"
@@ -136,6 +138,39 @@ class TunnelMaps {
   std::array<int, 4> fds_{-1, -1, -1, -1};
 };
 
+// Every pin an attach may replace or create, held as it was before: a
+// failed attach pins each old map again (an earlier build's counters, the
+// record --reset-state dropped) and unlinks what it created.
+class PinSnapshot {
+ public:
+  explicit PinSnapshot(const std::string& pin_path) : pin_path_(pin_path) {
+    std::vector<const char*> names(kPinnedMaps.begin(), kPinnedMaps.end());
+    names.insert(names.end(), {kMapQpLegacy, kMapXdpNext, kMapState});
+    for (const char* name : names) held_.emplace_back(name, bpf_obj_get((pin_path + "/" + name).c_str()));
+  }
+  ~PinSnapshot() {
+    for (auto& [name, fd] : held_)
+      if (fd >= 0) close(fd);
+  }
+  PinSnapshot(const PinSnapshot&) = delete;
+  PinSnapshot& operator=(const PinSnapshot&) = delete;
+
+  void restore() const {
+    for (const auto& [name, fd] : held_) {
+      const std::string path = pin_path_ + "/" + name;
+      if (fd >= 0)
+        pin_replacing(fd, path);
+      else
+        unlink(path.c_str());
+    }
+    restrict_pins(pin_path_);
+  }
+
+ private:
+  std::string pin_path_;
+  std::vector<std::pair<std::string, int>> held_;
+};
+
 }  // namespace
 
 IngressHook planned_ingress_hook(const Config& cfg, const std::string& ifname) {
@@ -155,7 +190,7 @@ std::string describe_ingress(const IfaceState& is) {
 }
 
 Dataplane::Dataplane(const Config& cfg, const std::string& pin_path, bool reset_state)
-    : cfg_(cfg), pin_path_(pin_path), owner_(pin_path_), obj_(cfg_, pin_path_, reset_state) {}
+    : cfg_(cfg), pin_path_(pin_path), reset_state_(reset_state), owner_(pin_path_), obj_(cfg_, pin_path_, reset_state) {}
 
 IfaceState Dataplane::attach_interface(const std::string& name, bool force) {
   Rollback undo;
@@ -253,8 +288,14 @@ void Dataplane::set_forward_target(int ifindex, const std::string& name, bool xd
 
 State Dataplane::attach_all(bool force, bool skip_absent) {
   auto absent = [&](const std::string& name) { return skip_absent && !if_nametoindex(name.c_str()); };
-  auto prev = read_state(pin_path_);
-  bool fresh_pins = !any_map_pinned(pin_path_);
+  std::optional<State> prev;
+  try {
+    prev = read_state(pin_path_);
+  } catch (const Error& e) {
+    // --reset-state replaces a record that cannot be read; nothing else may.
+    if (!reset_state_ || e.exit_code() != kExitConflict) throw;
+    spdlog::warn("--reset-state: {}", e.what());
+  }
 
   // Refuse conflicts before changing anything.
   for (const auto& name : cfg_.interfaces) {
@@ -269,11 +310,37 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
   st.config = cfg_.to_json();
   st.config_hash = cfg_.hash();
   Rollback undo;
+  auto pins = std::make_shared<PinSnapshot>(pin_path_);
   try {
-    // The maps first: a program attached from here on finds its peers and
-    // routes from its first packet.
+    // Reopened on rollback: the pins as they were, whatever this attach
+    // replaced, migrated or created.
+    undo.add("the pins under " + pin_path_, [pins] { pins->restore(); });
+    // Every check passed: only now the pins change (--reset-state, an
+    // earlier build's maps carried over), then the maps are created, so
+    // that a program attached from here on finds its peers and routes from
+    // its first packet.
+    obj_.prepare_pins();
     obj_.pin_maps();
     owner_.add_pinned(pin_path_);
+    // The intent, before any interface is touched: the configured ones, and
+    // the previous record's others, which keep their programs until the
+    // attach is done.
+    State intent = st;
+    for (const auto& name : cfg_.interfaces) {
+      IfaceState& is = intent.interfaces.emplace_back();
+      is.name = name;
+      is.ifindex = static_cast<int>(if_nametoindex(name.c_str()));
+      is.ingress_hook = planned_ingress_hook(cfg_, name) == IngressHook::kTc ? kIngressTc : kIngressXdp;
+      is.tc_handle = cfg_.tc_handle;
+      is.tc_priority = cfg_.tc_priority;
+    }
+    if (prev)
+      for (const auto& old : prev->interfaces)
+        if (!configured(old.name)) intent.interfaces.push_back(old);
+    write_state(pin_path_, intent);
+    undo.add("the attach record", [pin = pin_path_, prev] {
+      if (prev) write_state(pin, *prev);  // without one before, the pins' restore removes it
+    });
     {
       TunnelMaps maps(pin_path_);
       MapWriter writer = maps.writer();
@@ -300,22 +367,17 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
     obj_.pin_forward();
     restrict_pins(pin_path_);
     write_state(pin_path_, st);
-    // Carried over into rg_qp4/rg_qp6 when the object was opened; kept
-    // until now so that a failed upgrade leaves the earlier build its table.
-    try {
-      remove_legacy_qp_table(pin_path_);
-    } catch (const std::exception& e) {
-      spdlog::warn("{}", e.what());
-    }
-    prune_stale_counters(st);
-    warn_if_not_forwarding(cfg_);
   } catch (const std::exception& e) {
     spdlog::error("attach failed: {}; putting every interface back as it was", e.what());
     undo.run();
-    if (fresh_pins) remove_pins(pin_path_);
+    // The next attempt (run retries) loads afresh on the pins put back.
+    obj_.discard();
     throw;
   }
-  if (prev) detach_unconfigured(*prev);
+  obj_.finish_pins();
+  prune_stale_counters(st);
+  warn_if_not_forwarding(cfg_);
+  detach_unconfigured();
   return st;
 }
 
@@ -340,22 +402,37 @@ void Dataplane::prune_stale_counters(const State& st) const {
   }
 }
 
-void Dataplane::detach_unconfigured(const State& prev) const {
-  for (const auto& old : prev.interfaces) {
-    bool kept = false;
-    for (const auto& n : cfg_.interfaces) kept |= n == old.name;
-    char buf[IF_NAMESIZE] = {};
-    if (!old.ifindex || !if_indextoname(static_cast<unsigned>(old.ifindex), buf) || old.name != buf) continue;
-    if (!kept) {
-      auto lines = detach_interface(owner_, old.ifindex, old.name, old.tc_handle, old.tc_priority);
-      for (const auto& line : lines.removed) spdlog::info("{} (no longer configured)", line);
-      for (const auto& line : lines.left) spdlog::warn("{}", line);
-    } else if (old.tc_handle != cfg_.tc_handle || old.tc_priority != cfg_.tc_priority) {
-      for (TcHook h : {TcHook::kEgress, TcHook::kIngress})
-        if (detach_tc(owner_, old.ifindex, h, old.tc_handle, old.tc_priority))
-          spdlog::info("{}: removed the TC {} filter at the previous handle {:#x} priority {}", old.name,
-                       tc_hook_name(h), old.tc_handle, old.tc_priority);
+bool Dataplane::configured(const std::string& name) const {
+  for (const auto& n : cfg_.interfaces)
+    if (n == name) return true;
+  return false;
+}
+
+void Dataplane::detach_unconfigured() const {
+  try {
+    for (const auto& net : interfaces_here()) {
+      if (configured(net.name)) {
+        for (const auto& line : remove_moved_tc(owner_, net.ifindex, net.name, cfg_.tc_handle, cfg_.tc_priority))
+          spdlog::info("{}", line);
+        continue;
+      }
+      auto lines = detach_interface(owner_, net.ifindex, net.name);
+      for (const auto& line : lines.removed) spdlog::info("{} (not configured)", line);
     }
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot remove roceguard's programs from the interfaces no longer configured: {}", e.what());
+  }
+}
+
+void Dataplane::let_go_renamed(const IfaceState& st) const {
+  char buf[IF_NAMESIZE] = {};
+  if (!st.ifindex || !if_indextoname(static_cast<unsigned>(st.ifindex), buf) || configured(buf)) return;
+  try {
+    auto lines = detach_interface(owner_, st.ifindex, buf);
+    for (const auto& line : lines.removed)
+      spdlog::info("{} (renamed from {}, which names another interface now)", line, st.name);
+  } catch (const std::exception& e) {
+    spdlog::warn("{} (renamed from {}): cannot remove roceguard's programs: {}", buf, st.name, e.what());
   }
 }
 

@@ -28,14 +28,20 @@ class Dataplane {
   Dataplane(const Config& cfg, const std::string& pin_path, bool reset_state);
 
   // Attaches to every configured interface, all or nothing: on any failure
-  // every interface, the tunnel maps and the attach record end as they were
-  // before (the previous programs put back, ours or the ones force
-  // replaced), the log says what was restored, and rg::Error is thrown.
-  // Programs not ours on our hooks (foreign ones, or another roceguard
-  // instance's) are refused with kExitConflict unless force. The tunnel
-  // maps are written before any program is attached, so the first packets
-  // already see them. Detaches interfaces the previous record had but cfg
-  // no longer lists.
+  // every interface, the tunnel maps, the pins and the attach record end as
+  // they were before (the previous programs put back, ours or the ones
+  // force replaced; an earlier build's maps pinned again, untouched), the
+  // log says what was restored, and rg::Error is thrown. Programs not ours
+  // on our hooks (foreign ones, or another roceguard instance's) are
+  // refused with kExitConflict unless force, before anything changes, pins
+  // included (--reset-state and an upgrade's migration come after the
+  // checks). The record is written first with what this attach sets out
+  // to do, so that a process killed half-way leaves a record naming every
+  // interface it may have touched. The tunnel maps are written before any
+  // program is attached, so the first packets already see them. Our
+  // programs on any interface of the namespace that cfg does not list (an
+  // interface dropped from the configuration, renamed, or one a lost
+  // record no longer names) are removed once the attach is done.
   // With skip_absent (`run`), an interface that does not exist yet is no
   // failure: it is recorded unattached (ifindex 0) for the caller to attach
   // when it appears.
@@ -44,6 +50,11 @@ class Dataplane {
   // (Re-)attaches one configured interface, e.g. after it came back; on
   // failure it is left as it was.
   IfaceState attach_interface(const std::string& name, bool force);
+
+  // The device that was st (same ifindex) now carries another name that cfg
+  // does not list: renamed away, and a namesake attached in its place.
+  // Removes our programs from it; never throws.
+  void let_go_renamed(const IfaceState& st) const;
 
   // Rewrites an attached interface's address in rg_ifaces, so that frames
   // decapsulated there follow a MAC address change; never throws.
@@ -71,13 +82,15 @@ class Dataplane {
   // extension.
   void link_forward(const IfaceState& st, const std::string& name) const;
 
-  // Removes what the previous record attached and this configuration does
-  // not: an interface it dropped, or our filter at a handle/priority it
-  // moved.
-  void detach_unconfigured(const State& prev) const;
+  // Removes what an earlier attach left and this configuration does not
+  // have, on every interface of the namespace: our programs on an
+  // interface not configured, our TC filters at a handle/priority it moved.
+  void detach_unconfigured() const;
+  bool configured(const std::string& name) const;
 
   Config cfg_;
   std::string pin_path_;
+  bool reset_state_;
   // Before obj_: the maps pinned when this command started own the hooks,
   // even after --reset-state replaced them.
   HookOwner owner_;

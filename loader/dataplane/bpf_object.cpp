@@ -144,36 +144,19 @@ std::vector<MapMismatch> check_pinned_maps(struct roceguard* skel, const std::st
 }
 
 BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_state)
-    : cfg_(cfg), pin_path_(pin_path), tunnel_epoch_(new_tunnel_epoch()) {
+    : cfg_(cfg), pin_path_(pin_path), reset_state_(reset_state), tunnel_epoch_(new_tunnel_epoch()) {
   skel_ = roceguard__open();
   if (!skel_) throw Error("cannot open the embedded BPF object: " + errno_text(errno));
   try {
     configure(skel_, cfg, tunnel_epoch_, pin_path);
-
-    // A build with new events only lengthens the counter value: carried
-    // over rather than refused, so an upgrade keeps the counters.
-    if (!reset_state && migrate_counters(pin_path, bpf_map__value_size(skel_->maps.rg_counters)))
-      spdlog::info("carried the counters in {}/{} over to this build's events (new events start at zero)",
-                   pin_path, kMapCounters);
-    // Builds before the loss shield numbered one stream per CPU in a
-    // 64-number window: their peer counters and stream counters carry
-    // over; the numbering restarts, in this load's epoch.
-    if (!reset_state && migrate_peer_stats(pin_path))
-      spdlog::info("carried the peer counters in {}/{} over to this build's layout (tunnel sequence numbers "
-                   "restart from 0)", pin_path, kMapPeerStats);
-    if (!reset_state)
-      if (auto n = migrate_tunnel_streams(pin_path, bpf_map__max_entries(skel_->maps.rg_tunnel_streams),
-                                          bpf_map__map_flags(skel_->maps.rg_tunnel_streams)))
-        spdlog::info("carried {} tunnel sequence streams in {}/{} over to this build's layout (each as lane 0 "
-                     "of its CPU)", *n, pin_path, kMapTunnelStreams);
-    // A build before the per-family tables kept one rg_qp: its QPs carry
-    // over into this build's tables (the old pin goes once the attach is
-    // done).
-    if (!reset_state)
-      if (auto n = migrate_qp_table(pin_path, cfg.qp_entries))
-        spdlog::info("carried {} QP directions in {}/{} over to {} and {}", *n, pin_path, kMapQpLegacy, kMapQp4,
-                     kMapQp6);
     auto mismatches = check_pinned_maps(skel_, pin_path);
+    // An earlier build's maps that prepare_pins() carries over.
+    std::erase_if(mismatches, [&](const MapMismatch& m) {
+      if (reset_state) return false;
+      return (m.name == kMapCounters && counters_need_migration(pin_path, bpf_map__value_size(skel_->maps.rg_counters))) ||
+             (m.name == kMapPeerStats && peer_stats_need_migration(pin_path)) ||
+             (m.name == kMapTunnelStreams && tunnel_streams_need_migration(pin_path));
+    });
     if (!mismatches.empty()) {
       if (!reset_state) {
         std::string msg = "pinned maps under " + pin_path + " do not match this build/config:";
@@ -185,19 +168,66 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
       for (const auto& m : mismatches)
         spdlog::warn("--reset-state: replacing pinned map {} ({})", m.name, m.differences);
     }
-    if (reset_state) {
-      for (const char* name : kPinnedMaps) unlink((pin_path + "/" + name).c_str());
-      unlink((pin_path + "/" + kMapQpLegacy).c_str());
-      unlink((pin_path + "/" + kMapState).c_str());
-      spdlog::info("--reset-state: removed the pinned maps and the attach record ({}) under {}; counters start at zero",
-                   kMapState, pin_path);
-    }
-
     prepare_xdp();
   } catch (...) {
     roceguard__destroy(skel_);
     skel_ = nullptr;
     throw;
+  }
+}
+
+void BpfObject::prepare_pins() {
+  if (pins_prepared_) return;
+  pins_prepared_ = true;
+  const std::string& pin_path = pin_path_;
+  if (reset_state_) {
+    for (const char* name : kPinnedMaps) unlink((pin_path + "/" + name).c_str());
+    unlink((pin_path + "/" + kMapQpLegacy).c_str());
+    unlink((pin_path + "/" + kMapState).c_str());
+    spdlog::info("--reset-state: removed the pinned maps and the attach record ({}) under {}; counters start at zero",
+                 kMapState, pin_path);
+    return;
+  }
+  // A build with new events only lengthens the counter value: carried
+  // over rather than refused, so an upgrade keeps the counters.
+  counters_carried_ = migrate_counters(pin_path, bpf_map__value_size(skel_->maps.rg_counters));
+  if (counters_carried_)
+    spdlog::info("carried the counters in {}/{} over to this build's events (new events start at zero)", pin_path,
+                 kMapCounters);
+  // Builds before the loss shield numbered one stream per CPU in a
+  // 64-number window: their peer counters and stream counters carry
+  // over; the numbering restarts, in this load's epoch.
+  if (migrate_peer_stats(pin_path))
+    spdlog::info("carried the peer counters in {}/{} over to this build's layout (tunnel sequence numbers "
+                 "restart from 0)", pin_path, kMapPeerStats);
+  if (auto n = migrate_tunnel_streams(pin_path, bpf_map__max_entries(skel_->maps.rg_tunnel_streams),
+                                      bpf_map__map_flags(skel_->maps.rg_tunnel_streams)))
+    spdlog::info("carried {} tunnel sequence streams in {}/{} over to this build's layout (each as lane 0 "
+                 "of its CPU)", *n, pin_path, kMapTunnelStreams);
+  // A build before the per-family tables kept one rg_qp: its QPs carry
+  // over into this build's tables (the old pin goes once the attach is
+  // done).
+  if (auto n = migrate_qp_table(pin_path, cfg_.qp_entries))
+    spdlog::info("carried {} QP directions in {}/{} over to {} and {}", *n, pin_path, kMapQpLegacy, kMapQp4,
+                 kMapQp6);
+}
+
+void BpfObject::finish_pins() {
+  try {
+    if (counters_carried_)
+      if (size_t n = counters_carried_->carry_since_copy())
+        spdlog::info("carried what the earlier build counted during the upgrade ({} counter entries) into {}/{}", n,
+                     pin_path_, kMapCounters);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot carry the earlier build's last counts into {}/{}: {}", pin_path_, kMapCounters, e.what());
+  }
+  counters_carried_.reset();
+  // Carried over into rg_qp4/rg_qp6 by prepare_pins(); kept until now so
+  // that a failed upgrade leaves the earlier build its table.
+  try {
+    remove_legacy_qp_table(pin_path_);
+  } catch (const std::exception& e) {
+    spdlog::warn("{}", e.what());
   }
 }
 
@@ -220,6 +250,16 @@ void BpfObject::prepare_xdp() {
 
 void BpfObject::reopen() {
   if (loaded()) throw Error("internal: the BPF object is loaded already and cannot be opened again");
+  open_fresh();
+}
+
+void BpfObject::discard() {
+  open_fresh();
+  pins_prepared_ = false;
+  counters_carried_.reset();
+}
+
+void BpfObject::open_fresh() {
   // libbpf loads an object once, even when that load failed.
   if (xdp_) xdp_program__close(xdp_);
   xdp_ = nullptr;
@@ -235,7 +275,8 @@ BpfObject::~BpfObject() {
   if (skel_) roceguard__destroy(skel_);
 }
 
-void BpfObject::pin_maps() const {
+void BpfObject::pin_maps() {
+  prepare_pins();
   struct stat st {};
   bool all = true;
   for (const char* name : kPinnedMaps) all &= stat((pin_path_ + "/" + name).c_str(), &st) == 0;
@@ -301,6 +342,7 @@ int BpfObject::map_fd(const char* name) const {
 bool BpfObject::load_direct() {
   bpf_program* prog = skel_->progs.rg_xdp_ingress;
   if (bpf_program__fd(prog) >= 0) return bpf_program__type(prog) == BPF_PROG_TYPE_XDP;
+  prepare_pins();
   // The hook already holds a directly attached program, so the dispatcher
   // is out of reach here; load the object as plain XDP ourselves and hand
   // libxdp the loaded program for any further interface.
@@ -317,6 +359,7 @@ bool BpfObject::load_direct() {
 
 void BpfObject::load() {
   if (loaded()) return;
+  prepare_pins();
   reopen();  // in case libxdp tried and failed
   load_direct();
 }

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "dataplane/maps.h"
 
 struct roceguard;
 struct xdp_program;
@@ -43,17 +45,30 @@ class BpfObject {
  public:
   // Opens the embedded object and applies cfg (rodata, qp_entries, pin
   // paths). Incompatible pinned maps are refused (kExitConflict) unless
-  // reset_state, which unlinks every roceguard map pin first.
+  // reset_state; maps of an earlier build that an upgrade carries over are
+  // not incompatible. Nothing under the pin path changes here: see
+  // prepare_pins().
   BpfObject(const Config& cfg, const std::string& pin_path, bool reset_state);
   ~BpfObject();
   BpfObject(const BpfObject&) = delete;
   BpfObject& operator=(const BpfObject&) = delete;
 
+  // The first change to the pins, made once the caller's checks have all
+  // passed: with reset_state every roceguard pin (maps and record) is
+  // unlinked; otherwise an earlier build's maps are carried over to this
+  // build's layout, each new map pinned in place of its old one. Once per
+  // load; pin_maps() and the loads do it themselves when not done yet.
+  void prepare_pins();
+  // Once this load's programs run on every hook the earlier build's did:
+  // adds what those counted since prepare_pins() copied their counters,
+  // and removes the earlier build's per-QP table. Never throws.
+  void finish_pins();
+
   // Creates and pins the maps that are not pinned yet, without loading any
   // program, so that they can be filled before a program runs: libxdp
   // loads the object only while attaching it (as a dispatcher extension
   // when it can). The object's own load then reuses the pins.
-  void pin_maps() const;
+  void pin_maps();
 
   // libxdp's handle of the XDP program, for attaching it.
   struct xdp_program* xdp() const { return xdp_; }
@@ -70,6 +85,11 @@ class BpfObject {
   // libbpf refuses a second load of an object whose first one failed (as
   // libxdp's does when a kernel refuses its dispatcher).
   void reopen();
+  // Drops this load after a failed attach put the pins back as they were:
+  // the object is opened afresh and prepare_pins() runs again with the next
+  // attempt (a loaded object would keep using the maps it was loaded with,
+  // which no longer are the pinned ones).
+  void discard();
 
   // The XDP fast path (dataplane.xdp_forward) is on in this load.
   bool forwards() const { return cfg_.xdp_forward; }
@@ -91,9 +111,13 @@ class BpfObject {
 
  private:
   void prepare_xdp();
+  void open_fresh();
 
   Config cfg_;
   std::string pin_path_;
+  bool reset_state_ = false;
+  bool pins_prepared_ = false;
+  std::unique_ptr<CounterMigration> counters_carried_;
   // One epoch for the object's life: a reopen() is the same load retried.
   uint16_t tunnel_epoch_ = 0;
   struct roceguard* skel_ = nullptr;

@@ -4,6 +4,9 @@
 #include <bpf/libbpf.h>
 #include <linux/ethtool.h>
 #include <linux/if_link.h>
+#include <linux/pkt_cls.h>
+#include <linux/pkt_sched.h>
+#include <linux/rtnetlink.h>
 #include <linux/sockios.h>
 #include <net/if.h>
 #include <spdlog/spdlog.h>
@@ -17,10 +20,12 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 
 #include "common/error.h"
+#include "common/netlink.h"
 #include "dataplane/maps.h"
 
 namespace rg {
@@ -276,6 +281,58 @@ std::optional<TcFilter> tc_query(int ifindex, TcHook h, uint32_t handle, uint32_
   LIBBPF_OPTS(bpf_tc_opts, q, .handle = handle, .priority = priority);
   if (bpf_tc_query(&hook, &q) != 0) return std::nullopt;
   return TcFilter{q.prog_id, prog_name_by_id(q.prog_id)};
+}
+
+// A BPF filter on one of an interface's clsact hooks.
+struct TcFilterAt {
+  uint32_t handle = 0;
+  uint32_t priority = 0;
+  TcFilter filter;
+};
+
+// Every BPF filter on hook h of ifindex, at any handle and priority (a
+// dump: bpf_tc_query finds one filter whose handle and priority it is
+// told); none without a clsact qdisc.
+std::vector<TcFilterAt> tc_filters(int ifindex, TcHook h) {
+  NetlinkSocket nl(NETLINK_ROUTE);
+  NetlinkRequest req(std::string("TC ") + tc_hook_name(h) + " filter dump (RTM_GETTFILTER)", RTM_GETTFILTER,
+                     NLM_F_DUMP);
+  tcmsg* t = req.header<tcmsg>();
+  t->tcm_family = AF_UNSPEC;
+  t->tcm_ifindex = ifindex;
+  t->tcm_parent = TC_H_MAKE(TC_H_CLSACT, h == TcHook::kIngress ? TC_H_MIN_INGRESS : TC_H_MIN_EGRESS);
+  std::vector<TcFilterAt> out;
+  try {
+    nl.request(req, [&](const nlmsghdr& m) {
+      if (m.nlmsg_type != RTM_NEWTFILTER) return;
+      const tcmsg* f = payload<tcmsg>(m);
+      std::string kind;
+      uint32_t id = 0;
+      for_each_attr(m, sizeof(tcmsg), [&](const nlattr& a) {
+        if (attr_type(a) == TCA_KIND) kind = attr_string(a);
+        if (attr_type(a) == TCA_OPTIONS)
+          for_each_nested(a, [&](const nlattr& o) {
+            if (attr_type(o) == TCA_BPF_ID && attr_len(o) >= sizeof(id)) std::memcpy(&id, attr_payload(o), sizeof(id));
+            return true;
+          });
+        return true;
+      });
+      // The dump's first message of each priority is the classifier itself, without a program.
+      if (kind == "bpf" && id) out.push_back({f->tcm_handle, TC_H_MAJ(f->tcm_info) >> 16, {id, prog_name_by_id(id)}});
+    });
+  } catch (const NetlinkError& e) {
+    if (e.kernel() && (e.error() == EINVAL || e.error() == ENOENT)) return {};  // no clsact qdisc
+    throw;
+  }
+  return out;
+}
+
+bool is_our_tc_name(const std::string& name) { return name == kProgTc || name == kProgTcIngress; }
+
+std::string tc_handle_text(uint32_t handle) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%#x", handle);
+  return buf;
 }
 
 void tc_remove(int ifindex, TcHook h, uint32_t handle, uint32_t priority) {
@@ -589,15 +646,16 @@ bool ingress_present(const HookOwner& owner, const IfaceState& st) {
   return st.ingress_hook == kIngressTc ? tc_present(owner, st, TcHook::kIngress) : xdp_present(owner, st);
 }
 
-uint32_t detach_tc(const HookOwner& owner, int ifindex, TcHook h, uint32_t handle, uint32_t priority) {
-  auto tc = tc_query(ifindex, h, handle, priority);
-  if (!tc || !owner.owns(tc->prog_id, tc->name)) return 0;
-  tc_remove(ifindex, h, handle, priority);
-  return tc->prog_id;
+std::vector<NetInterface> interfaces_here() {
+  std::vector<NetInterface> out;
+  struct if_nameindex* all = if_nameindex();
+  if (!all) throw Error("cannot list the network interfaces: " + errno_text(errno));
+  for (const struct if_nameindex* i = all; i->if_index; ++i) out.push_back({static_cast<int>(i->if_index), i->if_name});
+  if_freenameindex(all);
+  return out;
 }
 
-DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
-                             uint32_t tc_priority) {
+DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::string& name) {
   DetachLines done;
   auto left = [&](const std::string& what, uint32_t id) {
     done.left.push_back(name + ": left " + what + " (id " + std::to_string(id) +
@@ -619,20 +677,79 @@ DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::str
       });
     }
   }
-  if (tc_handle && tc_priority) {
-    char handle[16];
-    std::snprintf(handle, sizeof(handle), "%#x", tc_handle);
-    const std::string at = std::string("(handle ") + handle + ", priority " + std::to_string(tc_priority);
-    for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
-      const std::string what = std::string("TC ") + tc_hook_name(h) + " filter " + tc_prog_name(h) + " " + at;
-      if (uint32_t id = detach_tc(owner, ifindex, h, tc_handle, tc_priority)) {
-        done.removed.push_back(name + ": removed " + what + ", id " + std::to_string(id) + ")");
-      } else if (auto tc = tc_query(ifindex, h, tc_handle, tc_priority); tc && tc->name == tc_prog_name(h)) {
-        left(what + ")", tc->prog_id);
+  for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
+    for (const auto& f : tc_filters(ifindex, h)) {
+      if (!is_our_tc_name(f.filter.name)) continue;
+      const std::string what = std::string("TC ") + tc_hook_name(h) + " filter " + f.filter.name + " (handle " +
+                               tc_handle_text(f.handle) + ", priority " + std::to_string(f.priority);
+      if (owner.owns(f.filter.prog_id, f.filter.name)) {
+        tc_remove(ifindex, h, f.handle, f.priority);
+        done.removed.push_back(name + ": removed " + what + ", id " + std::to_string(f.filter.prog_id) + ")");
+      } else {
+        left(what + ")", f.filter.prog_id);
       }
     }
   }
   return done;
+}
+
+std::vector<std::string> remove_moved_tc(const HookOwner& owner, int ifindex, const std::string& name,
+                                         uint32_t handle, uint32_t priority) {
+  std::vector<std::string> removed;
+  for (TcHook h : {TcHook::kEgress, TcHook::kIngress})
+    for (const auto& f : tc_filters(ifindex, h)) {
+      if ((f.handle == handle && f.priority == priority) || !owner.owns(f.filter.prog_id, f.filter.name)) continue;
+      tc_remove(ifindex, h, f.handle, f.priority);
+      removed.push_back(name + ": removed the TC " + tc_hook_name(h) + " filter at the previous handle " +
+                        tc_handle_text(f.handle) + " priority " + std::to_string(f.priority));
+    }
+  return removed;
+}
+
+bool holds_programs(const HookOwner& owner, int ifindex) {
+  {
+    Multiprog cur(ifindex);
+    if (cur.legacy() && owner.owns(cur.main_id(), cur.main_name())) return true;
+    if (!cur.ours(owner).empty()) return true;
+  }
+  for (TcHook h : {TcHook::kEgress, TcHook::kIngress})
+    for (const auto& f : tc_filters(ifindex, h))
+      if (owner.owns(f.filter.prog_id, f.filter.name)) return true;
+  return false;
+}
+
+namespace {
+
+// enum bpf_attach_type of Linux 6.6 (uapi/linux/bpf.h): the headers this
+// builds against (Debian 12's, Linux 6.1) predate tcx. A kernel without
+// tcx answers a query for them with EINVAL.
+constexpr int kAttachTcxIngress = 46;
+constexpr int kAttachTcxEgress = 47;
+
+std::vector<uint32_t> tcx_programs(int ifindex, TcHook h) {
+  std::vector<uint32_t> ids(64);
+  uint32_t count = static_cast<uint32_t>(ids.size());
+  const auto type = static_cast<bpf_attach_type>(h == TcHook::kIngress ? kAttachTcxIngress : kAttachTcxEgress);
+  if (bpf_prog_query(ifindex, type, 0, nullptr, ids.data(), &count) != 0) return {};
+  ids.resize(std::min<size_t>(count, ids.size()));
+  return ids;
+}
+
+}  // namespace
+
+std::vector<ProgramAhead> programs_ahead(const HookOwner& owner, int ifindex, uint32_t priority,
+                                         bool ingress_at_tc) {
+  std::vector<ProgramAhead> ahead;
+  for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
+    if (h == TcHook::kIngress && !ingress_at_tc) continue;
+    for (uint32_t id : tcx_programs(ifindex, h))
+      if (!owner.owns(id, prog_name_by_id(id))) ahead.push_back({h, "tcx", 0, id, prog_name_by_id(id)});
+    for (const auto& f : tc_filters(ifindex, h))
+      if (f.priority < priority && !owner.owns(f.filter.prog_id, f.filter.name))
+        ahead.push_back({h, "clsact priority " + std::to_string(f.priority) + " handle " + tc_handle_text(f.handle),
+                         f.priority, f.filter.prog_id, f.filter.name});
+  }
+  return ahead;
 }
 
 }  // namespace rg

@@ -102,19 +102,47 @@ bool tc_present(const HookOwner& owner, const IfaceState& st, TcHook h = TcHook:
 // The ingress program at the hook st records (XDP or TC ingress).
 bool ingress_present(const HookOwner& owner, const IfaceState& st);
 
-// Removes our TC filter at hook h, handle/priority; the removed program's
-// id, 0 when there was none of ours.
-uint32_t detach_tc(const HookOwner& owner, int ifindex, TcHook h, uint32_t handle, uint32_t priority);
+// The interfaces of this network namespace, by ifindex and name.
+struct NetInterface {
+  int ifindex = 0;
+  std::string name;
+};
+std::vector<NetInterface> interfaces_here();
 
 // Removes owner's programs from one interface: its rg_xdp_ingress (direct,
-// or its dispatcher slot) and its TC filters at handle/priority. Never
-// touches anything else; another roceguard instance's programs are reported
-// and left alone. Returns one line per thing removed or left.
+// or its dispatcher slot) and its TC filters on either clsact hook at any
+// handle/priority (a record that was lost or never written cannot say
+// which). Never touches anything else; another roceguard instance's
+// programs are reported and left alone. Returns one line per thing removed
+// or left.
 struct DetachLines {
   std::vector<std::string> removed;
   std::vector<std::string> left;  // another instance's programs
 };
-DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
-                             uint32_t tc_priority);
+DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::string& name);
+
+// Removes owner's TC filters from either hook at any handle/priority but
+// handle/priority, where an earlier attach put them; one line per filter
+// removed.
+std::vector<std::string> remove_moved_tc(const HookOwner& owner, int ifindex, const std::string& name,
+                                         uint32_t handle, uint32_t priority);
+
+// Does one of owner's programs run on the interface (XDP or either TC hook)?
+bool holds_programs(const HookOwner& owner, int ifindex);
+
+// A program of another tool that runs before ours on the same TC hook and
+// can end the packet's path there, so that ours never sees it: any tcx
+// program (Linux 6.6+ runs tcx before clsact; one returning TCX_PASS or
+// TC_ACT_OK skips every clsact filter), or a clsact filter at a lower
+// priority number than ours (direct action: its verdict is final).
+struct ProgramAhead {
+  TcHook hook = TcHook::kEgress;
+  std::string where;  // "tcx", or "clsact priority 1 handle 0x1"
+  uint32_t priority = 0;  // clsact only
+  uint32_t prog_id = 0;
+  std::string name;
+};
+std::vector<ProgramAhead> programs_ahead(const HookOwner& owner, int ifindex, uint32_t priority,
+                                         bool ingress_at_tc);
 
 }  // namespace rg

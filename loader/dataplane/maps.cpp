@@ -101,22 +101,62 @@ size_t walk_by_next_key(int fd, uint32_t key_size, uint32_t value_bytes, uint32_
   return visited;
 }
 
-// Pins fd at path, replacing what is there: pinned beside it and renamed
-// over it, so the path always holds one whole map, the old or the new.
+// The info of the map pinned at path; nullopt when none is.
+std::optional<bpf_map_info> pinned_info(const std::string& path) {
+  Owned m{bpf_obj_get(path.c_str())};
+  if (m.fd < 0) return std::nullopt;
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(m.fd, &info, &len) != 0) return std::nullopt;
+  return info;
+}
+
+// Anything but a shorter value of whole counters is for the compatibility
+// check to name.
+bool is_earlier_counters(const bpf_map_info& info, uint32_t value_size) {
+  return info.type == BPF_MAP_TYPE_PERCPU_HASH && info.key_size == sizeof(rg_counter_key) &&
+         info.value_size < value_size && info.value_size % sizeof(rg_counter) == 0 && info.value_size != 0;
+}
+
+bool is_legacy_peer_stats(const bpf_map_info& info) {
+  return info.type == BPF_MAP_TYPE_PERCPU_ARRAY && info.key_size == sizeof(uint32_t) &&
+         info.value_size == sizeof(LegacyPeerStats);
+}
+
+bool is_legacy_tunnel_streams(const bpf_map_info& info) {
+  return info.type == BPF_MAP_TYPE_HASH && info.key_size == sizeof(rg_tunnel_stream_key) &&
+         info.value_size == sizeof(LegacyTunnelStream);
+}
+
+}  // namespace
+
 // No dot in the staged name: bpffs refuses names with one (reserved,
 // kernel/bpf/inode.c).
 void pin_replacing(int fd, const std::string& path) {
   const std::string staged = path + "_migrating";
   unlink(staged.c_str());
-  if (bpf_obj_pin(fd, staged.c_str()) != 0) throw Error("cannot pin the migrated " + path + ": " + errno_text(errno));
+  if (bpf_obj_pin(fd, staged.c_str()) != 0) throw Error("cannot pin " + path + ": " + errno_text(errno));
   if (std::rename(staged.c_str(), path.c_str()) != 0) {
     int err = errno;
     unlink(staged.c_str());
-    throw Error("cannot replace " + path + " with its migrated copy: " + errno_text(err));
+    throw Error("cannot replace " + path + ": " + errno_text(err));
   }
 }
 
-}  // namespace
+bool counters_need_migration(const std::string& pin_path, uint32_t value_size) {
+  auto info = pinned_info(pin_path + "/" + kMapCounters);
+  return info && is_earlier_counters(*info, value_size);
+}
+
+bool peer_stats_need_migration(const std::string& pin_path) {
+  auto info = pinned_info(pin_path + "/" + kMapPeerStats);
+  return info && is_legacy_peer_stats(*info);
+}
+
+bool tunnel_streams_need_migration(const std::string& pin_path) {
+  auto info = pinned_info(pin_path + "/" + kMapTunnelStreams);
+  return info && is_legacy_tunnel_streams(*info);
+}
 
 const MapLayout* pinned_map_layout(const std::string& name) {
   // Events are appended to rg_counters (roceguard.h), so an older, shorter
@@ -531,22 +571,66 @@ size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep) {
   return removed;
 }
 
-bool migrate_counters(const std::string& pin_path, uint32_t value_size) {
+CounterMigration::CounterMigration(int old_fd, int new_fd, uint32_t old_value_size, uint32_t value_size,
+                                   std::map<uint64_t, std::vector<uint8_t>> copied)
+    : old_fd_(old_fd), new_fd_(new_fd), old_value_size_(old_value_size), value_size_(value_size),
+      copied_(std::move(copied)) {}
+
+CounterMigration::~CounterMigration() {
+  close(old_fd_);
+  close(new_fd_);
+}
+
+size_t CounterMigration::carry_since_copy() const {
+  const int ncpu = possible_cpus();
+  const uint32_t old_stride = round8(old_value_size_), new_stride = round8(value_size_);
+  const uint32_t words = old_value_size_ / sizeof(uint64_t);
+  size_t gained = 0;
+  std::vector<uint8_t> now(static_cast<size_t>(new_stride) * ncpu);
+  walk_map(old_fd_, sizeof(rg_counter_key), old_stride * static_cast<uint32_t>(ncpu), RG_MAX_COUNTER_KEYS,
+           [&](const uint8_t* k, const uint8_t* v) {
+             uint64_t key = 0;
+             std::memcpy(&key, k, sizeof(key));
+             auto it = copied_.find(key);
+             // Per CPU and counter: what the old map holds less what was copied
+             // (counters only grow; a smaller value was reset by someone: nothing to add).
+             std::vector<uint64_t> delta(static_cast<size_t>(words) * ncpu, 0);
+             bool any = false;
+             for (int cpu = 0; cpu < ncpu; ++cpu)
+               for (uint32_t w = 0; w < words; ++w) {
+                 const size_t at = static_cast<size_t>(cpu) * old_stride + w * sizeof(uint64_t);
+                 uint64_t was = 0, is = 0;
+                 std::memcpy(&is, v + at, sizeof(is));
+                 if (it != copied_.end()) std::memcpy(&was, it->second.data() + at, sizeof(was));
+                 if (is > was) delta[static_cast<size_t>(cpu) * words + w] = is - was, any = true;
+               }
+             if (!any) return;
+             if (bpf_map_lookup_elem(new_fd_, k, now.data()) != 0) std::fill(now.begin(), now.end(), 0);
+             for (int cpu = 0; cpu < ncpu; ++cpu)
+               for (uint32_t w = 0; w < words; ++w) {
+                 const size_t at = static_cast<size_t>(cpu) * new_stride + w * sizeof(uint64_t);
+                 uint64_t n = 0;
+                 std::memcpy(&n, now.data() + at, sizeof(n));
+                 n += delta[static_cast<size_t>(cpu) * words + w];
+                 std::memcpy(now.data() + at, &n, sizeof(n));
+               }
+             if (bpf_map_update_elem(new_fd_, k, now.data(), BPF_ANY) == 0) ++gained;
+           });
+  return gained;
+}
+
+std::unique_ptr<CounterMigration> migrate_counters(const std::string& pin_path, uint32_t value_size) {
   const std::string path = pin_path + "/" + kMapCounters;
   Owned old{bpf_obj_get(path.c_str())};
-  if (old.fd < 0) return false;
+  if (old.fd < 0) return nullptr;
   bpf_map_info info{};
   uint32_t len = sizeof(info);
-  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return false;
-  // Anything but a shorter value of whole counters is for the compatibility
-  // check to name.
-  if (info.type != BPF_MAP_TYPE_PERCPU_HASH || info.key_size != sizeof(rg_counter_key) ||
-      info.value_size >= value_size || info.value_size % sizeof(rg_counter) != 0 || info.value_size == 0)
-    return false;
+  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0 || !is_earlier_counters(info, value_size)) return nullptr;
 
   const int ncpu = possible_cpus();
   const uint32_t old_stride = round8(info.value_size), new_stride = round8(value_size);
   std::vector<std::pair<rg_counter_key, std::vector<uint8_t>>> entries;
+  std::map<uint64_t, std::vector<uint8_t>> copied;
   walk_map(old.fd, sizeof(rg_counter_key), old_stride * static_cast<uint32_t>(ncpu), info.max_entries,
            [&](const uint8_t* k, const uint8_t* v) {
              rg_counter_key key;
@@ -556,6 +640,9 @@ bool migrate_counters(const std::string& pin_path, uint32_t value_size) {
                std::memcpy(value.data() + static_cast<size_t>(cpu) * new_stride,
                            v + static_cast<size_t>(cpu) * old_stride, info.value_size);
              entries.emplace_back(key, std::move(value));
+             uint64_t id = 0;
+             std::memcpy(&id, k, sizeof(id));
+             copied[id].assign(v, v + static_cast<size_t>(old_stride) * ncpu);
            });
 
   LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = info.map_flags);
@@ -566,7 +653,9 @@ bool migrate_counters(const std::string& pin_path, uint32_t value_size) {
     if (bpf_map_update_elem(fresh.fd, &key, value.data(), BPF_NOEXIST) != 0)
       throw Error("cannot copy a counter into the migrated " + path + ": " + errno_text(errno));
   pin_replacing(fresh.fd, path);
-  return true;
+  auto done = std::make_unique<CounterMigration>(old.fd, fresh.fd, info.value_size, value_size, std::move(copied));
+  old.fd = fresh.fd = -1;  // the migration holds them now
+  return done;
 }
 
 namespace {
@@ -722,9 +811,7 @@ bool migrate_peer_stats(const std::string& pin_path) {
   bpf_map_info info{};
   uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return false;
-  if (info.type != BPF_MAP_TYPE_PERCPU_ARRAY || info.key_size != sizeof(uint32_t) ||
-      info.value_size != sizeof(LegacyPeerStats))
-    return false;
+  if (!is_legacy_peer_stats(info)) return false;
 
   const int ncpu = possible_cpus();
   const uint32_t old_stride = round8(sizeof(LegacyPeerStats)), new_stride = round8(sizeof(rg_peer_stats));
@@ -759,9 +846,7 @@ std::optional<size_t> migrate_tunnel_streams(const std::string& pin_path, uint32
   bpf_map_info info{};
   uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return std::nullopt;
-  if (info.type != BPF_MAP_TYPE_HASH || info.key_size != sizeof(rg_tunnel_stream_key) ||
-      info.value_size != sizeof(LegacyTunnelStream))
-    return std::nullopt;
+  if (!is_legacy_tunnel_streams(info)) return std::nullopt;
 
   // The CPU goes where this build's stream field has it (12 bits): a CPU
   // beyond them shares the stream of the CPU it wraps to, so its counts

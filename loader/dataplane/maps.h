@@ -15,6 +15,8 @@ struct bpf_object;
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -205,11 +207,41 @@ uint64_t sum_packets(const std::vector<CounterRow>& rows, rg_direction dir, rg_e
 // data path would stop counting new ones. Returns the entries removed.
 size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep);
 
+// Pins fd at path, replacing what is there: pinned beside it and renamed
+// over it, so the path always holds one whole map, the old or the new.
+void pin_replacing(int fd, const std::string& path);
+
+// A pinned rg_counters carried over to a longer value: the earlier build's
+// programs go on counting into the old map until the attach takes their
+// hooks, so what they count after the copy is carried too, once none runs.
+class CounterMigration {
+ public:
+  CounterMigration(int old_fd, int new_fd, uint32_t old_value_size, uint32_t value_size,
+                   std::map<uint64_t, std::vector<uint8_t>> copied);
+  ~CounterMigration();
+  CounterMigration(const CounterMigration&) = delete;
+  CounterMigration& operator=(const CounterMigration&) = delete;
+
+  // Adds to the new map what the old one gained since the copy; returns
+  // the entries that had gained. Call once no earlier program runs.
+  size_t carry_since_copy() const;
+
+ private:
+  int old_fd_, new_fd_;
+  uint32_t old_value_size_, value_size_;
+  std::map<uint64_t, std::vector<uint8_t>> copied_;  // by key, every CPU's value as copied
+};
+
+// Is the pinned rg_counters one of a build with fewer events (a shorter
+// value of whole counters), which migrate_counters carries over?
+bool counters_need_migration(const std::string& pin_path, uint32_t value_size);
+
 // Brings a pinned rg_counters with a shorter value (a build with fewer
 // events) to value_size: a new map holding every entry with the new events
-// at zero replaces the pin. Returns true when it migrated. Events are
-// append-only (roceguard.h), so an old event keeps its offset.
-bool migrate_counters(const std::string& pin_path, uint32_t value_size);
+// at zero replaces the pin. Returns the migration (nullptr when there was
+// nothing to migrate). Events are append-only (roceguard.h), so an old
+// event keeps its offset.
+std::unique_ptr<CounterMigration> migrate_counters(const std::string& pin_path, uint32_t value_size);
 
 // The value of kMapQpLegacy (key: rg_qp_key): both directions of a QP and
 // one last-seen time.
@@ -241,6 +273,11 @@ struct LegacyTunnelStream {
   uint64_t delay[RG_TUNNEL_DELAY_BUCKETS];
 };
 static_assert(sizeof(LegacyTunnelStream) == 264, "the legacy rg_tunnel_streams value");
+
+// Are the pinned rg_peer_stats / rg_tunnel_streams of the layout before the
+// loss shield, which the migrations below carry over?
+bool peer_stats_need_migration(const std::string& pin_path);
+bool tunnel_streams_need_migration(const std::string& pin_path);
 
 // Brings a pinned rg_peer_stats of the layout before the loss shield to
 // this build's: every peer event is carried over; the sequence numbers and

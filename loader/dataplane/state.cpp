@@ -158,6 +158,26 @@ static void check_pin_dir_owner(const std::string& pin_path) {
 }
 
 PinLock::PinLock(const std::string& pin_path, bool create) : path_(pin_path) {
+  // A directory removed (a detach that removed the pins, a failed first
+  // attach) after it was opened here and before its lock was taken names
+  // nothing any more: a lock on it would lock out no one. Take the lock on
+  // the directory the path names now; bounded, as each round needs another
+  // removal between the open and the lock.
+  for (int round = 0; round < 8; ++round) {
+    lock(create);
+    struct stat held {}, named {};
+    if (fstat(fd_, &held) == 0 && stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino)
+      return;
+    close(fd_);
+    fd_ = -1;
+    if (!create) throw Error("nothing pinned at " + pin_path + " (it was removed meanwhile)", kExitNotFound);
+  }
+  throw Error("cannot lock " + pin_path + ": it keeps being removed and created again");
+}
+
+void PinLock::lock(bool create) {
+  const std::string& pin_path = path_;
   if (create) {
     if (mkdir(pin_path.c_str(), 0700) == 0) created_ = true;
     else if (errno != EEXIST)

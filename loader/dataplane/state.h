@@ -70,6 +70,9 @@ void ensure_bpffs(const std::string& pin_path);
 
 // Exclusive lock on the pin directory (created 0700 if missing): one
 // roceguard manages one pin path at a time. Released on close or death.
+// The directory stays while the lock is held (a failed attach removes the
+// pins, not the directory); the lock holder that created it removes it on
+// release when it is empty.
 class PinLock {
  public:
   // create=false: fail with kExitNotFound when the directory is missing.
@@ -79,6 +82,9 @@ class PinLock {
   PinLock& operator=(const PinLock&) = delete;
 
  private:
+  // Opens and locks the directory (creating it when create).
+  void lock(bool create);
+
   std::string path_;
   int fd_ = -1;
   bool created_ = false;

@@ -26,6 +26,7 @@
 #include "common/error.h"
 #include "dataplane/attach.h"
 #include "dataplane/bpf_object.h"
+#include "dataplane/hooks.h"
 #include "dataplane/maps.h"
 #include "dataplane/pin_scope.h"
 #include "dataplane/state.h"
@@ -293,6 +294,35 @@ class Doctor {
     return "ingress program at XDP (ingress_hook auto); TC ingress if the driver refuses the native attach";
   }
 
+  // Another tool's TC program that runs before roceguard's on the same hook
+  // (tcx, or a clsact filter at a lower priority number) can end the
+  // packet's path there: roceguard is attached and never sees the packet.
+  void check_programs_ahead(const std::string& name) {
+    const Config& cfg = in_.config;
+    const bool tc_ingress = planned_ingress_hook(cfg, name) == IngressHook::kTc;
+    std::vector<ProgramAhead> ahead;
+    try {
+      ahead = programs_ahead(HookOwner(in_.pin_path), static_cast<int>(if_nametoindex(name.c_str())), cfg.tc_priority,
+                             tc_ingress);
+    } catch (const std::exception& e) {
+      add("interface.tc_ahead", name, Verdict::kWarn, std::string("cannot list the TC programs: ") + e.what());
+      return;
+    }
+    if (ahead.empty()) {
+      add("interface.tc_ahead", name, Verdict::kOk,
+          std::string("no other program runs before roceguard's on TC egress") + (tc_ingress ? " or ingress" : ""));
+      return;
+    }
+    for (const auto& a : ahead)
+      add("interface.tc_ahead", name, Verdict::kWarn,
+          a.name + " (id " + std::to_string(a.prog_id) + ", " + a.where + ") runs before roceguard on TC " +
+              tc_hook_name(a.hook) + ": if it returns a verdict (TC_ACT_OK, TCX_PASS, a drop or a redirect) the "
+              "packet never reaches roceguard's program",
+          a.where == "tcx" ? "have that tool return TCX_NEXT for RoCE v2 (UDP 4791), or detach it"
+                           : "move roceguard ahead of it (--tc-priority below " + std::to_string(a.priority) +
+                                 "), or have that filter return TC_ACT_UNSPEC");
+  }
+
   void check_interfaces() {
     const auto names = interfaces();
     if (names.empty()) add("interface", "", Verdict::kInfo, "no interface to look at besides lo");
@@ -322,6 +352,7 @@ class Doctor {
         add("interface.xdp", name, Verdict::kOk, drv + ", MTU " + std::to_string(mtu) + ": native XDP");
       }
       add("interface.ingress", name, Verdict::kOk, ingress_plan(name, driver));
+      check_programs_ahead(name);
       const int v4 = sysctl_int("/proc/sys/net/ipv4/conf/" + name + "/forwarding");
       const int v6 = sysctl_int("/proc/sys/net/ipv6/conf/" + name + "/forwarding");
       const std::string what = "net.ipv4.conf." + name + ".forwarding = " + std::to_string(v4) + ", net.ipv6.conf." +

@@ -90,7 +90,7 @@ void Gateway::release() noexcept {
   try {
     NetnsGuard in(netns_);
     for (const auto& is : state_.interfaces)
-      detach_interface(dp_->owner(), is.ifindex, is.name, is.tc_handle, is.tc_priority);
+      detach_interface(dp_->owner(), is.ifindex, is.name);
   } catch (const std::exception& e) {
     spdlog::warn("lab: detaching in {}: {} (removing the namespace detaches it anyway)", netns_, e.what());
   }

@@ -179,7 +179,7 @@ class LoaderNetns : public ::testing::Test {
     }
     sh(in_a(std::string(RG_BIN) + " detach --pin-path " + pin_));
     sh(in_a(std::string(RG_BIN) + " detach --pin-path " + other_pin()));
-    sh("rm -rf " + pin_ + " " + other_pin() + " " + tmp_);
+    sh("rm -rf " + pin_ + " " + other_pin() + " " + pin_ + "-tcx " + tmp_);
     sh("ip netns del " + ns_a_);
     sh("ip netns del " + ns_b_);
   }
@@ -295,11 +295,11 @@ class LoaderNetns : public ::testing::Test {
 
   // Loads the test's foreign object in namespace A and attaches its XDP
   // program directly and/or its TC program at handle/priority.
-  int attach_foreign(bool xdp, uint32_t tc_handle, uint32_t tc_priority) {
+  int attach_foreign(bool xdp, uint32_t tc_handle, uint32_t tc_priority, const std::string& dev = "veth0") {
     return in_netns(ns_a_, [&] {
       bpf_object* obj = bpf_object__open_file(RG_FOREIGN_OBJ, nullptr);
       if (!obj || bpf_object__load(obj)) return 1;
-      int ifindex = static_cast<int>(if_nametoindex("veth0"));
+      int ifindex = static_cast<int>(if_nametoindex(dev.c_str()));
       if (xdp) {
         int fd = bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_xdp"));
         if (bpf_xdp_attach(ifindex, fd, XDP_FLAGS_DRV_MODE, nullptr)) return 2;
@@ -314,6 +314,54 @@ class LoaderNetns : public ::testing::Test {
       }
       return 0;
     });
+  }
+
+  // An earlier build as an upgrade finds it: its TC egress program on dev
+  // (at roceguard's default handle and priority) counting into rg_counters
+  // pinned under the pin path with one event fewer than this build's.
+  int attach_earlier_build(const std::string& dev) {
+    if (mkdir(pin_.c_str(), 0700) != 0 && errno != EEXIST) return 10;
+    return in_netns(ns_a_, [&] {
+      bpf_object* obj = bpf_object__open_file(RG_EARLIER_OBJ, nullptr);
+      if (!obj) return 1;
+      bpf_map* counters = bpf_object__find_map_by_name(obj, "rg_counters");
+      if (!counters || bpf_map__set_pin_path(counters, (pin_ + "/rg_counters").c_str())) return 2;
+      if (bpf_object__load(obj)) return 3;
+      LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(if_nametoindex(dev.c_str())),
+                  .attach_point = BPF_TC_EGRESS);
+      int err = bpf_tc_hook_create(&hook);
+      if (err && err != -EEXIST) return 4;
+      LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = bpf_program__fd(bpf_object__find_program_by_name(obj, "rg_tc_egress")),
+                  .handle = 0x52, .priority = 0x52);
+      return bpf_tc_attach(&hook, &o) ? 5 : 0;
+    });
+  }
+
+  // roce_packets summed over the entries and CPUs of the pinned
+  // rg_counters, whatever its value size (stats needs every map pinned;
+  // an earlier build's fixture pins this one alone).
+  uint64_t pinned_roce_packets() {
+    int fd = bpf_obj_get((pin_ + "/rg_counters").c_str());
+    if (fd < 0) return ~0ull;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    uint64_t sum = 0;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
+      const size_t stride = (info.value_size + 7) & ~7u, ncpu = static_cast<size_t>(libbpf_num_possible_cpus());
+      std::vector<uint8_t> value(stride * ncpu);
+      rg_counter_key key{}, next{};
+      for (int n = 0; n < RG_MAX_COUNTER_KEYS && bpf_map_get_next_key(fd, n ? &key : nullptr, &next) == 0; ++n) {
+        key = next;
+        if (bpf_map_lookup_elem(fd, &key, value.data()) != 0) continue;
+        for (size_t c = 0; c < ncpu; ++c) {
+          rg_counter ev{};
+          std::memcpy(&ev, value.data() + c * stride + RG_EV_ROCE_PACKETS * sizeof(rg_counter), sizeof(ev));
+          sum += ev.packets;
+        }
+      }
+    }
+    close(fd);
+    return sum;
   }
 
   // Sends n RoCE v2 SEND-only packets (PSN first..first+n-1, QP 0x11) from
@@ -410,8 +458,9 @@ class LoaderNetns : public ::testing::Test {
   }
 
   // Runs the pausable build with args until it reaches pause point `at`,
-  // sends it SIGTERM there, and returns its exit status and output.
-  Result signal_at_pause_point(const std::string& args, const std::string& at) {
+  // sends it sig (SIGTERM unless told) there, and returns its exit status
+  // and output.
+  Result signal_at_pause_point(const std::string& args, const std::string& at, int sig = SIGTERM) {
     const std::string mark = tmp_ + "/paused-" + at;
     const std::string log = tmp_ + "/pausable.log";
     pid_t pid = spawn(RG_PAUSABLE, args + " --pin-path " + pin_,
@@ -423,7 +472,7 @@ class LoaderNetns : public ::testing::Test {
       if (!paused) usleep(50 * 1000);
     }
     EXPECT_TRUE(paused) << "never reached " << at;
-    kill(pid, SIGTERM);
+    kill(pid, sig);
     Result r;
     r.rc = wait_child(pid);
     std::ifstream in(log);
@@ -1908,6 +1957,306 @@ TEST_F(LoaderNetns, DoctorTellsWhereBpffsIs) {
   f = bpffs("umount -R -l /sys/fs/bpf && mount -t bpf bpf /sys/fs/bpf && ");
   EXPECT_EQ(f["verdict"], "fail") << f;
   EXPECT_NE(f["what"].get<std::string>().find("private"), std::string::npos) << f;
+}
+
+// What each lifecycle case below checks: a pin path's programs are found
+// wherever they run in the namespace, whatever the record says about them.
+
+// kill -9 of run in the middle of its first attach: veth0 has the programs,
+// vx0 not yet. The record said what run set out to do before it touched
+// veth0, so status reports both; detach removes veth0's programs with the
+// pins, and a later attach finds nothing in its way.
+TEST_F(LoaderNetns, KilledFirstRunLeavesNothingDetachCannotFind) {
+  create_second_veth();
+  Result r = signal_at_pause_point("run -i veth0 -i vx0 --metrics-listen 127.0.0.1:9741",
+                                   "attach-between-interfaces", SIGKILL);
+  EXPECT_EQ(r.rc, 128 + SIGKILL) << r.out;
+  ASSERT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"}) << r.out;
+  json st = status(5);
+  EXPECT_EQ(st.value("interfaces", json::array()).size(), 2u) << st.dump();
+  if (st.value("interfaces", json::array()).size() == 2u) {
+    EXPECT_EQ(st["interfaces"][0]["tc"]["attached"], true) << st.dump();
+    EXPECT_EQ(st["interfaces"][1]["tc"]["attached"], false) << st.dump();
+  }
+  Result d = rg("detach");
+  EXPECT_EQ(d.rc, 0) << d.out;
+  Hooks h = hooks();
+  EXPECT_TRUE(h.xdp.empty() && h.tc.empty()) << d.out;
+  EXPECT_FALSE(pins_exist()) << d.out;
+  Result a = rg("attach -i veth0");
+  EXPECT_EQ(a.rc, 0) << a.out;
+}
+
+// --reset-state drops the record with the maps, but the interfaces the old
+// record had are still roceguard's: one no longer configured loses its
+// programs as with any re-attach, and detach finds nothing left anywhere.
+TEST_F(LoaderNetns, ResetStateTakesAlongTheInterfacesTheOldRecordHad) {
+  create_second_veth();
+  ASSERT_EQ(rg("attach -i veth0 -i vx0").rc, 0);
+  Result r = rg("attach -i veth0 --reset-state");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  Hooks h = hooks("vx0");
+  EXPECT_TRUE(h.xdp.empty() && h.tc.empty()) << "vx0 is no longer configured\n" << r.out;
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"});
+  Result d = rg("detach");
+  ASSERT_EQ(d.rc, 0) << d.out;
+  EXPECT_TRUE(hook_ids("vx0").empty()) << d.out;
+  EXPECT_TRUE(hook_ids().empty()) << d.out;
+}
+
+// A refused --reset-state resets nothing: the programs attached before
+// keep counting into maps that stay pinned.
+TEST_F(LoaderNetns, RefusedResetStateResetsNothing) {
+  create_second_veth();
+  ASSERT_EQ(rg("attach -i veth0").rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  ASSERT_EQ(attach_foreign(false, 0x52, 0x52, "vx0"), 0);
+  Result r = rg("attach -i veth0 -i vx0 --reset-state");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  ASSERT_EQ(send_roce(4, 2), 0);
+  EXPECT_EQ(counter("roce_packets"), 5u) << r.out;
+  EXPECT_EQ(status()["interfaces"].size(), 1u);
+}
+
+// Renamed after the attach: detach finds the programs on the interface
+// under its new name, named or not on the command line by its old one.
+TEST_F(LoaderNetns, DetachFindsARenamedInterface) {
+  create_second_veth();
+  auto rename = [&](const std::string& from, const std::string& to) {
+    must(in_a("ip link set " + from + " down"));
+    must(in_a("ip link set " + from + " name " + to));
+  };
+  ASSERT_EQ(rg("attach -i veth0 -i vx0").rc, 0);
+  rename("vx0", "vx0x");
+  Result r = rg("detach -i vx0");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  Hooks h = hooks("vx0x");
+  EXPECT_TRUE(h.xdp.empty() && h.tc.empty()) << r.out;
+  EXPECT_NE(r.out.find("vx0x"), std::string::npos) << r.out;
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"}) << "veth0 was not named:\n" << r.out;
+
+  rename("vx0x", "vx0");
+  ASSERT_EQ(rg("attach -i veth0 -i vx0").rc, 0);
+  rename("vx0", "vx0x");
+  r = rg("detach");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  h = hooks("vx0x");
+  EXPECT_TRUE(h.xdp.empty() && h.tc.empty()) << r.out;
+  EXPECT_TRUE(hook_ids().empty()) << r.out;
+  EXPECT_FALSE(pins_exist()) << r.out;
+}
+
+// Under run, an interface renamed away is no longer the configured one: a
+// namesake that appears is attached, and the renamed one lets go of the
+// programs rather than keep ones no record knows.
+TEST_F(LoaderNetns, RunLetsGoOfAnInterfaceRenamedAway) {
+  create_second_veth();
+  Daemon d = start_run("-i veth0 -i vx0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  ASSERT_EQ(hooks("vx0").tc, std::vector<std::string>{"rg_tc_egress"}) << read_log(d);
+  must(in_a("ip link set vx0 down"));
+  must(in_a("ip link set vx0 name vx0x"));
+  must("ip -n " + ns_a_ + " link add vx0 type veth peer name vx2 netns " + ns_b_);
+  must(in_a("ip link set vx0 up"));
+  bool settled = false;
+  for (int i = 0; i < 50 && !settled; ++i) {
+    Hooks now = hooks("vx0"), renamed = hooks("vx0x");
+    settled = now.tc == std::vector<std::string>{"rg_tc_egress"} && renamed.tc.empty() && renamed.xdp.empty();
+    if (!settled) usleep(200 * 1000);
+  }
+  EXPECT_TRUE(settled) << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+  Result r = rg("detach");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(hook_ids("vx0x").empty()) << r.out;
+  EXPECT_TRUE(hook_ids("vx0").empty()) << r.out;
+}
+
+// Pins an rg_state this roceguard did not write in place of the record.
+void plant_record(const std::string& pin, bpf_map_type type, uint32_t key_size, uint32_t value_size) {
+  const std::string path = pin + "/rg_state";
+  unlink(path.c_str());
+  int fd = bpf_map_create(type, "rg_state", key_size, value_size, 1, nullptr);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(bpf_obj_pin(fd, path.c_str()), 0) << strerror(errno);
+  close(fd);
+}
+
+// A record roceguard cannot read (another value size, another key size)
+// does not lock roceguard out of its own programs: detach of the interface
+// removes them, found by their maps, and refuses only to remove the pins it
+// cannot account for; attach --reset-state, the way out the refusal names,
+// then replaces them.
+TEST_F(LoaderNetns, UnreadableRecordDoesNotBlockDetach) {
+  ASSERT_EQ(rg("attach -i veth0").rc, 0);
+  plant_record(pin_, BPF_MAP_TYPE_ARRAY, 4, 65536);
+  Result r = rg("detach --interface veth0");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("--reset-state"), std::string::npos) << r.out;
+  EXPECT_TRUE(hook_ids().empty()) << r.out;
+  r = rg("attach -i veth0 --reset-state");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  Hooks h = hooks();
+  EXPECT_EQ(h.xdp, std::vector<std::string>{"rg_xdp_ingress"}) << r.out;
+  EXPECT_EQ(h.tc, std::vector<std::string>{"rg_tc_egress"}) << r.out;
+  EXPECT_EQ(status()["interfaces"].size(), 1u);
+}
+
+// ... and attach --reset-state, the way out its refusal names, replaces the
+// record and takes the programs over, with either ingress hook and either
+// kind of record.
+TEST_F(LoaderNetns, UnreadableRecordIsReplacedByResetState) {
+  struct Planted {
+    bpf_map_type type;
+    uint32_t key_size, value_size;
+  };
+  for (const char* ingress : {"xdp", "tc"})
+    for (const Planted& p : {Planted{BPF_MAP_TYPE_ARRAY, 4, 65536}, Planted{BPF_MAP_TYPE_HASH, 8, 16384}}) {
+      SCOPED_TRACE(std::string(ingress) + " ingress, record key_size " + std::to_string(p.key_size) +
+                   " value_size " + std::to_string(p.value_size));
+      const std::string hook = std::string(" --ingress-hook ") + ingress;
+      ASSERT_EQ(rg("attach -i veth0" + hook).rc, 0);
+      plant_record(pin_, p.type, p.key_size, p.value_size);
+      Result r = rg("attach -i veth0 --reset-state" + hook);
+      EXPECT_EQ(r.rc, 0) << r.out;
+      Hooks h = hooks();
+      EXPECT_EQ(h.tc, std::vector<std::string>{"rg_tc_egress"}) << r.out;
+      EXPECT_EQ(status()["interfaces"].size(), 1u);
+      ASSERT_EQ(rg("detach").rc, 0);
+    }
+}
+
+// An upgrade refused on its second interface (a foreign filter there)
+// leaves the earlier build exactly as it was: its counters stay pinned and
+// keep counting. The upgrade that then succeeds carries every count over.
+TEST_F(LoaderNetns, RefusedUpgradeLeavesTheEarlierBuildCounting) {
+  create_second_veth();
+  ASSERT_EQ(attach_earlier_build("veth0"), 0);
+  ASSERT_EQ(send_roce(1, 100), 0);
+  ASSERT_EQ(pinned_roce_packets(), 100u);
+  ASSERT_EQ(attach_foreign(false, 0x52, 0x52, "vx0"), 0);
+  Result r = rg("attach -i veth0 -i vx0");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  ASSERT_EQ(send_roce(101, 1000), 0);
+  EXPECT_EQ(pinned_roce_packets(), 1100u) << "the pinned counters are the ones counting:\n" << r.out;
+
+  must(in_a("tc filter del dev vx0 egress pref 82 handle 0x52 bpf"));
+  r = rg("attach -i veth0 -i vx0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(counter("roce_packets"), 1100u) << r.out;
+  ASSERT_EQ(send_roce(1101, 5), 0);
+  EXPECT_EQ(counter("roce_packets"), 1105u);
+}
+
+// The earlier build goes on counting while the upgrade loads and attaches
+// (here: veth0 waits while vx0 is attached first): what it counts after
+// the counters were carried over is carried too.
+TEST_F(LoaderNetns, UpgradeCarriesWhatTheEarlierBuildCountedDuringIt) {
+  create_second_veth();
+  ASSERT_EQ(attach_earlier_build("veth0"), 0);
+  ASSERT_EQ(send_roce(1, 10), 0);
+  const std::string at = "attach-between-interfaces";
+  const std::string mark = tmp_ + "/paused-" + at;
+  const std::string log = tmp_ + "/pausable.log";
+  pid_t pid = spawn(RG_PAUSABLE, "attach -i vx0 -i veth0 --pin-path " + pin_,
+                    {"ROCEGUARD_PAUSE_AT=" + at, "ROCEGUARD_PAUSE_MARK=" + mark}, log);
+  struct stat st {};
+  bool paused = false;
+  for (int i = 0; i < 600 && !paused; ++i) {
+    paused = stat(mark.c_str(), &st) == 0;
+    if (!paused) usleep(50 * 1000);
+  }
+  EXPECT_TRUE(paused) << "never reached " << at;
+  ASSERT_EQ(send_roce(11, 20), 0);
+  EXPECT_EQ(wait_child(pid), 0);
+  std::ifstream in(log);
+  const std::string out(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"}) << out;
+  EXPECT_EQ(counter("roce_packets"), 30u) << out;
+  ASSERT_EQ(send_roce(31, 5), 0);
+  EXPECT_EQ(counter("roce_packets"), 35u) << out;
+}
+
+// run whose first attach fails (native XDP refused) keeps retrying, and
+// keeps the pin path locked meanwhile: a second roceguard is refused.
+TEST_F(LoaderNetns, FailedFirstAttachUnderRunKeepsThePinLock) {
+  Daemon d = start_run("--interface vbig0 --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  create_xdp_refusing_veth();
+  bool failed = false;
+  for (int i = 0; i < 100 && !failed; ++i) {
+    failed = read_log(d).find("cannot attach") != std::string::npos;
+    if (!failed) usleep(200 * 1000);
+  }
+  ASSERT_TRUE(failed) << read_log(d);
+  Result r = rg("attach --interface veth0");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("another roceguard is managing"), std::string::npos) << r.out;
+  EXPECT_TRUE(hook_ids().empty()) << r.out;
+  EXPECT_EQ(kill(d.pid, 0), 0) << "run keeps retrying:\n" << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+  EXPECT_FALSE(pins_exist()) << "run leaves no empty pin directory behind";
+}
+
+// Another tool's TC program ahead of roceguard's on egress that returns
+// TC_ACT_OK ends the packet's path there: roceguard stays attached and
+// never sees the packet. status and doctor name the program, whether it is
+// a clsact filter at a lower priority number or (Linux 6.6+) a tcx program.
+TEST_F(LoaderNetns, StatusAndDoctorNameAProgramAheadThatEndsThePath) {
+  ASSERT_EQ(rg("attach -i veth0").rc, 0);
+  auto ahead_of = [&](const json& st) {
+    std::vector<std::string> out;
+    for (const auto& a : st["interfaces"][0].value("ahead", json::array()))
+      out.push_back(a.value("where", "") + " " + a.value("name", ""));
+    return out;
+  };
+  auto doctor_says = [&] {
+    Result r = sh("(" + in_a(std::string(RG_BIN) + " doctor --json -i veth0 --pin-path " + pin_) + " 2>/dev/null)");
+    json j = json::parse(r.out, nullptr, false);
+    std::string what;
+    for (const auto& f : j.value("findings", json::array()))
+      if (f.value("check", "") == "interface.tc_ahead" && f.value("verdict", "") == "warn") what += f.value("what", "");
+    return what;
+  };
+  EXPECT_TRUE(ahead_of(status()).empty());
+  EXPECT_EQ(doctor_says(), "");
+
+  // clsact, priority 1: it runs before roceguard's filter at 82.
+  int rc = in_netns(ns_a_, [&] {
+    bpf_object* obj = bpf_object__open_file(RG_FOREIGN_OBJ, nullptr);
+    if (!obj || bpf_object__load(obj)) return 1;
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(if_nametoindex("veth0")), .attach_point = BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_tc_ok")),
+                .handle = 1, .priority = 1);
+    return bpf_tc_attach(&hook, &o) ? 2 : 0;
+  });
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 0u) << "the filter ahead ends the path";
+  EXPECT_EQ(ahead_of(status()), std::vector<std::string>{"clsact priority 1 handle 0x1 foreign_tc_ok"});
+  EXPECT_NE(doctor_says().find("foreign_tc_ok"), std::string::npos);
+  must(in_a("tc filter del dev veth0 egress pref 1 handle 1 bpf"));
+
+  // tcx, where the kernel has it (BPF_TCX_EGRESS = 47 in Linux 6.6's uapi):
+  // a link, pinned so that it outlives the helper process.
+  const std::string link_pin = pin_ + "-tcx";
+  rc = in_netns(ns_a_, [&] {
+    bpf_object* obj = bpf_object__open_file(RG_FOREIGN_OBJ, nullptr);
+    if (!obj || bpf_object__load(obj)) return 1;
+    int link = bpf_link_create(bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_tc_ok")),
+                               static_cast<int>(if_nametoindex("veth0")), static_cast<bpf_attach_type>(47), nullptr);
+    if (link < 0) return 3;
+    return bpf_obj_pin(link, link_pin.c_str()) ? 2 : 0;
+  });
+  if (rc == 3) GTEST_SKIP() << "no tcx in this kernel";
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(send_roce(4, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 0u) << "the tcx program ahead ends the path";
+  EXPECT_EQ(ahead_of(status()), std::vector<std::string>{"tcx foreign_tc_ok"});
+  EXPECT_NE(doctor_says().find("foreign_tc_ok"), std::string::npos);
+  unlink(link_pin.c_str());
 }
 
 }  // namespace

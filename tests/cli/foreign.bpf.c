@@ -20,3 +20,12 @@ int foreign_xdp(struct xdp_md *ctx)
 {
 	return XDP_PASS;
 }
+
+/* Ends the packet's path on its hook: the verdict of a tool that, ahead of
+ * roceguard on TC egress (tcx, or clsact at a lower priority number), lets
+ * every packet go without passing it on. */
+SEC("tc")
+int foreign_tc_ok(struct __sk_buff *skb)
+{
+	return TC_ACT_OK;
+}
