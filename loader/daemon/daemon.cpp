@@ -396,11 +396,17 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   // The shield's "auto" mode and the loss every peer is told it meets:
   // from the first attach on, with the sequence option only.
   std::unique_ptr<ShieldAuto> shield_auto;
+  std::pair<int, int> shield_auto_fds{-1, -1};
   auto run_shield_auto = [&] {
     if (!cfg.tunnel_sequence || cfg.peers.empty()) return;
+    // A failed attach starts the next try from a fresh object: its maps
+    // are new, and the old descriptors may name something else by then.
+    const std::pair<int, int> fds{dp.map_fd(kMapPeerCtl), dp.map_fd(kMapPeerRx)};
+    if (fds != shield_auto_fds) shield_auto.reset();
     if (!shield_auto) {
-      if (dp.map_fd(kMapPeerCtl) < 0 || dp.map_fd(kMapPeerRx) < 0) return;
-      shield_auto = std::make_unique<ShieldAuto>(cfg, dp.map_fd(kMapPeerCtl), dp.map_fd(kMapPeerRx), pin_path);
+      if (fds.first < 0 || fds.second < 0) return;
+      shield_auto = std::make_unique<ShieldAuto>(cfg, fds.first, fds.second, pin_path);
+      shield_auto_fds = fds;
     }
     shield_auto->tick(monotonic_now_ns());
     exporter.set_shield_auto(shield_auto->auto_peers(), shield_auto->feedback());
