@@ -17,10 +17,12 @@
  *      is attached to; a redirected frame skips that device's qdisc.
  *
  * Whatever cannot go that way goes to the stack as before, untouched, and
- * TC egress does the same work on an skb: no route, an unresolved
+ * TC egress does the same work on an skb: what the stack would not forward
+ * (rg_forward_admissible), no route, an unresolved
  * neighbour, a TTL that would run out (the stack sends the ICMP), a frame
  * over an MTU (the stack or the tunnel MTU policy decides), a VLAN tag, an
- * egress device roceguard is not attached to.
+ * egress device roceguard is not attached to, or not with XDP (the loader
+ * leaves those out of rg_xdp_tx: they have no XDP transmit).
  */
 #ifndef RG_BPF_FORWARD_H
 #define RG_BPF_FORWARD_H
@@ -40,6 +42,89 @@
 #include "tunnel_seq.h"
 
 #define RG_IPV6_FLOWINFO_MASK bpf_htonl(0x0fffffff)
+
+/*
+ * Addresses the stack never forwards from or to (ip_route_input_slow's
+ * martians, ip6_rcv_core and ip6_route_input's scopes): for IPv4 0/8,
+ * 127/8 and 224/3 (multicast, reserved, broadcast) either way; for IPv6
+ * the unspecified address and ::1 either way, multicast and v4-mapped
+ * ones, and link-local ones, which never leave their link.
+ */
+static __always_inline int rg_martian4(__be32 a)
+{
+	__u8 first = bpf_ntohl(a) >> 24;
+
+	return first == 0 || first == 127 || first >= 224;
+}
+
+static __always_inline int rg_martian6(const struct in6_addr *a)
+{
+	__u32 w0 = bpf_ntohl(a->in6_u.u6_addr32[0]);
+
+	if ((w0 >> 24) == 0xff || (w0 & 0xffc00000) == 0xfe800000)
+		return 1; /* multicast, link-local */
+	if (w0 || a->in6_u.u6_addr32[1])
+		return 0;
+	if (a->in6_u.u6_addr32[2] == bpf_htonl(0xffff))
+		return 1; /* v4-mapped */
+	return !a->in6_u.u6_addr32[2] && bpf_ntohl(a->in6_u.u6_addr32[3]) <= 1; /* :: and ::1 */
+}
+
+/*
+ * What the stack checks of a frame before forwarding it, as far as XDP can
+ * (ip_rcv_core, ip_route_input_slow, ip6_rcv_core): addressed to the
+ * receiving interface (not another host's, not broadcast or multicast);
+ * an IPv4 header of 20 bytes (options are the stack's to process) with a
+ * valid checksum, not a fragment; neither address a martian; and the
+ * route back to the source leaving by the interface the frame came in on
+ * (strict reverse path, rp_filter 1, from a lookup as fib_validate_source
+ * makes it), where a looser rp_filter would let the stack forward more.
+ * Returns 0 when all hold; else the frame goes to the stack, which
+ * decides. fib is scratch.
+ */
+static __always_inline int rg_forward_admissible(struct xdp_md *ctx, const struct rg_pkt *p,
+						 const struct ethhdr *eth, void *data_end,
+						 struct bpf_fib_lookup *fib)
+{
+	__u32 ifindex = ctx->ingress_ifindex;
+	const struct rg_iface *dev = bpf_map_lookup_elem(&rg_ifaces, &ifindex);
+	struct udphdr *udp = p->l4;
+	long rc;
+
+	if (!dev || (void *)(udp + 1) > data_end)
+		return -1;
+	for (int i = 0; i < ETH_ALEN; i++)
+		if (eth->h_dest[i] != dev->mac[i])
+			return -1;
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = p->family;
+	fib->l4_protocol = IPPROTO_UDP;
+	fib->sport = udp->dest;
+	fib->dport = udp->source;
+	fib->ifindex = RG_LOOPBACK_IFINDEX;
+	if (p->family == AF_INET) {
+		struct iphdr *ip = p->l3;
+
+		if ((void *)(ip + 1) > data_end || ip->ihl != 5 || (ip->frag_off & bpf_htons(0x3fff)) ||
+		    !rg_ipv4_csum_valid(ip, 5, data_end) || rg_martian4(ip->saddr) || rg_martian4(ip->daddr))
+			return -1;
+		fib->tos = ip->tos;
+		fib->ipv4_src = ip->daddr;
+		fib->ipv4_dst = ip->saddr;
+	} else {
+		struct ipv6hdr *ip6 = p->l3;
+
+		if ((void *)(ip6 + 1) > data_end || rg_martian6(&ip6->saddr) || rg_martian6(&ip6->daddr))
+			return -1;
+		fib->flowinfo = *(__be32 *)ip6 & RG_IPV6_FLOWINFO_MASK;
+		__builtin_memcpy(fib->ipv6_src, &ip6->daddr, 16);
+		__builtin_memcpy(fib->ipv6_dst, &ip6->saddr, 16);
+	}
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return -1;
+	return fib->ifindex == ifindex ? 0 : -1;
+}
 
 /*
  * The stack's route for the frame p was parsed from, arriving on ifindex,
@@ -128,7 +213,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	struct ethhdr inner_eth;
 	union rg_encap_hdr *h;
 	__u32 slot = 0, dev, out, hdr_len;
-	struct rg_qp_key qp_key, *qp = &qp_key;
+	struct rg_qp_key *qp;
 	struct rg_pkt pkt, *p = &pkt;
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 
@@ -136,7 +221,10 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 		return XDP_PASS;
 	h = &scratch->h;
 	fib = &scratch->fib;
+	qp = &scratch->qp;
 	if (p->vlan_depth || (void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (rg_forward_admissible(ctx, p, eth, data_end, fib))
 		return XDP_PASS;
 	if (rg_forward_lookup(ctx, p, data_end, fib))
 		return XDP_PASS;

@@ -182,13 +182,22 @@ struct rg_encap_plan {
 	const struct rg_nexthop *hop;
 	struct rg_nexthop found;
 	struct rg_peer_stats *seq;
-	__u32 hash, lane, room, udp_len, ip_len, opt_len;
-	__u32 shield;     /* RG_PEER_F_SHIELD_*: the configuration's and "auto"'s */
-	__u32 opt_flags;  /* the option's stream flags (RG_TUNNEL_F_*) */
+	__u32 hash, lane, udp_len, ip_len;
 	__u32 feedback;   /* for the extension (rg_peer_ctl) */
-	__u8 ext;         /* the option carries its extension */
 	enum rg_fib_result fr;
+	/* Small, for the stack the fast path shares with its checks. */
+	__u16 room, opt_len;
+	__u8 shield;      /* RG_PEER_F_SHIELD_*: the configuration's and "auto"'s */
+	__u8 ext;         /* the option carries its extension */
+	__u8 copied;      /* the number is sent twice (RG_TUNNEL_F_COPIED) */
 };
+
+/* The option's stream flags (RG_TUNNEL_F_*) of what e plans. */
+static __always_inline __u32 rg_encap_opt_flags(const struct rg_encap_plan *e)
+{
+	return ((rg_cfg.flags & RG_CFG_F_DECAP) ? RG_TUNNEL_F_ELIMINATES : 0) |
+	       (e->copied ? RG_TUNNEL_F_COPIED : 0);
+}
 
 /*
  * UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936.
@@ -211,10 +220,10 @@ static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct
 	t->gnv.vni[2] = peer->vni;
 	t->gnv.reserved = 0;
 	if (e->seq && e->ext) {
-		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext.ext, e->seq, e->lane, e->opt_flags, e->feedback);
+		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext.ext, e->seq, e->lane, rg_encap_opt_flags(e), e->feedback);
 		t->seq.ext.inner_eth = *inner_eth;
 	} else if (e->seq) {
-		rg_tunnel_opt_fill(&t->seq.opt, NULL, e->seq, e->lane, e->opt_flags, 0);
+		rg_tunnel_opt_fill(&t->seq.opt, NULL, e->seq, e->lane, rg_encap_opt_flags(e), 0);
 		t->seq.inner_eth = *inner_eth;
 	} else {
 		t->inner_eth = *inner_eth;
@@ -277,7 +286,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	e->ext = 0;
 	e->shield = rg_peer_shield(peer, ctl);
 	e->feedback = ctl ? ctl->feedback : 0;
-	e->opt_flags = (rg_cfg.flags & RG_CFG_F_DECAP) ? RG_TUNNEL_F_ELIMINATES : 0;
+	e->copied = 0;
 	if ((rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ) && ps && numbered) {
 		e->seq = ps;
 		e->opt_len = RG_TUNNEL_OPT_LEN;
@@ -296,7 +305,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	if (seg_ip_len + RG_TUNNEL_OPT_EXT_LEN > peer->mtu)
 		e->ext = 0;
 
-	nh = rg_nexthop_get(slot, &gen);
+	nh = rg_nexthop_get(slot, rg_outer_tos(p), &gen);
 	if (nh && gen && nh->gen == gen) {
 		if (seg_ip_len > nh->mtu)
 			return RG_ENCAP_OVERSIZE;
@@ -318,7 +327,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	 * bytes of a route MTU under tunnel.mtu (which then overstates the
 	 * path) carries it one number in 16 and may be dropped on the way.
 	 */
-	e->fr = rg_fib_peer(ctx, peer, fib, seg_ip_len, sport, label);
+	e->fr = rg_fib_peer(ctx, peer, fib, seg_ip_len, sport, label, rg_outer_tos(p));
 	if (e->fr == RG_FIB_TOO_BIG)
 		return RG_ENCAP_OVERSIZE;
 	if (e->fr == RG_FIB_FAIL)
@@ -328,7 +337,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 		e->found.ip_csum = rg_ipv4_csum_fixed(peer);
 	e->hop = &e->found;
 	if (e->fr == RG_FIB_OK && nh && gen)
-		rg_nexthop_fill(ctx, peer, fib, &e->found, nh, gen, sport, label);
+		rg_nexthop_fill(ctx, peer, fib, &e->found, nh, gen, sport, label, rg_outer_tos(p));
 	rg_encap_plan_ext(e);
 	return RG_ENCAP_DONE;
 }
@@ -343,10 +352,11 @@ union rg_encap_hdr {
 	struct rg_encap6 v6;
 };
 
-/* The headers, and a lookup for a caller whose stack is full (forward.h). */
+/* The headers, and a lookup and a QP key for a caller whose stack is full (forward.h). */
 struct rg_encap_scratch {
 	union rg_encap_hdr h;
 	struct bpf_fib_lookup fib;
+	struct rg_qp_key qp;
 };
 
 struct {
@@ -516,7 +526,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	 */
 	shield = rg_shield_wants(p, data_end, e.shield);
 	if (shield && e.seq && e.fr == RG_FIB_OK)
-		e.opt_flags |= RG_TUNNEL_F_COPIED;
+		e.copied = 1;
 
 	flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
 		BPF_F_ADJ_ROOM_ENCAP_L2(sizeof(struct ethhdr)) | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |

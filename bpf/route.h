@@ -12,6 +12,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "dscp.h"
 #include "maps.h"
 #include "parse.h"
 
@@ -46,6 +47,19 @@ static __always_inline const struct rg_peer *rg_route_lookup(const struct rg_pkt
 	return peer && peer->family ? peer : NULL;
 }
 
+/*
+ * The TOS byte of the outer packet for the inner one p: the inner one
+ * after the re-mark (the uniform model, geneve.h). TC egress plans after
+ * its re-mark, the XDP fast path before it (forward.h): both route by
+ * this, the class the outer packet carries.
+ */
+static __always_inline __u8 rg_outer_tos(const struct rg_pkt *p)
+{
+	if (!(rg_cfg.flags & RG_CFG_F_REMARK))
+		return p->tos;
+	return (rg_target_dscp(p, rg_cfg.dscp, rg_cfg.cnp_dscp) << 2) | rg_tos_ecn(p->tos);
+}
+
 enum rg_fib_result {
 	RG_FIB_OK,        /* MACs in fib, send out fib->ifindex */
 	RG_FIB_NEIGH,     /* route known, neighbour unresolved: bpf_redirect_neigh */
@@ -64,13 +78,18 @@ enum rg_fib_result {
  * another device; a forwarding lookup from the attached device would apply
  * `iif` policy rules meant for transit traffic. The outer UDP ports and the
  * IPv6 flow label go in too, so multipath routes spread tunnels by the same
- * hash as the kernel's.
+ * hash as the kernel's, and so does the outer packet's class (tos: the TOS
+ * byte the outer header carries), so rules by DSCP (`ip rule ... tos`, an
+ * uplink per class) apply as to the kernel's own tunnels. Its ECN bits are
+ * left out: no kernel routes by them on IPv4, nor Linux 6.13 and later on
+ * IPv6, and a cached hop serves a class (rg_nexthop_get) whatever its ECN.
  */
 #define RG_LOOPBACK_IFINDEX 1
 
 static __always_inline void rg_fib_init(struct bpf_fib_lookup *fib, const struct rg_peer *peer,
-					__u16 tot_len, __be16 sport, __be32 flow_label)
+					__u16 tot_len, __be16 sport, __be32 flow_label, __u8 tos)
 {
+	tos &= ~RG_ECN_MASK;
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->family = peer->family;
 	fib->l4_protocol = IPPROTO_UDP;
@@ -79,26 +98,29 @@ static __always_inline void rg_fib_init(struct bpf_fib_lookup *fib, const struct
 	fib->tot_len = tot_len;
 	fib->ifindex = RG_LOOPBACK_IFINDEX;
 	if (peer->family == AF_INET) {
+		fib->tos = tos;
 		__builtin_memcpy(&fib->ipv4_src, peer->local, 4);
 		__builtin_memcpy(&fib->ipv4_dst, peer->remote, 4);
 	} else {
-		fib->flowinfo = flow_label;
+		/* The traffic class sits above the flow label, as in the header's first word. */
+		fib->flowinfo = flow_label | bpf_htonl((__u32)tos << 20);
 		__builtin_memcpy(fib->ipv6_src, peer->local, 16);
 		__builtin_memcpy(fib->ipv6_dst, peer->remote, 16);
 	}
 }
 
 /*
- * Route to the tunnel peer. tot_len makes the kernel check the egress
- * device's MTU. ctx: the program's (an skb at TC, an xdp_md at XDP).
+ * Route to the tunnel peer for an outer packet of class tos. tot_len makes
+ * the kernel check the egress device's MTU. ctx: the program's (an skb at
+ * TC, an xdp_md at XDP).
  */
 static __always_inline enum rg_fib_result rg_fib_peer(void *ctx, const struct rg_peer *peer,
 						      struct bpf_fib_lookup *fib, __u16 tot_len,
-						      __be16 sport, __be32 flow_label)
+						      __be16 sport, __be32 flow_label, __u8 tos)
 {
 	long rc;
 
-	rg_fib_init(fib, peer, tot_len, sport, flow_label);
+	rg_fib_init(fib, peer, tot_len, sport, flow_label, tos);
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return RG_FIB_OK;
@@ -110,18 +132,39 @@ static __always_inline enum rg_fib_result rg_fib_peer(void *ctx, const struct rg
 }
 
 /*
- * The cached next hop towards peer slot `slot` (this CPU's), and in *gen
- * the generation of the slot's lease while it runs, else 0: an entry is
- * current only when its generation is that one (see struct rg_nexthop).
+ * The longest a cached next hop is used, however current its generation:
+ * not every input of the kernel's lookup raises an event the daemon could
+ * end a generation by. A path MTU learned from ICMP (a route exception),
+ * and its expiry, announce nothing; the lookup sees them. So an entry older
+ * than this is looked up again: a second's worth of packets at most takes
+ * a hop the kernel no longer gives, for two lookups per CPU and peer a second.
  */
-static __always_inline struct rg_nexthop *rg_nexthop_get(__u32 slot, __u32 *gen)
+#define RG_NEXTHOP_MAX_AGE_NS 1000000000ull
+
+/*
+ * The cached next hop towards peer slot `slot` (this CPU's) for an outer
+ * packet of class tos, and in *gen the generation of the slot's lease
+ * while it runs, else 0: an entry is current only when its generation is
+ * that one (see struct rg_nexthop). An entry current for another class
+ * answers 0 too: the packet takes the lookup, and the entry stays its
+ * class's, so two classes to one peer do not refill it in turn.
+ */
+static __always_inline struct rg_nexthop *rg_nexthop_get(__u32 slot, __u8 tos, __u32 *gen)
 {
 	const struct rg_nexthop_lease *l = bpf_map_lookup_elem(&rg_nh_leases, &slot);
+	struct rg_nexthop *nh = bpf_map_lookup_elem(&rg_nexthops, &slot);
+	__u64 now = bpf_ktime_get_coarse_ns();
 
 	*gen = 0;
-	if (l && l->gen && l->until_ns > bpf_ktime_get_coarse_ns())
+	if (l && l->gen && l->until_ns > now)
 		*gen = l->gen;
-	return bpf_map_lookup_elem(&rg_nexthops, &slot);
+	if (!nh || !*gen || nh->gen != *gen)
+		return nh;
+	if ((__u32)(now >> 20) - nh->filled > (__u32)(RG_NEXTHOP_MAX_AGE_NS >> 20))
+		nh->gen = 0; /* this CPU's: refilled by this packet's lookup */
+	else if (nh->dscp != rg_tos_dscp(tos))
+		*gen = 0;
+	return nh;
 }
 
 /* The hop a lookup found (fib): egress device and both MACs; the caller adds the checksum's part. */
@@ -133,6 +176,9 @@ static __always_inline void rg_nexthop_found(struct rg_nexthop *hop, const struc
 	__builtin_memcpy(hop->smac, fib->smac, ETH_ALEN);
 	hop->mtu = 0;
 	hop->ip_csum = 0;
+	hop->dscp = 0;
+	__builtin_memset(hop->reserved, 0, sizeof(hop->reserved));
+	hop->filled = 0;
 }
 
 /*
@@ -147,12 +193,14 @@ static __always_inline void rg_nexthop_found(struct rg_nexthop *hop, const struc
 static __always_inline void rg_nexthop_fill(void *ctx, const struct rg_peer *peer,
 					    struct bpf_fib_lookup *fib, const struct rg_nexthop *found,
 					    struct rg_nexthop *nh, __u32 gen, __be16 sport,
-					    __be32 flow_label)
+					    __be32 flow_label, __u8 tos)
 {
 	long rc;
 
 	*nh = *found; /* generation 0 until complete */
-	rg_fib_init(fib, peer, 0xffff, sport, flow_label);
+	nh->dscp = rg_tos_dscp(tos);
+	nh->filled = bpf_ktime_get_coarse_ns() >> 20;
+	rg_fib_init(fib, peer, 0xffff, sport, flow_label, tos);
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		nh->mtu = fib->mtu_result;

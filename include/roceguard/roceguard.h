@@ -260,6 +260,9 @@ struct rg_nexthop {
 	__u8 smac[6];
 	__u16 mtu;         /* the route's MTU towards the peer */
 	__u16 ip_csum;     /* outer IPv4: its header's fixed words summed (rg_ipv4_csum_fixed); 0 for IPv6 */
+	__u8 dscp;         /* the outer packets' class it was looked up for: rules may route by it */
+	__u8 reserved[3];
+	__u32 filled;      /* bpf_ktime_get_coarse_ns() >> 20 when filled (about ms; compared by difference) */
 };
 
 struct rg_nexthop_lease {
@@ -542,7 +545,7 @@ RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");
 RG_STATIC_ASSERT(sizeof(struct rg_decap_key) == 24, "rg_decap_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_nexthop) == 24, "rg_nexthop layout");
+RG_STATIC_ASSERT(sizeof(struct rg_nexthop) == 32, "rg_nexthop layout");
 RG_STATIC_ASSERT(sizeof(struct rg_nexthop_lease) == 16, "rg_nexthop_lease layout");
 RG_STATIC_ASSERT(sizeof(struct rg_config) == 28, "rg_config layout");
 RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");

@@ -45,7 +45,9 @@ constexpr int kLeaseRenewMs = 1000;
 
 // Notifications from rtnetlink: link and TC (a link added, deleted, renamed
 // or changed, a TC filter changed), which wake the watch, and besides them
-// route and neighbour changes, which with every other message end the
+// every other input of the kernel's route lookup that announces its
+// changes (routes, nexthop objects, policy rules, neighbours, the
+// forwarding switches in netconf), which with every other message end the
 // next-hop cache's generation. What changed is read back from the system,
 // so a lost message (ENOBUFS when the socket overflows) costs one pass and
 // one generation done anyway.
@@ -55,12 +57,20 @@ struct Drained {
   bool any = false;  // any message, or some lost
 };
 
+// The bit of rtnetlink multicast group g (RTNLGRP_*) in a bind's group mask.
+constexpr unsigned group_bit(unsigned g) { return 1u << (g - 1); }
+
 class LinkEvents {
  public:
+  static constexpr unsigned kGroups =
+      group_bit(RTNLGRP_LINK) | group_bit(RTNLGRP_TC) | group_bit(RTNLGRP_NEIGH) |
+      group_bit(RTNLGRP_IPV4_ROUTE) | group_bit(RTNLGRP_IPV6_ROUTE) | group_bit(RTNLGRP_NEXTHOP) |
+      group_bit(RTNLGRP_IPV4_RULE) | group_bit(RTNLGRP_IPV6_RULE) | group_bit(RTNLGRP_IPV4_NETCONF) |
+      group_bit(RTNLGRP_IPV6_NETCONF);
+
   LinkEvents() {
     try {
-      nl_ = std::make_unique<NetlinkSocket>(
-          NETLINK_ROUTE, RTMGRP_LINK | RTMGRP_TC | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE);
+      nl_ = std::make_unique<NetlinkSocket>(NETLINK_ROUTE, kGroups);
     } catch (const NetlinkError& e) {
       spdlog::warn("no rtnetlink link events ({}): interfaces are re-checked every {} s only", e.what(),
                    kRecheckMs / 1000);

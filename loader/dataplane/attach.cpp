@@ -235,7 +235,7 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   obj_.ensure_loaded();
   if (cfg_.xdp_forward) {
     link_forward(st, name);
-    add_forward_target(st.ifindex, name, undo);
+    set_forward_target(st.ifindex, name, ingress == IngressHook::kXdp, undo);
   }
   st.tc_handle = cfg_.tc_handle;
   st.tc_priority = cfg_.tc_priority;
@@ -267,10 +267,20 @@ void Dataplane::link_forward(const IfaceState& st, const std::string& name) cons
   }
 }
 
-void Dataplane::add_forward_target(int ifindex, const std::string& name, Rollback& undo) {
+void Dataplane::set_forward_target(int ifindex, const std::string& name, bool xdp, Rollback& undo) {
   int fd = obj_.map_fd(kMapXdpTx);
   if (fd < 0) throw Error(std::string("internal: the loaded object has no ") + kMapXdpTx);
   const uint32_t key = static_cast<uint32_t>(ifindex);
+  if (!xdp) {
+    // A device without XDP of its own has no XDP transmit either (a bridge,
+    // a VLAN device, virtio-net above a page on Linux 6.1): what the fast
+    // path redirected there would be dropped.
+    bpf_map_delete_elem(fd, &key);
+    spdlog::warn("{}: no XDP on this interface, so the XDP fast path does not send to it: RoCE forwarded "
+                 "out of {} takes the slow path (the stack and TC egress)",
+                 name, name);
+    return;
+  }
   if (bpf_map_update_elem(fd, &key, &key, BPF_ANY) != 0)
     throw Error("cannot make " + name + " a target of the XDP fast path (" + kMapXdpTx + "): " + errno_text(errno));
   undo.add(name + "'s entry in " + std::string(kMapXdpTx), [fd, key] { bpf_map_delete_elem(fd, &key); });

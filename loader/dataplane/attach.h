@@ -74,8 +74,9 @@ class Dataplane {
  private:
   // Attaches one interface; undo learns how to put back what was there.
   IfaceState attach_interface(const std::string& name, bool force, Rollback& undo);
-  // Lets the XDP fast path redirect to the interface (dataplane.xdp_forward).
-  void add_forward_target(int ifindex, const std::string& name, Rollback& undo);
+  // Lets the XDP fast path redirect to the interface (dataplane.xdp_forward)
+  // when its ingress runs in XDP (xdp), else makes sure it does not.
+  void set_forward_target(int ifindex, const std::string& name, bool xdp, Rollback& undo);
   // Fills the fast path's slot once the interface's ingress program is
   // loaded; says what to do where the kernel refuses it to a dispatcher's
   // extension.

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <time.h>
 
 #include <barrier>
 #include <functional>
@@ -755,6 +756,44 @@ TEST_P(EncapOuterRoute, InputInterfaceRulesDoNotApply) {
   EXPECT_EQ(v.dst, kOtherPeerMac);
 }
 
+// A rule by class (DSCP 46 to a premium uplink) applies to the outer packet
+// by the DSCP it carries, as it does to the kernel's own tunnels (`ip route
+// get PEER tos 0xb8`): the lookup carries it, and a cached next hop serves
+// only the class it was looked up for. IPv4 rules compare the TOS bits alone
+// (the kernel refuses `tos 0xb8` there; 0x18 is what it compares of 0xb8),
+// IPv6 rules the DSCP; neither the ECN bits.
+TEST_P(EncapOuterRoute, ClassRulesSeeTheOuterDscp) {
+  KernelRoutes routes;
+  routes.add(fam() + std::string("route"), host_prefix() + " " + via(false));
+  routes.add(fam() + std::string("route"), host_prefix() + " " + via(true) + " table 100");
+  routes.add(fam() + std::string("rule"),
+             std::string(GetParam().outer6 ? "tos 0xb8" : "tos 0x18") + " lookup 100 priority 100");
+  ASSERT_NE(run_command("ip " + std::string(fam()) + "route get " + peer() + " tos 0xb8").find(kOtherDev),
+            std::string::npos);
+  rg_config cfg = test_config();
+  cfg.flags &= ~(RG_CFG_F_REMARK | RG_CFG_F_REPAIR);  // the frames keep their classes
+  Dataplane dp(cfg);
+  tunnel(dp);
+  PeerConfig peer_cfg;
+  peer_cfg.local = *parse_address(GetParam().outer6 ? kLocal6 : kLocal4);
+  peer_cfg.remote = *parse_address(peer());
+  NexthopLeases leases(bpf_map__fd(dp.skel()->maps.rg_nh_leases), {peer_cfg});
+  leases.invalidate();
+  ASSERT_EQ(leases.granted(), 1u);
+  // Twice through: the lookups (filling the cache), then with a cache.
+  for (int round = 0; round < 2; ++round) {
+    for (uint8_t dscp : {46, 0, 46, 26}) {
+      SCOPED_TRACE(::testing::Message() << "round " << round << ", DSCP " << int(dscp));
+      for (uint8_t ecn : {0, 2}) {
+        View v = parse(dp.tc(tunneled4().dscp(dscp).ecn(ecn).build()).out);
+        ASSERT_TRUE(v.geneve);
+        EXPECT_EQ(v.dscp(), dscp);
+        EXPECT_EQ(v.dst, dscp == 46 ? kOtherPeerMac : kPeerMac) << "ECN " << int(ecn);
+      }
+    }
+  }
+}
+
 // Equal-cost paths to the peer: the outer UDP source port (and IPv6 flow
 // label) is each QP's entropy, and the lookup sees it, so with the L4 hash
 // policy different QPs take different paths, as the kernel's Geneve does.
@@ -845,9 +884,14 @@ uint16_t fixed_ip_csum4() {
 
 // A cache entry that names kPlantedMac: a frame addressed to it was built
 // from the cache, not from a lookup (the kernel knows no such neighbour).
-// For kPeerSlot4 it carries the outer IPv4 header's checksum part.
+// For kPeerSlot4 it carries the outer IPv4 header's checksum part. It
+// serves the class the tests' frames are re-marked to.
 rg_nexthop planted(uint32_t gen, uint16_t mtu = 0xffff, uint16_t ip_csum = fixed_ip_csum4()) {
   rg_nexthop nh{};
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);  // bpf_ktime_get_coarse_ns's clock: filled just now
+  nh.filled = static_cast<uint32_t>((static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec)) >> 20);
+  nh.dscp = RG_DEFAULT_DSCP;
   nh.ip_csum = ip_csum;
   nh.gen = gen;
   nh.ifindex = if_nametoindex(kDev);
@@ -981,6 +1025,26 @@ TEST(NexthopCache, NotUsedWithoutACurrentLease) {
   leases.revoke();
   EXPECT_EQ(leases.granted(), 0u);
   EXPECT_EQ(parse(dp.tc(tunneled4().build()).out).dst, kPeerMac);
+}
+
+// Not every input of the kernel's lookup announces its change (a path MTU
+// learned from ICMP does not), so a current entry serves a bounded time
+// (RG_NEXTHOP_MAX_AGE_NS, one second) after its fill, then the lookup
+// routes the next frame and fills it again.
+TEST(NexthopCache, AnEntryServesABoundedTime) {
+  Dataplane dp;
+  dp.tunnels();
+  NexthopLeases leases(bpf_map__fd(dp.skel()->maps.rg_nh_leases), harness_peers());
+  leases.invalidate();
+  set_nexthops(dp, kPeerSlot4, planted(leases.generation()));
+  ASSERT_EQ(parse(dp.tc(tunneled4().build()).out).dst, kPlantedMac) << "a fresh entry is used";
+  leases.renew();
+  usleep(1'300'000);  // past the bound; the lease (3 s) still runs
+  leases.renew();
+  EXPECT_EQ(parse(dp.tc(tunneled4().build()).out).dst, kPeerMac) << "routed by the lookup";
+  size_t refilled = 0;
+  for (const auto& nh : filled(dp, kPeerSlot4, leases.generation())) refilled += mac_of(nh.dmac) == kPeerMac;
+  EXPECT_EQ(refilled, 1u) << "and filled again, on the CPU that ran it";
 }
 
 // The cached MTU is the route's, and the oversize policy applies to it as
@@ -2034,14 +2098,21 @@ struct ForwardPlane {
   }
 };
 
+// The LAN behind kOtherDev, where tunneled4/6's sources are.
+inline constexpr const char* kLanNet4 = "198.51.100.0";
+inline constexpr const char* kLanNet6 = "2001:db8:5::";
+
 // The inner prefixes of the tunnel routes, routed by the kernel too: out
 // of kDev towards the peer, where the tunnel starts.
+// And the LAN's, behind kOtherDev, where the frames from_lan come from.
 void route_remote_nets(KernelRoutes& routes, const char* via4 = kPeer4, const char* via6 = kPeer6) {
   routes.add("-4 route", std::string(kRemoteNet4) + "/24 via " + via4 + " dev " + kDev);
   routes.add("-6 route", std::string(kRemoteNet6) + "/48 via " + via6 + " dev " + kDev);
+  routes.add("-4 route", std::string(kLanNet4) + "/25 via " + kOtherPeer4 + " dev " + kOtherDev);
+  routes.add("-6 route", std::string(kLanNet6) + "/48 via " + kOtherPeer6 + " dev " + kOtherDev);
 }
 
-// inner as a LAN host behind kOtherDev hands it to this gateway, and as
+// inner (from a LAN host: tunneled4/6's sources) as a host behind kOtherDev hands it to this gateway, and as
 // the kernel forwards it out of kDev (after the ingress program's repair).
 PacketBuilder from_lan(PacketBuilder inner) { return inner.eth(kOtherDevMac, kOtherPeerMac).ttl(64); }
 PacketBuilder forwarded(PacketBuilder inner, uint8_t dscp) {
@@ -2061,6 +2132,10 @@ TEST(XdpForward, EncapsulatesAsTheStackAndTcEgressWould) {
   slow.tunnels();
   uint64_t n = 0;
   for (const EncapCase& c : encap_cases()) {
+    // IPv4 options are the stack's to act on when it forwards (record route
+    // writes into them): that frame goes to the stack, in
+    // LeavesWhatTheStackWouldNotForwardToIt.
+    if (c.name == "Ipv4OptionsInner") continue;
     SCOPED_TRACE(c.name);
     const Verdict got = f.dp.xdp_at(from_lan(c.inner).build(), other_dev_ifindex());
     const Verdict want = slow.tc(forwarded(c.inner, c.want_dscp).build());
@@ -2148,6 +2223,8 @@ TEST_F(XdpForwardOnOneCpu, NumbersWhatItEncapsulatesAsTcEgress) {
 // Decapsulated RoCE for a host behind the other device goes there directly,
 // as the kernel would forward it: TTL down by one, that host's MAC.
 TEST(XdpForward, SendsDecapsulatedRoceOnToTheLan) {
+  KernelRoutes routes;
+  route_remote_nets(routes);  // the inner sources: behind the tunnel, back by kDev
   ForwardPlane f;
   for (bool v6 : {false, true}) {
     SCOPED_TRACE(v6 ? "IPv6" : "IPv4");
@@ -2206,6 +2283,49 @@ TEST(XdpForward, LeavesEverythingElseToTheStack) {
     EXPECT_EQ(fast.events(RG_DIR_EGRESS), Events{}) << "nothing counted as sent";
     EXPECT_EQ(fast.events(RG_DIR_INGRESS), off.events(RG_DIR_INGRESS));
   }
+}
+
+// What the stack would not forward, the fast path does not either: it goes
+// to the stack as it came, which drops it (or, where rp_filter is off,
+// forwards a source it has no route back to by the same device).
+TEST(XdpForward, LeavesWhatTheStackWouldNotForwardToIt) {
+  struct Case {
+    const char* name;
+    PacketBuilder in;
+  };
+  const Mac other_host = {0x02, 0x00, 0x00, 0x00, 0xdd, 0x01};
+  const Mac broadcast = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  std::vector<Case> cases = {
+      {"AnotherHostsMac", from_lan(tunneled4()).eth(other_host, kOtherPeerMac)},
+      {"BroadcastMac", from_lan(tunneled4()).eth(broadcast, kOtherPeerMac)},
+      {"BadIpv4HeaderChecksum", from_lan(tunneled4()).ip_checksum(0x1234)},
+      {"Ipv4Options", from_lan(tunneled4()).ip_options({0x01, 0x01, 0x01, 0x01})},
+      {"LoopbackSource", from_lan(tunneled4()).ipv4("127.0.0.1", "203.0.113.20")},
+      {"MulticastDestination", from_lan(tunneled4()).ipv4("198.51.100.10", "239.1.2.3")},
+      {"SpoofedSource", from_lan(tunneled4()).ipv4("192.0.2.50", "203.0.113.20")},
+      {"NoRouteBackToTheSource", from_lan(tunneled4()).ipv4("198.51.100.100", "203.0.113.20")},
+      {"Ipv6LinkLocalSource", from_lan(tunneled6()).ipv6("fe80::10", "2001:db8:6::20")},
+      {"Ipv6SpoofedSource", from_lan(tunneled6()).ipv6("2001:db8::50", "2001:db8:6::20")},
+  };
+  KernelRoutes routes;
+  route_remote_nets(routes);
+  routes.add("-4 route", std::string("198.51.100.100/32 dev lo"));  // blackholed back
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ForwardPlane f;
+    Dataplane off;
+    off.tunnels();
+    const Bytes in = c.in.build();
+    const Verdict got = f.dp.xdp_at(in, other_dev_ifindex());
+    const Verdict want = off.xdp_at(in, other_dev_ifindex());
+    EXPECT_EQ(got.ret, kXdpPass);
+    EXPECT_EQ(hex(got.out), hex(want.out));
+    EXPECT_EQ(f.dp.events(RG_DIR_EGRESS), Events{}) << "nothing counted as sent";
+  }
+  // The same frames as they should be are forwarded.
+  ForwardPlane f;
+  EXPECT_EQ(f.dp.xdp_at(from_lan(tunneled4()).build(), other_dev_ifindex()).ret, kXdpRedirect);
+  EXPECT_EQ(f.dp.xdp_at(from_lan(tunneled6()).build(), other_dev_ifindex()).ret, kXdpRedirect);
 }
 
 // Off (the default), RoCE that the kernel would forward is passed to it.

@@ -415,6 +415,9 @@ Verdict Dataplane::xdp_at(const Bytes& in, int ifindex) {
 }
 
 void Dataplane::forward_to(int ifindex) {
+  // Its address first, as attaching an interface writes it (rg_ifaces).
+  if (ifindex == other_dev_ifindex()) iface(ifindex, kOtherDevMac);
+  if (ifindex == dev_ifindex()) iface(ifindex, kDevMac);
   const uint32_t key = static_cast<uint32_t>(ifindex);
   if (bpf_map__update_elem(skel_->maps.rg_xdp_tx, &key, sizeof(key), &key, sizeof(key), 0))
     throw std::runtime_error("rg_xdp_tx update: " + std::string(std::strerror(errno)));

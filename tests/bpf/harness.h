@@ -115,7 +115,7 @@ class Dataplane {
   // ROCEGUARD_TEST_INGRESS says: the XDP fast path exists at XDP only.
   Verdict xdp_at(const Bytes& in, int ifindex);
   // Lets the fast path redirect to ifindex (rg_xdp_tx), as the loader does
-  // for each interface it attaches.
+  // for each interface it attaches, with its address (rg_ifaces).
   void forward_to(int ifindex);
   // rg_tc_egress on a packet the stack gave skb_priority.
   Verdict tc_with_priority(const Bytes& in, uint32_t skb_priority);

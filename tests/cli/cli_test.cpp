@@ -751,6 +751,162 @@ routes = ["203.0.113.0/24"]
   EXPECT_EQ(counter("unknown_tunnel", "ingress"), 0u);
 }
 
+// The XDP fast path redirects only to an interface whose own ingress runs
+// in XDP: a device without native XDP (a bridge here; a VLAN device, or
+// virtio-net at a jumbo MTU on Linux 6.1) has no XDP transmit either, and a
+// frame redirected there is dropped. Geneve from the far gateway on veth0,
+// whose inner RoCE the kernel forwards out of br0 to a host behind it: with
+// the fast path on, every frame arrives, by the slow path.
+TEST_F(LoaderNetns, XdpFastPathLeavesAnInterfaceWithoutXdpToTheStack) {
+  unsetenv("ROCEGUARD_DATAPLANE_INGRESS_HOOK");
+  create_second_veth();
+  must("ip -n " + ns_a_ + " link add br0 type bridge");
+  must("ip -n " + ns_a_ + " link set vx0 master br0");
+  must("ip -n " + ns_a_ + " link set br0 up");
+  must("ip -n " + ns_a_ + " addr add 203.0.113.1/24 dev br0");
+  must("ip -n " + ns_b_ + " link set vx1 address 02:00:00:00:00:12");
+  must("ip -n " + ns_b_ + " addr add 203.0.113.5/24 dev vx1");
+  must("ip -n " + ns_a_ + " neigh replace 203.0.113.5 lladdr 02:00:00:00:00:12 dev br0 nud permanent");
+  must(in_a("sysctl -qw net.ipv4.ip_forward=1"));
+  const std::string cfg = write_file("bridge.toml", R"(interfaces = ["veth0", "br0"]
+[dataplane]
+xdp_forward = true
+[[tunnel.peer]]
+name = "far"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+vni = 77
+routes = ["192.0.2.0/24"]
+)");
+  Result r = rg("attach --config " + cfg);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_EQ(hooks("br0").tc_ingress, std::vector<std::string>{"rg_tc_ingress"}) << "no native XDP on a bridge";
+  ASSERT_EQ(hooks("veth0").xdp, std::vector<std::string>{"rg_xdp_ingress"});
+  EXPECT_NE(r.out.find("br0"), std::string::npos) << r.out;
+
+  const rg::test::Mac veth0 = rg::test::mac("02:00:00:00:00:01"), veth1 = rg::test::mac("02:00:00:00:00:02");
+  constexpr int kFrames = 20;
+  // In namespace b: the far gateway sends on veth1, the host behind br0
+  // receives on vx1; returns how many arrived (waiting at most 3 s).
+  const int arrived = in_netns(ns_b_, [&] {
+    int rx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(rg::test::kRoceV2Port);
+    inet_pton(AF_INET, "203.0.113.5", &at.sin_addr);
+    if (rx < 0 || bind(rx, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0) return 100;
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 101;
+    sockaddr_ll to{};
+    to.sll_family = AF_PACKET;
+    to.sll_ifindex = static_cast<int>(if_nametoindex("veth1"));
+    to.sll_halen = 6;
+    std::memcpy(to.sll_addr, veth0.data(), 6);
+    for (uint32_t psn = 100; psn < 100 + kFrames; ++psn) {
+      rg::test::Bth b;
+      b.psn = psn;
+      rg::test::Bytes inner = rg::test::PacketBuilder()
+                                  .eth(veth0, veth1)
+                                  .ipv4("198.51.100.9", "203.0.113.5")
+                                  .udp(49200, rg::test::kRoceV2Port)
+                                  .bth(b)
+                                  .payload(64)
+                                  .build();
+      rg::test::Bytes frame = rg::test::PacketBuilder()
+                                  .eth(veth0, veth1)
+                                  .ipv4("198.51.100.2", "198.51.100.1")
+                                  .udp(51000, rg::test::kGenevePort)
+                                  .udp_csum(rg::test::UdpCsum::kZero)
+                                  .geneve(77)
+                                  .payload(inner)
+                                  .build();
+      if (sendto(fd, frame.data(), frame.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0) return 102;
+    }
+    close(fd);
+    int n = 0;
+    char buf[2048];
+    for (int waits = 0; waits < 30 && n < kFrames; ++waits) {
+      pollfd p{rx, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      while (n < kFrames && recv(rx, buf, sizeof(buf), MSG_DONTWAIT) > 0) ++n;
+    }
+    close(rx);
+    return n;
+  });
+  EXPECT_EQ(counter("decapsulated", "ingress"), static_cast<uint64_t>(kFrames));
+  EXPECT_EQ(arrived, kFrames);
+  EXPECT_EQ(counter("xdp_forwarded"), 0u) << "nothing redirected to br0";
+}
+
+// A map of the program with id prog_id, by name, opened by id (-1 if none).
+int prog_map_fd(uint32_t prog_id, const std::string& name) {
+  const json prog = json::parse(sh("bpftool -j prog show id " + std::to_string(prog_id)).out, nullptr, false);
+  if (!prog.is_object()) return -1;
+  for (const auto& id : prog.value("map_ids", json::array())) {
+    const int fd = bpf_map_get_fd_by_id(id.get<uint32_t>());
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && name == info.name) return fd;
+    close(fd);
+  }
+  return -1;
+}
+
+// `roceguard run` ends the next-hop cache's generation on every input of
+// the kernel's route lookup that announces its change, not only routes,
+// neighbours and links: a policy rule (`ip rule add to PEER lookup 100`
+// steers the tunnel elsewhere) and the forwarding switch (netconf).
+TEST_F(LoaderNetns, RunEndsTheNextHopGenerationOnRulesAndForwarding) {
+  const std::string cfg = write_file("leases.toml", R"(interfaces = ["veth0"]
+[[tunnel.peer]]
+name = "far"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+vni = 77
+routes = ["203.0.113.0/24"]
+)");
+  Daemon d = start_run("--config " + cfg);
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  std::vector<int> ids = hook_ids();
+  ASSERT_EQ(ids.size(), 2u);
+  const int lease_fd = prog_map_fd(static_cast<uint32_t>(ids[1]), "rg_nh_leases");
+  ASSERT_GE(lease_fd, 0);
+  auto generation = [&] {
+    rg_nexthop_lease l{};
+    uint32_t slot = 0;
+    bpf_map_lookup_elem(lease_fd, &slot, &l);
+    return l.gen;
+  };
+  // Whether the generation leaves `from` within 5 s.
+  auto moves = [&](uint32_t from) {
+    for (int i = 0; i < 50; ++i) {
+      if (generation() != from) return true;
+      usleep(100 * 1000);
+    }
+    return false;
+  };
+  // Quiet first: the new namespace's own IPv6 start (DAD, router
+  // solicitation) raises events that end generations too.
+  uint32_t g = generation();
+  for (int stable = 0, i = 0; i < 100 && stable < 15; ++i) {
+    usleep(100 * 1000);
+    const uint32_t now = generation();
+    stable = now == g ? stable + 1 : 0;
+    g = now;
+  }
+  ASSERT_NE(g, 0u) << "the peer holds a lease\n" << read_log(d);
+  must(in_a("ip rule add to 198.51.100.2 lookup 100 priority 100"));
+  EXPECT_TRUE(moves(g)) << "a rule added";
+  g = generation();
+  const std::string fwd = sh(in_a("sysctl -n net.ipv4.conf.all.forwarding")).out;
+  must(in_a(std::string("sysctl -qw net.ipv4.conf.all.forwarding=") + (fwd.find('1') == 0 ? "0" : "1")));
+  EXPECT_TRUE(moves(g)) << "forwarding switched";
+  close(lease_fd);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
 TEST_F(LoaderNetns, DetachLeavesForeignTcFilterAndQdisc) {
   ASSERT_EQ(attach_foreign(false, 7, 7), 0);
   ASSERT_EQ(rg("attach --interface veth0").rc, 0);
