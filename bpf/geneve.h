@@ -270,7 +270,8 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 {
 	int v6 = peer->family == AF_INET6;
 	const struct rg_peer_ctl *ctl = bpf_map_lookup_elem(&rg_peer_ctl, &slot);
-	struct rg_nexthop *nh;
+	__u8 tos = rg_outer_tos(p);
+	const struct rg_nexthop *nh;
 	__u32 gen, seg_ip_len;
 
 	e->hash = rg_flow_hash(flow);
@@ -305,8 +306,8 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	if (seg_ip_len + RG_TUNNEL_OPT_EXT_LEN > peer->mtu)
 		e->ext = 0;
 
-	nh = rg_nexthop_get(slot, rg_outer_tos(p), &gen);
-	if (nh && gen && nh->gen == gen) {
+	nh = rg_nexthop_get(slot, tos, &gen);
+	if (nh) {
 		if (seg_ip_len > nh->mtu)
 			return RG_ENCAP_OVERSIZE;
 		if (seg_ip_len + RG_TUNNEL_OPT_EXT_LEN > nh->mtu)
@@ -327,7 +328,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	 * bytes of a route MTU under tunnel.mtu (which then overstates the
 	 * path) carries it one number in 16 and may be dropped on the way.
 	 */
-	e->fr = rg_fib_peer(ctx, peer, fib, seg_ip_len, sport, label, rg_outer_tos(p));
+	e->fr = rg_fib_peer(ctx, peer, fib, seg_ip_len, sport, label, tos);
 	if (e->fr == RG_FIB_TOO_BIG)
 		return RG_ENCAP_OVERSIZE;
 	if (e->fr == RG_FIB_FAIL)
@@ -336,8 +337,8 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	if (!v6)
 		e->found.ip_csum = rg_ipv4_csum_fixed(peer);
 	e->hop = &e->found;
-	if (e->fr == RG_FIB_OK && nh && gen)
-		rg_nexthop_fill(ctx, peer, fib, &e->found, nh, gen, sport, label, rg_outer_tos(p));
+	if (e->fr == RG_FIB_OK && gen)
+		rg_nexthop_fill(ctx, peer, fib, &e->found, slot, gen, sport, label, tos);
 	rg_encap_plan_ext(e);
 	return RG_ENCAP_DONE;
 }

@@ -235,17 +235,29 @@ static __always_inline struct rg_qp_dir *rg_qp_entry(void *map, const void *key,
 
 /*
  * Counts one RoCE packet (p parsed from it, key its QP) in direction dir,
- * or the p->segs packets of a GSO skb, len bytes on the wire in all.
+ * or the p->segs packets of a GSO skb, len bytes on the wire in all. Of p
+ * it reads only numbers, never a packet pointer.
+ *
+ * A global function: the verifier checks it once on its own, not along
+ * every path of the program that calls it, which keeps the programs that
+ * encapsulate (TC egress, the fast path) within its budget of a million
+ * instructions. So its pointers may be NULL to the verifier's eyes.
  */
-static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
-				       struct rg_counters *c, __u32 dir, __u32 len)
+__noinline int rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
+			  struct rg_counters *c, __u32 dir, __u32 len)
 {
 	struct rg_qp_dir *d;
-	__u8 kind = p->syndrome & RG_AETH_SYNDROME_KIND_MASK;
-	int is_ack = rg_bth_is_ack(p->opcode);
-	int ce = rg_tos_ecn(p->tos) == RG_ECN_CE;
-	__u32 n = p->segs ? p->segs : 1;
+	__u8 kind;
+	int is_ack, ce;
+	__u32 n;
 	__u64 now;
+
+	if (!p || !key)
+		return 0;
+	kind = p->syndrome & RG_AETH_SYNDROME_KIND_MASK;
+	is_ack = rg_bth_is_ack(p->opcode);
+	ce = rg_tos_ecn(p->tos) == RG_ECN_CE;
+	n = p->segs ? p->segs : 1;
 
 	rg_count_n(c, RG_EV_ROCE_PACKETS, n, len);
 	if (ce)
@@ -262,7 +274,7 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 	}
 
 	if (!(rg_cfg.flags & RG_CFG_F_ACCOUNT))
-		return;
+		return 0;
 
 	/*
 	 * The clock only measures idle gaps of seconds (qp_idle_ms): the
@@ -288,7 +300,7 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 		d = rg_qp_entry(&rg_qp6, &k6, c, now);
 	}
 	if (!d)
-		return;
+		return 0;
 	d->last_seen_ns = now;
 	rg_add(d->packets, n);
 	rg_add(d->bytes, len);
@@ -296,7 +308,7 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 		rg_add(d->ecn_ce, n);
 	if (p->opcode == RG_BTH_OPCODE_CNP) {
 		rg_add(d->cnp, n);
-		return;
+		return 0;
 	}
 	if (is_ack) {
 		if (kind == RG_AETH_KIND_RNR_NAK)
@@ -305,10 +317,11 @@ static __always_inline void rg_account(const struct rg_pkt *p, const struct rg_q
 			rg_add(d->nak_seq_err, n);
 		else if (kind == RG_AETH_KIND_NAK)
 			rg_add(d->nak_other, n);
-		return;
+		return 0;
 	}
 	if (rg_opcode_tracks_psn(p->opcode))
 		rg_track_psn(d, p, c, len);
+	return 0;
 }
 
 #endif

@@ -143,27 +143,37 @@ static __always_inline enum rg_fib_result rg_fib_peer(void *ctx, const struct rg
 
 /*
  * The cached next hop towards peer slot `slot` (this CPU's) for an outer
- * packet of class tos, and in *gen the generation of the slot's lease
- * while it runs, else 0: an entry is current only when its generation is
- * that one (see struct rg_nexthop). An entry current for another class
- * answers 0 too: the packet takes the lookup, and the entry stays its
- * class's, so two classes to one peer do not refill it in turn.
+ * packet of class tos when it is current, else NULL. An entry is current
+ * only when its generation is the slot's lease's while the lease runs (see
+ * struct rg_nexthop), and then *gen is that generation, which a lookup
+ * fills the entry with (rg_nexthop_fill); else *gen is 0 and nothing is
+ * filled. An entry current for another class answers NULL with *gen 0:
+ * the packet takes the lookup, and the entry stays its class's, so two
+ * classes to one peer do not refill it in turn.
  */
-static __always_inline struct rg_nexthop *rg_nexthop_get(__u32 slot, __u8 tos, __u32 *gen)
+static __always_inline const struct rg_nexthop *rg_nexthop_get(__u32 slot, __u8 tos, __u32 *gen)
 {
 	const struct rg_nexthop_lease *l = bpf_map_lookup_elem(&rg_nh_leases, &slot);
 	struct rg_nexthop *nh = bpf_map_lookup_elem(&rg_nexthops, &slot);
 	__u64 now = bpf_ktime_get_coarse_ns();
+	__u32 g;
 
 	*gen = 0;
-	if (l && l->gen && l->until_ns > now)
-		*gen = l->gen;
-	if (!nh || !*gen || nh->gen != *gen)
-		return nh;
-	if ((__u32)(now >> 20) - nh->filled > (__u32)(RG_NEXTHOP_MAX_AGE_NS >> 20))
+	if (!l || !nh || !l->gen || l->until_ns <= now)
+		return NULL;
+	g = l->gen;
+	if (nh->gen != g) {
+		*gen = g;
+		return NULL;
+	}
+	if ((__u32)(now >> 20) - nh->filled > (__u32)(RG_NEXTHOP_MAX_AGE_NS >> 20)) {
 		nh->gen = 0; /* this CPU's: refilled by this packet's lookup */
-	else if (nh->dscp != rg_tos_dscp(tos))
-		*gen = 0;
+		*gen = g;
+		return NULL;
+	}
+	if (nh->dscp != rg_tos_dscp(tos))
+		return NULL;
+	*gen = g;
 	return nh;
 }
 
@@ -192,11 +202,14 @@ static __always_inline void rg_nexthop_found(struct rg_nexthop *hop, const struc
  */
 static __always_inline void rg_nexthop_fill(void *ctx, const struct rg_peer *peer,
 					    struct bpf_fib_lookup *fib, const struct rg_nexthop *found,
-					    struct rg_nexthop *nh, __u32 gen, __be16 sport,
+					    __u32 slot, __u32 gen, __be16 sport,
 					    __be32 flow_label, __u8 tos)
 {
+	struct rg_nexthop *nh = bpf_map_lookup_elem(&rg_nexthops, &slot);
 	long rc;
 
+	if (!nh)
+		return;
 	*nh = *found; /* generation 0 until complete */
 	nh->dscp = rg_tos_dscp(tos);
 	nh->filled = bpf_ktime_get_coarse_ns() >> 20;
