@@ -33,7 +33,7 @@ int enter_private_netns() {
   const std::string dev = kDev;
   for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
            {"ip", "link", "set", "lo", "up"},
-           {"ip", "link", "add", dev, "address", "02:00:00:00:0a:01", "type", "veth", "peer", "name", dev + "p"},
+           {"ip", "link", "add", dev, "address", kDevMacText, "type", "veth", "peer", "name", dev + "p"},
            {"ip", "link", "set", dev + "p", "up"},
            {"ip", "link", "set", dev, "up"},
            {"ip", "addr", "add", std::string(kLocal4) + "/24", "dev", dev},
@@ -101,8 +101,7 @@ Object::Object(const rg_config& cfg, uint32_t qp_entries) {
   // (rg_ifaces), and counts anything else as an unknown tunnel.
   if (uint32_t ifindex = if_nametoindex(kDev)) {
     rg_iface iface{};
-    const uint8_t mac[6] = {0x02, 0x00, 0x00, 0x00, 0x0a, 0x01};  // kDev's, as enter_private_netns sets it
-    std::memcpy(iface.mac, mac, sizeof(mac));
+    std::memcpy(iface.mac, kDevMac.data(), kDevMac.size());
     if (bpf_map__update_elem(skel_->maps.rg_ifaces, &ifindex, sizeof(ifindex), &iface, sizeof(iface), 0)) {
       roceguard__destroy(skel_);
       throw std::runtime_error("writing rg_ifaces: " + std::string(std::strerror(errno)));

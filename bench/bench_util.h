@@ -4,6 +4,7 @@
 // packet at a time, and the table/JSON output every benchmark writes.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,6 +21,10 @@ namespace rg::bench {
 // The private topology of the test_run benchmarks: one veth pair, the
 // tunnel peer as a permanent neighbour.
 inline constexpr const char* kDev = "rgb0";
+// kDev's address: the fast path takes only frames sent to it, as the stack forwards only those.
+inline constexpr std::array<uint8_t, 6> kDevMac = {0x02, 0x00, 0x00, 0x00, 0x0a, 0x01};
+inline constexpr const char* kDevMacText = "02:00:00:00:0a:01";
+inline constexpr std::array<uint8_t, 6> kHostMac = {0x02, 0x00, 0x00, 0x00, 0x0c, 0x0a};  // kHost4's
 inline constexpr const char* kLocal4 = "192.0.2.1";
 inline constexpr const char* kPeer4 = "192.0.2.2";
 inline constexpr const char* kHost4 = "192.0.2.10";      // a RoCE host behind this gateway

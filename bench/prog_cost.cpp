@@ -49,7 +49,9 @@ Bytes roce_frame(uint8_t tos, size_t payload) {
   rg::test::Bth bth;
   bth.opcode = rg::test::kOpSendOnly;
   bth.dest_qp = 0x000201;
+  // From a host on kDev's LAN to kDev, as a gateway receives it.
   return PacketBuilder()
+      .eth(kDevMac, kHostMac)
       .ipv4(kHost4, kRemoteHost4)
       .tos(tos)
       .udp(49152, rg::test::kRoceV2Port)
