@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "common/error.h"
+#include "common/text.h"
 #include "config/config.h"
 #include "nic/apply.h"
 #include "nic/devices.h"
@@ -82,9 +83,12 @@ const char* status_tag(nic::StepReport::Status s) {
 
 nlohmann::json outcome_json(const std::string& device, const nic::NicOutcome& outcome) {
   nlohmann::json steps = nlohmann::json::array();
-  for (const auto& step : outcome.steps)
-    steps.push_back({{"step", step.what}, {"status", status_tag(step.report.status)}, {"lines", step.report.lines}});
-  return {{"device", device}, {"steps", steps}, {"exit_code", outcome.exit_code}};
+  for (const auto& step : outcome.steps) {
+    nlohmann::json lines = nlohmann::json::array();
+    for (const auto& l : step.report.lines) lines.push_back(printable(l));  // they may quote a name
+    steps.push_back({{"step", step.what}, {"status", status_tag(step.report.status)}, {"lines", lines}});
+  }
+  return {{"device", printable(device)}, {"steps", steps}, {"exit_code", outcome.exit_code}};
 }
 
 void report(const nic::NicOutcome& outcome) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "common/text.h"
 #include "nic/sysfs.h"
 
 namespace fs = std::filesystem;
@@ -199,16 +200,18 @@ std::string no_device_message(const std::vector<std::string>& interfaces) {
 nlohmann::json to_json(const std::vector<DeviceInfo>& devices) {
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& d : devices) {
-    nlohmann::json jd{{"name", d.name}, {"driver", d.driver}, {"node_guid", d.node_guid},
+    // Names are bytes (a netdev may be renamed to anything but NUL, '/' and
+    // whitespace); JSON carries text, so each goes out as printable() shows it.
+    nlohmann::json jd{{"name", printable(d.name)}, {"driver", printable(d.driver)}, {"node_guid", printable(d.node_guid)},
                       {"ports", nlohmann::json::array()}};
     for (const auto& p : d.ports) {
       nlohmann::json jp{{"port", p.num},         {"state", p.state},
                         {"link_layer", p.link_layer}, {"active_mtu", p.active_mtu},
-                        {"netdev", p.netdev},    {"gids", nlohmann::json::array()},
+                        {"netdev", printable(p.netdev)}, {"gids", nlohmann::json::array()},
                         {"roce_v2_gid_index", nlohmann::json::object()}};
       for (const auto& g : p.gids) {
         jp["gids"].push_back({{"index", g.index}, {"gid", g.gid}, {"type", g.type},
-                              {"netdev", g.netdev}, {"address", g.address}});
+                              {"netdev", printable(g.netdev)}, {"address", g.address}});
         if (g.type == "RoCE v2" && !g.address.empty())
           jp["roce_v2_gid_index"][g.address] = g.index;
       }
@@ -223,17 +226,17 @@ std::vector<std::string> to_text(const std::vector<DeviceInfo>& devices) {
   std::vector<std::string> out;
   char buf[256];
   for (const auto& d : devices) {
-    std::snprintf(buf, sizeof(buf), "%s  driver %s  node_guid %s", d.name.c_str(),
-                  d.driver.empty() ? "?" : d.driver.c_str(), d.node_guid.c_str());
+    std::snprintf(buf, sizeof(buf), "%s  driver %s  node_guid %s", printable(d.name).c_str(),
+                  d.driver.empty() ? "?" : printable(d.driver).c_str(), printable(d.node_guid).c_str());
     out.emplace_back(buf);
     for (const auto& p : d.ports) {
       std::snprintf(buf, sizeof(buf), "  port %d  %s  %s  mtu %d  netdev %s", p.num,
                     p.state.c_str(), p.link_layer.c_str(), p.active_mtu,
-                    p.netdev.empty() ? "-" : p.netdev.c_str());
+                    p.netdev.empty() ? "-" : printable(p.netdev).c_str());
       out.emplace_back(buf);
       for (const auto& g : p.gids) {
         std::snprintf(buf, sizeof(buf), "    gid %-3d %-40s %-11s %s", g.index, g.gid.c_str(),
-                      g.type.c_str(), g.netdev.c_str());
+                      g.type.c_str(), printable(g.netdev).c_str());
         out.emplace_back(buf);
       }
       for (const auto& g : p.gids)
