@@ -211,15 +211,13 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	struct rg_encap_plan e;
 	struct rg_counters *c;
 	struct ethhdr inner_eth;
-	union rg_encap_hdr *h;
-	__u32 slot = 0, dev, out, hdr_len;
+	__u32 slot = 0, dev, out;
 	struct rg_qp_key *qp;
 	struct rg_pkt pkt, *p = &pkt;
 	__u32 len = bpf_xdp_get_buff_len(ctx);
 
 	if (!scratch || rg_parse(data, data_end, p) != RG_PKT_ROCE)
 		return XDP_PASS;
-	h = &scratch->h;
 	fib = &scratch->fib;
 	qp = &scratch->qp;
 	if (p->vlan_depth || (void *)(eth + 1) > data_end)
@@ -270,9 +268,8 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 			rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, len);
 			return XDP_DROP;
 		}
-		hdr_len = rg_encap_build(h, &e, p, peer, &inner_eth);
-		if (bpf_xdp_store_bytes(ctx, 0, RG_ENCAP_HDR_ETH(h), hdr_len)) {
-			rg_encap_failed(&e, c, ps, len);
+		if (rg_encap_write((void *)(long)ctx->data, (void *)(long)ctx->data_end, &e, p, peer, &inner_eth)) {
+			rg_encap_failed(c, ps, len);
 			return XDP_DROP;
 		}
 		rg_encap_count(&e, c, ps, 1, len);

@@ -2,12 +2,12 @@
 /*
  * Geneve (RFC 8926) carrying the whole inner Ethernet frame (protocol
  * 0x6558): rg_geneve_encap at TC egress (and the XDP fast path, forward.h),
- * one plan (rg_encap_plan) and one header builder (rg_encap_build) for
+ * one plan (rg_encap_plan) and one header writer (rg_encap_write) for
  * both; and its inverse at ingress: rg_geneve_decap at XDP,
  * rg_skb_geneve_decap at TC, one decision (rg_geneve_match) and one
- * delivery (rg_decap_deliver) for both. The outer headers are built in a
- * per-CPU buffer from shared pieces (Ethernet, IPv4 or IPv6, then the same
- * UDP + Geneve + inner Ethernet tail) and written in one store.
+ * delivery (rg_decap_deliver) for both. The outer headers are written
+ * straight into the frame from shared pieces (Ethernet, IPv4 or IPv6, then
+ * the same UDP + Geneve + inner Ethernet tail).
  */
 #ifndef RG_BPF_GENEVE_H
 #define RG_BPF_GENEVE_H
@@ -59,9 +59,10 @@ struct rg_geneve_tail {
 };
 
 /*
- * The outer headers as built before the store. The 2 bytes in front put the IP
- * header on a 4-byte boundary (as NET_IP_ALIGN does for received frames), so
- * the pieces are written through aligned pointers; they are not stored.
+ * The outer headers as they lie in the frame from its Ethernet header on.
+ * The 2 bytes in front are not the frame's (never read or written): they
+ * put the IP header on a 4-byte boundary in the layout, as NET_IP_ALIGN
+ * does for received frames.
  */
 struct rg_encap4 {
 	__u16 align;
@@ -95,10 +96,10 @@ _Static_assert(__builtin_offsetof(struct rg_encap6, ip6) % 4 == 0, "outer IPv6 a
 #define RG_ENCAP6_ROOM (RG_ENCAP6_LEN - sizeof(struct ethhdr))
 
 /*
- * Every byte of the headers stored is written field by field, so they are
- * not cleared first (the verifier refuses to store a stack byte never
- * written). Tests set RG_CFG_F_POISON to fill them with 0xff before they
- * are written, so a field left unset shows on the wire.
+ * Every byte of the outer headers is written field by field, so they are
+ * not cleared first: the room a hook makes holds whatever was there. Tests
+ * set RG_CFG_F_POISON to fill them with 0xff before they are written, so a
+ * field left unset shows on the wire.
  */
 static __always_inline void rg_encap_headers_init(void *h, __u32 len)
 {
@@ -199,14 +200,9 @@ static __always_inline __u32 rg_encap_opt_flags(const struct rg_encap_plan *e)
 	       (e->copied ? RG_TUNNEL_F_COPIED : 0);
 }
 
-/*
- * UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936.
- * With e->seq (this CPU's stream to the peer) the sequence option goes
- * first, with its extension when e->ext.
- */
-static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct rg_peer *peer,
-					  const struct rg_encap_plan *e,
-					  const struct ethhdr *inner_eth)
+/* UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936. */
+static __always_inline void rg_encap_udp_geneve(struct rg_geneve_tail *t, const struct rg_peer *peer,
+						const struct rg_encap_plan *e)
 {
 	t->udp.source = rg_entropy_port(e->hash);
 	t->udp.dest = bpf_htons(RG_GENEVE_UDP_PORT);
@@ -219,15 +215,44 @@ static __always_inline void rg_encap_tail(struct rg_geneve_tail *t, const struct
 	t->gnv.vni[1] = peer->vni >> 8;
 	t->gnv.vni[2] = peer->vni;
 	t->gnv.reserved = 0;
+}
+
+/*
+ * Writes what follows the outer IP header into the frame: UDP, Geneve,
+ * with e->seq (this CPU's stream to the peer) the sequence option first,
+ * with its extension when e->ext, and the inner Ethernet header. t is in
+ * the frame, whose outer headers start at head (head_len bytes before t).
+ * Each layout checks that the frame's linear part holds it before writing
+ * anything (the number is taken only then); returns -1 when it does not.
+ */
+static __always_inline int rg_encap_tail(struct rg_geneve_tail *t, void *data_end, void *head,
+					 __u32 head_len, const struct rg_peer *peer,
+					 const struct rg_encap_plan *e, const struct ethhdr *inner_eth)
+{
 	if (e->seq && e->ext) {
+		if ((void *)(&t->seq.ext.inner_eth + 1) > data_end)
+			return -1;
+		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
+					    sizeof(t->seq.ext.ext) + sizeof(struct ethhdr));
+		rg_encap_udp_geneve(t, peer, e);
 		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext.ext, e->seq, e->lane, rg_encap_opt_flags(e), e->feedback);
 		t->seq.ext.inner_eth = *inner_eth;
 	} else if (e->seq) {
+		if ((void *)(&t->seq.inner_eth + 1) > data_end)
+			return -1;
+		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
+					    sizeof(struct ethhdr));
+		rg_encap_udp_geneve(t, peer, e);
 		rg_tunnel_opt_fill(&t->seq.opt, NULL, e->seq, e->lane, rg_encap_opt_flags(e), 0);
 		t->seq.inner_eth = *inner_eth;
 	} else {
+		if ((void *)(&t->inner_eth + 1) > data_end)
+			return -1;
+		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(struct ethhdr));
+		rg_encap_udp_geneve(t, peer, e);
 		t->inner_eth = *inner_eth;
 	}
+	return 0;
 }
 
 /*
@@ -343,19 +368,8 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	return RG_ENCAP_DONE;
 }
 
-/*
- * The outer headers of either family, as built before the one store. In a
- * per-CPU buffer, not on the stack: with the plan, the lookup and the
- * parsed packet, the 512-byte stack would not hold them.
- */
-union rg_encap_hdr {
-	struct rg_encap4 v4;
-	struct rg_encap6 v6;
-};
-
-/* The headers, and a lookup and a QP key for a caller whose stack is full (forward.h). */
+/* A lookup and a QP key for a caller whose stack is full (forward.h). */
 struct rg_encap_scratch {
-	union rg_encap_hdr h;
 	struct bpf_fib_lookup fib;
 	struct rg_qp_key qp;
 };
@@ -375,44 +389,44 @@ static __always_inline struct rg_encap_scratch *rg_encap_buffer(void)
 }
 
 /*
- * Builds the outer headers e planned for the frame whose Ethernet header
- * was inner_eth (numbering it when e says so) in h; returns the bytes to
- * store at the frame's new start, from h's Ethernet header (hdr_eth).
+ * Writes the outer headers e planned straight into the frame, whose new
+ * start (data, up to data_end: what the hook reads and writes directly)
+ * has room for them: outer Ethernet, IP, UDP, Geneve with the option when
+ * e says so, and the inner Ethernet header (inner_eth: the frame's own,
+ * saved before the room was made). No copy through a buffer and no
+ * bpf_skb_store_bytes: the room and the frame's own headers are in the
+ * linear part once bpf_skb_adjust_room or bpf_xdp_adjust_head has made it.
+ * Returns 0, or -1 when the linear part does not hold them (nothing is
+ * written then, and no number taken).
  */
-static __always_inline __u32 rg_encap_build(union rg_encap_hdr *h, const struct rg_encap_plan *e,
-					    const struct rg_pkt *p, const struct rg_peer *peer,
-					    const struct ethhdr *inner_eth)
+static __always_inline int rg_encap_write(void *data, void *data_end, const struct rg_encap_plan *e,
+					  const struct rg_pkt *p, const struct rg_peer *peer,
+					  const struct ethhdr *inner_eth)
 {
-	/* From the stream, not e->opt_len: the store needs a length the verifier can bound. */
-	__u32 opt_len = e->seq ? RG_TUNNEL_OPT_LEN + (e->ext ? RG_TUNNEL_OPT_EXT_LEN : 0) : 0;
-
-	rg_encap_headers_init(h, sizeof(*h));
 	if (peer->family == AF_INET6) {
-		rg_encap_eth(&h->v6.eth, e->hop->dmac, e->hop->smac, ETH_P_IPV6);
-		rg_encap_ipv6(&h->v6.ip6, peer, p->tos, e->hash, e->udp_len);
-		rg_encap_tail(&h->v6.tail, peer, e, inner_eth);
-		return RG_ENCAP6_LEN + opt_len;
+		/* The layout's 2 leading bytes (its alignment) are never written. */
+		struct rg_encap6 *h = data - sizeof(h->align);
+
+		if (rg_encap_tail(&h->tail, data_end, data, sizeof(h->eth) + sizeof(h->ip6), peer, e, inner_eth))
+			return -1;
+		rg_encap_eth(&h->eth, e->hop->dmac, e->hop->smac, ETH_P_IPV6);
+		rg_encap_ipv6(&h->ip6, peer, p->tos, e->hash, e->udp_len);
+		return 0;
 	}
-	rg_encap_eth(&h->v4.eth, e->hop->dmac, e->hop->smac, ETH_P_IP);
-	rg_encap_ipv4(&h->v4.ip, peer, p->tos, e->ip_len, e->hop->ip_csum);
-	rg_encap_tail(&h->v4.tail, peer, e, inner_eth);
-	return RG_ENCAP4_LEN + opt_len;
+	struct rg_encap4 *h = data - sizeof(h->align);
+
+	if (rg_encap_tail(&h->tail, data_end, data, sizeof(h->eth) + sizeof(h->ip), peer, e, inner_eth))
+		return -1;
+	rg_encap_eth(&h->eth, e->hop->dmac, e->hop->smac, ETH_P_IP);
+	rg_encap_ipv4(&h->ip, peer, p->tos, e->ip_len, e->hop->ip_csum);
+	return 0;
 }
 
-/* Where rg_encap_build's bytes start: both layouts put Ethernet at one offset. */
-#define RG_ENCAP_HDR_ETH(h) ((void *)&(h)->v4.eth)
-_Static_assert(__builtin_offsetof(struct rg_encap4, eth) == __builtin_offsetof(struct rg_encap6, eth),
-	       "one start for both outer families");
-
-/* The store failed: the frame was half built, and its number never sent. */
-static __always_inline void rg_encap_failed(const struct rg_encap_plan *e, struct rg_counters *c,
-					    struct rg_peer_stats *ps, __u32 inner_len)
+/* The headers could not be written after the room was made: the frame is half built. */
+static __always_inline void rg_encap_failed(struct rg_counters *c, struct rg_peer_stats *ps, __u32 inner_len)
 {
 	rg_count(c, RG_EV_ENCAP_ERROR, inner_len);
 	rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, inner_len);
-	/* The far end must not count it lost. */
-	if (e->seq)
-		e->seq->tx_seq[e->lane & (RG_TUNNEL_LANES - 1)]--;
 }
 
 /* An encapsulated frame standing for segs RoCE packets, wire_len bytes inner. */
@@ -502,14 +516,11 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	__u32 inner_len = skb->len;
 	enum rg_encap_result r;
 	struct rg_encap_plan e;
-	struct rg_encap_scratch *scratch = rg_encap_buffer();
-	union rg_encap_hdr *h = scratch ? &scratch->h : NULL;
 	struct ethhdr inner_eth;
 	__u64 flags;
-	__u32 len;
 	int shield;
 
-	if ((void *)(eth + 1) > data_end || !h)
+	if ((void *)(eth + 1) > data_end)
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
 
@@ -537,10 +548,9 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, inner_len);
 		return RG_ENCAP_SKIPPED;
 	}
-	len = rg_encap_build(h, &e, p, peer, &inner_eth);
-	if (bpf_skb_store_bytes(skb, 0, RG_ENCAP_HDR_ETH(h), len, 0)) {
+	if (rg_encap_write((void *)(long)skb->data, (void *)(long)skb->data_end, &e, p, peer, &inner_eth)) {
 		/* Sending it would put garbage on the wire. */
-		rg_encap_failed(&e, c, ps, inner_len);
+		rg_encap_failed(c, ps, inner_len);
 		*verdict = TC_ACT_SHOT;
 		return RG_ENCAP_DONE;
 	}
