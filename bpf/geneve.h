@@ -446,9 +446,12 @@ static __always_inline void rg_encap_count(const struct rg_encap_plan *e, struct
  * in the middle of a stream costs only a NAK's round trip. That is a
  * packet asking for an ACK (the BTH AckReq bit: the last of a message),
  * the ACK, NAK and atomic ACK, READ and atomic requests (FLUSH and ATOMIC
- * WRITE too), the last or only READ response, and CNPs.
+ * WRITE too), the last or only READ response, CNPs, and the head of a
+ * resend burst (resend_head, from the accounting: rg_track_psn), which the
+ * receiver NAKed once and will not NAK again.
  */
-static __always_inline int rg_shield_wants(const struct rg_pkt *p, void *data_end, __u8 flags)
+static __always_inline int rg_shield_wants(const struct rg_pkt *p, void *data_end, __u8 flags,
+					   __u32 resend_head)
 {
 	const __u8 *bth = p->l5;
 	__u8 op;
@@ -457,7 +460,7 @@ static __always_inline int rg_shield_wants(const struct rg_pkt *p, void *data_en
 		return 1;
 	if (!(flags & RG_PEER_F_SHIELD_CONTROL))
 		return 0;
-	if (p->opcode == RG_BTH_OPCODE_CNP)
+	if (p->opcode == RG_BTH_OPCODE_CNP || resend_head)
 		return 1;
 	if ((void *)(bth + RG_BTH_LEN) > data_end)
 		return 0;
@@ -500,15 +503,17 @@ static __always_inline void rg_shield_copy(struct __sk_buff *skb, const struct r
  * key) towards peer: the room goes after the outer Ethernet header
  * (BPF_ADJ_ROOM_MAC), then outer Ethernet, IP, UDP, Geneve (with the
  * sequence option when it is on) and a copy of the original Ethernet header
- * are written in one store. slot is the peer's; ps is this CPU's slot of
- * the peer's counters and stream.
+ * are written into it (rg_encap_write). slot is the peer's; ps is this
+ * CPU's slot of the peer's counters and stream; resend_head says the
+ * accounting found the frame the head of a resend burst (rg_shield_wants).
  */
 static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *skb,
 							    const struct rg_pkt *p,
 							    const struct rg_peer *peer, __u32 slot,
 							    const struct rg_qp_key *flow,
 							    struct rg_counters *c,
-							    struct rg_peer_stats *ps, int *verdict)
+							    struct rg_peer_stats *ps, __u32 resend_head,
+							    int *verdict)
 {
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
@@ -536,7 +541,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	 * Decided on the inner headers, which the encapsulation moves; the
 	 * option says the number is sent twice when the copy can be made.
 	 */
-	shield = rg_shield_wants(p, data_end, e.shield);
+	shield = rg_shield_wants(p, data_end, e.shield, resend_head);
 	if (shield && e.seq && e.fr == RG_FIB_OK)
 		e.copied = 1;
 

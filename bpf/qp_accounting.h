@@ -125,16 +125,23 @@ enum rg_psn_verdict {
  * batch skips between them are lost too. Of a batch that starts at or behind
  * the highest PSN, those up to it are retransmissions; if it reaches past
  * it, the state moves on as for a packet in order.
+ *
+ * The first retransmission after the highest PSN last moved is the head of
+ * a resend burst (Go-Back-N resends from the PSN a NAK or a timeout names;
+ * selective repeat resends that PSN alone): it sets RG_QP_F_RESENDING, which
+ * every forward move clears, and the function returns 1 for it, else 0.
+ * A receiver NAKs a sequence gap once, so losing that packet again costs a
+ * whole retransmit timeout.
  */
-static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt *p,
-					 struct rg_counters *c, __u32 len)
+static __always_inline int rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt *p,
+					struct rg_counters *c, __u32 len)
 {
 	__u32 jump_max = rg_cfg.psn_jump_max;
 	enum rg_psn_verdict verdict = RG_PSN_UNTRACKED;
-	union rg_psn_state old, next;
+	union rg_psn_state old, next, mark;
 	__u32 ahead, behind, span, lost = 0, resent = 0, inner_lost = 0;
 	__u32 segs = p->segs ? p->segs : 1, batch;
-	int i;
+	int i, head = 0;
 
 	/* PSNs the batch skips: its span beyond one per packet, when forward. */
 	batch = (p->last_psn - p->psn) & RG_PSN_MASK;
@@ -163,8 +170,20 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 					resent = behind < segs ? behind + 1 : segs;
 					if (resent == segs ||
 					    ((next.max_psn - old.max_psn) & RG_PSN_MASK) >= RG_PSN_HALF) {
-						inner_lost = 0; /* nothing new: the state stays */
-						break;
+						inner_lost = 0; /* nothing new: the state stays, */
+						head = 0;
+						if (old.flags & RG_QP_F_RESENDING)
+							break;
+						/* but for the mark of a burst's head. */
+						mark.word = old.word;
+						mark.flags |= RG_QP_F_RESENDING;
+						head = 1;
+						if (__sync_val_compare_and_swap(rg_psn_word(d), old.word, mark.word) ==
+						    old.word)
+							break;
+						verdict = RG_PSN_UNTRACKED;
+						head = 0;
+						continue;
 					}
 					/* Reaches past the highest PSN: the state moves on. */
 				} else {
@@ -193,9 +212,9 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 		break;
 	case RG_PSN_RESYNC:
 		rg_count(c, RG_EV_PSN_RESYNC, 0);
-		return;
+		return 0;
 	case RG_PSN_UNTRACKED:
-		return;
+		return 0;
 	default:
 		break;
 	}
@@ -205,6 +224,7 @@ static __always_inline void rg_track_psn(struct rg_qp_dir *d, const struct rg_pk
 		rg_count(c, RG_EV_PSN_GAPS, 0);
 		rg_count_n(c, RG_EV_LOST_ESTIMATE, inner_lost, 0);
 	}
+	return head;
 }
 
 /*
@@ -236,7 +256,8 @@ static __always_inline struct rg_qp_dir *rg_qp_entry(void *map, const void *key,
 /*
  * Counts one RoCE packet (p parsed from it, key its QP) in direction dir,
  * or the p->segs packets of a GSO skb, len bytes on the wire in all. Of p
- * it reads only numbers, never a packet pointer.
+ * it reads only numbers, never a packet pointer. Returns 1 when the packet
+ * is the head of a resend burst (rg_track_psn), else 0.
  *
  * A global function: the verifier checks it once on its own, not along
  * every path of the program that calls it, which keeps the programs that
@@ -320,7 +341,7 @@ __noinline int rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
 		return 0;
 	}
 	if (rg_opcode_tracks_psn(p->opcode))
-		rg_track_psn(d, p, c, len);
+		return rg_track_psn(d, p, c, len);
 	return 0;
 }
 

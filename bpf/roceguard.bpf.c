@@ -52,7 +52,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  * accounted: the frame is parsed again, and the peer, the next hop and the
  * Geneve headers are decided here.
  */
-__noinline int rg_tc_encap(struct __sk_buff *skb)
+__noinline int rg_tc_encap(struct __sk_buff *skb, __u32 resend_head)
 {
 	struct rg_counters *c;
 	const struct rg_peer *peer;
@@ -74,7 +74,7 @@ __noinline int rg_tc_encap(struct __sk_buff *skb)
 	ps = rg_peer_stats_get(slot);
 	rg_qp_key_fill(&scratch->qp, &p, data_end);
 
-	switch (rg_geneve_encap(skb, &p, peer, slot, &scratch->qp, c, ps, &verdict)) {
+	switch (rg_geneve_encap(skb, &p, peer, slot, &scratch->qp, c, ps, resend_head, &verdict)) {
 	case RG_ENCAP_DONE:
 		return verdict;
 	case RG_ENCAP_OVERSIZE:
@@ -93,15 +93,21 @@ __noinline int rg_tc_encap(struct __sk_buff *skb)
 
 /*
  * TC egress's own work on every RoCE frame: the DSCP re-mark keeping ECN,
- * skb->priority and the per-QP accounting. Returns whether the frame goes
- * on to the encapsulation (rg_tc_encap).
+ * skb->priority and the per-QP accounting. Returns 0 when the frame does
+ * not go on to the encapsulation (rg_tc_encap), else RG_TC_MARK_ENCAP, with
+ * RG_TC_MARK_RESEND_HEAD when the accounting found it the head of a resend
+ * burst (the loss shield's "control" copies it).
  */
+#define RG_TC_MARK_ENCAP 1
+#define RG_TC_MARK_RESEND_HEAD 2
+
 __noinline int rg_tc_mark(struct __sk_buff *skb)
 {
 	void *data_end;
 	struct rg_counters *c;
 	struct rg_qp_key qp;
 	struct rg_pkt p;
+	int head;
 
 	if (!skb)
 		return 0;
@@ -125,7 +131,7 @@ __noinline int rg_tc_mark(struct __sk_buff *skb)
 	 */
 	rg_set_skb_priority(skb, rg_cfg.skb_priority);
 	rg_qp_key_fill(&qp, &p, data_end);
-	rg_account(&p, &qp, c, RG_DIR_EGRESS, p.wire_len);
+	head = rg_account(&p, &qp, c, RG_DIR_EGRESS, p.wire_len);
 
 	/*
 	 * A VLAN sub-interface hands its frames to this device with the tag in
@@ -133,7 +139,9 @@ __noinline int rg_tc_mark(struct __sk_buff *skb)
 	 * hook, which would put it on the outer frame and leave the inner one
 	 * untagged. Such a frame is as tagged as one with the tag inline.
 	 */
-	return (rg_cfg.flags & RG_CFG_F_ENCAP) && !p.vlan_depth && !skb->vlan_present;
+	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth || skb->vlan_present)
+		return 0;
+	return RG_TC_MARK_ENCAP | (head ? RG_TC_MARK_RESEND_HEAD : 0);
 }
 
 /*
@@ -146,9 +154,11 @@ __noinline int rg_tc_mark(struct __sk_buff *skb)
 SEC("tc")
 int rg_tc_egress(struct __sk_buff *skb)
 {
-	if (!rg_tc_mark(skb))
+	int m = rg_tc_mark(skb);
+
+	if (!m)
 		return RG_TC_PASS;
-	return rg_tc_encap(skb);
+	return rg_tc_encap(skb, m & RG_TC_MARK_RESEND_HEAD);
 }
 
 /*

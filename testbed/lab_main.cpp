@@ -72,7 +72,8 @@ void add_lab_options(CLI::App* lab) {
   lab->add_flag("--no-tunnel", no_tunnel, "roceguard re-marks and repairs DSCP only, no Geneve between the gateways");
   lab->add_option("--shield", o.shield,
                   "the gateways' loss shield (tunnel.shield): off; control: each gateway sends a second copy into "
-                  "the tunnel of ACK/NAK, CNP, READ, atomic and AckReq packets; all: of every RoCE packet; the "
+                  "the tunnel of ACK/NAK, CNP, READ, atomic and AckReq packets and of the first resend of each burst; "
+                  "all: of every RoCE packet; the "
                   "receiving gateway drops whichever copy arrives second; auto: all while the far gateway "
                   "reports a raw loss of at least 0.05 % (tunnel.shield_auto_loss_ppm) without congestion")
       ->check(CLI::IsMember({"off", "control", "all", "auto"}))

@@ -205,6 +205,12 @@ struct rg_qp_dir {
 #define RG_QP_F_READ_PENDING (1u << 1) /* READ request: the next PSN may jump */
 #define RG_QP_F_RESYNC (1u << 2)       /* idle: the next PSN restarts the tracking */
 /*
+ * A retransmission was seen since the highest PSN last moved: the next one
+ * is not the first of its resend burst (the loss shield's "control" copies
+ * the first, bpf/geneve.h).
+ */
+#define RG_QP_F_RESENDING (1u << 3)
+/*
  * With RG_QP_F_READ_PENDING, flags >> RG_QP_READ_SPAN_SHIFT is how far the
  * next request PSN may be ahead without a gap: the READ's response packets.
  */

@@ -385,7 +385,8 @@ std::vector<Option> make_options() {
     Option shield = choice("tunnel.shield", "", &Config::tunnel_shield, kShieldNames,
                            "the loss shield: each numbered packet of a kind is sent twice, the far gateway keeps "
                            "the first copy to arrive; control: what a Go-Back-N sender waits for (ACK, NAK, CNP, "
-                           "READ, atomics, ACK requests), all: every RoCE packet, auto: all while the peer "
+                           "READ, atomics, ACK requests, the first resend of a burst), all: every RoCE packet, "
+                           "auto: all while the peer "
                            "reports a raw loss of at least tunnel.shield_auto_loss_ppm and no congestion "
                            "(`roceguard run` only); peers inherit it; needs tunnel.sequence");
     shield.spec = shield_spec();

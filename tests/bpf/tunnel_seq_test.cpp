@@ -685,6 +685,37 @@ TEST_F(TunnelShield, CopiesWhatTheModeSays) {
   }
 }
 
+// A receiver NAKs a sequence gap once: the resend of the PSN it names is
+// the packet whose second loss costs a whole retransmit timeout. `control`
+// copies the first packet of each resend burst (the accounting's mark,
+// cleared when the highest PSN moves on), not the rest of the burst, and
+// nothing `all` would not; `off` copies none of them.
+TEST_F(TunnelShield, ControlCopiesTheHeadOfEachResendBurst) {
+  WireTap tap;
+  for (uint8_t mode : {uint8_t{0}, uint8_t{RG_PEER_F_SHIELD_CONTROL}}) {
+    SCOPED_TRACE("mode flags " + std::to_string(mode));
+    Dataplane dp(seq_config());
+    dp.tunnels();
+    dp.shield(kPeerSlot4, mode);
+    std::vector<Bytes> want;
+    // 100..103 sent, 101..103 resent (Go-Back-N from 101), 104 new, 104 resent alone.
+    const std::vector<std::pair<uint32_t, bool>> sent = {{100, false}, {101, false}, {102, false}, {103, false},
+                                                         {101, true},  {102, false}, {103, false}, {104, false},
+                                                         {104, true}};
+    for (const auto& [psn, head] : sent) {
+      const Verdict r = dp.tc(towards_peer(false, psn).build());
+      ASSERT_TRUE(parse(r.out).geneve) << psn;
+      const bool copied = mode == RG_PEER_F_SHIELD_CONTROL && head;
+      EXPECT_EQ(numbered(r.out).stream & RG_TUNNEL_F_COPIED, copied ? RG_TUNNEL_F_COPIED : 0u) << psn;
+      if (copied) want.push_back(r.out);
+    }
+    const std::vector<Bytes> got = tap.geneve_until_marker();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(hex(got[i]), hex(want[i])) << "copy " << i;
+    EXPECT_EQ(dp.events(RG_DIR_EGRESS).at("retransmits"), 4u) << "the accounting as ever";
+  }
+}
+
 // The shield of one peer copies nothing sent to another.
 TEST_F(TunnelShield, OnlyTheShieldedPeer) {
   WireTap tap;
