@@ -286,6 +286,7 @@ TEST(RoceGen, RetransmitDefaultsAreTheNicProfiles) {
   EXPECT_EQ(lab::LabOptions{}.ack_timeout, profile.ack_timeout_text);
   EXPECT_EQ(lab::LabOptions{}.retry_cnt, profile.retry_cnt);
   EXPECT_EQ(lab::LabOptions{}.retransmit, "gbn");
+  EXPECT_EQ(lab::LabOptions{}.transport, "rc");
   EXPECT_EQ(lab::SenderConfig{}.retransmit, lab::Retransmit::kGoBackN);
 }
 
