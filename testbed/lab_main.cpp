@@ -69,6 +69,12 @@ void add_lab_options(CLI::App* lab) {
                   "gbn: Go-Back-N; sr: selective repeat, a model of ConnectX-6 Dx and later with ROCE_ACCL")
       ->check(CLI::IsMember({"gbn", "sr"}))
       ->capture_default_str();
+  lab->add_option("--transport", o.transport,
+                  "the QPs' transport: rc (Reliable Connected: ACKs, NAKs, resends as --retransmit says); uc "
+                  "(Unreliable Connected: every PSN sent once at host A's line rate, no ACKs, no resends; host B "
+                  "counts the PSN gaps)")
+      ->check(CLI::IsMember({"rc", "uc"}))
+      ->capture_default_str();
   lab->add_flag("--no-tunnel", no_tunnel, "roceguard re-marks and repairs DSCP only, no Geneve between the gateways");
   lab->add_option("--shield", o.shield,
                   "the gateways' loss shield (tunnel.shield): off; control: each gateway sends a second copy into "

@@ -87,12 +87,17 @@ int main(int argc, char** argv) {
   // profile rounds it; the sender waits the effective value.
   auto ack_timeout_check =
       CLI::Validator([](std::string& text) { return ack_timeout_problem(text); }, "DURATION");
-  std::string retransmit = "gbn";
+  std::string retransmit = "gbn", transport = "rc";
   auto add_retransmit = [&](CLI::App* c) {
     c->add_option("--retransmit", retransmit,
                   "gbn: Go-Back-N; sr: selective repeat, a model of ConnectX-6 Dx and later with ROCE_ACCL "
                   "(sender and receiver must agree)")
         ->check(CLI::IsMember({"gbn", "sr"}))
+        ->capture_default_str();
+    c->add_option("--transport", transport,
+                  "rc: Reliable Connected; uc: Unreliable Connected, every PSN sent once, no ACKs "
+                  "(sender and receiver must agree)")
+        ->check(CLI::IsMember({"rc", "uc"}))
         ->capture_default_str();
   };
 
@@ -120,6 +125,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 7u))
       ->capture_default_str();
   add_retransmit(send);
+  send->add_option("--pace", scfg.pace_pps,
+                   "uc: packets per second of all QPs together (0: as fast as the sockets take them)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
   send->add_option("--src-port", scfg.src_port_base, "UDP source port of QP 0 (QP i: +i)");
   send->add_option("--ack-port", scfg.ack_port, "port responses arrive on (default 4791)");
 
@@ -156,6 +165,7 @@ int main(int argc, char** argv) {
       scfg.tos = static_cast<uint8_t>(dscp << 2 | ecn);
       scfg.timeout = ack_timeout_setting(ack_timeout).wait;
       scfg.retransmit = *parse_retransmit(retransmit);
+      scfg.transport = *parse_transport(transport);
       scfg.duration = std::chrono::seconds(duration_s);
       if (!quiet)
         scfg.on_second = [](const SenderStats& s) {
@@ -176,6 +186,7 @@ int main(int argc, char** argv) {
       rcfg.qps = plan;
       rcfg.cnp = !no_cnp;
       rcfg.retransmit = *parse_retransmit(retransmit);
+      rcfg.transport = *parse_transport(transport);
       auto receiver = in_netns(netns, [&] { return std::make_unique<Receiver>(rcfg); });
       receiver->start();
       wait_until(std::chrono::seconds(duration_s), [&] {

@@ -339,6 +339,9 @@ std::string wan_text(const LabSettings& s) {
 }
 
 std::string sender_text(const LabSettings& s) {
+  if (s.transport == Transport::kUc)
+    return fmt("UC (Unreliable Connected): every PSN sent once, paced at %u Mbit/s, host A's line rate", s.window_mbit) +
+           "\n" + "no ACKs, NAKs or resends; host B drops what a PSN gap cut off and counts the gaps";
   // Concatenated, not one fmt: the texts together outgrow its buffer.
   return fmt("window %u packets per QP = bandwidth-delay product at %u Mbit/s and RTT %s (x%u headroom, %u..%u)",
              s.window, s.window_mbit, nic::format_us(static_cast<double>(s.rtt.count())).c_str(), kWindowHeadroom,
@@ -462,6 +465,9 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
       [&](const PhaseResult& p) { return num(p.sent.retransmits); });
   row("NAKs (sequence error) at host A", [&](const PhaseResult& p) { return num(p.sent.naks); });
   row("estimated lost at host B (PSN gaps)", [&](const PhaseResult& p) { return num(p.received.lost_estimate); });
+  row("  PSNs sent after host B's last arrival", [&](const PhaseResult& p) {
+    return num(psns_after_last_arrival(p.sent, p.received));
+  });
   row("dropped by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_dropped); });
   row("bleached by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_bleached); });
   row("CE marked by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_ce_marked); });
@@ -567,6 +573,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"payload", s.payload},
                    {"tunnel", s.tunnel},
                    {"shield", s.shield},
+                   {"transport", transport_name(s.transport)},
                    {"xdp_forward", s.xdp_forward},
                    {"host_tos", s.host_tos},
                    {"sender",
@@ -609,6 +616,14 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                              {"qps_failed", p.sent.qps_failed}}},
                            {"sender", to_json(p.sent)},
                            {"receiver", to_json(p.received)},
+                           // What host B's PSN tracker counted lost: PSNs a later one of
+                           // their QP showed missing (the sum of forward jumps - 1), in
+                           // psn_gap_events jumps; and the PSNs host A sent above the highest
+                           // that arrived, which no later PSN can show.
+                           {"host_b",
+                            {{"psn_gaps", p.received.lost_estimate},
+                             {"psn_gap_events", p.received.gaps},
+                             {"psns_after_last_arrival", psns_after_last_arrival(p.sent, p.received)}}},
                            {"totals", snapshot_json(p.final, scheduler)},
                            {"seconds", sec},
                            {"gateway_counters", p.counters},

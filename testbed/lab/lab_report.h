@@ -133,6 +133,8 @@ struct LabSettings {
   AckTimeoutSetting ack_timeout;
   unsigned retry_cnt = 0;
   Retransmit retransmit = Retransmit::kGoBackN;
+  // RC, or UC: every PSN sent once, no ACKs, paced at window_mbit.
+  Transport transport = Transport::kRc;
   bool tunnel = true;
   std::string shield = "off";  // tunnel.shield of both gateways
   bool xdp_forward = false;

@@ -420,6 +420,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   ReceiverConfig rcfg;
   rcfg.qps = plan;
   rcfg.retransmit = lab.settings.retransmit;
+  rcfg.transport = lab.settings.transport;
   rcfg.ooo_window = lab.settings.window;
   std::unique_ptr<Receiver> rx;
   {
@@ -442,6 +443,11 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   scfg.timeout = lab.settings.ack_timeout.wait;
   scfg.retry_cnt = lab.settings.retry_cnt;
   scfg.retransmit = lab.settings.retransmit;
+  scfg.transport = lab.settings.transport;
+  // UC waits on no window: host A's line rate paces it, as an RNIC's line does.
+  if (lab.settings.transport == Transport::kUc)
+    scfg.pace_pps = static_cast<double>(lab.settings.window_mbit) * 1e6 /
+                    (8.0 * static_cast<double>(lab_wire_bytes(lab.opts.payload)));
   scfg.duration = std::chrono::seconds(lab.opts.duration_s);
   unsigned reports = 0;  // seconds the sender has reported
   std::condition_variable reported;
@@ -623,6 +629,8 @@ int run_lab(const LabOptions& opts) {
     throw Error("lab: --shield needs the tunnel: the copies are Geneve packets (drop --no-tunnel)", kExitUsage);
   const auto retransmit = parse_retransmit(opts.retransmit);
   if (!retransmit) throw Error("lab: --retransmit is gbn or sr", kExitUsage);
+  const auto transport = parse_transport(opts.transport);
+  if (!transport) throw Error("lab: --transport is rc or uc", kExitUsage);
   const AckTimeoutSetting ack_timeout = ack_timeout_setting(opts.ack_timeout);  // throws a usage error
   spdlog::set_level(opts.verbose ? spdlog::level::debug : spdlog::level::warn);
   setup_bpf_logging();
@@ -656,6 +664,7 @@ int run_lab(const LabOptions& opts) {
   settings.ack_timeout = ack_timeout;
   settings.retry_cnt = opts.retry_cnt;
   settings.retransmit = *retransmit;
+  settings.transport = *transport;
   settings.tunnel = opts.tunnel;
   settings.shield = opts.shield;
   settings.xdp_forward = opts.xdp_forward;

@@ -33,6 +33,9 @@ struct LabOptions {
   std::string ack_timeout = "67ms";
   unsigned retry_cnt = 7;
   std::string retransmit = "gbn";
+  // The QPs' transport: "rc", or "uc" (Unreliable Connected: every PSN sent
+  // once, no ACKs or resends, paced at sender_mbit; see lab/roce_gen.h).
+  std::string transport = "rc";
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
   // The gateways' loss shield (tunnel.shield): "off", "control" (a second
   // copy of what Go-Back-N waits for), "all" (of every RoCE packet) or

@@ -94,10 +94,11 @@ int open_udp(int family, uint16_t port, uint8_t tos) {
   return fd;
 }
 
-// One datagram with its TOS byte; 0 when the queue is empty.
+// One datagram with its TOS byte; 0 when the queue is empty. With
+// SO_RXQ_OVFL on the socket, *overflows is what the socket dropped so far.
 ssize_t recv_tos(int fd, uint8_t* buf, size_t cap, uint8_t* tos, sockaddr_storage* from,
-                 socklen_t* from_len) {
-  char ctrl[CMSG_SPACE(sizeof(int)) * 2];
+                 socklen_t* from_len, uint32_t* overflows = nullptr) {
+  char ctrl[CMSG_SPACE(sizeof(int)) * 2 + CMSG_SPACE(sizeof(uint32_t))];
   iovec iov{buf, cap};
   msghdr msg{};
   msg.msg_name = from;
@@ -114,6 +115,8 @@ ssize_t recv_tos(int fd, uint8_t* buf, size_t cap, uint8_t* tos, sockaddr_storag
       *tos = *reinterpret_cast<uint8_t*>(CMSG_DATA(c));
     else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS)
       *tos = static_cast<uint8_t>(*reinterpret_cast<int*>(CMSG_DATA(c)));
+    else if (overflows && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL)
+      std::memcpy(overflows, CMSG_DATA(c), sizeof(*overflows));
   }
   *from_len = msg.msg_namelen;
   return n;
@@ -171,6 +174,19 @@ std::string ack_timeout_problem(std::string_view text) {
   return parse_ack_timeout(text, &why) ? std::string() : why;
 }
 
+std::optional<Transport> parse_transport(std::string_view text) {
+  if (text == "rc") return Transport::kRc;
+  if (text == "uc") return Transport::kUc;
+  return std::nullopt;
+}
+
+const char* transport_name(Transport t) { return t == Transport::kUc ? "uc" : "rc"; }
+
+uint8_t request_opcode(Transport t, uint8_t rc_opcode) {
+  const uint8_t operation = rc_opcode & static_cast<uint8_t>(~RG_BTH_TRANSPORT_MASK);
+  return static_cast<uint8_t>((t == Transport::kUc ? RG_BTH_TRANSPORT_UC : RG_BTH_TRANSPORT_RC) | operation);
+}
+
 AckTimeoutSetting default_ack_timeout() { return ack_timeout_setting(nic::Profile{}.ack_timeout_text); }
 
 unsigned default_retry_cnt() { return nic::Profile{}.retry_cnt; }
@@ -212,6 +228,9 @@ Sender::Sender(SenderConfig cfg) : cfg_(std::move(cfg)) {
                     "), messages (< 2^23) and ack_req_every must be positive",
                 kExitUsage);
   if (cfg_.payload > 4096) throw Error("roce-gen: payload is at most 4096 bytes", kExitUsage);
+  if (cfg_.opcode != kOpSendOnly && cfg_.opcode != kOpWriteOnly)
+    throw Error("roce-gen: the opcode is SEND only or RDMA WRITE only", kExitUsage);
+  if (!(cfg_.pace_pps >= 0)) throw Error("roce-gen: the pace is at least 0 packets per second", kExitUsage);
   cfg_.payload = (cfg_.payload + 3) & ~size_t{3};
   Sockaddr peer = make_sockaddr(cfg_.peer, cfg_.port);
   family_ = peer.ss.ss_family;
@@ -242,13 +261,15 @@ Sender::~Sender() {
 bool Sender::send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st) {
   uint8_t pkt[kBthLen + kRethLen + 4096 + kIcrcLen] = {};
   const uint32_t index = psn_diff(psn, cfg_.qps.first_psn);
+  const bool uc = cfg_.transport == Transport::kUc;
   Bth bth;
-  bth.opcode = cfg_.opcode;
+  bth.opcode = request_opcode(cfg_.transport, cfg_.opcode);
   bth.dest_qp = qp.dest_qp;
   bth.psn = psn;
-  // Ask for an ACK often enough that a full window always gets one.
-  bth.ack_req = ack_req || (index + 1) % cfg_.ack_req_every == 0 || psn_diff(psn + 1, qp.end) == 0 ||
-                psn_diff(psn + 1, qp.una) >= cfg_.window;
+  // Ask for an ACK often enough that a full window always gets one. UC
+  // has no ACKs to ask for.
+  bth.ack_req = !uc && (ack_req || (index + 1) % cfg_.ack_req_every == 0 || psn_diff(psn + 1, qp.end) == 0 ||
+                        psn_diff(psn + 1, qp.una) >= cfg_.window);
   put_bth(pkt, bth);
   size_t len = kBthLen;
   if (cfg_.opcode == kOpWriteOnly) {
@@ -276,6 +297,13 @@ bool Sender::send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st) {
   } else {
     qp.max_sent = psn;
     qp.sent_any = true;
+    st.psn_span[qp.index] = psn_diff(psn, cfg_.qps.first_psn) + uint64_t{1};
+  }
+  if (uc) {
+    // A UC send completes once it is on the wire: nothing will acknowledge it.
+    qp.una = (psn + 1) & kPsnMask;
+    st.completed++;
+    st.goodput_bytes += cfg_.payload;
   }
   return true;
 }
@@ -291,6 +319,7 @@ void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStat
     st.cnps++;
     return;
   }
+  if (cfg_.transport == Transport::kUc) return;  // a UC requester takes no ACK or NAK
   if (bth.opcode != kOpAck || len < kBthLen + kAethLen) return;
   const uint8_t syndrome = buf[kBthLen];
   // Only PSNs ever sent can be acknowledged; anything else is stale.
@@ -326,6 +355,8 @@ void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStat
 
 SenderStats Sender::run() {
   SenderStats st;
+  st.psn_span.assign(qps_.size(), 0);
+  const bool uc = cfg_.transport == Transport::kUc;
   const auto start = Clock::now();
   const auto deadline = start + cfg_.duration;
   auto next_report = start + std::chrono::seconds(1);
@@ -349,10 +380,20 @@ SenderStats Sender::run() {
         }
         qp->resend.pop_front();
       }
-      while (!full && qp->next != qp->end && qp->inflight() < cfg_.window) {
+      // UC: each QP its share of the pace, one packet ahead of it, and
+      // at most a window in one pass however far behind it fell (RC's
+      // window bounds a pass the same way).
+      uint64_t allowed = UINT64_MAX;
+      if (uc && cfg_.pace_pps > 0)
+        allowed = 1 + static_cast<uint64_t>(std::chrono::duration<double>(now - start).count() * cfg_.pace_pps /
+                                            static_cast<double>(qps_.size()));
+      for (unsigned burst = 0; !full && burst < cfg_.window && qp->next != qp->end &&
+                               qp->inflight() < cfg_.window && psn_diff(qp->next, cfg_.qps.first_psn) < allowed;
+           ++burst) {
         if (!send_one(*qp, qp->next, false, st)) break;  // socket full
         qp->next = (qp->next + 1) & kPsnMask;
       }
+      if (uc) continue;  // no timer: nothing is waited for
       if (now - qp->last_progress >= cfg_.timeout) {
         if (qp->retries >= cfg_.retry_cnt) {
           qp->failed = true;  // IBV_WC_RETRY_EXC_ERR on real hardware
@@ -413,6 +454,7 @@ struct Receiver::Qp {
 };
 
 Receiver::Receiver(ReceiverConfig cfg) : cfg_(std::move(cfg)) {
+  st_.psn_span.assign(cfg_.qps.count, 0);
   fd4_ = open_udp(AF_INET, cfg_.port, cfg_.tos);
   try {
     fd6_ = open_udp(AF_INET6, cfg_.port, cfg_.tos);
@@ -420,6 +462,10 @@ Receiver::Receiver(ReceiverConfig cfg) : cfg_(std::move(cfg)) {
     close(fd4_);
     throw;
   }
+  // What the sockets drop for want of room: a loss no PSN tracker on the
+  // path sees. Best effort, like the buffer sizes.
+  int one = 1;
+  for (int fd : {fd4_, fd6_}) setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
 }
 
 Receiver::~Receiver() {
@@ -446,18 +492,23 @@ ReceiverStats Receiver::stats() const {
 
 void Receiver::loop() {
   uint8_t buf[kMaxPacket];
+  uint32_t overflows[2] = {0, 0};
   while (!stop_) {
     pollfd pfd[2] = {{fd4_, POLLIN, 0}, {fd6_, POLLIN, 0}};
     if (poll(pfd, 2, 20) <= 0) continue;
-    for (int fd : {fd4_, fd6_})
+    for (int k = 0; k < 2; ++k) {
+      const int fd = k == 0 ? fd4_ : fd6_;
       for (int i = 0; i < 256; ++i) {
         uint8_t tos = 0;
         sockaddr_storage from{};
         socklen_t from_len = 0;
-        ssize_t n = recv_tos(fd, buf, sizeof(buf), &tos, &from, &from_len);
+        ssize_t n = recv_tos(fd, buf, sizeof(buf), &tos, &from, &from_len, &overflows[k]);
         if (n <= 0) break;
         on_packet(fd, buf, static_cast<size_t>(n), tos, &from, from_len);
       }
+      std::lock_guard<std::mutex> lock(mu_);
+      st_.socket_drops = uint64_t{overflows[0]} + overflows[1];
+    }
   }
 }
 
@@ -465,7 +516,9 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
                          unsigned from_len) {
   if (len < kBthLen) return;
   const Bth bth = get_bth(buf);
-  if (bth.opcode != kOpSendOnly && bth.opcode != kOpWriteOnly) return;  // not a request
+  const bool uc = cfg_.transport == Transport::kUc;
+  const bool write = bth.opcode == request_opcode(cfg_.transport, kOpWriteOnly);
+  if (!write && bth.opcode != request_opcode(cfg_.transport, kOpSendOnly)) return;  // not a request of ours
   std::lock_guard<std::mutex> lock(mu_);
   const auto& src = *static_cast<const sockaddr_storage*>(from);
   const uint32_t qp_index = psn_diff(bth.dest_qp, cfg_.qps.responder_qpn);
@@ -480,7 +533,7 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
     slot->epsn = cfg_.qps.first_psn & kPsnMask;
   }
   Qp& qp = *slot;
-  const size_t header = kBthLen + (bth.opcode == kOpWriteOnly ? kRethLen : 0);
+  const size_t header = kBthLen + (write ? kRethLen : 0);
   const size_t payload = len > header + kIcrcLen ? len - header - kIcrcLen : 0;
 
   st_.packets++;
@@ -500,6 +553,8 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
     }
     qp.max_psn = bth.psn;
   }
+  const uint64_t span = psn_diff(qp.max_psn, cfg_.qps.first_psn) + uint64_t{1};
+  st_.psn_span[qp_index] = std::max(st_.psn_span[qp_index], span);
 
   // Responses go to the requester's RoCE port, like a real responder's.
   sockaddr_storage to = src;
@@ -540,6 +595,21 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
     st_.goodput_bytes += bytes;
   };
   const uint32_t d = psn_diff(bth.psn, qp.epsn);
+  if (uc) {
+    // IBA 9.8.2: no ACK, no NAK. A PSN ahead of the expected one means the
+    // packets between were lost; the message they belonged to is dropped
+    // and this one, which starts a message, is taken. Behind: discarded.
+    if (d >= kPsnHalf) {
+      st_.duplicates++;
+      return;
+    }
+    if (d != 0) {
+      st_.out_of_order++;
+      qp.epsn = bth.psn;
+    }
+    deliver(payload);
+    return;
+  }
   if (d == 0) {
     deliver(payload);
     qp.nak_sent = false;
@@ -609,6 +679,15 @@ nlohmann::json to_json(const SenderStats& s) {
           {"response_dscp", dscp_histogram_json(s.ack_dscp)}};
 }
 
+uint64_t psns_after_last_arrival(const SenderStats& s, const ReceiverStats& r) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < s.psn_span.size(); ++i) {
+    const uint64_t reached = i < r.psn_span.size() ? r.psn_span[i] : 0;
+    if (s.psn_span[i] > reached) n += s.psn_span[i] - reached;
+  }
+  return n;
+}
+
 nlohmann::json to_json(const ReceiverStats& r) {
   return {{"packets", r.packets},         {"bytes", r.bytes},
           {"delivered", r.delivered},     {"goodput_bytes", r.goodput_bytes},
@@ -617,6 +696,7 @@ nlohmann::json to_json(const ReceiverStats& r) {
           {"lost_estimate", r.lost_estimate}, {"acks", r.acks},
           {"naks", r.naks},               {"cnps", r.cnps},
           {"ecn_ce", r.ecn_ce},           {"unknown_qp", r.unknown_qp},
+          {"socket_drops", r.socket_drops},
           {"dscp", dscp_histogram_json(r.dscp)}};
 }
 

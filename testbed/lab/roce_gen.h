@@ -3,7 +3,9 @@
 // requesters and responders do: PSN sequences, coalesced ACKs, NAK on a PSN
 // gap, Go-Back-N resend from the NAKed PSN or on timeout, CNPs for ECN CE.
 // Optionally selective repeat instead of Go-Back-N (Retransmit below), a
-// model of what ConnectX-6 Dx and later NICs do with ROCE_ACCL.
+// model of what ConnectX-6 Dx and later NICs do with ROCE_ACCL. Or the UC
+// transport (Transport below): every PSN sent once, no ACK, no NAK, no
+// resend; the responder drops what a PSN gap cut off.
 //
 // Packets are UDP payloads to port 4791 in both directions, as on the wire:
 //   BTH (12) [+ RETH (16) for RDMA WRITE] + payload + ICRC (4)
@@ -43,6 +45,8 @@ using wire::get_bth;
 using wire::kOpAck;
 using wire::kOpCnp;
 using wire::kOpSendOnly;
+using wire::kOpUcSendOnly;
+using wire::kOpUcWriteOnly;
 using wire::kOpWriteOnly;
 using wire::kPsnMask;
 using wire::kRoceV2Port;
@@ -73,6 +77,24 @@ const char* retransmit_name(Retransmit r);
 // "Go-Back-N" / "selective repeat (a model of ConnectX-6 Dx and later with
 // ROCE_ACCL)": what the report calls it.
 const char* retransmit_label(Retransmit r);
+
+// The transport service of the QPs (IBA 9.8). Both ends must be given the same.
+enum class Transport {
+  // Reliable Connected: ACKs, NAKs and resends as Retransmit says.
+  kRc,
+  // Unreliable Connected (IBA 9.8.2, opcodes 0x20..): the requester sends
+  // each message once, at its pace, and completes it when sent; the
+  // responder sends no ACK or NAK and, on a PSN gap, drops the message the
+  // gap cut into and takes the next that starts (here every message is one
+  // packet, so it loses exactly the missing PSNs). CNPs as with RC.
+  kUc,
+};
+// "rc" / "uc": the option's values. nullopt for anything else.
+std::optional<Transport> parse_transport(std::string_view text);
+const char* transport_name(Transport t);
+// The BTH opcode of a SEND or RDMA WRITE (given as its RC opcode, kOpSendOnly
+// or kOpWriteOnly) on transport t: UC SEND_ONLY is 0x24, UC RDMA WRITE_ONLY 0x2a.
+uint8_t request_opcode(Transport t, uint8_t rc_opcode);
 
 // The local ACK timeout as `roceguard nic` takes it (--ack-timeout, the
 // profile's nic.ack_timeout): a duration rounded up to the IBA encoding
@@ -129,12 +151,14 @@ struct SenderStats {
   uint64_t cnps = 0;
   uint64_t timeouts = 0;     // retransmit timer expiries that resent (the window from the
                              // oldest unacknowledged PSN, or with selective repeat that one alone)
-  uint64_t completed = 0;    // messages acknowledged
+  uint64_t completed = 0;    // messages acknowledged (UC: sent, as a UC requester completes them)
   uint64_t goodput_bytes = 0;
   unsigned qps_done = 0;
   unsigned qps_failed = 0;   // gave up after retry_cnt timeouts in a row
   std::chrono::milliseconds elapsed{0};
   std::array<uint64_t, 64> ack_dscp{};  // DSCP of ACK/NAK/CNP packets that arrived
+  // Per QP of the plan: how many PSNs from its first up to the highest sent.
+  std::vector<uint64_t> psn_span;
 };
 
 struct SenderConfig {
@@ -154,6 +178,11 @@ struct SenderConfig {
   std::chrono::microseconds timeout{67109};
   unsigned retry_cnt = 7;  // timeouts in a row, one more fails the QP (IBV_WC_RETRY_EXC_ERR)
   Retransmit retransmit = Retransmit::kGoBackN;
+  Transport transport = Transport::kRc;
+  // UC: the QPs together send at most this many packets per second, evenly
+  // (0: as fast as the sockets take them). Nothing else paces UC: without
+  // ACKs there is no window to wait on.
+  double pace_pps = 0;
   std::chrono::milliseconds duration{30000};  // hard bound on run()
   std::function<void(const SenderStats&)> on_second;  // live view, called from run()
 };
@@ -190,8 +219,9 @@ struct ReceiverStats {
   uint64_t bytes = 0;
   uint64_t delivered = 0;      // in order, accepted
   uint64_t goodput_bytes = 0;  // payload bytes of those
-  uint64_t out_of_order = 0;   // ahead of the expected PSN: discarded (Go-Back-N) or kept
-                               // until the holes before it fill (selective repeat)
+  uint64_t out_of_order = 0;   // ahead of the expected PSN: discarded (Go-Back-N), kept
+                               // until the holes before it fill (selective repeat), or
+                               // delivered, the PSNs before it lost (UC)
   uint64_t duplicates = 0;     // behind the expected PSN, or already kept: discarded
   // What a PSN tracker on the path sees (roceguard's rule, bpf/qp_accounting.h): a packet
   // at or behind the highest PSN so far is a retransmission; a forward jump
@@ -204,8 +234,20 @@ struct ReceiverStats {
   uint64_t cnps = 0;  // sent
   uint64_t ecn_ce = 0;
   uint64_t unknown_qp = 0;
+  // Dropped by the receiving sockets for want of buffer room (SO_RXQ_OVFL,
+  // as of the last packet read): lost on the host, after any path tracker.
+  uint64_t socket_drops = 0;
   std::array<uint64_t, 64> dscp{};  // DSCP histogram of request packets
+  // Per QP of the plan: how many PSNs from its first up to the highest that
+  // arrived (from any requester), 0 for a QP nothing arrived on.
+  std::vector<uint64_t> psn_span;
 };
+
+// The PSNs a sender sent above the highest that reached the receiver, over
+// all QPs: lost, if they are, where no later PSN of their QP shows the gap,
+// so lost_estimate does not count them. With UC (every PSN sent once),
+// lost_estimate plus this is every PSN that did not arrive.
+uint64_t psns_after_last_arrival(const SenderStats& s, const ReceiverStats& r);
 
 struct ReceiverConfig {
   uint16_t port = kRoceV2Port;
@@ -216,6 +258,7 @@ struct ReceiverConfig {
   bool cnp = true;         // answer ECN CE with a CNP
   std::chrono::microseconds cnp_interval{50};  // at most one CNP per QP per interval
   Retransmit retransmit = Retransmit::kGoBackN;  // as the sender's
+  Transport transport = Transport::kRc;          // as the sender's
   unsigned ooo_window = kMaxWindow;  // selective repeat: kept at most this far ahead of the expected PSN
 };
 

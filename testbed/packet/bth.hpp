@@ -24,6 +24,7 @@ inline constexpr uint8_t kOpReadRequest = RG_BTH_OPCODE_READ_REQUEST;
 inline constexpr uint8_t kOpReadResponseOnly = 0x10;
 inline constexpr uint8_t kOpAck = RG_BTH_OPCODE_ACK;
 inline constexpr uint8_t kOpUcSendOnly = 0x24;
+inline constexpr uint8_t kOpUcWriteOnly = 0x2a;
 inline constexpr uint8_t kOpCnp = RG_BTH_OPCODE_CNP;
 
 // AETH syndromes (IBA 9.3.5): the top three bits say ACK / RNR NAK / NAK.

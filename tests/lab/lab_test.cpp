@@ -297,6 +297,81 @@ TEST_F(Lab, ShieldLosesOnlyTheNumbersTheWanDroppedEveryCopyOf) {
   expect_nothing_left(report);
 }
 
+// The same shield with UC on the hosts: every PSN is sent once, so host
+// B lacks exactly the numbers the WAN dropped every copy of, and its PSN
+// tracker counts each of them that a later PSN of its QP revealed. The
+// tunnel counts the ones a later number of its stream revealed: the two
+// differ only by what came after the last arrival, per QP at the host
+// (psns_after_last_arrival) and per stream in the tunnel (the WAN's
+// all_copies_dropped_after_last_arrival). 3 % loss: about one number in a
+// thousand loses both copies, dozens in a run.
+TEST_F(Lab, UcHostSeesExactlyTheShieldsResidualLoss) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto argv = base_argv(report, 4);
+  argv.insert(argv.end(),
+              {"--scenario", "bleach", "--mode", "with", "--loss", "3", "--shield", "all", "--transport", "uc"});
+  auto r = rg::lab::run(argv, 300s);
+  std::cout << r.out << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  EXPECT_EQ(j["settings"]["shield"], "all");
+  EXPECT_EQ(j["settings"]["transport"], "uc");
+  const json& with = j["phases"]["with"];
+  const json& sender = with["sender"];
+  const json& receiver = with["receiver"];
+  const json& wan = with["wan"];
+  ASSERT_TRUE(with["tunnel"].contains("a_to_b")) << with["tunnel"];
+  const json& t = with["tunnel"]["a_to_b"];
+  const uint64_t sent = sender["packets"], received = receiver["packets"];
+  const uint64_t residual = t["shield"]["residual_loss"], all_dropped = wan["all_copies_dropped"]["a_to_b"],
+                 unseen = wan["all_copies_dropped_after_last_arrival"]["a_to_b"];
+  const uint64_t host_gaps = with["host_b"]["psn_gaps"], after_last = with["host_b"]["psns_after_last_arrival"];
+  std::cout << "UC across the shield, A->B: host A sent " << sent << ", host B received " << received
+            << "; WAN dropped " << t["wan_dropped"] << " copies, every copy of " << all_dropped << " numbers ("
+            << unseen << " after their stream's last arrival); tunnel residual loss " << residual
+            << "; host B PSN gaps " << host_gaps << " (+ " << after_last << " after their QP's last arrival)\n";
+
+  // UC: nothing resent, nothing acknowledged.
+  EXPECT_GT(sent, 0u);
+  EXPECT_EQ(sender["retransmits"].get<uint64_t>(), 0u) << sender;
+  EXPECT_EQ(sender["acks"].get<uint64_t>() + sender["naks"].get<uint64_t>(), 0u) << sender;
+  EXPECT_EQ(receiver["acks"].get<uint64_t>() + receiver["naks"].get<uint64_t>(), 0u) << receiver;
+  // The WAN dropped copies, of some numbers both, and the shield hid the rest.
+  EXPECT_GT(t["wan_dropped"].get<uint64_t>(), 0u) << t;
+  EXPECT_GT(all_dropped, 0u) << "3 % of each copy: some numbers lose both" << wan;
+  EXPECT_LT(all_dropped, t["wan_dropped"].get<uint64_t>()) << t << wan;
+  EXPECT_GT(t["shield"]["duplicates_eliminated"].get<uint64_t>(), 0u) << t;
+  EXPECT_EQ(t["unsettled"].get<uint64_t>(), 0u) << "quiet: every hole settled";
+  EXPECT_EQ(wan["sequence_late"]["a_to_b"].get<uint64_t>(), 0u) << wan;
+  EXPECT_EQ(wan["sequence_untracked"]["a_to_b"].get<uint64_t>(), 0u) << wan;
+  // Host B saw no second copy, and lost nothing on its own.
+  EXPECT_EQ(receiver["duplicates"].get<uint64_t>(), 0u) << receiver;
+  EXPECT_EQ(receiver["seen_retransmits"].get<uint64_t>(), 0u) << receiver;
+  EXPECT_EQ(receiver["socket_drops"].get<uint64_t>(), 0u) << receiver;
+  // Each PSN crossed as one number; it is missing at host B exactly when
+  // the WAN dropped every copy of that number.
+  EXPECT_EQ(t["sent"].get<uint64_t>(), sent) << t;
+  EXPECT_EQ(received + all_dropped, sent) << receiver << wan;
+  EXPECT_EQ(receiver["delivered"].get<uint64_t>(), received) << receiver;
+  // The tunnel's residual: what a later number of the stream revealed.
+  EXPECT_LE(unseen, all_dropped) << wan;
+  EXPECT_EQ(residual, all_dropped - std::min(unseen, all_dropped)) << t << wan;
+  // The host's gaps: what a later PSN of the QP revealed.
+  EXPECT_LE(after_last, all_dropped) << with["host_b"];
+  EXPECT_EQ(host_gaps + after_last, all_dropped) << with["host_b"] << wan;
+  // So the host's gaps are the residual, but for the losses after the last
+  // arrival, counted per stream in the tunnel and per QP at the host.
+  EXPECT_EQ(host_gaps + after_last, residual + unseen) << with["host_b"] << t << wan;
+
+  const std::string summary = read(report + "/summary.txt");
+  for (const char* row : {"UC (Unreliable Connected): every PSN sent once", "estimated lost at host B (PSN gaps)",
+                          "PSNs sent after host B's last arrival", "shield A->B: residual loss"})
+    EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
+  expect_nothing_left(report);
+}
+
 // "auto": each gateway measures the raw loss of what the other sends it and
 // reports it back in the option; at 2 % loss (forty times the 0.05 %
 // threshold) each turns its shield on and copies, at none it stays off.

@@ -2,8 +2,13 @@
 // behaviour over loopback in a namespace of its own, the NIC profile's
 // retransmit settings, the window sized to the bandwidth-delay product, and
 // selective repeat against Go-Back-N across the lab's lossy WAN.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include "common/error.h"
 #include "lab/lab_report.h"
@@ -99,6 +104,126 @@ TEST(RoceGen, LoopbackCompletesWithCoalescedAcks) {
   }
 }
 
+// UC over loopback: every message sent once and completed when sent, no
+// ACK or NAK either way, each delivered; the packets carry the UC opcodes,
+// which an RC responder does not take for its own.
+TEST(RoceGen, UcSendsEveryPsnOnceWithoutAcks) {
+  ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
+  EXPECT_EQ(lab::request_opcode(lab::Transport::kUc, lab::kOpSendOnly), lab::kOpUcSendOnly);
+  EXPECT_EQ(lab::request_opcode(lab::Transport::kUc, lab::kOpWriteOnly), lab::kOpUcWriteOnly);
+  EXPECT_EQ(lab::request_opcode(lab::Transport::kRc, lab::kOpWriteOnly), lab::kOpWriteOnly);
+  EXPECT_EQ(lab::parse_transport("uc"), lab::Transport::kUc);
+  EXPECT_EQ(lab::parse_transport("rc"), lab::Transport::kRc);
+  EXPECT_FALSE(lab::parse_transport("UC"));
+  LoopbackNetns ns;
+  lab::NetnsGuard in(ns.name());
+  for (uint8_t opcode : {lab::kOpSendOnly, lab::kOpWriteOnly})
+    for (const char* peer : {"127.0.0.1", "::1"}) {
+      SCOPED_TRACE(std::string(peer) + (opcode == lab::kOpWriteOnly ? " write" : " send"));
+      lab::ReceiverConfig rcfg;
+      rcfg.reply_port = kReplyPort;
+      rcfg.qps.count = 2;
+      rcfg.transport = lab::Transport::kUc;
+      lab::Receiver rx(rcfg);
+      rx.start();
+      lab::ReceiverConfig rc_cfg = rcfg;  // an RC responder on the next port
+      rc_cfg.port = lab::kRoceV2Port + 1;
+      rc_cfg.transport = lab::Transport::kRc;
+      lab::Receiver rc_rx(rc_cfg);
+      rc_rx.start();
+      for (uint16_t port : {lab::kRoceV2Port, static_cast<uint16_t>(lab::kRoceV2Port + 1)}) {
+        lab::SenderConfig cfg;
+        cfg.peer = peer;
+        cfg.port = port;
+        cfg.ack_port = kReplyPort;
+        cfg.qps.count = 2;
+        cfg.messages = 100;
+        cfg.payload = 256;
+        cfg.opcode = opcode;
+        cfg.window = 4;  // no ACK ever opens it: UC does not wait on it
+        cfg.transport = lab::Transport::kUc;
+        cfg.pace_pps = 20000;
+        cfg.duration = 30s;
+        lab::Sender tx(cfg);
+        lab::SenderStats s = tx.run();
+        EXPECT_EQ(s.qps_done, 2u);
+        EXPECT_EQ(s.packets, 200u);
+        EXPECT_EQ(s.completed, 200u);
+        EXPECT_EQ(s.retransmits + s.acks + s.naks + s.timeouts, 0u);
+        EXPECT_EQ(s.psn_span, (std::vector<uint64_t>{100, 100}));
+      }
+      // Bounded: loopback delivers at once, the receiver reads within its poll.
+      for (int i = 0; i < 100 && rx.stats().packets < 200; ++i)
+        std::this_thread::sleep_for(20ms);
+      rx.stop();
+      rc_rx.stop();
+      const lab::ReceiverStats r = rx.stats();
+      EXPECT_EQ(r.packets, 200u);
+      EXPECT_EQ(r.delivered, 200u);
+      EXPECT_EQ(r.goodput_bytes, 200u * 256u);
+      EXPECT_EQ(r.acks + r.naks, 0u);
+      EXPECT_EQ(r.out_of_order + r.duplicates + r.seen_retransmits + r.lost_estimate + r.gaps, 0u);
+      EXPECT_EQ(r.psn_span, (std::vector<uint64_t>{100, 100}));
+      EXPECT_EQ(r.socket_drops, 0u);
+      EXPECT_EQ(rc_rx.stats().packets, 0u) << "UC opcodes are no RC requests";
+    }
+}
+
+// A UC responder counts a PSN gap as a path tracker does, drops nothing
+// but the missing PSNs (every message is one packet) and answers none of
+// it: the requester is told nothing. PSNs behind the expected one are
+// discarded as duplicates. The packets come from the test's own socket.
+TEST(RoceGen, UcResponderCountsGapsAndNeverAnswers) {
+  ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
+  LoopbackNetns ns;
+  lab::NetnsGuard in(ns.name());
+  lab::ReceiverConfig rcfg;
+  rcfg.reply_port = kReplyPort;
+  rcfg.qps.count = 1;
+  rcfg.transport = lab::Transport::kUc;
+  lab::Receiver rx(rcfg);
+  rx.start();
+  // Where an answer would go.
+  const int reply = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(reply, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(kReplyPort);
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(reply, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+  const int out = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(out, 0);
+  sockaddr_in to = at;
+  to.sin_port = htons(lab::kRoceV2Port);
+  // PSNs 0 1 _ _ 4 5 _ 7, then 5 again and an RC packet (ignored), then 8.
+  const uint32_t psns[] = {0, 1, 4, 5, 7, 5};
+  auto send_psn = [&](uint32_t psn, uint8_t opcode) {
+    uint8_t pkt[wire::kBthLen + 64 + wire::kIcrcLen] = {};
+    lab::put_bth(pkt, {.opcode = opcode, .dest_qp = rcfg.qps.responder_qpn, .ack_req = true, .psn = psn});
+    ASSERT_EQ(sendto(out, pkt, sizeof(pkt), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+              static_cast<ssize_t>(sizeof(pkt)));
+  };
+  for (uint32_t psn : psns) send_psn(psn, lab::kOpUcSendOnly);
+  send_psn(8, lab::kOpSendOnly);
+  send_psn(8, lab::kOpUcSendOnly);
+  for (int i = 0; i < 100 && rx.stats().packets < 7; ++i) std::this_thread::sleep_for(20ms);
+  rx.stop();
+  const lab::ReceiverStats r = rx.stats();
+  EXPECT_EQ(r.packets, 7u);
+  EXPECT_EQ(r.delivered, 6u);      // 0 1 4 5 7 8
+  EXPECT_EQ(r.out_of_order, 2u);   // 4 and 7 came ahead of the expected PSN
+  EXPECT_EQ(r.duplicates, 1u);     // 5 again
+  EXPECT_EQ(r.seen_retransmits, 1u);
+  EXPECT_EQ(r.gaps, 2u);
+  EXPECT_EQ(r.lost_estimate, 3u);  // 2, 3 and 6
+  EXPECT_EQ(r.psn_span, std::vector<uint64_t>{9});
+  EXPECT_EQ(r.acks + r.naks + r.cnps, 0u);
+  uint8_t buf[64];
+  EXPECT_EQ(recv(reply, buf, sizeof(buf), MSG_DONTWAIT), -1) << "a UC responder answered";
+  close(out);
+  close(reply);
+}
+
 // A sender to loopback, where nothing answers: qps QPs of 10 messages,
 // window 4, 2 retries, timeout.
 lab::SenderConfig no_responder(unsigned qps, std::chrono::microseconds timeout,
@@ -161,6 +286,7 @@ TEST(RoceGen, RetransmitDefaultsAreTheNicProfiles) {
   EXPECT_EQ(lab::LabOptions{}.ack_timeout, profile.ack_timeout_text);
   EXPECT_EQ(lab::LabOptions{}.retry_cnt, profile.retry_cnt);
   EXPECT_EQ(lab::LabOptions{}.retransmit, "gbn");
+  EXPECT_EQ(lab::LabOptions{}.transport, "rc");
   EXPECT_EQ(lab::SenderConfig{}.retransmit, lab::Retransmit::kGoBackN);
 }
 
@@ -348,6 +474,46 @@ TEST_F(RoceGenLossy, SelectiveRepeatResendsOnlyWhatWasLost) {
   EXPECT_LE(sr.sent.retransmits, 2 * drops[lab::Retransmit::kSelectiveRepeat]);
   EXPECT_GT(sr.received.out_of_order, 0u);  // kept, then delivered once the holes filled
   EXPECT_GE(sr.sent.naks, 1u);
+}
+
+// UC across the lab's WAN dropping 2 % of RoCE packets either way, the
+// gateways plain routers: every PSN is sent once, so host B lacks exactly
+// the packets the WAN dropped on the way to it, and its PSN tracker counts
+// each of them but those above the highest PSN of their QP that arrived.
+TEST_F(RoceGenLossy, UcLosesExactlyWhatTheWanDropped) {
+  wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});  // 2 %
+  const auto before_ab = wan_->stats("to-a", RG_WAN_ROCE).dropped;
+  lab::SenderConfig cfg;
+  cfg.peer = receiver_addr(false);
+  cfg.qps.count = 4;
+  cfg.messages = 1000;
+  cfg.payload = 1024;
+  cfg.duration = 60s;
+  cfg.transport = lab::Transport::kUc;
+  cfg.pace_pps = 10000;
+  lab::ReceiverConfig rcfg;
+  rcfg.transport = lab::Transport::kUc;
+  Traffic t = run_traffic(cfg, rcfg, [&](const lab::SenderStats& s) {
+    return s.packets - (wan_->stats("to-a", RG_WAN_ROCE).dropped - before_ab);
+  });
+  const uint64_t dropped = wan_->stats("to-a", RG_WAN_ROCE).dropped - before_ab;
+  const uint64_t after_last = lab::psns_after_last_arrival(t.sent, t.received);
+  report("uc", {{"sent", t.sent.packets},
+                {"wan_dropped_requests", dropped},
+                {"received", t.received.packets},
+                {"psn_gaps", t.received.lost_estimate},
+                {"after_last_arrival", after_last}});
+  EXPECT_EQ(t.sent.qps_done, 4u);
+  EXPECT_EQ(t.sent.packets, 4000u);
+  EXPECT_EQ(t.sent.completed, 4000u);
+  EXPECT_EQ(t.sent.retransmits + t.sent.acks + t.sent.naks + t.sent.timeouts, 0u);
+  EXPECT_GT(dropped, 0u) << "2 % of 4000: the WAN drops some";
+  EXPECT_EQ(t.received.socket_drops, 0u);
+  EXPECT_EQ(t.received.packets + dropped, t.sent.packets);
+  EXPECT_EQ(t.received.delivered, t.received.packets);
+  EXPECT_EQ(t.received.duplicates + t.received.seen_retransmits, 0u);
+  EXPECT_EQ(t.received.lost_estimate + after_last, dropped);
+  EXPECT_EQ(t.received.acks + t.received.naks, 0u);
 }
 
 }  // namespace
