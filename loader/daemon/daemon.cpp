@@ -39,6 +39,11 @@ namespace {
 // on every kernel), so the interfaces are also re-checked this often.
 constexpr int kRecheckMs = 5000;
 
+// How often, at most, netfilter is probed again with the XDP fast path on
+// (Dataplane::recheck_fast_path): legacy iptables announces no change, so a
+// rule added there reaches the fast path's slot within about this long.
+constexpr int kNetfilterRecheckMs = 1000;
+
 // How often the next-hop leases are renewed; a lease runs
 // NexthopLeases::kLeaseNs, three of these.
 constexpr int kLeaseRenewMs = 1000;
@@ -433,6 +438,10 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   // kRecheckMs.
   timespec last_watch{};
   clock_gettime(CLOCK_MONOTONIC, &last_watch);
+  timespec last_netfilter = last_watch;
+  auto ms_since = [](const timespec& then, const timespec& now) {
+    return (now.tv_sec - then.tv_sec) * 1000 + (now.tv_nsec - then.tv_nsec) / 1000000;
+  };
   for (;;) {
     bool readable = false;
     int sig = signals.wait(links.fd(), kLeaseRenewMs, readable);
@@ -459,7 +468,11 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
     }
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);
-    const long since_ms = (now.tv_sec - last_watch.tv_sec) * 1000 + (now.tv_nsec - last_watch.tv_nsec) / 1000000;
+    if (cfg.xdp_forward && ms_since(last_netfilter, now) >= kNetfilterRecheckMs) {
+      last_netfilter = now;
+      dp.recheck_fast_path();
+    }
+    const long since_ms = ms_since(last_watch, now);
     if (!d.link_or_tc && since_ms < kRecheckMs) continue;
     last_watch = now;
     runner.note_links(d.links);
