@@ -282,14 +282,7 @@ class Doctor {
       return;
     }
     const NetfilterProbe nf = probe_netfilter();
-    std::optional<bool> filled;  // the pinned slot, if an attach pinned one
-    const int fd = bpf_obj_get((in_.pin_path + "/" + kMapXdpNext).c_str());
-    if (fd >= 0) {
-      const uint32_t key = 0;
-      uint32_t prog_id = 0;
-      filled = bpf_map_lookup_elem(fd, &key, &prog_id) == 0;
-      close(fd);
-    }
+    const std::optional<bool> filled = pinned_xdp_forward_linked(in_.pin_path);
     if (!nf.applies()) {
       add(check, "", Verdict::kOk,
           std::string("the XDP fast path is configured, and no netfilter rule applies to forwarded packets "

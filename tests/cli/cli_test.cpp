@@ -910,7 +910,8 @@ routes = ["192.0.2.0/24"]
 // could apply to forwarded packets (design section 16): without one, RoCE
 // across namespace A takes the fast path; with an iptables-nft FORWARD DROP
 // for RoCE, an attach names the chain, leaves the fast path's slot empty,
-// and the rule drops every frame; doctor says which chain keeps it off.
+// and the rule drops every frame; status and doctor say which chain keeps
+// it off.
 TEST_F(LoaderNetns, XdpFastPathStaysOffWhileAnNftablesRuleApplies) {
   const std::string cfg = create_fast_path();
   Result r = rg("attach --config " + cfg);
@@ -918,6 +919,8 @@ TEST_F(LoaderNetns, XdpFastPathStaysOffWhileAnNftablesRuleApplies) {
   constexpr int kFrames = 10;
   EXPECT_EQ(send_forwarded_roce(kFrames), kFrames);
   EXPECT_EQ(counter("xdp_forwarded"), static_cast<uint64_t>(kFrames)) << "no rule: the fast path forwards";
+  json st = status();
+  EXPECT_EQ(st["fast_path"], json({{"configured", true}, {"on", true}, {"netfilter", json::array()}})) << st.dump(2);
 
   must(in_a("iptables-nft -A FORWARD -p udp --dport 4791 -j DROP"));
   r = rg("attach --config " + cfg);
@@ -928,6 +931,10 @@ TEST_F(LoaderNetns, XdpFastPathStaysOffWhileAnNftablesRuleApplies) {
   EXPECT_EQ(send_forwarded_roce(kFrames), 0);
   EXPECT_EQ(counter("xdp_forwarded"), static_cast<uint64_t>(kFrames)) << "nothing more past the rule";
   EXPECT_EQ(forward_rule_packets("iptables-nft"), static_cast<uint64_t>(kFrames));
+  st = status();
+  EXPECT_EQ(st["fast_path"].value("on", true), false) << st.dump(2);
+  EXPECT_EQ(st["fast_path"]["netfilter"], json::array({"nftables chain ip filter FORWARD (hook forward) has 1 rule"}))
+      << st.dump(2);
 
   Result d = sh("(" + in_a(std::string(RG_BIN) + " doctor --json --config " + cfg + " --pin-path " + pin_) +
                 " 2>/dev/null)");
