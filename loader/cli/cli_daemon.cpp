@@ -16,6 +16,7 @@
 #include "dataplane/bpf_object.h"
 #include "dataplane/hooks.h"
 #include "dataplane/maps.h"
+#include "dataplane/netfilter.h"
 #include "dataplane/pin_scope.h"
 #include "dataplane/state.h"
 
@@ -163,6 +164,21 @@ void cmd_status(const std::string& pin_path, bool json) {
     if (std::string why = interface_problem(ifs.back()); !why.empty()) problems.push_back(why);
   }
   out["interfaces"] = ifs;
+  // The XDP fast path: configured, running (its pinned slot filled), and
+  // the netfilter chains that keep it off (section 16).
+  const bool forward_configured = st->config.contains("dataplane") &&
+                                  st->config["dataplane"].value("xdp_forward", false);
+  if (forward_configured) {
+    const NetfilterProbe nf = probe_netfilter();
+    const bool on = pinned_xdp_forward_linked(pin_path).value_or(false);
+    out["fast_path"] = {{"configured", true}, {"on", on}, {"netfilter", nf.found}};
+    if (nf.applies())
+      warnings.push_back(on ? "the XDP fast path runs past netfilter rules that apply to forwarded packets (" +
+                                  nf.summary() + "); `roceguard attach` again leaves it off"
+                            : "XDP fast path off: " + nf.summary() + "; forwarded RoCE takes the stack");
+  } else {
+    out["fast_path"] = {{"configured", false}, {"on", false}, {"netfilter", nlohmann::json::array()}};
+  }
   out["healthy"] = problems.empty();
   out["problems"] = problems;
   out["warnings"] = warnings;

@@ -1,8 +1,10 @@
 #include "daemon/daemon.h"
 
+#include <linux/netfilter/nfnetlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -14,9 +16,11 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "common/error.h"
 #include "common/netlink.h"
@@ -38,6 +42,12 @@ namespace {
 // Hooks someone else removed raise no link event (an XDP detach sends none
 // on every kernel), so the interfaces are also re-checked this often.
 constexpr int kRecheckMs = 5000;
+
+// How often, at least, netfilter is probed again with the XDP fast path on
+// (Dataplane::recheck_fast_path), besides on every nftables change event:
+// legacy iptables announces no change, so a rule added there reaches the
+// fast path's slot within about this long.
+constexpr int kNetfilterRecheckMs = 1000;
 
 // How often the next-hop leases are renewed; a lease runs
 // NexthopLeases::kLeaseNs, three of these.
@@ -116,6 +126,82 @@ class LinkEvents {
 
  private:
   std::unique_ptr<NetlinkSocket> nl_;
+};
+
+// nftables announces every change of its ruleset (iptables-nft's too) to
+// NFNLGRP_NFTABLES; with the XDP fast path on, a change probes netfilter
+// again at once. Legacy iptables announces none: kNetfilterRecheckMs.
+class NetfilterEvents {
+ public:
+  explicit NetfilterEvents(bool wanted) {
+    if (!wanted) return;
+    try {
+      nl_ = std::make_unique<NetlinkSocket>(NETLINK_NETFILTER, group_bit(NFNLGRP_NFTABLES));
+    } catch (const NetlinkError& e) {
+      spdlog::debug("no nftables change events ({}): netfilter is probed every {} ms only", e.what(),
+                    kNetfilterRecheckMs);
+    }
+  }
+
+  int fd() const { return nl_ ? nl_->fd() : -1; }
+
+  // Reads what is queued; true when anything was, or was lost.
+  bool drain() {
+    if (!nl_) return false;
+    bool any = false;
+    for (int reads = 0; reads < 4096; ++reads) {
+      EventRead r = EventRead::kNone;
+      try {
+        r = nl_->read_events([](const nlmsghdr&) {});
+      } catch (const NetlinkError& e) {
+        spdlog::debug("{}", e.what());
+      }
+      if (r == EventRead::kNone) break;
+      any = true;
+    }
+    return any;
+  }
+
+ private:
+  std::unique_ptr<NetlinkSocket> nl_;
+};
+
+// One descriptor the main loop waits on, readable when any of the event
+// sockets is (epoll); the single socket itself where there is one, or
+// epoll is refused.
+class EventWait {
+ public:
+  explicit EventWait(std::initializer_list<int> fds) {
+    std::vector<int> have;
+    for (int fd : fds)
+      if (fd >= 0) have.push_back(fd);
+    if (have.size() == 1) fd_ = have.front();
+    if (have.size() < 2) return;
+    fd_ = have.front();  // without epoll: the first one's events alone wake the loop
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return;
+    for (int fd : have) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        close(ep);
+        return;
+      }
+    }
+    fd_ = epoll_ = ep;
+  }
+  ~EventWait() {
+    if (epoll_ >= 0) close(epoll_);
+  }
+  EventWait(const EventWait&) = delete;
+  EventWait& operator=(const EventWait&) = delete;
+
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  int epoll_ = -1;
 };
 
 class Runner {
@@ -433,9 +519,15 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   // kRecheckMs.
   timespec last_watch{};
   clock_gettime(CLOCK_MONOTONIC, &last_watch);
+  timespec last_netfilter = last_watch;
+  NetfilterEvents nft(cfg.xdp_forward);
+  const EventWait events({links.fd(), nft.fd()});
+  auto ms_since = [](const timespec& then, const timespec& now) {
+    return (now.tv_sec - then.tv_sec) * 1000 + (now.tv_nsec - then.tv_nsec) / 1000000;
+  };
   for (;;) {
     bool readable = false;
-    int sig = signals.wait(links.fd(), kLeaseRenewMs, readable);
+    int sig = signals.wait(events.fd(), kLeaseRenewMs, readable);
     if (sig == SIGTERM || sig == SIGINT) {
       sd_notify(0, "STOPPING=1");
       if (leases) leases->revoke();
@@ -445,7 +537,11 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
     }
     if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
     Drained d;
-    if (readable) d = links.drain();
+    bool nft_changed = false;
+    if (readable) {
+      d = links.drain();
+      nft_changed = nft.drain();
+    }
     run_shield_auto();
     if (leases) {
       const size_t before = leases->granted();
@@ -459,7 +555,11 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
     }
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);
-    const long since_ms = (now.tv_sec - last_watch.tv_sec) * 1000 + (now.tv_nsec - last_watch.tv_nsec) / 1000000;
+    if (cfg.xdp_forward && (nft_changed || ms_since(last_netfilter, now) >= kNetfilterRecheckMs)) {
+      last_netfilter = now;
+      dp.recheck_fast_path();
+    }
+    const long since_ms = ms_since(last_watch, now);
     if (!d.link_or_tc && since_ms < kRecheckMs) continue;
     last_watch = now;
     runner.note_links(d.links);

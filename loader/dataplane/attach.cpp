@@ -26,6 +26,13 @@
 namespace rg {
 namespace {
 
+// Why the fast path's slot stays empty, for the log.
+std::string fast_path_off_text(const NetfilterProbe& p) {
+  return "XDP fast path off: " + p.summary() +
+         "; forwarded RoCE must pass netfilter, so the stack forwards it (a frame the fast path redirects "
+         "passes no netfilter hook)";
+}
+
 // Some kernels (Debian 12's 6.1 among them) answer bpf_fib_lookup with
 // "forwarding disabled" on an interface that does not forward, output
 // lookups included: every encapsulation would then fall back to sending the
@@ -234,7 +241,7 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   obj_.load();
   obj_.ensure_loaded();
   if (cfg_.xdp_forward) {
-    link_forward(st, name);
+    if (fast_path_open_) link_forward(st, name);
     set_forward_target(st.ifindex, name, ingress == IngressHook::kXdp, undo);
   }
   st.tc_handle = cfg_.tc_handle;
@@ -295,6 +302,12 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
     // --reset-state replaces a record that cannot be read; nothing else may.
     if (!reset_state_ || e.exit_code() != kExitConflict) throw;
     spdlog::warn("--reset-state: {}", e.what());
+  }
+
+  if (cfg_.xdp_forward) {
+    netfilter_ = probe_netfilter();
+    fast_path_open_ = !netfilter_.applies();
+    if (!fast_path_open_) spdlog::warn("{}", fast_path_off_text(netfilter_));
   }
 
   // Refuse conflicts before changing anything.
@@ -379,6 +392,36 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
   warn_if_not_forwarding(cfg_);
   detach_unconfigured();
   return st;
+}
+
+void Dataplane::recheck_fast_path() {
+  if (!cfg_.xdp_forward || !obj_.loaded()) return;
+  NetfilterProbe now = probe_netfilter();
+  const bool open = !now.applies();
+  const bool changed = open != fast_path_open_ || now.found != netfilter_.found;
+  netfilter_ = std::move(now);
+  if (!changed) return;
+  const int fd = obj_.map_fd(kMapXdpNext);
+  const uint32_t key = 0;
+  if (!open) {
+    if (fd >= 0 && bpf_map_delete_elem(fd, &key) != 0 && errno != ENOENT) {
+      spdlog::error("cannot empty {}: {}; the XDP fast path still runs past netfilter", kMapXdpNext,
+                    errno_text(errno));
+      return;  // tried again on the next check
+    }
+    fast_path_open_ = false;
+    spdlog::warn("{}", fast_path_off_text(netfilter_));
+    return;
+  }
+  try {
+    obj_.link_forward();
+  } catch (const Error& e) {
+    spdlog::error("no netfilter rule applies to forwarded packets any more, but the XDP fast path stays off: {}",
+                  e.what());
+    return;
+  }
+  fast_path_open_ = true;
+  spdlog::info("XDP fast path on: no netfilter rule applies to forwarded packets any more");
 }
 
 void Dataplane::refresh_address(const IfaceState& is) const {

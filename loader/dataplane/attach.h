@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "dataplane/bpf_object.h"
 #include "dataplane/hooks.h"
+#include "dataplane/netfilter.h"
 #include "dataplane/state.h"
 
 namespace rg {
@@ -64,6 +65,19 @@ class Dataplane {
   // of st's), so rg_counters never fills up over restarts; never throws.
   void prune_stale_counters(const State& st) const;
 
+  // The XDP fast path's slot (dataplane.xdp_forward): filled only while no
+  // netfilter rule could apply to forwarded packets (probe_netfilter), for
+  // a frame the fast path redirects passes no netfilter hook. attach_all
+  // probes before it attaches anything; the daemon calls recheck_fast_path
+  // at a bounded interval and on nftables change events, which fills or
+  // empties the slot when the answer changed (logged once per change).
+  // Never throws.
+  void recheck_fast_path();
+  // Whether the slot is filled; with the fast path configured and off,
+  // netfilter() says why.
+  bool fast_path_open() const { return fast_path_open_; }
+  const NetfilterProbe& netfilter() const { return netfilter_; }
+
   const Config& config() const { return cfg_; }
   // A map of the loaded object by name, or -1 (not loaded yet).
   int map_fd(const char* name) const { return obj_.map_fd(name); }
@@ -96,6 +110,9 @@ class Dataplane {
   HookOwner owner_;
   BpfObject obj_;
   bool warned_no_dispatcher_ = false;
+  // The last probe, and whether the slot is (to be) filled accordingly.
+  NetfilterProbe netfilter_;
+  bool fast_path_open_ = false;
 };
 
 }  // namespace rg

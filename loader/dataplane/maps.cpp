@@ -897,6 +897,14 @@ void link_xdp_forward(struct bpf_object* obj) {
     throw Error(std::string("cannot put rg_xdp_forward into ") + kMapXdpNext + ": " + errno_text(errno));
 }
 
+std::optional<bool> pinned_xdp_forward_linked(const std::string& pin_path) {
+  Owned next{bpf_obj_get((pin_path + "/" + kMapXdpNext).c_str())};
+  if (next.fd < 0) return std::nullopt;
+  const uint32_t key = 0;
+  uint32_t prog_id = 0;  // a program array answers a lookup with the program's id
+  return bpf_map_lookup_elem(next.fd, &key, &prog_id) == 0;
+}
+
 std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t entries) {
   const std::string path = pin_path + "/" + kMapQpLegacy;
   Owned old{bpf_obj_get(path.c_str())};

@@ -309,6 +309,10 @@ void set_qp_entries(struct bpf_object* obj, uint32_t entries);
 // rg::Error with the kernel's errno when the kernel refuses it.
 void link_xdp_forward(struct bpf_object* obj);
 
+// Whether the rg_xdp_next pinned under pin_path has its slot filled (the
+// XDP fast path runs); nullopt when nothing is pinned there.
+std::optional<bool> pinned_xdp_forward_linked(const std::string& pin_path);
+
 // Carries the entries of an earlier build's pinned rg_qp (both directions
 // in one value, one table for both families) into new rg_qp4 and rg_qp6
 // pins of the given capacity, replacing any there, so the object being

@@ -28,6 +28,7 @@
 #include "dataplane/bpf_object.h"
 #include "dataplane/hooks.h"
 #include "dataplane/maps.h"
+#include "dataplane/netfilter.h"
 #include "dataplane/pin_scope.h"
 #include "dataplane/state.h"
 #include "metrics/presentation.h"
@@ -179,6 +180,7 @@ class Doctor {
     check_bpffs();
     check_kernel();
     check_interfaces();
+    check_fast_path();
     check_rdma();
     check_scrape();
     check_ack_timeout();
@@ -267,6 +269,38 @@ class Doctor {
         add("forwarding." + fam, "lo", Verdict::kOk,
             sysctl + ": bpf_fib_lookup routes to " + fam + " tunnel peers from the loopback device");
     }
+  }
+
+  // The XDP fast path carries forwarded RoCE past every netfilter hook, so
+  // roceguard leaves its slot empty while a rule could apply (section 16);
+  // a slot filled (by an attach from before the rule, the daemon not
+  // running) while one does is the bypass itself.
+  void check_fast_path() {
+    const std::string check = "dataplane.fast_path";
+    if (!in_.config.xdp_forward) {
+      add(check, "", Verdict::kInfo, "the XDP fast path is not configured (dataplane.xdp_forward is off)");
+      return;
+    }
+    const NetfilterProbe nf = probe_netfilter();
+    const std::optional<bool> filled = pinned_xdp_forward_linked(in_.pin_path);
+    if (!nf.applies()) {
+      add(check, "", Verdict::kOk,
+          std::string("the XDP fast path is configured, and no netfilter rule applies to forwarded packets "
+                      "(nftables prerouting, forward, postrouting, ingress and netdev chains; iptables-legacy)") +
+              (filled && !*filled ? "; its pinned slot is empty until `roceguard run` or an attach fills it" : ""));
+      return;
+    }
+    if (filled && *filled) {
+      add(check, "", Verdict::kFail,
+          "the XDP fast path runs, past netfilter rules that apply to forwarded packets: " + nf.summary(),
+          "`roceguard attach` again (it leaves the fast path off while such rules exist), or run `roceguard run`, "
+          "which follows the rules");
+      return;
+    }
+    add(check, "", Verdict::kWarn,
+        "the XDP fast path is configured, but netfilter keeps it off (forwarded RoCE takes the stack): " +
+            nf.summary(),
+        "remove those rules if they are not meant for forwarded RoCE, or turn dataplane.xdp_forward off");
   }
 
   std::vector<std::string> interfaces() const {

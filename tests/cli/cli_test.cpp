@@ -450,6 +450,74 @@ class LoaderNetns : public ::testing::Test {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
 
+  // Namespace A forwards RoCE from 198.51.100.9 (behind veth1, in B) to
+  // 203.0.113.5 (on vx1, in B), in at veth0 and out of vx0; vx1 takes
+  // redirected frames (GRO on). Returns a configuration with the XDP fast
+  // path on both.
+  std::string create_fast_path() {
+    create_second_veth();
+    must("ip -n " + ns_a_ + " addr add 203.0.113.1/24 dev vx0");
+    must("ip -n " + ns_b_ + " link set vx1 address 02:00:00:00:00:12");
+    must("ip -n " + ns_b_ + " addr add 203.0.113.5/24 dev vx1");
+    must("ip netns exec " + ns_b_ + " ethtool -K vx1 gro on");
+    must("ip netns exec " + ns_b_ + " sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.vx1.rp_filter=0");
+    must("ip -n " + ns_a_ + " neigh replace 203.0.113.5 lladdr 02:00:00:00:00:12 dev vx0 nud permanent");
+    must(in_a("sysctl -qw net.ipv4.ip_forward=1"));
+    return write_file("fast.toml", "interfaces = [\"veth0\", \"vx0\"]\n[dataplane]\nxdp_forward = true\n");
+  }
+
+  // Sends frames RoCE frames across create_fast_path()'s namespace A from
+  // veth1; returns how many arrived on vx1 (waiting at most 3 s).
+  int send_forwarded_roce(int frames) {
+    const rg::test::Mac veth0 = rg::test::mac("02:00:00:00:00:01"), veth1 = rg::test::mac("02:00:00:00:00:02");
+    return in_netns(ns_b_, [&] {
+      int rx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_in at{};
+      at.sin_family = AF_INET;
+      at.sin_port = htons(rg::test::kRoceV2Port);
+      inet_pton(AF_INET, "203.0.113.5", &at.sin_addr);
+      if (rx < 0 || bind(rx, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0) return 100;
+      int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+      if (fd < 0) return 101;
+      sockaddr_ll to{};
+      to.sll_family = AF_PACKET;
+      to.sll_ifindex = static_cast<int>(if_nametoindex("veth1"));
+      to.sll_halen = 6;
+      std::memcpy(to.sll_addr, veth0.data(), 6);
+      for (uint32_t psn = 100; psn < 100u + static_cast<uint32_t>(frames); ++psn) {
+        rg::test::Bth b;
+        b.psn = psn;
+        rg::test::Bytes frame = rg::test::PacketBuilder()
+                                    .eth(veth0, veth1)
+                                    .ipv4("198.51.100.9", "203.0.113.5")
+                                    .udp(49200, rg::test::kRoceV2Port)
+                                    .bth(b)
+                                    .payload(64)
+                                    .build();
+        if (sendto(fd, frame.data(), frame.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0) return 102;
+      }
+      close(fd);
+      int n = 0;
+      char buf[2048];
+      for (int waits = 0; waits < 30 && n < frames; ++waits) {
+        pollfd p{rx, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        while (n < frames && recv(rx, buf, sizeof(buf), MSG_DONTWAIT) > 0) ++n;
+      }
+      close(rx);
+      return n;
+    });
+  }
+
+  // The packets counted by the rule of `tool -L FORWARD` that names port 4791.
+  uint64_t forward_rule_packets(const std::string& tool) {
+    Result r = sh(in_a(tool + " -L FORWARD -v -x -n"));
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("dpt:4791") != std::string::npos) return std::stoull(line);
+    return ~uint64_t{0};
+  }
+
   // A second plain veth pair, vx0 in A and vx1 in B.
   void create_second_veth() {
     must("ip -n " + ns_a_ + " link add vx0 type veth peer name vx1 netns " + ns_b_);
@@ -836,6 +904,98 @@ routes = ["192.0.2.0/24"]
   EXPECT_EQ(counter("decapsulated", "ingress"), static_cast<uint64_t>(kFrames));
   EXPECT_EQ(arrived, kFrames);
   EXPECT_EQ(counter("xdp_forwarded"), 0u) << "nothing redirected to br0";
+}
+
+// The XDP fast path meets no netfilter hook, so it stays off while a rule
+// could apply to forwarded packets (design section 16): without one, RoCE
+// across namespace A takes the fast path; with an iptables-nft FORWARD DROP
+// for RoCE, an attach names the chain, leaves the fast path's slot empty,
+// and the rule drops every frame; status and doctor say which chain keeps
+// it off.
+TEST_F(LoaderNetns, XdpFastPathStaysOffWhileAnNftablesRuleApplies) {
+  const std::string cfg = create_fast_path();
+  Result r = rg("attach --config " + cfg);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  constexpr int kFrames = 10;
+  EXPECT_EQ(send_forwarded_roce(kFrames), kFrames);
+  EXPECT_EQ(counter("xdp_forwarded"), static_cast<uint64_t>(kFrames)) << "no rule: the fast path forwards";
+  json st = status();
+  EXPECT_EQ(st["fast_path"], json({{"configured", true}, {"on", true}, {"netfilter", json::array()}})) << st.dump(2);
+
+  must(in_a("iptables-nft -A FORWARD -p udp --dport 4791 -j DROP"));
+  r = rg("attach --config " + cfg);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("XDP fast path off: nftables chain ip filter FORWARD (hook forward) has 1 rule"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(send_forwarded_roce(kFrames), 0);
+  EXPECT_EQ(counter("xdp_forwarded"), static_cast<uint64_t>(kFrames)) << "nothing more past the rule";
+  EXPECT_EQ(forward_rule_packets("iptables-nft"), static_cast<uint64_t>(kFrames));
+  st = status();
+  EXPECT_EQ(st["fast_path"].value("on", true), false) << st.dump(2);
+  EXPECT_EQ(st["fast_path"]["netfilter"], json::array({"nftables chain ip filter FORWARD (hook forward) has 1 rule"}))
+      << st.dump(2);
+
+  Result d = sh("(" + in_a(std::string(RG_BIN) + " doctor --json --config " + cfg + " --pin-path " + pin_) +
+                " 2>/dev/null)");
+  json j = json::parse(d.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << d.out;
+  json found;
+  for (const auto& f : j["findings"])
+    if (f["check"] == "dataplane.fast_path") found = f;
+  ASSERT_TRUE(found.is_object()) << j.dump(2);
+  EXPECT_EQ(found.value("verdict", ""), "warn") << found.dump();
+  EXPECT_NE(found.value("what", "").find("nftables chain ip filter FORWARD"), std::string::npos) << found.dump();
+}
+
+// The same with iptables-legacy, read through IPT_SO_GET_INFO/GET_ENTRIES.
+TEST_F(LoaderNetns, XdpFastPathStaysOffWhileAnIptablesLegacyRuleApplies) {
+  const std::string cfg = create_fast_path();
+  must(in_a("iptables-legacy -A FORWARD -p udp --dport 4791 -j DROP"));
+  Result r = rg("attach --config " + cfg);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("XDP fast path off: iptables-legacy chain filter FORWARD has 1 rule"), std::string::npos)
+      << r.out;
+  constexpr int kFrames = 10;
+  EXPECT_EQ(send_forwarded_roce(kFrames), 0);
+  EXPECT_EQ(counter("xdp_forwarded"), 0u);
+  EXPECT_EQ(forward_rule_packets("iptables-legacy"), static_cast<uint64_t>(kFrames));
+
+  // The rule gone, the next attach turns the fast path on.
+  must(in_a("iptables-legacy -D FORWARD -p udp --dport 4791 -j DROP"));
+  r = rg("attach --config " + cfg);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("XDP fast path off"), std::string::npos) << r.out;
+  EXPECT_EQ(send_forwarded_roce(kFrames), kFrames);
+  EXPECT_EQ(counter("xdp_forwarded"), static_cast<uint64_t>(kFrames));
+}
+
+// `run` follows the rules: one added later empties the fast path's slot,
+// its removal fills it again, each change logged.
+TEST_F(LoaderNetns, RunTurnsTheXdpFastPathOffAndOnWithNetfilterRules) {
+  const std::string cfg = create_fast_path();
+  Daemon d = start_run("--config " + cfg + " --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  auto wait_log = [&](const std::string& what) {
+    for (int i = 0; i < 100; ++i) {
+      if (read_log(d).find(what) != std::string::npos) return true;
+      usleep(100 * 1000);
+    }
+    return false;
+  };
+  constexpr int kFrames = 10;
+  must(in_a("iptables-nft -A FORWARD -p udp --dport 4791 -j DROP"));
+  ASSERT_TRUE(wait_log("XDP fast path off: nftables chain ip filter FORWARD")) << read_log(d);
+  EXPECT_EQ(send_forwarded_roce(kFrames), 0);
+  EXPECT_EQ(counter("xdp_forwarded"), 0u);
+  EXPECT_EQ(forward_rule_packets("iptables-nft"), static_cast<uint64_t>(kFrames));
+
+  must(in_a("iptables-nft -D FORWARD -p udp --dport 4791 -j DROP"));
+  ASSERT_TRUE(wait_log("XDP fast path on")) << read_log(d);
+  EXPECT_EQ(send_forwarded_roce(kFrames), kFrames);
+  EXPECT_EQ(counter("xdp_forwarded"), static_cast<uint64_t>(kFrames));
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }
 
 // A map of the program with id prog_id, by name, opened by id (-1 if none).
