@@ -73,7 +73,8 @@ void cmd_attach(const LoadFlags& f) {
     for (const auto& is : st.interfaces)
       ifs.push_back({{"name", is.name}, {"ifindex", is.ifindex}, {"ingress_hook", is.ingress_hook},
                      {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}}},
-                     {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id}}},
+                     {"tc", {{"attach", is.tc_attach}, {"handle", is.tc_handle}, {"priority", is.tc_priority},
+                             {"prog_id", is.tc_prog_id}}},
                      {"tc_ingress", {{"prog_id", is.tc_ingress_prog_id}}}});
     std::cout << nlohmann::json({{"pin_path", f.pin_path}, {"config_hash", st.config_hash}, {"interfaces", ifs}}).dump(2)
               << "\n";
@@ -156,9 +157,9 @@ void cmd_status(const std::string& pin_path, bool json) {
                    {"present", exists},
                    {"ingress_hook", is.ingress_hook},
                    {"xdp", {{"mode", is.xdp_mode}, {"prog_id", is.xdp_prog_id}, {"attached", exists && xdp_present(owner, is)}}},
-                   {"tc", {{"handle", is.tc_handle}, {"priority", is.tc_priority}, {"prog_id", is.tc_prog_id},
-                           {"attached", exists && tc_present(owner, is)}}},
-                   {"tc_ingress", {{"prog_id", is.tc_ingress_prog_id},
+                   {"tc", {{"attach", is.tc_attach}, {"handle", is.tc_handle}, {"priority", is.tc_priority},
+                           {"prog_id", is.tc_prog_id}, {"attached", exists && tc_present(owner, is)}}},
+                   {"tc_ingress", {{"attach", is.tc_attach}, {"prog_id", is.tc_ingress_prog_id},
                                    {"attached", exists && tc_present(owner, is, TcHook::kIngress)}}},
                    {"ahead", ahead}});
     if (std::string why = interface_problem(ifs.back()); !why.empty()) problems.push_back(why);
@@ -196,14 +197,19 @@ void cmd_status(const std::string& pin_path, bool json) {
   std::cout << "roceguard " << st->version << ", pin path " << pin_path << ", config " << st->config_hash << "\n";
   if (!scope.outlives_process) std::cout << "WARNING: pins do not survive roceguard: " << scope.why << "\n";
   std::cout << "\n";
-  std::printf("%-16s %-8s %-8s %-8s %-11s %-8s %-8s %-13s %-8s\n", "INTERFACE", "IFINDEX", "INGRESS", "ATTACHED",
-              "MODE", "ID", "TC", "HANDLE/PRIO", "TC_ID");
+  std::printf("%-16s %-8s %-8s %-8s %-11s %-8s %-8s %-18s %-8s\n", "INTERFACE", "IFINDEX", "INGRESS", "ATTACHED",
+              "MODE", "ID", "TC", "TC_ATTACH", "TC_ID");
   for (const auto& i : ifs) {
-    char hp[32];
-    std::snprintf(hp, sizeof(hp), "%#x/%u", i["tc"]["handle"].get<unsigned>(), i["tc"]["priority"].get<unsigned>());
+    // tcx, or the clsact filter's handle/priority.
+    char hp[40];
+    if (i["tc"]["attach"] == kTcAttachTcx)
+      std::snprintf(hp, sizeof(hp), "tcx");
+    else
+      std::snprintf(hp, sizeof(hp), "clsact %#x/%u", i["tc"]["handle"].get<unsigned>(),
+                    i["tc"]["priority"].get<unsigned>());
     const bool tc_in = i["ingress_hook"] == kIngressTc;
     const auto& in = tc_in ? i["tc_ingress"] : i["xdp"];
-    std::printf("%-16s %-8d %-8s %-8s %-11s %-8u %-8s %-13s %-8u\n", i["name"].get<std::string>().c_str(),
+    std::printf("%-16s %-8d %-8s %-8s %-11s %-8u %-8s %-18s %-8u\n", i["name"].get<std::string>().c_str(),
                 i["ifindex"].get<int>(), tc_in ? "tc" : "xdp",
                 !i["present"].get<bool>() ? "gone" : in["attached"].get<bool>() ? "yes" : "NO",
                 tc_in ? "-" : i["xdp"]["mode"].get<std::string>().c_str(), in["prog_id"].get<unsigned>(),

@@ -68,6 +68,9 @@ enum class XdpMode { kNative, kSkb };
 // it before an skb exists, TC ingress where XDP would run on an skb anyway
 // (veth, generic XDP) or the driver refuses native XDP.
 enum class IngressHook { kAuto, kXdp, kTc };
+// How the TC programs attach. kAuto: tcx where the kernel has it (Linux
+// 6.6+: a link, first on its hook), a clsact filter where it does not.
+enum class TcAttach { kAuto, kTcx, kClsact };
 
 struct Config {
   std::vector<std::string> interfaces;
@@ -87,6 +90,7 @@ struct Config {
   uint32_t tc_priority = kDefaultTcPriority;
   XdpMode xdp_mode = XdpMode::kNative;
   IngressHook ingress_hook = IngressHook::kAuto;
+  TcAttach tc_attach = TcAttach::kAuto;
   // The XDP gateway fast path: RoCE forwarded between the attached
   // interfaces from their XDP hooks (docs/design.md, "The XDP fast path").
   bool xdp_forward = false;

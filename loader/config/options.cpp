@@ -337,6 +337,13 @@ std::vector<Option> make_options() {
                   "TC filter handle (egress, and ingress where the ingress hook is tc); detach removes exactly these filters", true));
   o.push_back(u32("dataplane.tc_priority", "--tc-priority", 1, 0xffff, &Config::tc_priority,
                   "TC filter priority (egress, and ingress where the ingress hook is tc)", true));
+  o.push_back(choice("dataplane.tc_attach", "--tc-attach", &Config::tc_attach,
+                     std::array<std::pair<std::string_view, TcAttach>, 3>{{{"auto", TcAttach::kAuto},
+                                                                           {"tcx", TcAttach::kTcx},
+                                                                           {"clsact", TcAttach::kClsact}}},
+                     "how the TC programs attach: tcx (Linux 6.6+; a link that runs first on its hook), clsact "
+                     "(a filter at tc_handle/tc_priority, behind every tcx program), or auto: tcx where the kernel "
+                     "has it, clsact where it does not"));
   o.push_back(choice("dataplane.xdp_mode", "--xdp-mode", &Config::xdp_mode,
                      std::array<std::pair<std::string_view, XdpMode>, 2>{{{"native", XdpMode::kNative},
                                                                           {"skb", XdpMode::kSkb}}},

@@ -192,7 +192,8 @@ IngressHook planned_ingress_hook(const Config& cfg, const std::string& ifname) {
 }
 
 std::string describe_ingress(const IfaceState& is) {
-  if (is.ingress_hook == kIngressTc) return "tc ingress id " + std::to_string(is.tc_ingress_prog_id);
+  if (is.ingress_hook == kIngressTc)
+    return "tc ingress (" + is.tc_attach + ") id " + std::to_string(is.tc_ingress_prog_id);
   return "xdp " + is.xdp_mode + " id " + std::to_string(is.xdp_prog_id);
 }
 
@@ -246,16 +247,33 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   }
   st.tc_handle = cfg_.tc_handle;
   st.tc_priority = cfg_.tc_priority;
+  const bool tcx = use_tcx();
+  st.tc_attach = tcx ? kTcAttachTcx : kTcAttachClsact;
+  auto attach_hook = [&](TcHook h) {
+    return tcx ? attach_tcx(obj_, owner_, st.ifindex, name, h, undo)
+               : attach_tc(obj_, owner_, st.ifindex, name, h, cfg_.tc_handle, cfg_.tc_priority, force, undo);
+  };
   if (ingress == IngressHook::kTc) {
     st.ingress_hook = kIngressTc;
-    st.tc_ingress_prog_id =
-        attach_tc(obj_, owner_, st.ifindex, name, TcHook::kIngress, cfg_.tc_handle, cfg_.tc_priority, force, undo);
+    st.tc_ingress_prog_id = attach_hook(TcHook::kIngress);
   }
   // Only now that the new hook runs does the other one give its program up.
   remove_other_ingress(owner_, st.ifindex, name, ingress, cfg_.tc_handle, cfg_.tc_priority, undo);
-  st.tc_prog_id =
-      attach_tc(obj_, owner_, st.ifindex, name, TcHook::kEgress, cfg_.tc_handle, cfg_.tc_priority, force, undo);
+  st.tc_prog_id = attach_hook(TcHook::kEgress);
+  // The same for an earlier attach's programs attached the other way.
+  remove_other_tc(owner_, st.ifindex, name, TcHook::kEgress, tcx, cfg_.tc_handle, cfg_.tc_priority, undo);
+  if (ingress == IngressHook::kTc)
+    remove_other_tc(owner_, st.ifindex, name, TcHook::kIngress, tcx, cfg_.tc_handle, cfg_.tc_priority, undo);
   return st;
+}
+
+bool Dataplane::use_tcx() const {
+  if (cfg_.tc_attach == TcAttach::kClsact) return false;
+  const bool have = tcx_supported();
+  if (!have && cfg_.tc_attach == TcAttach::kTcx)
+    throw Error("dataplane.tc_attach is tcx, but this kernel has no tcx (Linux 6.6 or later): use auto or clsact",
+                kExitUsage);
+  return have;
 }
 
 void Dataplane::link_forward(const IfaceState& st, const std::string& name) const {
@@ -315,7 +333,8 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
     if (absent(name)) continue;
     int ifindex = ifindex_of(name);
     if (!force)
-      refuse_foreign_hooks(owner_, ifindex, name, cfg_.tc_handle, cfg_.tc_priority, planned_ingress_hook(cfg_, name));
+      refuse_foreign_hooks(owner_, ifindex, name, cfg_.tc_handle, cfg_.tc_priority, planned_ingress_hook(cfg_, name),
+                           use_tcx());
   }
 
   State st;
@@ -346,6 +365,7 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
       is.ingress_hook = planned_ingress_hook(cfg_, name) == IngressHook::kTc ? kIngressTc : kIngressXdp;
       is.tc_handle = cfg_.tc_handle;
       is.tc_priority = cfg_.tc_priority;
+      is.tc_attach = use_tcx() ? kTcAttachTcx : kTcAttachClsact;
     }
     if (prev)
       for (const auto& old : prev->interfaces)
@@ -372,8 +392,12 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
       }
       if (!st.interfaces.empty()) pause_point("attach-between-interfaces");
       IfaceState is = attach_interface(name, force, undo);
-      spdlog::info("attached to {} (ifindex {}): {}, tc egress handle {:#x} prio {} id {}", name, is.ifindex,
-                   describe_ingress(is), is.tc_handle, is.tc_priority, is.tc_prog_id);
+      if (is.tc_attach == kTcAttachTcx)
+        spdlog::info("attached to {} (ifindex {}): {}, tc egress (tcx) id {}", name, is.ifindex,
+                     describe_ingress(is), is.tc_prog_id);
+      else
+        spdlog::info("attached to {} (ifindex {}): {}, tc egress clsact handle {:#x} prio {} id {}", name,
+                     is.ifindex, describe_ingress(is), is.tc_handle, is.tc_priority, is.tc_prog_id);
       st.interfaces.push_back(is);
     }
     // Every interface runs this load's programs now.

@@ -88,6 +88,9 @@ class Dataplane {
  private:
   // Attaches one interface; undo learns how to put back what was there.
   IfaceState attach_interface(const std::string& name, bool force, Rollback& undo);
+  // Whether the TC programs attach with tcx (dataplane.tc_attach, and the
+  // kernel's tcx); throws for tcx configured on a kernel without it.
+  bool use_tcx() const;
   // Lets the XDP fast path redirect to the interface (dataplane.xdp_forward)
   // when its ingress runs in XDP (xdp), else makes sure it does not.
   void set_forward_target(int ifindex, const std::string& name, bool xdp, Rollback& undo);

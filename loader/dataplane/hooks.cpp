@@ -12,6 +12,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 #include <xdp/libxdp.h>
@@ -27,6 +29,7 @@
 #include "common/error.h"
 #include "common/netlink.h"
 #include "dataplane/maps.h"
+#include "dataplane/tcx_uapi.h"
 
 namespace rg {
 namespace {
@@ -81,6 +84,75 @@ ProgRef hold_prog(uint32_t id) {
     close(*p);
     delete p;
   });
+}
+
+// A tcx link's fd: the link stays attached while a pin or an fd holds it.
+using LinkRef = std::shared_ptr<const int>;
+LinkRef hold_fd(int fd) {
+  return LinkRef(new int(fd), [](const int* p) {
+    close(*p);
+    delete p;
+  });
+}
+
+uint32_t tcx_attach_type(TcHook h) { return h == TcHook::kIngress ? tcx::kAttachIngress : tcx::kAttachEgress; }
+
+// A tcx hook's programs in the order they run, each with its link's id (0
+// for a program attached without a link).
+struct TcxChain {
+  std::vector<uint32_t> progs;
+  std::vector<uint32_t> links;
+};
+
+// nullopt (errno set) when the kernel has no tcx or refuses the query.
+std::optional<TcxChain> tcx_chain(int ifindex, TcHook h) {
+  // More programs than this on one hook are not read (the kernel answers
+  // ENOSPC with the first ones).
+  constexpr uint32_t kMax = 64;
+  TcxChain c;
+  c.progs.resize(kMax);
+  c.links.resize(kMax);
+  tcx::QueryAttr a{};
+  a.target_ifindex = static_cast<uint32_t>(ifindex);
+  a.attach_type = tcx_attach_type(h);
+  a.prog_ids = reinterpret_cast<uintptr_t>(c.progs.data());
+  a.link_ids = reinterpret_cast<uintptr_t>(c.links.data());
+  a.count = kMax;
+  if (syscall(__NR_bpf, BPF_PROG_QUERY, &a, sizeof(a)) != 0 && errno != ENOSPC) return std::nullopt;
+  const size_t n = std::min(a.count, kMax);
+  c.progs.resize(n);
+  c.links.resize(n);
+  return c;
+}
+
+// A new tcx link for prog_fd, first on hook h, pinned at path; throws.
+LinkRef create_tcx_link(int prog_fd, int ifindex, TcHook h, const std::string& path) {
+  tcx::LinkCreateAttr a{};
+  a.prog_fd = static_cast<uint32_t>(prog_fd);
+  a.target_ifindex = static_cast<uint32_t>(ifindex);
+  a.attach_type = tcx_attach_type(h);
+  a.flags = tcx::kFlagBefore;  // before no program in particular: first
+  const int fd = static_cast<int>(syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a)));
+  if (fd < 0) throw Error(errno_text(errno));
+  LinkRef link = hold_fd(fd);
+  if (bpf_obj_pin(fd, path.c_str()) != 0) {
+    const int err = errno;
+    bpf_link_detach(fd);
+    throw Error("cannot pin its link at " + path + ": " + errno_text(err));
+  }
+  chmod(path.c_str(), 0600);
+  return link;
+}
+
+// Takes the tcx link link_id off its hook and unlinks its pin path.
+void detach_tcx_link(uint32_t link_id, const std::string& path) {
+  const int fd = bpf_link_get_fd_by_id(link_id);
+  if (fd < 0) throw Error("cannot open tcx link id " + std::to_string(link_id) + ": " + errno_text(errno));
+  const int rc = bpf_link_detach(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) throw Error("cannot detach tcx link id " + std::to_string(link_id) + ": " + errno_text(err));
+  unlink(path.c_str());
 }
 
 using XdpProgRef = std::shared_ptr<xdp_program>;
@@ -384,7 +456,7 @@ bool HookOwner::owns(uint32_t prog_id, const std::string& name) const {
 }
 
 void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
-                          uint32_t tc_priority, IngressHook ingress) {
+                          uint32_t tc_priority, IngressHook ingress, bool tcx) {
   if (ingress == IngressHook::kXdp) {
     Multiprog cur(ifindex);
     if (cur.legacy() && !owner.owns(cur.main_id(), cur.main_name()))
@@ -397,12 +469,39 @@ void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string
   const TcHook hooks[] = {TcHook::kEgress, TcHook::kIngress};
   for (TcHook h : hooks) {
     if (h == TcHook::kIngress && ingress != IngressHook::kTc) continue;
+    if (tcx) {
+      // Beside ours, another instance's program would re-mark and count
+      // every packet a second time, with its own maps.
+      if (auto chain = tcx_chain(ifindex, h))
+        for (uint32_t id : chain->progs) {
+          const std::string prog = prog_name_by_id(id);
+          if (prog == tc_prog_name(h) && !owner.owns(id, prog))
+            throw Error("interface " + name + " already runs tcx " + tc_hook_name(h) + " program " + prog + " (id " +
+                            std::to_string(id) + "): " + kOtherInstance,
+                        kExitConflict);
+        }
+      continue;
+    }
     auto tc = tc_query(ifindex, h, tc_handle, tc_priority);
     if (tc && !owner.owns(tc->prog_id, tc->name)) throw tc_conflict(name, h, tc_handle, tc_priority, tc->name);
   }
 }
 
 const char* tc_hook_name(TcHook h) { return h == TcHook::kIngress ? "ingress" : "egress"; }
+
+bool tcx_supported() {
+  // Linux 6.1 does not know the attach type and answers EINVAL; a kernel
+  // with tcx lists the (maybe empty) chain of the loopback device.
+  static const bool supported = [] {
+    const unsigned lo = if_nametoindex("lo");
+    return tcx_chain(lo ? static_cast<int>(lo) : 1, TcHook::kEgress).has_value();
+  }();
+  return supported;
+}
+
+std::string tcx_pin(const HookOwner& owner, int ifindex, TcHook h) {
+  return owner.pin_path() + "/" + kTcxPinPrefix + tc_hook_name(h) + "_" + std::to_string(ifindex);
+}
 
 bool xdp_runs_on_skb(const std::string& ifname) {
   // veth_xdp_rcv_skb(): a native program on veth gets each skb copied into
@@ -583,17 +682,96 @@ uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, co
   return o.prog_id;
 }
 
-void remove_other_ingress(const HookOwner& owner, int ifindex, const std::string& name, IngressHook kept,
-                          uint32_t handle, uint32_t priority, Rollback& undo) {
-  if (kept == IngressHook::kXdp) {
-    auto tc = tc_query(ifindex, TcHook::kIngress, handle, priority);
+uint32_t attach_tcx(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name, TcHook h,
+                    Rollback& undo) {
+  const std::string dir = tc_hook_name(h);
+  const std::string path = tcx_pin(owner, ifindex, h);
+  const int prog_fd = h == TcHook::kIngress ? obj.tc_ingress_prog_fd() : obj.tc_prog_fd();
+  const uint32_t new_id = prog_id_of_fd(prog_fd);
+  auto chain = tcx_chain(ifindex, h);
+  if (!chain) throw Error("cannot list the tcx " + dir + " programs of " + name + ": " + errno_text(errno));
+  const int pinned = bpf_obj_get(path.c_str());
+  if (pinned >= 0) {
+    LinkRef prev = hold_fd(pinned);
+    bpf_link_info info{};
+    uint32_t len = sizeof(info);
+    const bool live = bpf_obj_get_info_by_fd(pinned, &info, &len) == 0 &&
+                      std::find(chain->links.begin(), chain->links.end(), info.id) != chain->links.end();
+    if (live) {
+      // An earlier attach's link: the new program takes its place in one
+      // step, so the hook never runs without one.
+      const uint32_t old_id = info.prog_id;
+      ProgRef old = hold_prog(old_id);
+      if (!old) throw Error("cannot open TC program id " + std::to_string(old_id) + " on " + name + ": " +
+                            errno_text(errno));
+      LIBBPF_OPTS(bpf_link_update_opts, o, .flags = BPF_F_REPLACE, .old_prog_fd = static_cast<__u32>(*old));
+      if (bpf_link_update(pinned, prog_fd, &o) != 0)
+        throw Error("cannot replace the program of tcx link " + path + " on " + name + ": " + errno_text(errno));
+      undo.add(name + ": TC " + dir + " tcx link with " + tc_prog_name(h) + " (id " + std::to_string(old_id) + ")",
+               [prev, old, prog_fd] {
+                 LIBBPF_OPTS(bpf_link_update_opts, back, .flags = BPF_F_REPLACE,
+                             .old_prog_fd = static_cast<__u32>(prog_fd));
+                 if (bpf_link_update(*prev, *old, &back) != 0) throw Error(errno_text(errno));
+               });
+      return new_id;
+    }
+    // A pin whose link no longer runs there (its interface went): a new
+    // link takes its name.
+    unlink(path.c_str());
+    undo.add("the pin " + path, [prev, path] { bpf_obj_pin(*prev, path.c_str()); });
+  }
+  LinkRef link;
+  try {
+    link = create_tcx_link(prog_fd, ifindex, h, path);
+  } catch (const Error& e) {
+    throw Error("cannot attach " + std::string(tc_prog_name(h)) + " to " + name + " " + dir + " with tcx: " +
+                e.what());
+  }
+  undo.add(name + ": TC " + dir + " without this attach's tcx link", [link, path] {
+    unlink(path.c_str());
+    if (bpf_link_detach(*link) != 0) throw Error(errno_text(errno));
+  });
+  return new_id;
+}
+
+void remove_other_tc(const HookOwner& owner, int ifindex, const std::string& name, TcHook h, bool tcx_kept,
+                     uint32_t handle, uint32_t priority, Rollback& undo) {
+  const std::string dir = tc_hook_name(h);
+  if (tcx_kept) {
+    auto tc = tc_query(ifindex, h, handle, priority);
     if (!tc || !owner.owns(tc->prog_id, tc->name)) return;
     ProgRef old = hold_prog(tc->prog_id);
     if (!old) throw Error("cannot open TC program " + tc->name + " on " + name + ": " + errno_text(errno));
-    tc_remove(ifindex, TcHook::kIngress, handle, priority);
-    spdlog::info("{}: removed TC ingress filter {} (id {}): XDP takes ingress now", name, tc->name, tc->prog_id);
-    undo.add(name + ": TC ingress filter " + tc->name + " (id " + std::to_string(tc->prog_id) + ")",
-             [ifindex, handle, priority, old] { tc_put_back(ifindex, TcHook::kIngress, handle, priority, *old); });
+    tc_remove(ifindex, h, handle, priority);
+    spdlog::info("{}: removed TC {} filter {} (id {}): roceguard's program runs there from a tcx link now", name, dir,
+                 tc->name, tc->prog_id);
+    undo.add(name + ": TC " + dir + " filter " + tc->name + " (id " + std::to_string(tc->prog_id) + ")",
+             [ifindex, h, handle, priority, old] { tc_put_back(ifindex, h, handle, priority, *old); });
+    return;
+  }
+  auto chain = tcx_chain(ifindex, h);
+  if (!chain) return;  // no tcx here, so none of ours
+  const std::string path = tcx_pin(owner, ifindex, h);
+  for (size_t i = 0; i < chain->progs.size(); ++i) {
+    const uint32_t id = chain->progs[i];
+    const std::string prog = prog_name_by_id(id);
+    if (prog != tc_prog_name(h) || !owner.owns(id, prog) || !chain->links[i]) continue;
+    ProgRef old = hold_prog(id);
+    if (!old) throw Error("cannot open TC program " + prog + " on " + name + ": " + errno_text(errno));
+    detach_tcx_link(chain->links[i], path);
+    spdlog::info("{}: removed tcx {} program {} (id {}): roceguard's program runs there from a clsact filter now",
+                 name, dir, prog, id);
+    undo.add(name + ": tcx " + dir + " link with " + prog + " (id " + std::to_string(id) + ")",
+             [ifindex, h, path, old] { create_tcx_link(*old, ifindex, h, path); });
+  }
+}
+
+void remove_other_ingress(const HookOwner& owner, int ifindex, const std::string& name, IngressHook kept,
+                          uint32_t handle, uint32_t priority, Rollback& undo) {
+  if (kept == IngressHook::kXdp) {
+    // Ours at TC ingress, whichever way an earlier attach put it there.
+    remove_other_tc(owner, ifindex, name, TcHook::kIngress, true, handle, priority, undo);
+    remove_other_tc(owner, ifindex, name, TcHook::kIngress, false, handle, priority, undo);
     return;
   }
   Multiprog cur(ifindex);
@@ -638,6 +816,13 @@ bool xdp_present(const HookOwner& owner, const IfaceState& st) {
 
 bool tc_present(const HookOwner& owner, const IfaceState& st, TcHook h) {
   if (!st.ifindex) return false;
+  if (st.tc_attach == kTcAttachTcx) {
+    auto chain = tcx_chain(st.ifindex, h);
+    if (!chain) return false;
+    for (uint32_t id : chain->progs)
+      if (prog_name_by_id(id) == tc_prog_name(h) && owner.owns(id, tc_prog_name(h))) return true;
+    return false;
+  }
   auto tc = tc_query(st.ifindex, h, st.tc_handle, st.tc_priority);
   return tc && owner.owns(tc->prog_id, tc->name) && tc->name == tc_prog_name(h);
 }
@@ -678,6 +863,22 @@ DetachLines detach_interface(const HookOwner& owner, int ifindex, const std::str
     }
   }
   for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
+    auto chain = tcx_chain(ifindex, h);
+    for (size_t i = 0; chain && i < chain->progs.size(); ++i) {
+      const uint32_t id = chain->progs[i];
+      const std::string prog = prog_name_by_id(id);
+      if (!is_our_tc_name(prog)) continue;
+      const std::string what = std::string("tcx ") + tc_hook_name(h) + " program " + prog;
+      if (owner.owns(id, prog) && chain->links[i]) {
+        detach_tcx_link(chain->links[i], tcx_pin(owner, ifindex, h));
+        done.removed.push_back(name + ": removed " + what + " (id " + std::to_string(id) + ")");
+      } else if (!owner.owns(id, prog)) {
+        left(what, id);
+      }
+    }
+    if (!chain) unlink(tcx_pin(owner, ifindex, h).c_str());
+  }
+  for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
     for (const auto& f : tc_filters(ifindex, h)) {
       if (!is_our_tc_name(f.filter.name)) continue;
       const std::string what = std::string("TC ") + tc_hook_name(h) + " filter " + f.filter.name + " (handle " +
@@ -712,38 +913,33 @@ bool holds_programs(const HookOwner& owner, int ifindex) {
     if (cur.legacy() && owner.owns(cur.main_id(), cur.main_name())) return true;
     if (!cur.ours(owner).empty()) return true;
   }
-  for (TcHook h : {TcHook::kEgress, TcHook::kIngress})
+  for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
+    if (auto chain = tcx_chain(ifindex, h))
+      for (uint32_t id : chain->progs)
+        if (owner.owns(id, prog_name_by_id(id))) return true;
     for (const auto& f : tc_filters(ifindex, h))
       if (owner.owns(f.filter.prog_id, f.filter.name)) return true;
+  }
   return false;
 }
-
-namespace {
-
-// enum bpf_attach_type of Linux 6.6 (uapi/linux/bpf.h): the headers this
-// builds against (Debian 12's, Linux 6.1) predate tcx. A kernel without
-// tcx answers a query for them with EINVAL.
-constexpr int kAttachTcxIngress = 46;
-constexpr int kAttachTcxEgress = 47;
-
-std::vector<uint32_t> tcx_programs(int ifindex, TcHook h) {
-  std::vector<uint32_t> ids(64);
-  uint32_t count = static_cast<uint32_t>(ids.size());
-  const auto type = static_cast<bpf_attach_type>(h == TcHook::kIngress ? kAttachTcxIngress : kAttachTcxEgress);
-  if (bpf_prog_query(ifindex, type, 0, nullptr, ids.data(), &count) != 0) return {};
-  ids.resize(std::min<size_t>(count, ids.size()));
-  return ids;
-}
-
-}  // namespace
 
 std::vector<ProgramAhead> programs_ahead(const HookOwner& owner, int ifindex, uint32_t priority,
                                          bool ingress_at_tc) {
   std::vector<ProgramAhead> ahead;
   for (TcHook h : {TcHook::kEgress, TcHook::kIngress}) {
     if (h == TcHook::kIngress && !ingress_at_tc) continue;
-    for (uint32_t id : tcx_programs(ifindex, h))
-      if (!owner.owns(id, prog_name_by_id(id))) ahead.push_back({h, "tcx", 0, id, prog_name_by_id(id)});
+    // tcx runs its programs in order, then the clsact filters.
+    bool ours_in_tcx = false;
+    if (auto chain = tcx_chain(ifindex, h))
+      for (uint32_t id : chain->progs) {
+        const std::string prog = prog_name_by_id(id);
+        if (owner.owns(id, prog)) {
+          ours_in_tcx = true;
+          break;
+        }
+        ahead.push_back({h, "tcx", 0, id, prog});
+      }
+    if (ours_in_tcx) continue;
     for (const auto& f : tc_filters(ifindex, h))
       if (f.priority < priority && !owner.owns(f.filter.prog_id, f.filter.name))
         ahead.push_back({h, "clsact priority " + std::to_string(f.priority) + " handle " + tc_handle_text(f.handle),

@@ -1,6 +1,7 @@
 // roceguard's programs on an interface's hooks: XDP through libxdp (its
 // multi-program dispatcher when the kernel allows, a direct attach when not)
-// and a TC egress filter on clsact at a fixed handle/priority. Each hook
+// and the TC programs as tcx links (Linux 6.6+, pinned beside the maps) or
+// clsact filters at a fixed handle/priority. Each hook
 // operation exists once: refuse a foreign owner, attach (recording how to
 // undo it), detach ours and nothing else, tell whether ours is still there.
 #pragma once
@@ -38,13 +39,16 @@ class Rollback {
 class HookOwner {
  public:
   // Records the ids of the maps pinned under pin_path now.
-  explicit HookOwner(const std::string& pin_path) { add_pinned(pin_path); }
+  explicit HookOwner(const std::string& pin_path) : pin_path_(pin_path) { add_pinned(pin_path); }
   // Adds the ids of the maps pinned there now (after they were replaced).
   void add_pinned(const std::string& pin_path);
   // Is program id named name one of ours?
   bool owns(uint32_t prog_id, const std::string& name) const;
+  // Where this owner pins its tcx links.
+  const std::string& pin_path() const { return pin_path_; }
 
  private:
+  std::string pin_path_;
   std::vector<uint32_t> map_ids_;
 };
 
@@ -53,13 +57,20 @@ class HookOwner {
 enum class TcHook { kEgress, kIngress };
 const char* tc_hook_name(TcHook h);  // "egress", "ingress"
 
+// Does this kernel have tcx (Linux 6.6+)? Probed once, by a tcx query.
+bool tcx_supported();
+// Where owner pins its tcx link for hook h of ifindex.
+std::string tcx_pin(const HookOwner& owner, int ifindex, TcHook h);
+
 // Throws kExitConflict when a hook roceguard is about to take holds a
 // program not ours: with ingress at XDP, a program attached directly
-// (libxdp cannot chain ours beside it); a TC egress filter (and, with
-// ingress at TC, a TC ingress filter) at tc_handle/tc_priority. Another
-// roceguard instance's programs are named as such.
+// (libxdp cannot chain ours beside it); with clsact a TC egress filter
+// (and, with ingress at TC, a TC ingress filter) at tc_handle/tc_priority;
+// with tcx another roceguard instance's program on those hooks (tcx has no
+// slot to fight over: other programs stay beside ours). Another roceguard
+// instance's programs are named as such.
 void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string& name, uint32_t tc_handle,
-                          uint32_t tc_priority, IngressHook ingress);
+                          uint32_t tc_priority, IngressHook ingress, bool tcx);
 
 // Does native XDP on this device run on an skb the stack already built,
 // so that TC ingress does the same work for less? veth copies every skb
@@ -89,6 +100,21 @@ XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, co
 uint32_t attach_tc(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name, TcHook h,
                    uint32_t handle, uint32_t priority, bool force, Rollback& undo);
 
+// Attaches obj's TC program for hook h with a tcx link placed first on the
+// hook (ahead of every program there now), pinned at tcx_pin(). An earlier
+// attach's link there gets the new program in place (BPF_LINK_UPDATE: the
+// hook is never without one, and the link keeps its position); undo puts
+// the previous program back, or detaches a link created here. Returns the
+// program's id.
+uint32_t attach_tcx(const BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name, TcHook h,
+                    Rollback& undo);
+
+// Removes owner's program from hook h attached the other way than the one
+// kept (tcx: a clsact filter at handle/priority; clsact: a tcx link), where
+// an earlier attach put it, once the new one runs; undo puts it back.
+void remove_other_tc(const HookOwner& owner, int ifindex, const std::string& name, TcHook h, bool tcx_kept,
+                     uint32_t handle, uint32_t priority, Rollback& undo);
+
 // Once the ingress program is attached at kept (kXdp or kTc), removes our
 // ingress program from the other hook, where an earlier attach put it; undo
 // puts it back. Until then both run: a packet may be counted twice, none is
@@ -110,7 +136,8 @@ struct NetInterface {
 std::vector<NetInterface> interfaces_here();
 
 // Removes owner's programs from one interface: its rg_xdp_ingress (direct,
-// or its dispatcher slot) and its TC filters on either clsact hook at any
+// or its dispatcher slot), its tcx links (and their pins) and its TC
+// filters on either clsact hook at any
 // handle/priority (a record that was lost or never written cannot say
 // which). Never touches anything else; another roceguard instance's
 // programs are reported and left alone. Returns one line per thing removed
@@ -131,10 +158,11 @@ std::vector<std::string> remove_moved_tc(const HookOwner& owner, int ifindex, co
 bool holds_programs(const HookOwner& owner, int ifindex);
 
 // A program of another tool that runs before ours on the same TC hook and
-// can end the packet's path there, so that ours never sees it: any tcx
-// program (Linux 6.6+ runs tcx before clsact; one returning TCX_PASS or
-// TC_ACT_OK skips every clsact filter), or a clsact filter at a lower
-// priority number than ours (direct action: its verdict is final).
+// can end the packet's path there, so that ours never sees it. With ours a
+// tcx link: a tcx program before it in the hook's order. With ours a clsact
+// filter: any tcx program (Linux 6.6+ runs tcx before clsact; one returning
+// TCX_PASS or TC_ACT_OK skips every clsact filter), or a clsact filter at a
+// lower priority number than ours (direct action: its verdict is final).
 struct ProgramAhead {
   TcHook hook = TcHook::kEgress;
   std::string where;  // "tcx", or "clsact priority 1 handle 0x1"

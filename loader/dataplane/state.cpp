@@ -40,7 +40,8 @@ nlohmann::json State::to_json() const {
                    {"tc_prog_id", i.tc_prog_id},
                    {"tc_ingress_prog_id", i.tc_ingress_prog_id},
                    {"tc_handle", i.tc_handle},
-                   {"tc_priority", i.tc_priority}});
+                   {"tc_priority", i.tc_priority},
+                   {"tc_attach", i.tc_attach}});
   return {{"layout", kStateLayout},
           {"version", version},
           {"config_hash", config_hash},
@@ -96,6 +97,9 @@ State State::from_json(const nlohmann::json& j) {
     st.tc_ingress_prog_id = field(i, "tc_ingress_prog_id", 0u, where);
     st.tc_handle = field(i, "tc_handle", 0u, where);
     st.tc_priority = field(i, "tc_priority", 0u, where);
+    st.tc_attach = field<std::string>(i, "tc_attach", kTcAttachClsact, where);
+    if (st.tc_attach != kTcAttachTcx && st.tc_attach != kTcAttachClsact)
+      throw Error(where + ".tc_attach is \"" + st.tc_attach + "\", not \"tcx\" or \"clsact\"", kExitConflict);
     s.interfaces.push_back(st);
   }
   return s;
@@ -323,6 +327,11 @@ void remove_pins(const std::string& pin_path) {
   unlink((pin_path + "/" + kMapXdpNext).c_str());
   unlink((pin_path + "/" + kMapXdpNextStaging).c_str());
   unlink((pin_path + "/" + kMapState).c_str());
+  // The tcx links are detached by now (detach_interface); their pins would
+  // keep the directory.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(pin_path, ec))
+    if (e.path().filename().string().rfind(kTcxPinPrefix, 0) == 0) unlink(e.path().c_str());
   rmdir(pin_path.c_str());  // fails, harmlessly, if someone else put files there
 }
 

@@ -30,6 +30,11 @@ inline constexpr int kStateLayout = 2;
 
 inline constexpr const char* kIngressXdp = "xdp";
 inline constexpr const char* kIngressTc = "tc";
+inline constexpr const char* kTcAttachTcx = "tcx";
+inline constexpr const char* kTcAttachClsact = "clsact";
+// Prefix of the pinned tcx links, one per hook and interface
+// ("tcx_egress_7"): a tcx link detaches when nothing holds it.
+inline constexpr const char* kTcxPinPrefix = "tcx_";
 
 // Attach record of one interface.
 struct IfaceState {
@@ -44,6 +49,10 @@ struct IfaceState {
   uint32_t tc_ingress_prog_id = 0;
   uint32_t tc_handle = 0;
   uint32_t tc_priority = 0;
+  // How the TC programs are attached: kTcAttachTcx (links pinned beside the
+  // maps) or kTcAttachClsact (filters at tc_handle/tc_priority; records
+  // written before tcx say nothing: clsact).
+  std::string tc_attach = kTcAttachClsact;
 };
 
 struct State {
@@ -105,7 +114,8 @@ void write_state(const std::string& pin_path, const State& s);
 // Pinned files are root's alone: counters reveal traffic, and write access
 // to rg_peers/rg_route* would let anyone redirect it.
 void restrict_pins(const std::string& pin_path);
-// Removes the persistent map pins, rg_state and the directory if empty.
+// Removes the persistent map pins, rg_state, the tcx link pins and the
+// directory if empty.
 void remove_pins(const std::string& pin_path);
 
 }  // namespace rg

@@ -221,12 +221,13 @@ class Doctor {
       add("kernel.btf", "", Verdict::kFail, "no kernel BTF: the programs' CO-RE relocations cannot be resolved",
           "a kernel built with CONFIG_DEBUG_INFO_BTF=y");
 
-    btf* vmlinux = btf__load_vmlinux_btf();
-    const bool tcx = vmlinux && btf__find_by_name_kind(vmlinux, "tcx_entry", BTF_KIND_STRUCT) >= 0;
-    btf__free(vmlinux);
+    const bool tcx = tcx_supported();
+    const bool clsact = in_.config.tc_attach == TcAttach::kClsact;
     add("kernel.tcx", "", Verdict::kInfo,
-        tcx ? "tcx present (6.6+): tcx programs of other tools run before roceguard's clsact egress filter"
-            : "no tcx: TC programs attach through clsact only, as roceguard's do");
+        !tcx     ? "no tcx: TC programs attach through clsact only, as roceguard's do"
+        : clsact ? "tcx present (6.6+), but dataplane.tc_attach is clsact: every tcx program of another tool runs "
+                   "before roceguard's clsact filters"
+                 : "tcx present (6.6+): roceguard attaches its TC programs as tcx links, first on their hooks");
 
     frags_kernel_ = kernel_has_xdp_frags();
     frags_program_ = program_has_xdp_frags();
@@ -352,7 +353,9 @@ class Doctor {
           a.name + " (id " + std::to_string(a.prog_id) + ", " + a.where + ") runs before roceguard on TC " +
               tc_hook_name(a.hook) + ": if it returns a verdict (TC_ACT_OK, TCX_PASS, a drop or a redirect) the "
               "packet never reaches roceguard's program",
-          a.where == "tcx" ? "have that tool return TCX_NEXT for RoCE v2 (UDP 4791), or detach it"
+          a.where == "tcx" ? "have that tool return TCX_NEXT for RoCE v2 (UDP 4791), or detach it; roceguard "
+                             "attached with tcx (dataplane.tc_attach) takes the first place again on `roceguard "
+                             "detach` and attach"
                            : "move roceguard ahead of it (--tc-priority below " + std::to_string(a.priority) +
                                  "), or have that filter return TC_ACT_UNSPEC");
   }

@@ -157,6 +157,9 @@ class LoaderNetns : public ::testing::Test {
     // would not get by default (dataplane.ingress_hook auto takes TC ingress
     // there); the IngressHook cases choose their own with --ingress-hook.
     setenv("ROCEGUARD_DATAPLANE_INGRESS_HOOK", "xdp", 1);
+    // And for clsact, whose filters they look at with tc and bpftool; the
+    // TcxLinks cases attach with tcx (--tc-attach).
+    setenv("ROCEGUARD_DATAPLANE_TC_ATTACH", "clsact", 1);
     static int seq = 0;
     tag_ = "rgld-" + std::to_string(getpid()) + "-" + std::to_string(seq++);
     ns_a_ = tag_ + "-a";
@@ -179,7 +182,7 @@ class LoaderNetns : public ::testing::Test {
     }
     sh(in_a(std::string(RG_BIN) + " detach --pin-path " + pin_));
     sh(in_a(std::string(RG_BIN) + " detach --pin-path " + other_pin()));
-    sh("rm -rf " + pin_ + " " + other_pin() + " " + pin_ + "-tcx " + tmp_);
+    sh("rm -rf " + pin_ + " " + other_pin() + " " + pin_ + "-tcx* " + tmp_);
     sh("ip netns del " + ns_a_);
     sh("ip netns del " + ns_b_);
   }
@@ -277,6 +280,49 @@ class LoaderNetns : public ::testing::Test {
     for (const auto& t : j[0].value("tc", json::array()))
       if (t.value("kind", "") == "clsact/egress") ids.push_back(t.value("id", 0));
     return ids;
+  }
+
+  // Names of the programs on dev's tcx hook (BPF_TCX_EGRESS = 47,
+  // BPF_TCX_INGRESS = 46 in Linux 6.6's uapi) in the order they run; {"?"}
+  // when the kernel has no tcx.
+  std::vector<std::string> tcx_names(const std::string& dev = "veth0", bool egress = true) {
+    const std::string out = tmp_ + "/tcx-names";
+    unlink(out.c_str());
+    int rc = in_netns(ns_a_, [&] {
+      uint32_t ids[16], n = 16;
+      if (bpf_prog_query(static_cast<int>(if_nametoindex(dev.c_str())), static_cast<bpf_attach_type>(egress ? 47 : 46),
+                         0, nullptr, ids, &n))
+        return 1;
+      std::ofstream f(out);
+      for (uint32_t i = 0; i < n && i < 16; ++i) {
+        int fd = bpf_prog_get_fd_by_id(ids[i]);
+        bpf_prog_info info{};
+        uint32_t len = sizeof(info);
+        f << (fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.name : "?") << "\n";
+        if (fd >= 0) close(fd);
+      }
+      return 0;
+    });
+    if (rc != 0) return {"?"};
+    std::vector<std::string> names;
+    std::ifstream f(out);
+    for (std::string line; std::getline(f, line);) names.push_back(line);
+    return names;
+  }
+
+  // Another tool's foreign_tc_ok on dev's TC egress as a tcx link, pinned at
+  // link_pin (TearDown's pin_-tcx* glob removes it); before: first on the
+  // hook (BPF_F_BEFORE, no relative), else last. 3: no tcx in this kernel.
+  int attach_foreign_tcx(const std::string& link_pin, bool before, const std::string& dev = "veth0") {
+    return in_netns(ns_a_, [&] {
+      bpf_object* obj = bpf_object__open_file(RG_FOREIGN_OBJ, nullptr);
+      if (!obj || bpf_object__load(obj)) return 1;
+      LIBBPF_OPTS(bpf_link_create_opts, o, .flags = before ? 1u << 3 : 0u);
+      int link = bpf_link_create(bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_tc_ok")),
+                                 static_cast<int>(if_nametoindex(dev.c_str())), static_cast<bpf_attach_type>(47), &o);
+      if (link < 0) return 3;
+      return bpf_obj_pin(link, link_pin.c_str()) ? 2 : 0;
+    });
   }
 
   bool has_clsact(const std::string& dev = "veth0") {
@@ -2417,6 +2463,97 @@ TEST_F(LoaderNetns, StatusAndDoctorNameAProgramAheadThatEndsThePath) {
   EXPECT_EQ(ahead_of(status()), std::vector<std::string>{"tcx foreign_tc_ok"});
   EXPECT_NE(doctor_says().find("foreign_tc_ok"), std::string::npos);
   unlink(link_pin.c_str());
+}
+
+// tcx (Linux 6.6+): roceguard's TC egress program is a link placed first on
+// the hook, so another tool's tcx program that returns TC_ACT_OK behind it
+// cannot switch roceguard off; one attached later in front of it is named
+// by status and doctor. Detach takes roceguard's link and its pin, and
+// nothing else.
+TEST_F(LoaderNetns, TcxLinkRunsAheadOfAForeignProgramThatReturnsOk) {
+  if (tcx_names() == std::vector<std::string>{"?"}) GTEST_SKIP() << "no tcx in this kernel";
+  Result r = rg("attach -i veth0 --tc-attach tcx");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json st = status();
+  EXPECT_EQ(st["interfaces"][0]["tc"].value("attach", ""), "tcx") << st.dump();
+  EXPECT_TRUE(st["interfaces"][0]["tc"].value("attached", false)) << st.dump();
+  EXPECT_TRUE(hooks().tc.empty()) << "no clsact filter beside the link";
+  EXPECT_EQ(tcx_names(), std::vector<std::string>{"rg_tc_egress"});
+  struct stat pin {};
+  EXPECT_EQ(stat((pin_ + "/tcx_egress_" + std::to_string(ifindex_a())).c_str(), &pin), 0) << "the link is pinned";
+
+  // Another tool attaches behind roceguard and lets every packet go.
+  ASSERT_EQ(attach_foreign_tcx(pin_ + "-tcx-after", false), 0);
+  EXPECT_EQ(tcx_names(), (std::vector<std::string>{"rg_tc_egress", "foreign_tc_ok"}));
+  ASSERT_EQ(send_roce(1, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 3u) << "roceguard runs first and still sees RoCE";
+  st = status();
+  EXPECT_TRUE(st["interfaces"][0].value("ahead", json::array()).empty()) << st.dump();
+
+  // One attached in front of roceguard's link is ahead, and said to be.
+  ASSERT_EQ(attach_foreign_tcx(pin_ + "-tcx-before", true), 0);
+  EXPECT_EQ(tcx_names(), (std::vector<std::string>{"foreign_tc_ok", "rg_tc_egress", "foreign_tc_ok"}));
+  st = status();
+  std::vector<std::string> ahead;
+  for (const auto& a : st["interfaces"][0].value("ahead", json::array()))
+    ahead.push_back(a.value("where", "") + " " + a.value("name", ""));
+  EXPECT_EQ(ahead, std::vector<std::string>{"tcx foreign_tc_ok"}) << st.dump();
+  Result doc = sh("(" + in_a(std::string(RG_BIN) + " doctor --json -i veth0 --pin-path " + pin_) + " 2>/dev/null)");
+  json dj = json::parse(doc.out, nullptr, false);
+  std::string warned;
+  for (const auto& f : dj.value("findings", json::array()))
+    if (f.value("check", "") == "interface.tc_ahead" && f.value("verdict", "") == "warn") warned += f.value("what", "");
+  EXPECT_NE(warned.find("foreign_tc_ok"), std::string::npos) << doc.out;
+  ASSERT_EQ(send_roce(4, 3), 0);
+  EXPECT_EQ(counter("roce_packets"), 3u) << "the program in front ends the path";
+
+  r = rg("detach");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(tcx_names(), (std::vector<std::string>{"foreign_tc_ok", "foreign_tc_ok"})) << r.out;
+  EXPECT_FALSE(pins_exist()) << "no link pin keeps the pin directory";
+}
+
+// An attach over a tcx attach gives the pinned links the new programs in
+// place: one roceguard program per hook, always. Switching between tcx and
+// clsact moves the programs and leaves none behind the other way.
+TEST_F(LoaderNetns, TcxReattachKeepsOneProgramPerHook) {
+  if (tcx_names() == std::vector<std::string>{"?"}) GTEST_SKIP() << "no tcx in this kernel";
+  Result r = rg("attach -i veth0 --tc-attach tcx --ingress-hook tc");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const uint32_t first = status()["interfaces"][0]["tc"].value("prog_id", 0u);
+  r = rg("attach -i veth0 --tc-attach tcx --ingress-hook tc");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json st = status();
+  EXPECT_NE(st["interfaces"][0]["tc"].value("prog_id", 0u), first) << "the upgrade's program runs";
+  EXPECT_EQ(tcx_names(), std::vector<std::string>{"rg_tc_egress"}) << r.out;
+  EXPECT_EQ(tcx_names("veth0", false), std::vector<std::string>{"rg_tc_ingress"}) << r.out;
+  EXPECT_EQ(st["interfaces"][0]["tc_ingress"].value("attach", ""), "tcx") << st.dump();
+  EXPECT_TRUE(st["interfaces"][0]["tc_ingress"].value("attached", false)) << st.dump();
+  ASSERT_EQ(send_roce(1, 2), 0);
+  EXPECT_EQ(counter("roce_packets"), 2u);
+
+  // To clsact and back.
+  r = rg("attach -i veth0 --tc-attach clsact --ingress-hook tc");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(tcx_names().empty()) << r.out;
+  EXPECT_TRUE(tcx_names("veth0", false).empty()) << r.out;
+  EXPECT_EQ(hooks().tc, std::vector<std::string>{"rg_tc_egress"});
+  EXPECT_EQ(hooks().tc_ingress, std::vector<std::string>{"rg_tc_ingress"});
+  EXPECT_EQ(status()["interfaces"][0]["tc"].value("attach", ""), "clsact");
+  r = rg("attach -i veth0 --tc-attach tcx --ingress-hook tc");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(hooks().tc.empty()) << r.out;
+  EXPECT_TRUE(hooks().tc_ingress.empty()) << r.out;
+  EXPECT_EQ(tcx_names(), std::vector<std::string>{"rg_tc_egress"}) << r.out;
+  EXPECT_EQ(tcx_names("veth0", false), std::vector<std::string>{"rg_tc_ingress"}) << r.out;
+  ASSERT_EQ(send_roce(3, 2), 0);
+  EXPECT_EQ(counter("roce_packets"), 4u);
+
+  r = rg("detach");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(tcx_names().empty()) << r.out;
+  EXPECT_TRUE(tcx_names("veth0", false).empty()) << r.out;
+  EXPECT_FALSE(pins_exist());
 }
 
 }  // namespace

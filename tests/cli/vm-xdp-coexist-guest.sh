@@ -24,6 +24,10 @@ grep -q "xdp dispatcher" <<<"$out" || die "not attached through the dispatcher: 
 [ "$(count foreign_xdp)" = 1 ] && [ "$(count rg_xdp_ingress)" = 1 ] || die "after attach: $(xdp-loader status rgv0)"
 "$RG" status --pin-path "$PIN" --json | jq -e '.interfaces[0].xdp.mode == "dispatcher" and .interfaces[0].xdp.attached' >/dev/null ||
 	die "status does not show the dispatcher slot"
+# Debian 12's 6.1 has no tcx: dataplane.tc_attach auto falls back to clsact.
+"$RG" status --pin-path "$PIN" --json | jq -e '.interfaces[0].tc.attach == "clsact" and .interfaces[0].tc.attached' >/dev/null ||
+	die "TC egress not attached through clsact: $("$RG" status --pin-path "$PIN" --json)"
+tc filter show dev rgv0 egress | grep -q rg_tc_egress || die "no clsact egress filter: $(tc filter show dev rgv0 egress)"
 
 # Re-attach adds the new program before it removes the old one, so the
 # interface never runs without roceguard: sample the chain while it runs

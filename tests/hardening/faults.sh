@@ -31,6 +31,9 @@ rg=$1 case=$2
 # The cases watch the XDP hook; on a veth dataplane.ingress_hook's default
 # (auto) would put the ingress program at TC ingress instead.
 export ROCEGUARD_DATAPLANE_INGRESS_HOOK=xdp
+# And TC egress, which they look for with tc, at a clsact filter (on a
+# kernel with tcx, dataplane.tc_attach auto would make it a tcx link).
+export ROCEGUARD_DATAPLANE_TC_ATTACH=clsact
 # The unit file is the one place that states the set; the test reads it.
 unit="$(dirname "$0")/../../packaging/roceguard.service"
 

@@ -29,7 +29,10 @@ as_daemonset=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024
   --network "ns:/var/run/netns/$ns"
   --cap-drop all --cap-add NET_ADMIN --cap-add SYS_ADMIN
   --security-opt apparmor=unconfined --security-opt no-new-privileges
-  --read-only -v /sys/fs/bpf:/sys/fs/bpf:rshared -v "$work/etc:/etc/roceguard:ro")
+  --read-only -v /sys/fs/bpf:/sys/fs/bpf:rshared -v "$work/etc:/etc/roceguard:ro"
+  # The checks below look at rg0's TC ingress with tc: a clsact filter, not
+  # the tcx link dataplane.tc_attach auto gives on Linux 6.6+.
+  -e ROCEGUARD_DATAPLANE_TC_ATTACH=clsact)
 
 cleanup() {
   "${podman[@]}" rm --force --time 2 "$ctr" >/dev/null 2>&1 || true
