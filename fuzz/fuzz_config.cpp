@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/text.h"
 #include "config/config.h"
 
 namespace {
@@ -43,11 +44,13 @@ void check_names_a_key(const std::string& msg, const toml::table* doc, std::stri
                                                    "tunnel",     "metrics",   "nic"};
   for (auto s : kSections)
     if (starts_with_key(msg, s)) return;
-  // An unknown top-level key is named as it was written, quoted unless bare.
+  // An unknown top-level key is named as it was written, quoted unless bare,
+  // and as text (rg::printable: a control character shows as \xNN).
   if (doc)
-    for (const auto& [k, v] : *doc)
-      if (starts_with_key(msg, k.str()) || starts_with_key(msg, "\"" + std::string(k.str()) + "\""))
-        return;
+    for (const auto& [k, v] : *doc) {
+      const std::string key = rg::printable(k.str());
+      if (starts_with_key(msg, key) || starts_with_key(msg, "\"" + key + "\"")) return;
+    }
   violation("rejection does not name a key: \"" + msg + "\"", text);
 }
 
