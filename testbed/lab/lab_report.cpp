@@ -623,6 +623,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                            {"host_b",
                             {{"psn_gaps", p.received.lost_estimate},
                              {"psn_gap_events", p.received.gaps},
+                             {"psns_before_first_arrival", p.received.psns_before_first_arrival},
                              {"psns_after_last_arrival", psns_after_last_arrival(p.sent, p.received)}}},
                            {"totals", snapshot_json(p.final, scheduler)},
                            {"seconds", sec},

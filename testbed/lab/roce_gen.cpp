@@ -543,6 +543,7 @@ void Receiver::on_packet(int fd, const uint8_t* buf, size_t len, uint8_t tos, co
   if (!qp.seen) {
     qp.seen = true;
     qp.max_psn = bth.psn;
+    if (psn_ahead(bth.psn, cfg_.qps.first_psn)) st_.psns_before_first_arrival += psn_diff(bth.psn, cfg_.qps.first_psn);
   } else if (!psn_ahead(bth.psn, qp.max_psn)) {
     st_.seen_retransmits++;
   } else {
@@ -693,7 +694,8 @@ nlohmann::json to_json(const ReceiverStats& r) {
           {"delivered", r.delivered},     {"goodput_bytes", r.goodput_bytes},
           {"out_of_order", r.out_of_order}, {"duplicates", r.duplicates},
           {"seen_retransmits", r.seen_retransmits}, {"gaps", r.gaps},
-          {"lost_estimate", r.lost_estimate}, {"acks", r.acks},
+          {"lost_estimate", r.lost_estimate}, {"psns_before_first_arrival", r.psns_before_first_arrival},
+          {"acks", r.acks},
           {"naks", r.naks},               {"cnps", r.cnps},
           {"ecn_ce", r.ecn_ce},           {"unknown_qp", r.unknown_qp},
           {"socket_drops", r.socket_drops},

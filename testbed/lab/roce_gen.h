@@ -229,6 +229,10 @@ struct ReceiverStats {
   uint64_t seen_retransmits = 0;
   uint64_t gaps = 0;
   uint64_t lost_estimate = 0;
+  // PSNs of a QP below the first that arrived on it (from its plan's
+  // first_psn): lost, if they are, where no earlier PSN shows the gap, so
+  // the tracker above does not count them.
+  uint64_t psns_before_first_arrival = 0;
   uint64_t acks = 0;  // sent
   uint64_t naks = 0;  // sent: one per gap (Go-Back-N), one per missing PSN (selective repeat)
   uint64_t cnps = 0;  // sent
@@ -246,7 +250,8 @@ struct ReceiverStats {
 // The PSNs a sender sent above the highest that reached the receiver, over
 // all QPs: lost, if they are, where no later PSN of their QP shows the gap,
 // so lost_estimate does not count them. With UC (every PSN sent once),
-// lost_estimate plus this is every PSN that did not arrive.
+// lost_estimate plus this plus ReceiverStats::psns_before_first_arrival is
+// every PSN that did not arrive.
 uint64_t psns_after_last_arrival(const SenderStats& s, const ReceiverStats& r);
 
 struct ReceiverConfig {
