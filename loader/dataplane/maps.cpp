@@ -14,6 +14,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,8 +31,10 @@ constexpr int kKernelEnotsupp = 524;
 
 // Entries one batched lookup asks for: large enough that a scrape of a
 // million QPs is a few hundred system calls, small enough that a walk
-// holds little memory beyond what its caller keeps.
+// holds little memory beyond what its caller keeps. Per-CPU values are
+// large (every CPU's slot), so a batch is also bounded in bytes.
 constexpr uint32_t kBatchEntries = 4096;
+constexpr size_t kBatchBytes = 1u << 20;
 
 struct Owned {
   int fd = -1;
@@ -228,11 +231,17 @@ void check_map_layout(int fd, const std::string& name, const MapLayout& layout) 
 size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_entries,
                 const EntryVisitor& visit) {
   if (max_entries == 0) return 0;
-  uint32_t chunk = std::min(max_entries, kBatchEntries);
+  const size_t value_stride = std::max<uint32_t>(value_bytes, 1);
+  uint32_t chunk = static_cast<uint32_t>(
+      std::min<size_t>({max_entries, kBatchEntries, std::max<size_t>(1, kBatchBytes / value_stride)}));
   // The batch cursor is opaque: a bucket index for hash maps, a key for
   // arrays; either fits in the larger of the two.
   std::vector<uint8_t> cursor(std::max<size_t>(key_size, 8)), next_cursor(cursor.size());
-  std::vector<uint8_t> keys, values;
+  // Not zeroed: the kernel writes every entry it returns, and a walk of a
+  // small map must not pay for clearing a whole batch (a counters read,
+  // two CPUs' slots times 512 keys, is half a megabyte).
+  std::unique_ptr<uint8_t[]> keys, values;
+  uint32_t allocated = 0;
   LIBBPF_OPTS(bpf_map_batch_opts, opts);
   size_t visited = 0;
   bool first = true;
@@ -242,11 +251,14 @@ size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_en
   // (ENOSPC) doubles it, at most up to max_entries.
   const uint64_t max_rounds = static_cast<uint64_t>(max_entries) + 64;
   for (uint64_t round = 0; visited < max_entries && round < max_rounds; ++round) {
-    keys.resize(static_cast<size_t>(chunk) * key_size);
-    values.resize(static_cast<size_t>(chunk) * std::max<uint32_t>(value_bytes, 1));
+    if (allocated < chunk) {
+      keys = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(chunk) * key_size);
+      values = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(chunk) * value_stride);
+      allocated = chunk;
+    }
     uint32_t count = chunk;
-    int rc = bpf_map_lookup_batch(fd, first ? nullptr : cursor.data(), next_cursor.data(), keys.data(),
-                                  values.data(), &count, &opts);
+    int rc = bpf_map_lookup_batch(fd, first ? nullptr : cursor.data(), next_cursor.data(), keys.get(),
+                                  values.get(), &count, &opts);
     int err = rc ? errno : 0;
     if (err == ENOSPC && count == 0 && chunk < max_entries) {
       chunk = static_cast<uint32_t>(std::min<uint64_t>(2ull * chunk, max_entries));
@@ -258,8 +270,7 @@ size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_en
       throw Error("cannot read map entries: " + errno_text(err));
     }
     for (uint32_t i = 0; i < count && visited < max_entries; ++i, ++visited)
-      visit(keys.data() + static_cast<size_t>(i) * key_size,
-            values.data() + static_cast<size_t>(i) * std::max<uint32_t>(value_bytes, 1));
+      visit(keys.get() + static_cast<size_t>(i) * key_size, values.get() + static_cast<size_t>(i) * value_stride);
     if (err == ENOENT) break;
     cursor.swap(next_cursor);
     first = false;
