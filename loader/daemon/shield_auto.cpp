@@ -25,6 +25,10 @@ std::string percent(double ratio) { return fmt::format("{:.3f} %", ratio * 100);
 
 }  // namespace
 
+bool report_fresh(uint64_t now_ns, uint64_t at_ns) {
+  return at_ns != 0 && (at_ns >= now_ns || now_ns - at_ns < kStaleNs);
+}
+
 double feedback_loss(uint32_t feedback) {
   if (!(feedback & RG_FEEDBACK_VALID)) return -1;
   return static_cast<double>(feedback & RG_FEEDBACK_LOSS_MASK) / 1e6;
@@ -171,7 +175,7 @@ void ShieldAuto::tick(uint64_t now_ns) {
           p.report.eliminates = r.flags & RG_TUNNEL_F_ELIMINATES;
         }
       }
-      p.report.fresh = newest && now_ns >= newest && now_ns - newest < kStaleNs;
+      p.report.fresh = report_fresh(now_ns, newest);
     }
 
     p.sent = p.meter.update(now_ns, counts);

@@ -120,6 +120,11 @@ class ShieldAuto {
   uint64_t last_ns_ = 0;
 };
 
+// Whether the peer's newest report, stamped at_ns by the data path (0: none
+// yet), is current at now_ns. The data path keeps stamping while a tick
+// reads the maps, so a report newer than now_ns is the freshest there is.
+bool report_fresh(uint64_t now_ns, uint64_t at_ns);
+
 // The feedback word as a loss ratio (0..1); -1 when it carries no measure.
 double feedback_loss(uint32_t feedback);
 

@@ -211,6 +211,19 @@ TEST(ShieldDecider, OffWhenThePeerStopsReportingOrEliminating) {
   }
 }
 
+// The data path stamps reports while a tick reads them: one stamped after
+// the tick's clock reading is current, not stale. (Taken for stale, every
+// other evaluation started the count of kOnAfter again, and a lossy peer's
+// shield came on late or never.)
+TEST(ShieldFeedback, AReportNewerThanTheTicksClockIsFresh) {
+  const uint64_t now = 100 * kSecond;
+  EXPECT_TRUE(report_fresh(now, now + 3'000'000)) << "stamped 3 ms after the tick read its clock";
+  EXPECT_TRUE(report_fresh(now, now));
+  EXPECT_TRUE(report_fresh(now, now - 4 * kSecond));
+  EXPECT_FALSE(report_fresh(now, now - 5 * kSecond)) << "five seconds old";
+  EXPECT_FALSE(report_fresh(now, 0)) << "no report yet";
+}
+
 TEST(ShieldFeedback, WordAsARatio) {
   EXPECT_EQ(feedback_loss(0), -1);
   EXPECT_DOUBLE_EQ(feedback_loss(RG_FEEDBACK_VALID | 500), 0.0005);
