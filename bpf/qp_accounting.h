@@ -64,20 +64,23 @@ static __always_inline __u32 rg_read_span(__u32 dma_len)
 
 union rg_psn_state {
 	struct {
-		__u32 max_psn;
+		__u32 max_psn : 24;
+		__u32 resend_next : 8;
 		__u32 flags;
 	};
 	__u64 word;
 };
 
-_Static_assert(__builtin_offsetof(struct rg_qp_dir, flags) ==
-		       __builtin_offsetof(struct rg_qp_dir, max_psn) + sizeof(__u32) &&
-	       __builtin_offsetof(struct rg_qp_dir, max_psn) % sizeof(__u64) == 0,
-	       "max_psn and flags form one aligned 64-bit word");
+/* max_psn and resend_next fill the 32 bits before flags. */
+#define RG_PSN_WORD_OFFSET (__builtin_offsetof(struct rg_qp_dir, flags) - sizeof(__u32))
+
+_Static_assert(RG_PSN_WORD_OFFSET == __builtin_offsetof(struct rg_qp_dir, bytes) + sizeof(__u64) &&
+	       RG_PSN_WORD_OFFSET % sizeof(__u64) == 0,
+	       "max_psn, resend_next and flags form one aligned 64-bit word");
 
 static __always_inline __u64 *rg_psn_word(struct rg_qp_dir *d)
 {
-	return (__u64 *)&d->max_psn;
+	return (__u64 *)((__u8 *)d + RG_PSN_WORD_OFFSET);
 }
 
 #define rg_add(field, n) __sync_fetch_and_add(&(field), (n))
@@ -126,12 +129,16 @@ enum rg_psn_verdict {
  * the highest PSN, those up to it are retransmissions; if it reaches past
  * it, the state moves on as for a packet in order.
  *
- * The first retransmission after the highest PSN last moved is the head of
- * a resend burst (Go-Back-N resends from the PSN a NAK or a timeout names;
- * selective repeat resends that PSN alone): it sets RG_QP_F_RESENDING, which
- * every forward move clears, and the function returns 1 for it, else 0.
- * A receiver NAKs a sequence gap once, so losing that packet again costs a
- * whole retransmit timeout.
+ * A retransmission that does not follow the one before it is the head of a
+ * resend burst (Go-Back-N resends from the PSN a NAK or a timeout names;
+ * selective repeat resends that PSN alone), and so is the first one after
+ * the highest PSN last moved. The function returns 1 for it, else 0. A
+ * receiver NAKs a sequence gap once, so losing that packet again costs a
+ * whole retransmit timeout; a second loss during one recovery starts a
+ * second burst. RG_QP_F_RESENDING, which every forward move clears, says a
+ * burst is under way; resend_next holds the low byte of the PSN that would
+ * continue it (a new burst whose first PSN has that low byte, one in 256,
+ * is taken for a continuation).
  */
 static __always_inline int rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt *p,
 					struct rg_counters *c, __u32 len)
@@ -171,15 +178,15 @@ static __always_inline int rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt
 					if (resent == segs ||
 					    ((next.max_psn - old.max_psn) & RG_PSN_MASK) >= RG_PSN_HALF) {
 						inner_lost = 0; /* nothing new: the state stays, */
-						head = 0;
-						if (old.flags & RG_QP_F_RESENDING)
-							break;
-						/* but for the mark of a burst's head. */
+						/* but for where the resend burst goes on. */
 						mark.word = old.word;
 						mark.flags |= RG_QP_F_RESENDING;
-						head = 1;
-						if (__sync_val_compare_and_swap(rg_psn_word(d), old.word, mark.word) ==
-						    old.word)
+						mark.resend_next = (next.max_psn + 1) & 0xff;
+						head = !(old.flags & RG_QP_F_RESENDING) ||
+						       old.resend_next != (p->psn & 0xff);
+						if (mark.word == old.word ||
+						    __sync_val_compare_and_swap(rg_psn_word(d), old.word, mark.word) ==
+							    old.word)
 							break;
 						verdict = RG_PSN_UNTRACKED;
 						head = 0;

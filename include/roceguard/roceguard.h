@@ -188,8 +188,9 @@ struct rg_qp6_key {
 struct rg_qp_dir {
 	__u64 packets;
 	__u64 bytes;
-	__u32 max_psn;     /* highest PSN seen, serial arithmetic */
-	__u32 flags;       /* RG_QP_F_* */
+	__u32 max_psn : 24;    /* highest PSN seen, serial arithmetic */
+	__u32 resend_next : 8; /* with RG_QP_F_RESENDING: low byte of the PSN after the last one resent */
+	__u32 flags;           /* RG_QP_F_* */
 	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC, tick resolution) of the last packet */
 	__u64 retransmits; /* egress: resent; ingress: duplicate/retransmission received */
 	__u64 lost;
@@ -205,9 +206,10 @@ struct rg_qp_dir {
 #define RG_QP_F_READ_PENDING (1u << 1) /* READ request: the next PSN may jump */
 #define RG_QP_F_RESYNC (1u << 2)       /* idle: the next PSN restarts the tracking */
 /*
- * A retransmission was seen since the highest PSN last moved: the next one
- * is not the first of its resend burst (the loss shield's "control" copies
- * the first, bpf/geneve.h).
+ * A retransmission was seen since the highest PSN last moved, and
+ * resend_next says where its burst goes on: a retransmission anywhere else
+ * starts another burst (the loss shield's "control" copies the first packet
+ * of each, bpf/geneve.h).
  */
 #define RG_QP_F_RESENDING (1u << 3)
 /*

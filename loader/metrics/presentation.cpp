@@ -70,7 +70,7 @@ const std::vector<QpField>& qp_fields() {
       {"cnp", field<&rg_qp_dir::cnp>, "roceguard_qp_cnp_packets_total", "CNPs of the QP (top QPs only)"},
       {"ecn_ce", field<&rg_qp_dir::ecn_ce>, "roceguard_qp_ecn_ce_packets_total", "ECN CE packets of the QP (top QPs only)"},
       // A PSN, not a count: no counter family.
-      {"max_psn", field<&rg_qp_dir::max_psn>},
+      {"max_psn", [](const rg_qp_dir& d) -> uint64_t { return d.max_psn; }},
   };
   return fields;
 }

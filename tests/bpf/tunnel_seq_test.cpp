@@ -613,41 +613,46 @@ struct ShieldCase {
   bool control;  // copied by `control` (`all` copies every one)
 };
 
-PacketBuilder roce_to_peer(uint8_t opcode, bool ack_req = false) {
+PacketBuilder roce_to_peer(uint8_t opcode, bool ack_req = false, uint32_t psn = 7) {
   Bth b;
   b.opcode = opcode;
   b.ack_req = ack_req;
-  b.psn = 7;
+  b.psn = psn;
   PacketBuilder p;
   p.eth(kPeerMac, kDevMac).ipv4("198.51.100.10", "203.0.113.20").dscp(46).udp(49200, kRoceV2Port).bth(b);
   return p;
 }
 
+// One QP, each case on the PSN after the one before: in order, so that no
+// case is a retransmission (the first packet of a resend burst is copied
+// for that alone: ControlCopiesTheHeadOfEachResendBurst).
 std::vector<ShieldCase> shield_cases() {
-  auto with_aeth = [](uint8_t syndrome) {
-    PacketBuilder p = roce_to_peer(0x11);
+  uint32_t psn = 7;
+  auto next = [&](uint8_t opcode, bool ack_req = false) { return roce_to_peer(opcode, ack_req, psn++); };
+  auto with_aeth = [&](uint8_t syndrome) {
+    PacketBuilder p = next(0x11);
     p.aeth(syndrome, 1);
     return p;
   };
-  auto read_request = [] {
-    PacketBuilder p = roce_to_peer(0x0c);
+  auto read_request = [&] {
+    PacketBuilder p = next(0x0c);
     p.reth(0x1000, 0x42, 4096);
     return p;
   };
-  return {
-      {"SendOnly", roce_to_peer(0x04).payload(64), false},
-      {"SendOnlyAskingForAnAck", roce_to_peer(0x04, true).payload(64), true},
-      {"WriteMiddle", roce_to_peer(0x07).payload(64), false},
-      {"WriteLastAskingForAnAck", roce_to_peer(0x08, true).payload(64), true},
-      {"Ack", with_aeth(0x1f), true},
-      {"NakSequenceError", with_aeth(RG_AETH_NAK_PSN_SEQ_ERR), true},
-      {"ReadRequest", read_request(), true},
-      {"ReadResponseFirst", roce_to_peer(0x0d).payload(64), false},
-      {"ReadResponseLast", roce_to_peer(0x0f).payload(64), true},
-      {"ReadResponseOnly", roce_to_peer(0x10).payload(64), true},
-      {"Cnp", roce_to_peer(RG_BTH_OPCODE_CNP).payload(16), true},
-      {"UdSendOnly", roce_to_peer(0x64).payload(64), false},
-  };
+  std::vector<ShieldCase> cases;
+  cases.push_back({"SendOnly", next(0x04).payload(64), false});
+  cases.push_back({"SendOnlyAskingForAnAck", next(0x04, true).payload(64), true});
+  cases.push_back({"WriteMiddle", next(0x07).payload(64), false});
+  cases.push_back({"WriteLastAskingForAnAck", next(0x08, true).payload(64), true});
+  cases.push_back({"Ack", with_aeth(0x1f), true});
+  cases.push_back({"NakSequenceError", with_aeth(RG_AETH_NAK_PSN_SEQ_ERR), true});
+  cases.push_back({"ReadRequest", read_request(), true});
+  cases.push_back({"ReadResponseFirst", next(0x0d).payload(64), false});
+  cases.push_back({"ReadResponseLast", next(0x0f).payload(64), true});
+  cases.push_back({"ReadResponseOnly", next(0x10).payload(64), true});
+  cases.push_back({"Cnp", next(RG_BTH_OPCODE_CNP).payload(16), true});
+  cases.push_back({"UdSendOnly", next(0x64).payload(64), false});
+  return cases;
 }
 
 class TunnelShield : public OnOneCpu {};
@@ -698,10 +703,13 @@ TEST_F(TunnelShield, ControlCopiesTheHeadOfEachResendBurst) {
     dp.tunnels();
     dp.shield(kPeerSlot4, mode);
     std::vector<Bytes> want;
-    // 100..103 sent, 101..103 resent (Go-Back-N from 101), 104 new, 104 resent alone.
-    const std::vector<std::pair<uint32_t, bool>> sent = {{100, false}, {101, false}, {102, false}, {103, false},
-                                                         {101, true},  {102, false}, {103, false}, {104, false},
-                                                         {104, true}};
+    // 100..105 sent; Go-Back-N from 101, and again from 102 before it is
+    // done (a second loss in one recovery: a second burst); 106 new, then
+    // resent alone.
+    const std::vector<std::pair<uint32_t, bool>> sent = {
+        {100, false}, {101, false}, {102, false}, {103, false}, {104, false}, {105, false},
+        {101, true},  {102, false}, {103, false}, {102, true},  {103, false}, {104, false},
+        {105, false}, {106, false}, {106, true}};
     for (const auto& [psn, head] : sent) {
       const Verdict r = dp.tc(towards_peer(false, psn).build());
       ASSERT_TRUE(parse(r.out).geneve) << psn;
@@ -712,7 +720,7 @@ TEST_F(TunnelShield, ControlCopiesTheHeadOfEachResendBurst) {
     const std::vector<Bytes> got = tap.geneve_until_marker();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(hex(got[i]), hex(want[i])) << "copy " << i;
-    EXPECT_EQ(dp.events(RG_DIR_EGRESS).at("retransmits"), 4u) << "the accounting as ever";
+    EXPECT_EQ(dp.events(RG_DIR_EGRESS).at("retransmits"), 8u) << "the accounting as ever";
   }
 }
 
