@@ -29,9 +29,9 @@ rg_configure_tests() {
 
 # A test run that found no test has failed: it proved nothing. One test per
 # core at a time: a test that needs the machine to itself says so
-# (RUN_SERIAL: the labs, the namespaces, the loader's end-to-end cases, the
-# fuzzers), and the VM and package tests hold locks (RESOURCE_LOCK) that keep
-# them one of a kind at a time.
+# (RUN_SERIAL: the labs, the namespaces, the loader's end-to-end cases), and
+# the VM and package tests hold locks (RESOURCE_LOCK) that keep them one of
+# a kind at a time.
 rg_ctest() {
   ctest --no-tests=error --output-on-failure --timeout 1500 -j"${RG_CTEST_JOBS:-$(nproc)}" "$@"
 }
