@@ -483,15 +483,28 @@ static __always_inline int rg_shield_wants(const struct rg_pkt *p, void *data_en
  * The copy meets this device's egress program again, as Geneve: left alone.
  */
 static __always_inline void rg_shield_copy(struct __sk_buff *skb, const struct rg_encap_plan *e,
-					   struct rg_peer_stats *ps)
+					   const struct rg_peer *peer, struct rg_peer_stats *ps)
 {
 	__u32 len = skb->len;
+	/* The outer UDP source port; its checksum is zero (rg_encap_udp_geneve). */
+	__u32 sport_off = sizeof(struct ethhdr) +
+			  (peer->family == AF_INET6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
+	__be16 sport = rg_entropy_port(e->hash), other = sport ^ bpf_htons(RG_SHIELD_PORT_FLIP);
+	int other_port = peer->flags & RG_PEER_F_SHIELD_OTHER_PORT, err;
 
 	if (!e->seq || e->fr != RG_FIB_OK) {
 		rg_peer_count(ps, RG_PEER_EV_SHIELD_UNCOPIED, len);
 		return;
 	}
-	if (bpf_clone_redirect(skb, e->hop->ifindex, 0)) {
+	/* The copy is the frame as it is when cloned; the original gets its port back. */
+	if (other_port && bpf_skb_store_bytes(skb, sport_off, &other, sizeof(other), 0)) {
+		rg_peer_count(ps, RG_PEER_EV_SHIELD_COPY_ERROR, len);
+		return;
+	}
+	err = bpf_clone_redirect(skb, e->hop->ifindex, 0);
+	if (other_port)
+		bpf_skb_store_bytes(skb, sport_off, &sport, sizeof(sport), 0);
+	if (err) {
 		rg_peer_count(ps, RG_PEER_EV_SHIELD_COPY_ERROR, len);
 		return;
 	}
@@ -561,7 +574,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	}
 	rg_encap_count(&e, c, ps, p->segs, p->wire_len);
 	if (shield)
-		rg_shield_copy(skb, &e, ps);
+		rg_shield_copy(skb, &e, peer, ps);
 	*verdict = rg_fib_verdict(skb, &fib, e.fr, e.hop->ifindex);
 	return RG_ENCAP_DONE;
 }

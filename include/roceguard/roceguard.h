@@ -260,6 +260,15 @@ struct rg_peer {
 #define RG_PEER_F_SHIELD_CONTROL (1u << 0)
 #define RG_PEER_F_SHIELD_ALL (1u << 1)
 #define RG_PEER_F_SHIELD_MASK (RG_PEER_F_SHIELD_CONTROL | RG_PEER_F_SHIELD_ALL)
+/*
+ * tunnel.shield_path = "port": the copy leaves with the outer UDP source
+ * port XOR RG_SHIELD_PORT_FLIP (still in the entropy range), so the WAN's
+ * ECMP may carry it on another path than the original: loss on one path
+ * then spares the other copy, at the price of the two paths' delays
+ * crossing (a packet's first arrival overtaking its predecessor's).
+ */
+#define RG_PEER_F_SHIELD_OTHER_PORT (1u << 2)
+#define RG_SHIELD_PORT_FLIP 0x2000
 
 struct rg_nexthop {
 	__u32 gen;         /* the lease's gen when filled; 0 = empty */

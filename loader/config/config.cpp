@@ -110,14 +110,16 @@ void check_text(const nlohmann::json& j, const std::string& key, ConfigProblems&
 
 }  // namespace
 
-uint8_t shield_flags(Shield s) {
+uint8_t shield_flags(Shield s, ShieldPath path) {
+  // The path applies to whatever turns the copies on, "auto" included.
+  const uint8_t where = path == ShieldPath::kPort ? RG_PEER_F_SHIELD_OTHER_PORT : 0;
   switch (s) {
-    case Shield::kOff: return 0;
-    case Shield::kControl: return RG_PEER_F_SHIELD_CONTROL;
-    case Shield::kAll: return RG_PEER_F_SHIELD_ALL;
-    case Shield::kAuto: return 0;  // turned on by `roceguard run` (rg_peer_ctl), not configured
+    case Shield::kOff: return where;
+    case Shield::kControl: return RG_PEER_F_SHIELD_CONTROL | where;
+    case Shield::kAll: return RG_PEER_F_SHIELD_ALL | where;
+    case Shield::kAuto: return where;  // turned on by `roceguard run` (rg_peer_ctl), not configured
   }
-  return 0;
+  return where;
 }
 
 std::optional<Address> parse_address(const std::string& text) {
@@ -372,6 +374,7 @@ void finish_config(Config& cfg, ConfigProblems& p) {
   for (size_t i = 0; i < cfg.peers.size(); ++i) {
     auto& peer = cfg.peers[i];
     if (!peer.shield_given) peer.shield = cfg.tunnel_shield;
+    if (!peer.shield_path_given) peer.shield_path = cfg.tunnel_shield_path;
     if (peer.mtu_given) continue;
     peer.mtu = cfg.tunnel_mtu;
     if (peer.remote.family == AF_INET6 && peer.mtu < kMinMtuV6)

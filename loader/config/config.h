@@ -50,6 +50,11 @@ struct Prefix {
 // kAuto: off until the peer reports a raw loss at or above
 // tunnel.shield_auto_loss_ppm, then all (daemon/shield_auto.h).
 enum class Shield { kOff, kControl, kAll, kAuto };
+// Where the shield's copy goes: kSame, the original's outer 5-tuple (copies
+// back to back keep their order); kPort, another outer UDP source port
+// (RG_PEER_F_SHIELD_OTHER_PORT), which the WAN's ECMP may carry on another
+// path.
+enum class ShieldPath { kSame, kPort };
 
 struct PeerConfig {
   std::string name;
@@ -61,6 +66,8 @@ struct PeerConfig {
   std::vector<Prefix> routes;
   Shield shield = Shield::kOff;
   bool shield_given = false;  // otherwise tunnel.shield, whichever source set it
+  ShieldPath shield_path = ShieldPath::kSame;
+  bool shield_path_given = false;  // otherwise tunnel.shield_path
 };
 
 enum class XdpMode { kNative, kSkb };
@@ -107,6 +114,7 @@ struct Config {
   // The peers' loss shield unless a peer sets its own; off by default, as
   // it doubles what it shields on the WAN.
   Shield tunnel_shield = Shield::kOff;
+  ShieldPath tunnel_shield_path = ShieldPath::kSame;
   // "auto" turns the shield on towards a peer whose reported raw loss
   // stays at or above this (parts per million), and off again below half.
   uint32_t shield_auto_loss_ppm = 500;
@@ -164,8 +172,8 @@ struct ConfigSources {
 };
 Config resolve_config(const ConfigSources& sources, ConfigProblems& problems);
 
-// RG_PEER_F_SHIELD_* of a shield setting, for rg_peer.flags.
-uint8_t shield_flags(Shield s);
+// RG_PEER_F_SHIELD_* of a shield setting and its path, for rg_peer.flags.
+uint8_t shield_flags(Shield s, ShieldPath path = ShieldPath::kSame);
 // "off", "control", "all": as the configuration spells it.
 std::string_view shield_name(Shield s);
 

@@ -190,6 +190,27 @@ ValueSpec shield_spec() {
   return s;
 }
 
+constexpr std::array<std::pair<std::string_view, ShieldPath>, 2> kShieldPathNames{
+    {{"same", ShieldPath::kSame}, {"port", ShieldPath::kPort}}};
+
+ValueSpec shield_path_spec() {
+  ValueSpec s = spec_of(OptionType::kString);
+  for (const auto& n : kShieldPathNames) s.choices.push_back(n.first);
+  return s;
+}
+
+ShieldPath shield_path_of(const OptionValue& v) {
+  for (const auto& n : kShieldPathNames)
+    if (n.first == std::get<std::string>(v)) return n.second;
+  return ShieldPath::kSame;  // not reached: the value passed the choices
+}
+
+std::string_view shield_path_name(ShieldPath p) {
+  for (const auto& n : kShieldPathNames)
+    if (n.second == p) return n.first;
+  return "?";
+}
+
 Shield shield_of(const OptionValue& v) {
   for (const auto& n : kShieldNames)
     if (n.first == std::get<std::string>(v)) return n.second;
@@ -246,6 +267,15 @@ std::vector<PeerField> make_peer_fields() {
                  peer.shield_given = true;
                },
                [](const PeerConfig& peer) { return nlohmann::json(std::string(shield_name(peer.shield))); }});
+  f.push_back({"shield_path", shield_path_spec(), "",
+               "where the shield's copies to this peer go: same or port; default tunnel.shield_path",
+               [](PeerConfig& peer, const OptionValue& v, const std::string&, ConfigProblems&) {
+                 peer.shield_path = shield_path_of(v);
+                 peer.shield_path_given = true;
+               },
+               [](const PeerConfig& peer) {
+                 return nlohmann::json(std::string(shield_path_name(peer.shield_path)));
+               }});
   f.push_back({"routes", spec_of(OptionType::kStringList), "", "inner destination prefixes sent through this peer",
                [](PeerConfig& peer, const OptionValue& v, const std::string& key, ConfigProblems& p) {
                  const auto& list = std::get<std::vector<std::string>>(v);
@@ -399,6 +429,12 @@ std::vector<Option> make_options() {
     shield.spec = shield_spec();
     o.push_back(shield);
   }
+  o.push_back(choice("tunnel.shield_path", "", &Config::tunnel_shield_path, kShieldPathNames,
+                     "where the shield's copy goes: same, right behind the original on its outer 5-tuple (the "
+                     "two keep their order); port, with another outer UDP source port, which the WAN's ECMP may "
+                     "carry on another path (loss on one path spares the other copy, but where the paths' "
+                     "delays cross, a packet's first copy can overtake its predecessor's: reordering for the "
+                     "host); peers inherit it"));
   o.push_back(u32("tunnel.shield_auto_loss_ppm", "", 1, 1000000, &Config::shield_auto_loss_ppm,
                   "shield \"auto\": the raw loss, in parts per million of the packets sent, that the peer must "
                   "report for 3 seconds in a row to turn the shield on; it goes off after 30 seconds below "

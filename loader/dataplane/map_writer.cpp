@@ -106,7 +106,7 @@ void MapWriter::write_tunnels(const std::vector<PeerConfig>& peers) const {
       v.vni = p.vni;
       v.mtu = static_cast<__u16>(p.mtu);
       v.family = static_cast<__u8>(p.remote.family);
-      v.flags = shield_flags(p.shield);
+      v.flags = shield_flags(p.shield, p.shield_path);
       std::memcpy(v.local, p.local.bytes.data(), 16);
       std::memcpy(v.remote, p.remote.bytes.data(), 16);
     }

@@ -724,6 +724,40 @@ TEST_F(TunnelShield, ControlCopiesTheHeadOfEachResendBurst) {
   }
 }
 
+// tunnel.shield_path = "port": the copy leaves with the outer source port
+// XOR RG_SHIELD_PORT_FLIP (another ECMP path), byte for byte the original
+// otherwise; the original keeps its own port.
+TEST_F(TunnelShield, PortPathSendsTheCopyWithAnotherSourcePort) {
+  for (bool v6 : {false, true}) {
+    SCOPED_TRACE(v6 ? "IPv6 peer" : "IPv4 peer");
+    WireTap tap;
+    Dataplane dp(seq_config());
+    dp.tunnels();
+    const uint32_t slot = v6 ? kPeerSlot6 : kPeerSlot4;
+    dp.shield(slot, RG_PEER_F_SHIELD_ALL | RG_PEER_F_SHIELD_OTHER_PORT);
+    const Verdict r = dp.tc(towards_peer(v6).build());
+    const View orig = parse(r.out);
+    ASSERT_TRUE(orig.geneve);
+    EXPECT_GE(orig.sport, RG_ENTROPY_PORT_MIN) << "the original: its flow's port";
+    const std::vector<Bytes> got = tap.geneve_until_marker();
+    ASSERT_EQ(got.size(), 1u);
+    const View copy = parse(got[0]);
+    ASSERT_TRUE(copy.geneve);
+    EXPECT_EQ(copy.sport, orig.sport ^ RG_SHIELD_PORT_FLIP);
+    EXPECT_GE(copy.sport, RG_ENTROPY_PORT_MIN) << "still in the entropy range";
+    // Everything else is the original's, the sequence number included.
+    ASSERT_EQ(got[0].size(), r.out.size());
+    const size_t sport_at = 14 + (v6 ? 40 : 20);
+    Bytes same = got[0];
+    same[sport_at] = r.out[sport_at];
+    same[sport_at + 1] = r.out[sport_at + 1];
+    EXPECT_EQ(hex(same), hex(r.out));
+    const TunnelPeer* p = peer_at(peers_of(dp), slot);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_COPIES].packets, 1u);
+  }
+}
+
 // The shield of one peer copies nothing sent to another.
 TEST_F(TunnelShield, OnlyTheShieldedPeer) {
   WireTap tap;

@@ -668,6 +668,35 @@ TEST(Shield, OffByDefaultPeersInheritTheTunnelsAndMayOverrideIt) {
   EXPECT_EQ(env.peers[1].shield, Shield::kAll);
 }
 
+// Where the copies go: the original's 5-tuple unless configured, tunnel-
+// wide or per peer; the path's flag goes with any shield, "auto" included.
+TEST(Shield, PathIsTheSameUnlessConfiguredAndPeersMayOverrideIt) {
+  Config plain = parse_ok(two_peers("shield = \"all\"", ""));
+  EXPECT_EQ(plain.tunnel_shield_path, ShieldPath::kSame);
+  for (const auto& peer : plain.peers) {
+    EXPECT_EQ(peer.shield_path, ShieldPath::kSame);
+    EXPECT_EQ(shield_flags(peer.shield, peer.shield_path), RG_PEER_F_SHIELD_ALL);
+  }
+  EXPECT_EQ(plain.to_json()["tunnel"]["shield_path"], "same");
+
+  Config port = parse_ok(two_peers("shield = \"control\"\nshield_path = \"port\"", "shield_path = \"same\""));
+  EXPECT_EQ(port.peers[0].shield_path, ShieldPath::kSame) << "the peer's own path beats tunnel.shield_path";
+  EXPECT_EQ(port.peers[1].shield_path, ShieldPath::kPort);
+  EXPECT_EQ(shield_flags(port.peers[1].shield, port.peers[1].shield_path),
+            RG_PEER_F_SHIELD_CONTROL | RG_PEER_F_SHIELD_OTHER_PORT);
+  EXPECT_EQ(shield_flags(Shield::kAuto, ShieldPath::kPort), RG_PEER_F_SHIELD_OTHER_PORT)
+      << "auto's copies take the configured path too";
+  const nlohmann::json j = port.to_json();
+  EXPECT_EQ(j["tunnel"]["shield_path"], "port");
+  EXPECT_EQ(j["tunnel"]["peer"][0]["shield_path"], "same");
+  EXPECT_EQ(j["tunnel"]["peer"][1]["shield_path"], "port");
+
+  ConfigProblems p;
+  parse_config_string(two_peers("shield_path = \"other\"", ""), p);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.errors.front().find("tunnel.shield_path"), std::string::npos) << p.errors.front();
+}
+
 // "auto" is the daemon's to turn on: no flag in rg_peer.flags, and the
 // threshold it decides by.
 TEST(Shield, AutoIsTheDaemonsWithItsThreshold) {
