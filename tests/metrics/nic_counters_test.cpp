@@ -355,6 +355,32 @@ TEST(NicCounters, RecordedTreesYieldOneSeriesPerMeaningWithTheirDriver) {
   }
 }
 
+// A port with two files of one meaning (bnxt_re's old and new name side by
+// side, which no kernel has but a driver back-port might) still gives the
+// meaning once, from the alternative the table lists first; both files stay
+// available under their own names.
+TEST(NicCounters, AMeaningComesOncePerPortFromItsFirstAlternative) {
+  TempDir dir("sysfs");
+  const std::string dev = dir.path() + "/class/infiniband/bnxt_re0";
+  write_file(dev + "/ports/1/gid_attrs/ndevs/0", "rgexb0\n");
+  write_file(dev + "/ports/1/hw_counters/to_retransmits", "5\n");
+  write_file(dev + "/ports/1/hw_counters/local_ack_timeout_err", "6\n");
+  fs::create_directories(dev + "/device");
+  fs::create_directory_symlink("../../../../bus/pci/drivers/bnxt_en", dev + "/device/driver");
+  size_t meant = 0, raw = 0;
+  for (const auto& c : nic::read_nic_counters({"rgexb0"}, dir.path())) {
+    EXPECT_EQ(c.driver, "bnxt_re");
+    ++raw;
+    if (c.name == "local_ack_timeout_err") {
+      ++meant;
+      EXPECT_EQ(c.file, "to_retransmits");
+      EXPECT_EQ(c.value, 5u);
+    }
+  }
+  EXPECT_EQ(meant, 1u);
+  EXPECT_EQ(raw, 2u);
+}
+
 TEST(NicCounters, MeaningTableIsOneWayToEachThing) {
   std::set<std::string> metrics;
   const std::set<std::string> port_names = [] {
