@@ -381,13 +381,37 @@ class MetricsCollector : public prometheus::Collectable {
                 "1 for each RDMA device the NIC profile is applied to (`roceguard nic apply` saved its values)",
                 MetricType::Gauge, {{"device", device}}, 1);
     }
-    for (const auto& c : nic::read_nic_counters(opts_.interfaces, opts_.sysfs_root))
-      out.add("roceguard_nic_" + c.name + "_total",
-              "RDMA NIC counter " + c.file + " of the port (sysfs class/infiniband)" +
-                  (c.scale != 1 ? ", times " + std::to_string(c.scale) + " to bytes" : ""),
-              MetricType::Counter,
-              {{"device", c.device}, {"port", std::to_string(c.port)}, {"interface", c.interface}},
-              static_cast<double>(c.value));
+    for (const auto& c : nic::read_nic_counters(opts_.interfaces, opts_.sysfs_root)) {
+      const Labels port{{"device", c.device}, {"port", std::to_string(c.port)},
+                        {"interface", c.interface}, {"driver", c.driver}};
+      const double value = static_cast<double>(c.value);
+      if (c.dir != "hw_counters") {
+        out.add("roceguard_nic_" + c.name + "_total",
+                "RDMA NIC counter " + c.dir + "/" + c.file + " of the port (sysfs class/infiniband)" +
+                    (c.scale != 1 ? ", times " + std::to_string(c.scale) + " to bytes" : ""),
+                MetricType::Counter, port, value);
+        continue;
+      }
+      // Every file under its own name, in one family per kind; a file with
+      // a meaning in the family of that meaning too, whatever the driver
+      // calls it.
+      Labels raw = port;
+      raw.emplace_back("file", c.file);
+      if (c.kind == nic::NicValueKind::Gauge)
+        out.add("roceguard_nic_hw_raw_level",
+                "RDMA NIC hw_counters file that holds a level, not a count (sysfs class/infiniband "
+                "<device>/ports/<port>/hw_counters/<file>, the driver's name)",
+                MetricType::Gauge, raw, value);
+      else
+        out.add("roceguard_nic_hw_raw_total",
+                "RDMA NIC hw_counters file (sysfs class/infiniband "
+                "<device>/ports/<port>/hw_counters/<file>, the driver's name)",
+                MetricType::Counter, raw, value);
+      if (!c.name.empty())
+        if (const nic::NicMeaning* m = nic::nic_meaning_of(c.driver, c.file))
+          out.add("roceguard_nic_" + c.name + "_total", std::string(m->help), MetricType::Counter,
+                  port, value);
+    }
   }
 
   const ExporterOptions opts_;

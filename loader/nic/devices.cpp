@@ -121,10 +121,7 @@ std::vector<DeviceInfo> discover(const std::string& sysfs_root) {
     dev.name = ibv_get_device_name(list[d]);
     fs::path dev_dir = fs::path(sysfs_root) / dev.name;
     std::error_code ec;
-    fs::path drv = fs::read_symlink(dev_dir / "device" / "driver", ec);
-    if (!ec) dev.driver = drv.filename().string();
-    else if (dev.name.rfind("rxe", 0) == 0 || fs::exists(dev_dir / "parent", ec))
-      dev.driver = "rxe";  // soft-RoCE has no bus device; its name is the convention
+    dev.driver = ib_device_driver(dev_dir);
     char guid[32];
     uint64_t g = be64toh(ibv_get_device_guid(list[d]));
     std::snprintf(guid, sizeof(guid), "%04x:%04x:%04x:%04x", unsigned(g >> 48 & 0xffff),

@@ -38,4 +38,13 @@ std::vector<fs::path> sorted_entries(const fs::path& dir) {
   return out;
 }
 
+std::string ib_device_driver(const fs::path& dev_dir) {
+  std::error_code ec;
+  const fs::path drv = fs::read_symlink(dev_dir / "device" / "driver", ec);
+  if (!ec) return drv.filename().string();
+  if (dev_dir.filename().string().rfind("rxe", 0) == 0 || fs::exists(dev_dir / "parent", ec))
+    return "rxe";
+  return "";
+}
+
 }  // namespace rg::nic

@@ -19,4 +19,10 @@ std::optional<uint64_t> read_u64_attr(const std::filesystem::path& p);
 // The entries of a sysfs directory, sorted; empty when it is missing.
 std::vector<std::filesystem::path> sorted_entries(const std::filesystem::path& dir);
 
+// The kernel driver of an RDMA device (dev_dir is class/infiniband/<dev>):
+// the driver of the bus device it hangs off ("mlx5_core", "bnxt_en"), or
+// "rxe" for soft-RoCE, which has no bus device but names its netdev as
+// parent (and is named rxe<n> by convention). "" when none says it.
+std::string ib_device_driver(const std::filesystem::path& dev_dir);
+
 }  // namespace rg::nic

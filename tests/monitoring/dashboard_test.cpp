@@ -1,8 +1,8 @@
 // The shipped Grafana dashboard (grafana/roceguard.json) against a real
 // Prometheus: it scrapes both gateways of `roceguard lab` and an exporter
-// whose RDMA NICs are a sysfs tree with the counters rxe and mlx5 have, and
-// every panel's query, with the template variables filled in as Grafana
-// does for "All", must evaluate without error and return series. Panels
+// whose RDMA NICs are a sysfs tree with the counters rxe, mlx5 and bnxt_re
+// have, and every panel's query, with the template variables filled in as
+// Grafana does for "All", must evaluate without error and return series. Panels
 // whose series no exporter serves yet are listed, with the reason, in
 // kExpectedEmpty.
 #include <arpa/inet.h>
@@ -133,11 +133,17 @@ void ensure_bpffs() {
       << "bpffs is not mounted on /sys/fs/bpf and mounting it failed: " << strerror(errno);
 }
 
-// A host with two RDMA ports: rxe0 on rgdbr0 and mlx5_0 on rgdbm0, each
-// with the counters its driver has (names from the drivers' counter tables).
+// A host with three RDMA ports: rxe0 on rgdbr0, mlx5_0 on rgdbm0 and
+// bnxt_re0 on rgdbb0, each with the counters its driver has (names from the
+// drivers' counter tables) and bound to its driver as sysfs says it.
 void write_rdma_sysfs(const std::string& root) {
   auto port_file = [&](const std::string& dev, const std::string& rel, const std::string& value) {
     write_file(root + "/class/infiniband/" + dev + "/ports/1/" + rel, value + "\n");
+  };
+  auto bind = [&](const std::string& dev, const std::string& driver) {
+    const std::string dir = root + "/class/infiniband/" + dev + "/device";
+    std::filesystem::create_directories(dir);
+    std::filesystem::create_directory_symlink("../../../../bus/pci/drivers/" + driver, dir + "/driver");
   };
   write_file(root + "/class/infiniband/rxe0/parent", "rgdbr0\n");
   for (const char* name : {"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request",
@@ -145,6 +151,7 @@ void write_rdma_sysfs(const std::string& root) {
                            "retry_rnr_exceeded_err", "rcvd_rnr_err", "send_rnr_err"})
     port_file("rxe0", std::string("hw_counters/") + name, "7");
   port_file("mlx5_0", "gid_attrs/ndevs/0", "rgdbm0");
+  bind("mlx5_0", "mlx5_core");
   for (const char* name :
        {"out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "duplicate_request",
         "implied_nak_seq_err", "rnr_nak_retry_err", "req_transport_retries_exceeded",
@@ -152,6 +159,12 @@ void write_rdma_sysfs(const std::string& root) {
     port_file("mlx5_0", std::string("hw_counters/") + name, "7");
   for (const char* name : {"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"})
     port_file("mlx5_0", std::string("counters/") + name, "7");
+  port_file("bnxt_re0", "gid_attrs/ndevs/0", "rgdbb0");
+  bind("bnxt_re0", "bnxt_en");
+  for (const char* name : {"oos_drop_count", "seq_err_naks_rcvd", "missing_resp", "to_retransmits",
+                           "dup_req", "rnr_naks_rcvd", "max_retry_exceeded", "tx_cnp_pkts",
+                           "rx_cnp_pkts", "rx_ecn_marked_pkts", "active_qps", "watermark_qps"})
+    port_file("bnxt_re0", std::string("hw_counters/") + name, "7");
 }
 
 // Sets every counter of the tree to 7 + round, so that rates are not all
@@ -237,7 +250,7 @@ TEST(Dashboard, EveryPanelQueryReturnsDataFromTheLab) {
   ExporterOptions nic_opts;
   nic_opts.listen = "127.0.0.1:0";
   nic_opts.pin_path = "/sys/fs/bpf/rgdb-" + std::to_string(getpid()) + "-absent";
-  nic_opts.interfaces = {"rgdbr0", "rgdbm0"};
+  nic_opts.interfaces = {"rgdbr0", "rgdbm0", "rgdbb0"};
   nic_opts.sysfs_root = tmp.path() + "/sysfs";
   Exporter rdma_host(nic_opts);
 

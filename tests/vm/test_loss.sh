@@ -32,13 +32,16 @@ rgvm_check "lost_estimate <= dropped" test "$lost" -le "$dropped"
 rgvm_check "retransmits at a >= dropped" test "$retx" -ge "$dropped"
 rgvm_check "rxe at b saw out-of-sequence requests" test "$(val "$b" hw_out_of_seq_request)" -gt 0
 rgvm_check "rxe at a received sequence-error NAKs" test "$(val "$a" hw_rcvd_seq_err)" -gt 0
-# The exporter reads rxe's hw_counters at scrape time, under rxe's names.
-metric() { # name -> value of roceguard_nic_<name>_total for rxe0
-	sed -n "s/^roceguard_nic_$1_total{.*device=\"rxe0\".*} \([0-9]*\)\$/\1/p" "$(rgvm_share b)/metrics.txt" | head -n1
+# The exporter reads rxe's hw_counters at scrape time: each under its own
+# name, and the ones with a meaning under the meaning's name too.
+series() { # metric, extra label matcher -> value of that series for rxe0
+	sed -n "s/^$1{.*device=\"rxe0\".*$2.*} \([0-9]*\)\$/\1/p" "$(rgvm_share b)/metrics.txt" | head -n1
 }
 echo "exporter at b: $(grep -c '^roceguard_nic_' "$(rgvm_share b)/metrics.txt" || true) roceguard_nic_* series"
 for name in out_of_seq_request duplicate_request rcvd_pkts; do
-	rgvm_check "exporter: roceguard_nic_${name}_total for rxe0 = hw_counters/$name" \
-		test "$(metric $name)" = "$(val "$b" hw_$name)"
+	rgvm_check "exporter: roceguard_nic_hw_raw_total{file=\"$name\"} for rxe0 = hw_counters/$name" \
+		test "$(series roceguard_nic_hw_raw_total "file=\"$name\"")" = "$(val "$b" hw_$name)"
 done
+rgvm_check "exporter: roceguard_nic_out_of_sequence_total{driver=\"rxe\"} for rxe0 = hw_counters/out_of_seq_request" \
+	test "$(series roceguard_nic_out_of_sequence_total 'driver="rxe"')" = "$(val "$b" hw_out_of_seq_request)"
 exit $fail
