@@ -407,10 +407,9 @@ class MetricsCollector : public prometheus::Collectable {
                 "RDMA NIC hw_counters file (sysfs class/infiniband "
                 "<device>/ports/<port>/hw_counters/<file>, the driver's name)",
                 MetricType::Counter, raw, value);
-      if (!c.name.empty())
-        if (const nic::NicMeaning* m = nic::nic_meaning_of(c.driver, c.file))
-          out.add("roceguard_nic_" + c.name + "_total", std::string(m->help), MetricType::Counter,
-                  port, value);
+      if (c.meaning)
+        out.add("roceguard_nic_" + c.name + "_total", std::string(c.meaning->help), MetricType::Counter, port,
+                value);
     }
   }
 

@@ -238,7 +238,10 @@ std::vector<NicCounter> read_nic_counters(const std::vector<std::string>& interf
           out.push_back(std::move(c));
         }
       }
-      for (const auto& [m, chosen] : meant) out[chosen.second].name = std::string(m->metric);
+      for (const auto& [m, chosen] : meant) {
+        out[chosen.second].name = std::string(m->metric);
+        out[chosen.second].meaning = m;
+      }
     }
   }
   return out;

@@ -60,6 +60,7 @@ struct NicCounter {
   NicValueKind kind = NicValueKind::Counter;
   uint64_t value = 0;  // in the unit the name says (bytes for *_bytes)
   uint64_t scale = 1;  // what the file's value was multiplied by
+  const NicMeaning* meaning = nullptr;  // the nic_meanings() row name is from; nullptr when name is not one
 };
 
 // Ports of RDMA devices bound to ifname: a GID of the port names it

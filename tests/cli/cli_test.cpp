@@ -150,10 +150,11 @@ TEST(BadConfigs, InterfaceNameThatIsNotTextIsRefusedNamingTheKey) {
   EXPECT_TRUE(named) << r.out;
 }
 
-// In namespace b: frames Geneve frames (VNI 77, 198.51.100.2 -> .1) out of
-// veth1 to veth0, each carrying a RoCE packet for 203.0.113.5, PSNs from 100.
-// 0 when all were sent; 1: no socket; 2: a send failed.
-int send_geneve_roce_from_veth1(const rg::test::Mac& veth0, const rg::test::Mac& veth1, int frames) {
+// In namespace b: RoCE packets for 203.0.113.5 from 198.51.100.9, PSNs from
+// 100, out of veth1 to veth0; with geneve, each inside a Geneve frame (VNI
+// 77, 198.51.100.2 -> .1). 0 when all were sent; 1: no socket; 2: a send
+// failed.
+int send_roce_from_veth1(const rg::test::Mac& veth0, const rg::test::Mac& veth1, int frames, bool geneve) {
   int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
   if (fd < 0) return 1;
   sockaddr_ll to{};
@@ -164,21 +165,22 @@ int send_geneve_roce_from_veth1(const rg::test::Mac& veth0, const rg::test::Mac&
   for (uint32_t psn = 100; psn < 100 + static_cast<uint32_t>(frames); ++psn) {
     rg::test::Bth b;
     b.psn = psn;
-    rg::test::Bytes inner = rg::test::PacketBuilder()
+    rg::test::Bytes frame = rg::test::PacketBuilder()
                                 .eth(veth0, veth1)
                                 .ipv4("198.51.100.9", "203.0.113.5")
                                 .udp(49200, rg::test::kRoceV2Port)
                                 .bth(b)
                                 .payload(64)
                                 .build();
-    rg::test::Bytes frame = rg::test::PacketBuilder()
-                                .eth(veth0, veth1)
-                                .ipv4("198.51.100.2", "198.51.100.1")
-                                .udp(51000, rg::test::kGenevePort)
-                                .udp_csum(rg::test::UdpCsum::kZero)
-                                .geneve(77)
-                                .payload(inner)
-                                .build();
+    if (geneve)
+      frame = rg::test::PacketBuilder()
+                  .eth(veth0, veth1)
+                  .ipv4("198.51.100.2", "198.51.100.1")
+                  .udp(51000, rg::test::kGenevePort)
+                  .udp_csum(rg::test::UdpCsum::kZero)
+                  .geneve(77)
+                  .payload(frame)
+                  .build();
     if (sendto(fd, frame.data(), frame.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0) {
       close(fd);
       return 2;
@@ -561,26 +563,10 @@ class LoaderNetns : public ::testing::Test {
       at.sin_port = htons(rg::test::kRoceV2Port);
       inet_pton(AF_INET, "203.0.113.5", &at.sin_addr);
       if (rx < 0 || bind(rx, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0) return 100;
-      int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
-      if (fd < 0) return 101;
-      sockaddr_ll to{};
-      to.sll_family = AF_PACKET;
-      to.sll_ifindex = static_cast<int>(if_nametoindex("veth1"));
-      to.sll_halen = 6;
-      std::memcpy(to.sll_addr, veth0.data(), 6);
-      for (uint32_t psn = 100; psn < 100u + static_cast<uint32_t>(frames); ++psn) {
-        rg::test::Bth b;
-        b.psn = psn;
-        rg::test::Bytes frame = rg::test::PacketBuilder()
-                                    .eth(veth0, veth1)
-                                    .ipv4("198.51.100.9", "203.0.113.5")
-                                    .udp(49200, rg::test::kRoceV2Port)
-                                    .bth(b)
-                                    .payload(64)
-                                    .build();
-        if (sendto(fd, frame.data(), frame.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0) return 102;
+      if (int rc = send_roce_from_veth1(veth0, veth1, frames, false)) {
+        close(rx);
+        return 100 + rc;
       }
-      close(fd);
       int n = 0;
       char buf[2048];
       for (int waits = 0; waits < 30 && n < frames; ++waits) {
@@ -861,7 +847,7 @@ routes = ["203.0.113.0/24"]
   // From veth1 (namespace b): Geneve frames whose inner RoCE packets are for 203.0.113.5.
   const rg::test::Mac veth0 = rg::test::mac("02:00:00:00:00:01"), veth1 = rg::test::mac("02:00:00:00:00:02");
   constexpr int kFrames = 5;
-  const int sent = in_netns(ns_b_, [&] { return send_geneve_roce_from_veth1(veth0, veth1, kFrames); });
+  const int sent = in_netns(ns_b_, [&] { return send_roce_from_veth1(veth0, veth1, kFrames, true); });
   ASSERT_EQ(sent, 0);
   uint64_t decapsulated = 0;
   for (int i = 0; i < 50 && decapsulated < kFrames; ++i) {
@@ -917,7 +903,7 @@ routes = ["192.0.2.0/24"]
     at.sin_port = htons(rg::test::kRoceV2Port);
     inet_pton(AF_INET, "203.0.113.5", &at.sin_addr);
     if (rx < 0 || bind(rx, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0) return 100;
-    if (int e = send_geneve_roce_from_veth1(veth0, veth1, kFrames)) return 100 + e;
+    if (int e = send_roce_from_veth1(veth0, veth1, kFrames, true)) return 100 + e;
     int n = 0;
     char buf[2048];
     for (int waits = 0; waits < 30 && n < kFrames; ++waits) {

@@ -316,9 +316,7 @@ TEST_F(ExporterBpf, PromtoolAcceptsTheOutput) {
   Exporter ex(o);
   Scrape s = scrape(ex);
   ASSERT_EQ(s.status, 200);
-  TempDir tmp("scrape");
-  write_file(tmp.path() + "/metrics.txt", s.body);
-  CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+  CommandResult r = promtool_check_metrics(s.body);
   EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;
   EXPECT_EQ(r.output, "") << "promtool has lint remarks";
 }
@@ -425,9 +423,7 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
   EXPECT_TRUE(find(s.samples, "roceguard_tunnel_received_packets_total").size() == 1)
       << "peers without streams have no receiving-side series";
 
-  TempDir tmp("tunnel-scrape");
-  write_file(tmp.path() + "/metrics.txt", s.body);
-  CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+  CommandResult r = promtool_check_metrics(s.body);
   EXPECT_EQ(r.exit_code, 0) << r.output << "\n--- scraped:\n" << s.body;
   EXPECT_EQ(r.output, "") << "promtool has lint remarks";
 }
@@ -486,9 +482,7 @@ TEST_F(ExporterBpf, ShieldFiguresPerPeerInMetricsAndStats) {
       EXPECT_EQ(sample.name, "roceguard_tunnel_shield_copy_bytes_total");
     }
   }
-  TempDir tmp("shield-scrape");
-  write_file(tmp.path() + "/metrics.txt", s.body);
-  CommandResult r = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+  CommandResult r = promtool_check_metrics(s.body);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "") << "promtool has lint remarks";
 

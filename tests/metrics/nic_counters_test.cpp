@@ -189,10 +189,7 @@ TEST(NicCounters, ExporterShowsRxeAndMlx5CountersByInterface) {
   EXPECT_EQ(value_of(s, "roceguard_attached", {{"interface", "rgexnone"}, {"hook", "xdp_ingress"}}),
             0);
 
-  TempDir tmp("scrape");
-  write_file(tmp.path() + "/metrics.txt", r.body);
-  CommandResult check =
-      run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+  CommandResult check = promtool_check_metrics(r.body);
   EXPECT_EQ(check.exit_code, 0) << check.output << "\n--- scraped:\n" << r.body;
   EXPECT_EQ(check.output, "") << "promtool has lint remarks";
 }
@@ -347,9 +344,7 @@ TEST(NicCounters, RecordedTreesYieldOneSeriesPerMeaningWithTheirDriver) {
       EXPECT_NE(r.body.find("# TYPE roceguard_nic_hw_raw_level gauge\n"), std::string::npos) << r.body;
     }
 
-    TempDir tmp("scrape");
-    write_file(tmp.path() + "/metrics.txt", r.body);
-    CommandResult check = run_command({"promtool", "check", "metrics"}, tmp.path() + "/metrics.txt");
+    CommandResult check = promtool_check_metrics(r.body);
     EXPECT_EQ(check.exit_code, 0) << check.output << "\n--- scraped:\n" << r.body;
     EXPECT_EQ(check.output, "") << "promtool has lint remarks";
   }

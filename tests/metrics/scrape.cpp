@@ -286,4 +286,17 @@ uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
+CommandResult promtool_check_metrics(const std::string& body) {
+  char path[] = "/tmp/rg-promtool-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) throw std::runtime_error(std::string("mkstemp: ") + std::strerror(errno));
+  const bool written = write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+  close(fd);
+  CommandResult r;
+  if (written) r = run_command({"promtool", "check", "metrics"}, path);
+  else r.output = "cannot write the scrape to a temporary file";
+  unlink(path);
+  return r;
+}
+
 }  // namespace rg::test

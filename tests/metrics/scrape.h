@@ -48,6 +48,10 @@ struct CommandResult {
 CommandResult run_command(const std::vector<std::string>& argv,
                           const std::string& stdin_path = "/dev/null", int timeout_s = 60);
 
+// `promtool check metrics` on an exposition text (written to a temporary
+// file, removed after): exit code 0 and no output is a clean scrape.
+CommandResult promtool_check_metrics(const std::string& body);
+
 // A background process killed (SIGTERM, then SIGKILL) and reaped on scope exit.
 class Child {
  public:
