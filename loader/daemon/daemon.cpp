@@ -294,7 +294,7 @@ class Runner {
         spdlog::error("{}", e.what());
       }
       // A re-attach under a new ifindex means the old one is gone for good.
-      dp_.prune_stale_counters(st_);
+      dp_.prune_gone_interfaces(st_);
     }
   }
 

@@ -412,7 +412,7 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
     throw;
   }
   obj_.finish_pins();
-  prune_stale_counters(st);
+  prune_gone_interfaces(st);
   warn_if_not_forwarding(cfg_);
   detach_unconfigured();
   return st;
@@ -458,7 +458,7 @@ void Dataplane::refresh_address(const IfaceState& is) const {
   }
 }
 
-void Dataplane::prune_stale_counters(const State& st) const {
+void Dataplane::prune_gone_interfaces(const State& st) const {
   std::set<uint32_t> keep;
   for (const auto& is : st.interfaces) keep.insert(static_cast<uint32_t>(is.ifindex));
   try {
@@ -467,6 +467,8 @@ void Dataplane::prune_stale_counters(const State& st) const {
   } catch (const std::exception& e) {
     spdlog::warn("cannot prune {}: {}", kMapCounters, e.what());
   }
+  if (size_t n = prune_defunct_tcx_pins(pin_path_))
+    spdlog::info("removed {} tcx link pin(s) whose interface no longer exists", n);
 }
 
 bool Dataplane::configured(const std::string& name) const {

@@ -61,9 +61,10 @@ class Dataplane {
   // decapsulated there follow a MAC address change; never throws.
   void refresh_address(const IfaceState& is) const;
 
-  // Drops the counter entries of interfaces that are gone for good (none
-  // of st's), so rg_counters never fills up over restarts; never throws.
-  void prune_stale_counters(const State& st) const;
+  // Drops what interfaces that are gone for good (none of st's) left: their
+  // counter entries, so rg_counters never fills up over restarts, and
+  // their defunct tcx link pins; never throws.
+  void prune_gone_interfaces(const State& st) const;
 
   // The XDP fast path's slot (dataplane.xdp_forward): filled only while no
   // netfilter rule could apply to forwarded packets (probe_netfilter), for

@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -501,6 +502,23 @@ bool tcx_supported() {
 
 std::string tcx_pin(const HookOwner& owner, int ifindex, TcHook h) {
   return owner.pin_path() + "/" + kTcxPinPrefix + tc_hook_name(h) + "_" + std::to_string(ifindex);
+}
+
+size_t prune_defunct_tcx_pins(const std::string& pin_path) {
+  size_t removed = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(pin_path, ec)) {
+    const std::string path = e.path().string();
+    if (e.path().filename().string().rfind(kTcxPinPrefix, 0) != 0) continue;
+    const int fd = bpf_obj_get(path.c_str());
+    if (fd < 0) continue;
+    tcx::LinkInfo info{};
+    uint32_t len = sizeof(info);
+    const bool defunct = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && info.ifindex == 0;
+    close(fd);
+    if (defunct && unlink(path.c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 bool xdp_runs_on_skb(const std::string& ifname) {

@@ -61,6 +61,10 @@ const char* tc_hook_name(TcHook h);  // "egress", "ingress"
 bool tcx_supported();
 // Where owner pins its tcx link for hook h of ifindex.
 std::string tcx_pin(const HookOwner& owner, int ifindex, TcHook h);
+// Removes the tcx link pins under pin_path whose interface is gone (the
+// link is defunct: it runs nowhere), so a re-created interface, which gets
+// another ifindex, leaves none behind. Returns how many; never throws.
+size_t prune_defunct_tcx_pins(const std::string& pin_path);
 
 // Throws kExitConflict when a hook roceguard is about to take holds a
 // program not ours: with ingress at XDP, a program attached directly

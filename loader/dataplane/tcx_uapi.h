@@ -49,4 +49,17 @@ struct QueryAttr {
 };
 static_assert(sizeof(QueryAttr) == 64);
 
+// struct bpf_link_info as BPF_OBJ_GET_INFO_BY_FD fills it for a tcx link:
+// the common head, then the tcx member of the union. ifindex is 0 once the
+// link's interface is gone (the link is defunct).
+struct LinkInfo {
+  uint32_t type;
+  uint32_t id;
+  uint32_t prog_id;
+  uint32_t pad;
+  uint32_t ifindex;      // tcx.ifindex
+  uint32_t attach_type;  // tcx.attach_type
+};
+static_assert(sizeof(LinkInfo) == 24);
+
 }  // namespace rg::tcx

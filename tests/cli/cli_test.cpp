@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -2478,6 +2479,64 @@ TEST_F(LoaderNetns, TcxLinkRunsAheadOfAForeignProgramThatReturnsOk) {
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(tcx_names(), (std::vector<std::string>{"foreign_tc_ok", "foreign_tc_ok"})) << r.out;
   EXPECT_FALSE(pins_exist()) << "no link pin keeps the pin directory";
+}
+
+// An interface deleted and created again gets another ifindex: its old
+// tcx link pins name a link that runs nowhere. The next attach, and run's
+// re-attach, remove them; the new interface's links are pinned.
+TEST_F(LoaderNetns, TcxLinkPinsOfARecreatedInterfaceAreRemoved) {
+  if (tcx_names() == std::vector<std::string>{"?"}) GTEST_SKIP() << "no tcx in this kernel";
+  create_second_veth();
+  auto recreate = [&] {
+    const int before = ifindex_a("vx0");
+    must(in_a("ip link del vx0"));
+    create_second_veth();
+    EXPECT_NE(ifindex_a("vx0"), before);
+    return before;
+  };
+  auto link_pins = [&] {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(pin_, ec))
+      if (e.path().filename().string().rfind("tcx_", 0) == 0) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  auto pins_of = [](int ifindex) {
+    return std::vector<std::string>{"tcx_egress_" + std::to_string(ifindex),
+                                    "tcx_ingress_" + std::to_string(ifindex)};
+  };
+  auto expected = [&](std::vector<int> ifindexes) {
+    std::vector<std::string> out;
+    for (int i : ifindexes)
+      for (const auto& p : pins_of(i)) out.push_back(p);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const std::string args = "-i veth0 -i vx0 --tc-attach tcx --ingress-hook tc";
+  ASSERT_EQ(rg("attach " + args).rc, 0);
+  EXPECT_EQ(link_pins(), expected({ifindex_a(), ifindex_a("vx0")}));
+  recreate();
+  Result r = rg("attach " + args);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(link_pins(), expected({ifindex_a(), ifindex_a("vx0")})) << r.out;
+  EXPECT_EQ(tcx_names("vx0"), std::vector<std::string>{"rg_tc_egress"}) << r.out;
+
+  Daemon d = start_run(args + " --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  recreate();
+  bool settled = false;
+  for (int i = 0; i < 50 && !settled; ++i) {
+    settled = link_pins() == expected({ifindex_a(), ifindex_a("vx0")});
+    if (!settled) usleep(200 * 1000);
+  }
+  EXPECT_TRUE(settled) << ::testing::PrintToString(link_pins()) << "\n" << read_log(d);
+  EXPECT_EQ(tcx_names("vx0"), std::vector<std::string>{"rg_tc_egress"}) << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+  r = rg("detach");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_FALSE(pins_exist()) << r.out;
 }
 
 // An attach over a tcx attach gives the pinned links the new programs in
