@@ -2539,6 +2539,65 @@ TEST_F(LoaderNetns, TcxLinkPinsOfARecreatedInterfaceAreRemoved) {
   EXPECT_FALSE(pins_exist()) << r.out;
 }
 
+// The program id in the tcx link pinned for dev's egress; 0 without one.
+uint32_t linked_prog(const std::string& pin, int ifindex) {
+  int fd = bpf_obj_get((pin + "/tcx_egress_" + std::to_string(ifindex)).c_str());
+  if (fd < 0) return 0;
+  bpf_link_info info{};
+  uint32_t len = sizeof(info);
+  const int rc = bpf_obj_get_info_by_fd(fd, &info, &len);
+  close(fd);
+  return rc == 0 ? info.prog_id : 0;
+}
+
+// On tcx, a re-attach that fails late (vbig0 refuses native XDP after veth0
+// took the new programs) puts the previous program back into veth0's link:
+// the same id runs, still counting, and vbig0 keeps no link.
+TEST_F(LoaderNetns, FailedReattachOnTcxPutsTheLinksProgramBack) {
+  if (tcx_names() == std::vector<std::string>{"?"}) GTEST_SKIP() << "no tcx in this kernel";
+  create_xdp_refusing_veth();
+  ASSERT_EQ(rg("attach -i veth0 --tc-attach tcx").rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  const uint32_t before = linked_prog(pin_, ifindex_a());
+  ASSERT_NE(before, 0u);
+  const json st_before = status();
+
+  Result r = rg("attach -i veth0 -i vbig0 --tc-attach tcx");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("vbig0"), std::string::npos) << r.out;
+  EXPECT_EQ(linked_prog(pin_, ifindex_a()), before) << r.out;
+  EXPECT_EQ(tcx_names(), std::vector<std::string>{"rg_tc_egress"}) << r.out;
+  EXPECT_TRUE(tcx_names("vbig0").empty()) << r.out;
+  EXPECT_EQ(linked_prog(pin_, ifindex_a("vbig0")), 0u) << r.out;
+  EXPECT_EQ(status()["interfaces"], st_before["interfaces"]);
+  ASSERT_EQ(send_roce(4, 2), 0);
+  EXPECT_EQ(counter("roce_packets"), 5u) << "the restored program still counts";
+}
+
+// run on tcx puts back a link someone detached (bpftool link detach): the
+// defunct link's pin gives way to a new link, first on the hook again.
+TEST_F(LoaderNetns, RunPutsBackATcxLinkDetachedBehindItsBack) {
+  if (tcx_names() == std::vector<std::string>{"?"}) GTEST_SKIP() << "no tcx in this kernel";
+  Daemon d = start_run("--interface veth0 --tc-attach tcx --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  const uint32_t first = linked_prog(pin_, ifindex_a());
+  ASSERT_NE(first, 0u) << read_log(d);
+  must("bpftool link detach pinned " + pin_ + "/tcx_egress_" + std::to_string(ifindex_a()));
+  EXPECT_TRUE(tcx_names().empty());
+  bool back = false;
+  for (int i = 0; i < 50 && !back; ++i) {
+    back = tcx_names() == std::vector<std::string>{"rg_tc_egress"};
+    if (!back) usleep(200 * 1000);
+  }
+  EXPECT_TRUE(back) << read_log(d);
+  EXPECT_NE(linked_prog(pin_, ifindex_a()), 0u) << "the new link is pinned where the old one was";
+  EXPECT_NE(read_log(d).find("re-attached to veth0"), std::string::npos) << read_log(d);
+  ASSERT_EQ(send_roce(1, 2), 0);
+  EXPECT_EQ(counter("roce_packets"), 2u);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
 // An attach over a tcx attach gives the pinned links the new programs in
 // place: one roceguard program per hook, always. Switching between tcx and
 // clsact moves the programs and leaves none behind the other way.
