@@ -24,7 +24,7 @@ packages=(
   qemu-system-x86 linux-image-amd64 linux-image-6.12-amd64 busybox-static cpio
   # packaging: the Debian package, the container image and their tests
   dpkg-dev fakeroot help2man lintian mmdebstrap podman runc
-  # the offline Kubernetes manifest check (npm installs its two validator packages)
+  # the offline Kubernetes manifest check (npm installs its validator packages)
   nodejs
 )
 
