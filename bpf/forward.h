@@ -72,7 +72,8 @@ static __always_inline int rg_martian6(const struct in6_addr *a)
 
 /*
  * What the stack checks of a frame before forwarding it, as far as XDP can
- * (ip_rcv_core, ip_route_input_slow, ip6_rcv_core): addressed to the
+ * (ip_rcv_core, ip_route_input_slow, ip6_rcv_core): received where no VLAN
+ * tag can hide outside the frame (RG_IFACE_F_VLAN_UNSEEN); addressed to the
  * receiving interface (not another host's, not broadcast or multicast);
  * an IPv4 header of 20 bytes (options are the stack's to process) with a
  * valid checksum, not a fragment; neither address a martian; and the
@@ -91,7 +92,7 @@ static __always_inline int rg_forward_admissible(struct xdp_md *ctx, const struc
 	struct udphdr *udp = p->l4;
 	long rc;
 
-	if (!dev || (void *)(udp + 1) > data_end)
+	if (!dev || (dev->flags & RG_IFACE_F_VLAN_UNSEEN) || (void *)(udp + 1) > data_end)
 		return -1;
 	for (int i = 0; i < ETH_ALEN; i++)
 		if (eth->h_dest[i] != dev->mac[i])

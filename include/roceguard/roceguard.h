@@ -365,9 +365,18 @@ struct rg_genevehdr {
  */
 #define RG_MAX_IFACES 256
 
+/*
+ * A VLAN device sits on this interface and its frames' tags can reach XDP
+ * outside the frame (receive VLAN offload, or a veth whose peer transmits
+ * the tag as metadata): the XDP program cannot tell a tagged frame, which
+ * the stack hands to that VLAN device, from an untagged one, so the fast
+ * path leaves every frame received here to the stack.
+ */
+#define RG_IFACE_F_VLAN_UNSEEN (1u << 0)
+
 struct rg_iface {
 	__u8 mac[6];
-	__u16 reserved;
+	__u16 flags; /* RG_IFACE_F_* */
 };
 
 /*

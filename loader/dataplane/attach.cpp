@@ -81,15 +81,21 @@ std::optional<rg_iface> iface_address(const std::string& name) {
   return value;
 }
 
-// Writes ifindex's entry of rg_ifaces, the address the XDP program gives
-// the frames it decapsulates there.
+// Writes ifindex's entry of rg_ifaces: the address the XDP program gives
+// the frames it decapsulates there, and whether a VLAN tag can reach XDP
+// outside the frames received there (vlan_unseen says why).
 struct IfaceAddressWrite {
   std::optional<rg_iface> before, now;
+  std::optional<std::string> vlan_unseen;
 };
 
 IfaceAddressWrite write_iface_address(const std::string& pin_path, int ifindex, const std::string& name) {
   const std::string path = pin_path + "/" + kMapIfaces;
-  IfaceAddressWrite w{rg_iface{}, iface_address(name)};
+  IfaceAddressWrite w{rg_iface{}, iface_address(name), std::nullopt};
+  if (w.now) {
+    w.vlan_unseen = vlan_tags_unseen(ifindex, name);
+    if (w.vlan_unseen) w.now->flags |= RG_IFACE_F_VLAN_UNSEEN;
+  }
   int fd = bpf_obj_get(path.c_str());
   if (fd < 0) throw Error("cannot open " + path + ": " + errno_text(errno));
   const uint32_t key = static_cast<uint32_t>(ifindex);
@@ -216,7 +222,11 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   st.ifindex = ifindex_of(name);
   // Before the programs, like the tunnel maps: the first Geneve frame
   // decapsulated here already gets this device's address.
-  auto before = write_iface_address(pin_path_, st.ifindex, name).before;
+  const IfaceAddressWrite written = write_iface_address(pin_path_, st.ifindex, name);
+  const auto before = written.before;
+  if (cfg_.xdp_forward && written.vlan_unseen)
+    spdlog::info("{}: the XDP fast path leaves the frames received here to the stack: {}", name,
+                 *written.vlan_unseen);
   undo.add(name + "'s previous entry in " + std::string(kMapIfaces),
            [pin = pin_path_, ifindex = st.ifindex, before] { restore_iface_address(pin, ifindex, before); });
   IngressHook ingress = planned_ingress_hook(cfg_, name);
@@ -453,6 +463,15 @@ void Dataplane::refresh_address(const IfaceState& is) const {
     auto w = write_iface_address(pin_path_, is.ifindex, is.name);
     if (w.before && w.now && std::memcmp(w.before->mac, w.now->mac, sizeof(w.now->mac)) != 0)
       spdlog::info("{}: address changed; decapsulated frames now go to the new one", is.name);
+    const bool was = w.before && (w.before->flags & RG_IFACE_F_VLAN_UNSEEN);
+    if (cfg_.xdp_forward && w.now && was != bool(w.vlan_unseen)) {
+      if (w.vlan_unseen)
+        spdlog::info("{}: the XDP fast path leaves the frames received here to the stack: {}", is.name,
+                     *w.vlan_unseen);
+      else
+        spdlog::info("{}: no VLAN tag can hide outside its frames any more; the XDP fast path takes them again",
+                     is.name);
+    }
   } catch (const std::exception& e) {
     spdlog::warn("{}: {}", is.name, e.what());
   }

@@ -521,6 +521,65 @@ size_t prune_defunct_tcx_pins(const std::string& pin_path) {
   return removed;
 }
 
+std::optional<std::string> vlan_tags_unseen(int ifindex, const std::string& name) {
+  // The VLAN devices whose lower device is ifindex, in this namespace (a
+  // lower in another namespace comes with IFLA_LINK_NETNSID).
+  std::vector<std::string> vlans;
+  NetlinkSocket nl(NETLINK_ROUTE);
+  NetlinkRequest req("link dump (RTM_GETLINK) for the VLAN devices on " + name, RTM_GETLINK, NLM_F_DUMP);
+  req.header<ifinfomsg>()->ifi_family = AF_UNSPEC;
+  nl.request(req, [&](const nlmsghdr& m) {
+    if (m.nlmsg_type != RTM_NEWLINK) return;
+    std::string kind, ifname;
+    uint32_t link = 0;
+    bool other_netns = false;
+    for_each_attr(m, sizeof(ifinfomsg), [&](const nlattr& a) {
+      switch (attr_type(a)) {
+        case IFLA_IFNAME:
+          ifname = attr_string(a);
+          break;
+        case IFLA_LINK:
+          if (attr_len(a) >= sizeof(link)) std::memcpy(&link, attr_payload(a), sizeof(link));
+          break;
+        case IFLA_LINK_NETNSID:
+          other_netns = true;
+          break;
+        case IFLA_LINKINFO:
+          for_each_nested(a, [&](const nlattr& i) {
+            if (attr_type(i) == IFLA_INFO_KIND) kind = attr_string(i);
+            return true;
+          });
+          break;
+        default:
+          break;
+      }
+      return true;
+    });
+    if (kind == "vlan" && !other_netns && link == static_cast<uint32_t>(ifindex)) vlans.push_back(ifname);
+  });
+  if (vlans.empty()) return std::nullopt;
+  std::sort(vlans.begin(), vlans.end());
+  std::string on;
+  for (const auto& v : vlans) on += (on.empty() ? "" : ", ") + v;
+  // veth hands its peer's metadata tag on whatever its own features say.
+  if (link_facts(name).driver == "veth")
+    return "VLAN device " + on + " on it, and a veth receives its peer's tags outside the frame";
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error("socket: " + errno_text(errno));
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name.c_str());
+  ethtool_value flags{};
+  flags.cmd = ETHTOOL_GFLAGS;
+  ifr.ifr_data = reinterpret_cast<char*>(&flags);
+  const int rc = ioctl(fd, SIOCETHTOOL, &ifr);
+  const int err = errno;
+  close(fd);
+  // Unknown counts as on: the fast path then leaves frames to the stack.
+  if (rc == 0 && !(flags.data & ETH_FLAG_RXVLAN)) return std::nullopt;
+  return "VLAN device " + on + " on it, and receive VLAN offload " +
+         (rc == 0 ? std::string("(rxvlan) is on") : "cannot be read (" + errno_text(err) + ")");
+}
+
 bool xdp_runs_on_skb(const std::string& ifname) {
   // veth_xdp_rcv_skb(): a native program on veth gets each skb copied into
   // a page with XDP headroom first, the skb then rebuilt around it.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,12 @@ const char* tc_hook_name(TcHook h);  // "egress", "ingress"
 bool tcx_supported();
 // Where owner pins its tcx link for hook h of ifindex.
 std::string tcx_pin(const HookOwner& owner, int ifindex, TcHook h);
+// Why frames received on ifindex (name) may carry a VLAN tag outside the
+// frame, where XDP cannot see it: a VLAN device on it, and receive VLAN
+// offload on (or a veth, which hands on its peer's metadata tag); nullopt
+// when no tag can hide. The fast path leaves such an interface's frames
+// to the stack (RG_IFACE_F_VLAN_UNSEEN). Throws on a failed link dump.
+std::optional<std::string> vlan_tags_unseen(int ifindex, const std::string& name);
 // Removes the tcx link pins under pin_path whose interface is gone (the
 // link is defunct: it runs nowhere), so a re-created interface, which gets
 // another ifindex, leaves none behind. Returns how many; never throws.

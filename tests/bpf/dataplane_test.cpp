@@ -2328,6 +2328,29 @@ TEST(XdpForward, LeavesWhatTheStackWouldNotForwardToIt) {
   EXPECT_EQ(f.dp.xdp_at(from_lan(tunneled6()).build(), other_dev_ifindex()).ret, kXdpRedirect);
 }
 
+// Where a VLAN tag can reach XDP outside the frame (a VLAN device on the
+// interface, receive VLAN offload on), a tagged frame looks untagged to the
+// program, and the stack would hand it to the VLAN device: every frame
+// received there goes to the stack, as it came; where no tag can hide, the
+// same frame is forwarded.
+TEST(XdpForward, LeavesFramesToTheStackWhereAVlanTagCanHide) {
+  KernelRoutes routes;
+  route_remote_nets(routes);
+  ForwardPlane f;
+  f.dp.iface(other_dev_ifindex(), kOtherDevMac, RG_IFACE_F_VLAN_UNSEEN);
+  Dataplane off;
+  off.tunnels();
+  for (const PacketBuilder& frame : {from_lan(tunneled4()), from_lan(tunneled6())}) {
+    const Bytes in = frame.build();
+    const Verdict got = f.dp.xdp_at(in, other_dev_ifindex());
+    EXPECT_EQ(got.ret, kXdpPass);
+    EXPECT_EQ(hex(got.out), hex(off.xdp_at(in, other_dev_ifindex()).out));
+  }
+  EXPECT_EQ(f.dp.events(RG_DIR_EGRESS), Events{}) << "nothing counted as sent";
+  f.dp.iface(other_dev_ifindex(), kOtherDevMac);
+  EXPECT_EQ(f.dp.xdp_at(from_lan(tunneled4()).build(), other_dev_ifindex()).ret, kXdpRedirect);
+}
+
 // Off (the default), RoCE that the kernel would forward is passed to it.
 TEST(XdpForward, OffByDefault) {
   KernelRoutes routes;

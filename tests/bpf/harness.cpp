@@ -352,10 +352,11 @@ std::vector<PeerConfig> harness_peers() {
 
 MapImage Dataplane::image() const { return image_of(skel_->obj); }
 
-void Dataplane::iface(int ifindex, const Mac& mac) {
+void Dataplane::iface(int ifindex, const Mac& mac, uint16_t flags) {
   const uint32_t key = static_cast<uint32_t>(ifindex);
   rg_iface value{};
   std::copy(mac.begin(), mac.end(), value.mac);
+  value.flags = flags;
   if (bpf_map__update_elem(skel_->maps.rg_ifaces, &key, sizeof(key), &value, sizeof(value), 0))
     throw std::runtime_error("rg_ifaces update: " + std::string(std::strerror(errno)));
 }

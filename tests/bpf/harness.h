@@ -140,8 +140,9 @@ class Dataplane {
   // Makes every QP entry look silent since boot, longer than any idle time.
   void age_qps();
   // The interface address decapsulated frames are given (rg_ifaces). The
-  // constructor registers kDev with kDevMac, as the loader does at attach.
-  void iface(int ifindex, const Mac& mac);
+  // constructor registers kDev with kDevMac, as the loader does at attach;
+  // flags: RG_IFACE_F_*.
+  void iface(int ifindex, const Mac& mac, uint16_t flags = 0);
 
   Events events(rg_direction dir) const;  // packet counts
   uint64_t bytes(rg_direction dir, rg_event ev) const;

@@ -152,15 +152,16 @@ TEST(BadConfigs, InterfaceNameThatIsNotTextIsRefusedNamingTheKey) {
 }
 
 // In namespace b: RoCE packets for 203.0.113.5 from 198.51.100.9, PSNs from
-// 100, out of veth1 to veth0; with geneve, each inside a Geneve frame (VNI
-// 77, 198.51.100.2 -> .1). 0 when all were sent; 1: no socket; 2: a send
-// failed.
-int send_roce_from_veth1(const rg::test::Mac& veth0, const rg::test::Mac& veth1, int frames, bool geneve) {
+// 100, out of veth1 (or a VLAN device on it, dev) to veth0; with geneve,
+// each inside a Geneve frame (VNI 77, 198.51.100.2 -> .1). 0 when all were
+// sent; 1: no socket; 2: a send failed.
+int send_roce_from_veth1(const rg::test::Mac& veth0, const rg::test::Mac& veth1, int frames, bool geneve,
+                         const char* dev = "veth1") {
   int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
   if (fd < 0) return 1;
   sockaddr_ll to{};
   to.sll_family = AF_PACKET;
-  to.sll_ifindex = static_cast<int>(if_nametoindex("veth1"));
+  to.sll_ifindex = static_cast<int>(if_nametoindex(dev));
   to.sll_halen = 6;
   std::memcpy(to.sll_addr, veth0.data(), 6);
   for (uint32_t psn = 100; psn < 100 + static_cast<uint32_t>(frames); ++psn) {
@@ -554,8 +555,9 @@ class LoaderNetns : public ::testing::Test {
   }
 
   // Sends frames RoCE frames across create_fast_path()'s namespace A from
-  // veth1; returns how many arrived on vx1 (waiting at most 3 s).
-  int send_forwarded_roce(int frames) {
+  // veth1 (or a VLAN device on it, dev); returns how many arrived on vx1
+  // (waiting at most 3 s).
+  int send_forwarded_roce(int frames, const char* dev = "veth1") {
     const rg::test::Mac veth0 = rg::test::mac("02:00:00:00:00:01"), veth1 = rg::test::mac("02:00:00:00:00:02");
     return in_netns(ns_b_, [&] {
       int rx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -564,7 +566,7 @@ class LoaderNetns : public ::testing::Test {
       at.sin_port = htons(rg::test::kRoceV2Port);
       inet_pton(AF_INET, "203.0.113.5", &at.sin_addr);
       if (rx < 0 || bind(rx, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0) return 100;
-      if (int rc = send_roce_from_veth1(veth0, veth1, frames, false)) {
+      if (int rc = send_roce_from_veth1(veth0, veth1, frames, false, dev)) {
         close(rx);
         return 100 + rc;
       }
@@ -960,6 +962,64 @@ TEST_F(LoaderNetns, XdpFastPathStaysOffWhileAnNftablesRuleApplies) {
   ASSERT_TRUE(found.is_object()) << j.dump(2);
   EXPECT_EQ(found.value("verdict", ""), "warn") << found.dump();
   EXPECT_NE(found.value("what", "").find("nftables chain ip filter FORWARD"), std::string::npos) << found.dump();
+}
+
+// A VLAN device on the receiving interface: a frame tagged for it reaches
+// XDP with the tag outside the frame (a veth hands on its peer's metadata
+// tag) and looks untagged. The stack hands it to veth0.10, whose strict
+// reverse-path check drops it (no route back there); the fast path leaves
+// it to the stack rather than forward it. It leaves veth0's untagged frames
+// too (it cannot tell them apart), until the VLAN device goes.
+TEST_F(LoaderNetns, XdpFastPathLeavesFramesWhoseVlanTagItCannotSee) {
+  if (sh("modprobe -q 8021q; test -d /proc/net/vlan").rc != 0)
+    GTEST_SKIP() << "no VLAN devices in this kernel (8021q); the VM tier runs this case (vm_loader_xdp_coexist)";
+  const std::string cfg = create_fast_path();
+  must("ip -n " + ns_b_ + " link add link veth1 name veth1.10 type vlan id 10");
+  must("ip -n " + ns_b_ + " link set veth1.10 up");
+  must("ip -n " + ns_a_ + " link add link veth0 name veth0.10 type vlan id 10");
+  must("ip -n " + ns_a_ + " link set veth0.10 up");
+  must(in_a("sysctl -qw net.ipv4.conf.all.rp_filter=1 net.ipv4.conf.veth0/10.rp_filter=1"));
+  Result r = rg("attach --config " + cfg);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("veth0: the XDP fast path leaves the frames received here to the stack: VLAN device "
+                       "veth0.10 on it"),
+            std::string::npos)
+      << r.out;
+  constexpr int kFrames = 10;
+  EXPECT_EQ(send_forwarded_roce(kFrames, "veth1.10"), 0) << "the stack drops them: no route back by veth0.10";
+  EXPECT_EQ(counter("xdp_forwarded"), 0u);
+  EXPECT_EQ(send_forwarded_roce(kFrames), kFrames) << "the stack forwards the untagged ones";
+  EXPECT_EQ(counter("xdp_forwarded"), 0u);
+
+  must(in_a("ip link del veth0.10"));
+  r = rg("attach --config " + cfg);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(send_forwarded_roce(kFrames), kFrames);
+  EXPECT_EQ(counter("xdp_forwarded"), static_cast<uint64_t>(kFrames)) << "no VLAN device: the fast path again";
+
+  // run follows the VLAN device: added, the frames go to the stack again;
+  // removed, the fast path takes them.
+  Daemon d = start_run("--config " + cfg + " --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  auto logged = [&](const std::string& what) {
+    bool seen = false;
+    for (int i = 0; i < 50 && !seen; ++i) {
+      seen = read_log(d).find(what) != std::string::npos;
+      if (!seen) usleep(200 * 1000);
+    }
+    return seen;
+  };
+  must("ip -n " + ns_a_ + " link add link veth0 name veth0.10 type vlan id 10");
+  must("ip -n " + ns_a_ + " link set veth0.10 up");
+  must(in_a("sysctl -qw net.ipv4.conf.veth0/10.rp_filter=1"));
+  EXPECT_TRUE(logged("veth0: the XDP fast path leaves the frames received here to the stack")) << read_log(d);
+  EXPECT_EQ(send_forwarded_roce(kFrames, "veth1.10"), 0) << read_log(d);
+  must(in_a("ip link del veth0.10"));
+  EXPECT_TRUE(logged("veth0: no VLAN tag can hide outside its frames any more")) << read_log(d);
+  EXPECT_EQ(send_forwarded_roce(kFrames), kFrames);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+  EXPECT_EQ(counter("xdp_forwarded"), static_cast<uint64_t>(2 * kFrames)) << "the last frames by the fast path";
 }
 
 // The same with iptables-legacy, read through IPT_SO_GET_INFO/GET_ENTRIES.
