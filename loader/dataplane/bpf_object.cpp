@@ -190,38 +190,46 @@ void BpfObject::prepare_pins() {
   }
   // A build with new events only lengthens the counter value: carried
   // over rather than refused, so an upgrade keeps the counters.
-  counters_carried_ = migrate_counters(pin_path, bpf_map__value_size(skel_->maps.rg_counters));
-  if (counters_carried_)
+  if (auto counters = migrate_counters(pin_path, bpf_map__value_size(skel_->maps.rg_counters))) {
+    carried_.push_back({std::move(counters), kMapCounters, "counter entries"});
     spdlog::info("carried the counters in {}/{} over to this build's events (new events start at zero)", pin_path,
                  kMapCounters);
+  }
   // Builds before the loss shield numbered one stream per CPU in a
   // 64-number window: their peer counters and stream counters carry
   // over; the numbering restarts, in this load's epoch.
-  if (migrate_peer_stats(pin_path))
+  if (auto peers = migrate_peer_stats(pin_path)) {
+    carried_.push_back({std::move(peers), kMapPeerStats, "peers"});
     spdlog::info("carried the peer counters in {}/{} over to this build's layout (tunnel sequence numbers "
                  "restart from 0)", pin_path, kMapPeerStats);
-  if (auto n = migrate_tunnel_streams(pin_path, bpf_map__max_entries(skel_->maps.rg_tunnel_streams),
-                                      bpf_map__map_flags(skel_->maps.rg_tunnel_streams)))
+  }
+  if (auto streams = migrate_tunnel_streams(pin_path, bpf_map__max_entries(skel_->maps.rg_tunnel_streams),
+                                            bpf_map__map_flags(skel_->maps.rg_tunnel_streams))) {
     spdlog::info("carried {} tunnel sequence streams in {}/{} over to this build's layout (each as lane 0 "
-                 "of its CPU)", *n, pin_path, kMapTunnelStreams);
+                 "of its CPU)", streams->streams(), pin_path, kMapTunnelStreams);
+    carried_.push_back({std::move(streams), kMapTunnelStreams, "streams"});
+  }
   // A build before the per-family tables kept one rg_qp: its QPs carry
   // over into this build's tables (the old pin goes once the attach is
   // done).
-  if (auto n = migrate_qp_table(pin_path, cfg_.qp_entries))
-    spdlog::info("carried {} QP directions in {}/{} over to {} and {}", *n, pin_path, kMapQpLegacy, kMapQp4,
-                 kMapQp6);
+  if (auto qps = migrate_qp_table(pin_path, cfg_.qp_entries)) {
+    spdlog::info("carried {} QP directions in {}/{} over to {} and {}", qps->carried(), pin_path, kMapQpLegacy,
+                 kMapQp4, kMapQp6);
+    carried_.push_back({std::move(qps), "rg_qp4 and rg_qp6", "QP directions"});
+  }
 }
 
 void BpfObject::finish_pins() {
-  try {
-    if (counters_carried_)
-      if (size_t n = counters_carried_->carry_since_copy())
-        spdlog::info("carried what the earlier build counted during the upgrade ({} counter entries) into {}/{}", n,
-                     pin_path_, kMapCounters);
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot carry the earlier build's last counts into {}/{}: {}", pin_path_, kMapCounters, e.what());
+  for (const Carried& c : carried_) {
+    try {
+      if (size_t n = c.map->carry_since_copy())
+        spdlog::info("carried what the earlier build counted during the upgrade ({} {}) into {} under {}", n,
+                     c.what, c.name, pin_path_);
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot carry the earlier build's last counts into {} under {}: {}", c.name, pin_path_, e.what());
+    }
   }
-  counters_carried_.reset();
+  carried_.clear();
   // Carried over into rg_qp4/rg_qp6 by prepare_pins(); kept until now so
   // that a failed upgrade leaves the earlier build its table.
   try {
@@ -256,7 +264,7 @@ void BpfObject::reopen() {
 void BpfObject::discard() {
   open_fresh();
   pins_prepared_ = false;
-  counters_carried_.reset();
+  carried_.clear();
 }
 
 void BpfObject::open_fresh() {

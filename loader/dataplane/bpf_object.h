@@ -117,7 +117,14 @@ class BpfObject {
   std::string pin_path_;
   bool reset_state_ = false;
   bool pins_prepared_ = false;
-  std::unique_ptr<CounterMigration> counters_carried_;
+  // The maps prepare_pins() carried over, whose earlier programs' last
+  // counts finish_pins() carries too.
+  struct Carried {
+    std::unique_ptr<CarriedMap> map;
+    const char* name;
+    const char* what;
+  };
+  std::vector<Carried> carried_;
   // One epoch for the object's life: a reopen() is the same load retried.
   uint16_t tunnel_epoch_ = 0;
   struct roceguard* skel_ = nullptr;

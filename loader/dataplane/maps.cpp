@@ -582,10 +582,22 @@ size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep) {
   return removed;
 }
 
-CounterMigration::CounterMigration(int old_fd, int new_fd, uint32_t old_value_size, uint32_t value_size,
+CounterMigration::CounterMigration(int old_fd, int new_fd, uint32_t key_size, uint32_t max_entries,
+                                   uint32_t old_value_size, uint32_t value_size, uint32_t first_word,
                                    std::map<uint64_t, std::vector<uint8_t>> copied)
-    : old_fd_(old_fd), new_fd_(new_fd), old_value_size_(old_value_size), value_size_(value_size),
-      copied_(std::move(copied)) {}
+    : old_fd_(old_fd), new_fd_(new_fd), key_size_(key_size), max_entries_(max_entries),
+      old_value_size_(old_value_size), value_size_(value_size), first_word_(first_word), copied_(std::move(copied)) {}
+
+namespace {
+
+// A key of at most 8 bytes as the number CounterMigration files its copy under.
+uint64_t key_id(const uint8_t* k, uint32_t key_size) {
+  uint64_t id = 0;
+  std::memcpy(&id, k, std::min<size_t>(key_size, sizeof(id)));
+  return id;
+}
+
+}  // namespace
 
 CounterMigration::~CounterMigration() {
   close(old_fd_);
@@ -598,17 +610,15 @@ size_t CounterMigration::carry_since_copy() const {
   const uint32_t words = old_value_size_ / sizeof(uint64_t);
   size_t gained = 0;
   std::vector<uint8_t> now(static_cast<size_t>(new_stride) * ncpu);
-  walk_map(old_fd_, sizeof(rg_counter_key), old_stride * static_cast<uint32_t>(ncpu), RG_MAX_COUNTER_KEYS,
+  walk_map(old_fd_, key_size_, old_stride * static_cast<uint32_t>(ncpu), max_entries_,
            [&](const uint8_t* k, const uint8_t* v) {
-             uint64_t key = 0;
-             std::memcpy(&key, k, sizeof(key));
-             auto it = copied_.find(key);
+             auto it = copied_.find(key_id(k, key_size_));
              // Per CPU and counter: what the old map holds less what was copied
              // (counters only grow; a smaller value was reset by someone: nothing to add).
              std::vector<uint64_t> delta(static_cast<size_t>(words) * ncpu, 0);
              bool any = false;
              for (int cpu = 0; cpu < ncpu; ++cpu)
-               for (uint32_t w = 0; w < words; ++w) {
+               for (uint32_t w = first_word_; w < words; ++w) {
                  const size_t at = static_cast<size_t>(cpu) * old_stride + w * sizeof(uint64_t);
                  uint64_t was = 0, is = 0;
                  std::memcpy(&is, v + at, sizeof(is));
@@ -618,7 +628,7 @@ size_t CounterMigration::carry_since_copy() const {
              if (!any) return;
              if (bpf_map_lookup_elem(new_fd_, k, now.data()) != 0) std::fill(now.begin(), now.end(), 0);
              for (int cpu = 0; cpu < ncpu; ++cpu)
-               for (uint32_t w = 0; w < words; ++w) {
+               for (uint32_t w = first_word_; w < words; ++w) {
                  const size_t at = static_cast<size_t>(cpu) * new_stride + w * sizeof(uint64_t);
                  uint64_t n = 0;
                  std::memcpy(&n, now.data() + at, sizeof(n));
@@ -651,9 +661,7 @@ std::unique_ptr<CounterMigration> migrate_counters(const std::string& pin_path, 
                std::memcpy(value.data() + static_cast<size_t>(cpu) * new_stride,
                            v + static_cast<size_t>(cpu) * old_stride, info.value_size);
              entries.emplace_back(key, std::move(value));
-             uint64_t id = 0;
-             std::memcpy(&id, k, sizeof(id));
-             copied[id].assign(v, v + static_cast<size_t>(old_stride) * ncpu);
+             copied[key_id(k, sizeof(rg_counter_key))].assign(v, v + static_cast<size_t>(old_stride) * ncpu);
            });
 
   LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = info.map_flags);
@@ -664,7 +672,8 @@ std::unique_ptr<CounterMigration> migrate_counters(const std::string& pin_path, 
     if (bpf_map_update_elem(fresh.fd, &key, value.data(), BPF_NOEXIST) != 0)
       throw Error("cannot copy a counter into the migrated " + path + ": " + errno_text(errno));
   pin_replacing(fresh.fd, path);
-  auto done = std::make_unique<CounterMigration>(old.fd, fresh.fd, info.value_size, value_size, std::move(copied));
+  auto done = std::make_unique<CounterMigration>(old.fd, fresh.fd, sizeof(rg_counter_key), info.max_entries,
+                                                 info.value_size, value_size, 0, std::move(copied));
   old.fd = fresh.fd = -1;  // the migration holds them now
   return done;
 }
@@ -772,9 +781,9 @@ int create_peer_stats_map(uint32_t max_entries, uint32_t map_flags) {
                          value, max_entries, map_flags);
 }
 
-void add_stream(rg_tunnel_stream& into, const LegacyTunnelStream& old) {
-  into.max_seq = old.max_seq;
-  into.last_ns = std::max<uint64_t>(into.last_ns, old.last_ns);
+// The old stream's counters added to into's (a stream of either layout).
+template <typename Stream>
+void add_stream_counts(Stream& into, const LegacyTunnelStream& old) {
   into.received += old.received;
   into.lost += old.lost;
   into.reordered += old.reordered;
@@ -782,6 +791,33 @@ void add_stream(rg_tunnel_stream& into, const LegacyTunnelStream& old) {
   into.resyncs += old.resyncs;
   into.delay_sum_ns += old.delay_sum_ns;
   for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) into.delay[k] += old.delay[k];
+}
+
+void add_stream(rg_tunnel_stream& into, const LegacyTunnelStream& old) {
+  into.max_seq = old.max_seq;
+  into.last_ns = std::max<uint64_t>(into.last_ns, old.last_ns);
+  add_stream_counts(into, old);
+}
+
+// What now counted beyond was, counter by counter (a counter that went
+// down was reset by someone: nothing to add); false when nothing did.
+bool stream_gain(const LegacyTunnelStream& now, const LegacyTunnelStream& was, LegacyTunnelStream& gain) {
+  auto more = [](uint64_t is, uint64_t before) { return is > before ? is - before : 0; };
+  gain = LegacyTunnelStream{};
+  gain.received = more(now.received, was.received);
+  gain.lost = more(now.lost, was.lost);
+  gain.reordered = more(now.reordered, was.reordered);
+  gain.duplicated = more(now.duplicated, was.duplicated);
+  gain.resyncs = more(now.resyncs, was.resyncs);
+  gain.delay_sum_ns = more(now.delay_sum_ns, was.delay_sum_ns);
+  bool any = gain.received || gain.lost || gain.reordered || gain.duplicated || gain.resyncs || gain.delay_sum_ns;
+  for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) any |= (gain.delay[k] = more(now.delay[k], was.delay[k])) != 0;
+  return any;
+}
+
+// This build's stream key of the old stream of peer's sending CPU.
+rg_tunnel_stream_key stream_key_of_cpu(uint32_t peer, uint32_t cpu) {
+  return {peer, (cpu & RG_TUNNEL_CPU_MASK) << RG_TUNNEL_LANE_BITS};
 }
 
 }  // namespace
@@ -815,21 +851,28 @@ int create_tunnel_streams_map(uint32_t max_entries, uint32_t map_flags) {
                          sizeof(rg_tunnel_stream), key, value, max_entries, map_flags);
 }
 
-bool migrate_peer_stats(const std::string& pin_path) {
+std::unique_ptr<CounterMigration> migrate_peer_stats(const std::string& pin_path) {
   const std::string path = pin_path + "/" + kMapPeerStats;
   Owned old{bpf_obj_get(path.c_str())};
-  if (old.fd < 0) return false;
+  if (old.fd < 0) return nullptr;
   bpf_map_info info{};
   uint32_t len = sizeof(info);
-  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return false;
-  if (!is_legacy_peer_stats(info)) return false;
+  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return nullptr;
+  if (!is_legacy_peer_stats(info)) return nullptr;
 
   const int ncpu = possible_cpus();
   const uint32_t old_stride = round8(sizeof(LegacyPeerStats)), new_stride = round8(sizeof(rg_peer_stats));
+  // The events are the same words in both layouts; the word before them
+  // (sequence number, epoch) is no counter.
+  static_assert(offsetof(LegacyPeerStats, ev) == offsetof(rg_peer_stats, ev) &&
+                offsetof(rg_peer_stats, ev) % sizeof(uint64_t) == 0);
+  constexpr uint32_t kFirstEventWord = offsetof(rg_peer_stats, ev) / sizeof(uint64_t);
   Owned fresh{create_peer_stats_map(info.max_entries, info.map_flags)};
   std::vector<uint8_t> value(static_cast<size_t>(new_stride) * ncpu);
+  std::map<uint64_t, std::vector<uint8_t>> copied;
   walk_map(old.fd, sizeof(uint32_t), old_stride * static_cast<uint32_t>(ncpu), info.max_entries,
            [&](const uint8_t* k, const uint8_t* v) {
+             copied[key_id(k, sizeof(uint32_t))].assign(v, v + static_cast<size_t>(old_stride) * ncpu);
              std::fill(value.begin(), value.end(), 0);
              bool any = false;
              for (int cpu = 0; cpu < ncpu; ++cpu) {
@@ -846,18 +889,59 @@ bool migrate_peer_stats(const std::string& pin_path) {
                throw Error("cannot copy a peer's counters into the migrated " + path + ": " + errno_text(errno));
            });
   pin_replacing(fresh.fd, path);
-  return true;
+  auto done = std::make_unique<CounterMigration>(old.fd, fresh.fd, sizeof(uint32_t), info.max_entries,
+                                                 static_cast<uint32_t>(sizeof(LegacyPeerStats)),
+                                                 static_cast<uint32_t>(sizeof(rg_peer_stats)), kFirstEventWord,
+                                                 std::move(copied));
+  old.fd = fresh.fd = -1;  // the migration holds them now
+  return done;
 }
 
-std::optional<size_t> migrate_tunnel_streams(const std::string& pin_path, uint32_t max_entries,
-                                             uint32_t map_flags) {
+StreamMigration::StreamMigration(int old_fd, int new_fd, uint32_t max_entries, size_t streams,
+                                 std::map<std::pair<uint32_t, uint32_t>, LegacyTunnelStream> copied)
+    : old_fd_(old_fd), new_fd_(new_fd), max_entries_(max_entries), streams_(streams), copied_(std::move(copied)) {}
+
+StreamMigration::~StreamMigration() {
+  close(old_fd_);
+  close(new_fd_);
+}
+
+size_t StreamMigration::carry_since_copy() const {
+  // Gains of several old streams that share one new stream (CPUs beyond
+  // the stream field) are summed first, each new stream written once.
+  std::map<std::pair<uint32_t, uint32_t>, LegacyTunnelStream> gains;
+  walk_map(old_fd_, sizeof(rg_tunnel_stream_key), sizeof(LegacyTunnelStream), max_entries_,
+           [&](const uint8_t* k, const uint8_t* v) {
+             rg_tunnel_stream_key key;
+             LegacyTunnelStream now, gain;
+             std::memcpy(&key, k, sizeof(key));
+             std::memcpy(&now, v, sizeof(now));
+             auto it = copied_.find({key.peer, key.stream});
+             if (!stream_gain(now, it != copied_.end() ? it->second : LegacyTunnelStream{}, gain)) return;
+             const rg_tunnel_stream_key to = stream_key_of_cpu(key.peer, key.stream);
+             add_stream_counts(gains[{to.peer, to.stream}], gain);
+           });
+  size_t gained = 0;
+  for (const auto& [k, gain] : gains) {
+    const rg_tunnel_stream_key key{k.first, k.second};
+    rg_tunnel_stream value{};
+    const bool there = bpf_map_lookup_elem_flags(new_fd_, &key, &value, BPF_F_LOCK) == 0;
+    if (!there) std::fill(std::begin(value.window), std::end(value.window), ~0ull);
+    add_stream_counts(value, gain);
+    if (bpf_map_update_elem(new_fd_, &key, &value, there ? BPF_F_LOCK : BPF_NOEXIST) == 0) ++gained;
+  }
+  return gained;
+}
+
+std::unique_ptr<StreamMigration> migrate_tunnel_streams(const std::string& pin_path, uint32_t max_entries,
+                                                        uint32_t map_flags) {
   const std::string path = pin_path + "/" + kMapTunnelStreams;
   Owned old{bpf_obj_get(path.c_str())};
-  if (old.fd < 0) return std::nullopt;
+  if (old.fd < 0) return nullptr;
   bpf_map_info info{};
   uint32_t len = sizeof(info);
-  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return std::nullopt;
-  if (!is_legacy_tunnel_streams(info)) return std::nullopt;
+  if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0) return nullptr;
+  if (!is_legacy_tunnel_streams(info)) return nullptr;
 
   // The CPU goes where this build's stream field has it (12 bits): a CPU
   // beyond them shares the stream of the CPU it wraps to, so its counts
@@ -865,14 +949,16 @@ std::optional<size_t> migrate_tunnel_streams(const std::string& pin_path, uint32
   // (a new epoch restarts the tracking), so values are read without the
   // lock: a count the old programs add meanwhile is all a torn read costs.
   std::map<std::pair<uint32_t, uint32_t>, rg_tunnel_stream> streams;
+  std::map<std::pair<uint32_t, uint32_t>, LegacyTunnelStream> copied;
   walk_map(old.fd, sizeof(rg_tunnel_stream_key), sizeof(LegacyTunnelStream), info.max_entries,
            [&](const uint8_t* k, const uint8_t* v) {
              rg_tunnel_stream_key key;
              LegacyTunnelStream o;
              std::memcpy(&key, k, sizeof(key));
              std::memcpy(&o, v, sizeof(o));
-             const uint32_t stream = (key.stream & RG_TUNNEL_CPU_MASK) << RG_TUNNEL_LANE_BITS;
-             auto [it, added] = streams.try_emplace({key.peer, stream});
+             copied[{key.peer, key.stream}] = o;
+             const rg_tunnel_stream_key to = stream_key_of_cpu(key.peer, key.stream);
+             auto [it, added] = streams.try_emplace({to.peer, to.stream});
              if (added) std::fill(std::begin(it->second.window), std::end(it->second.window), ~0ull);
              add_stream(it->second, o);
            });
@@ -885,7 +971,9 @@ std::optional<size_t> migrate_tunnel_streams(const std::string& pin_path, uint32
                   " streams, " + std::to_string(max_entries) + " at most): " + errno_text(errno));
   }
   pin_replacing(fresh.fd, path);
-  return streams.size();
+  auto done = std::make_unique<StreamMigration>(old.fd, fresh.fd, info.max_entries, streams.size(), std::move(copied));
+  old.fd = fresh.fd = -1;  // the migration holds them now
+  return done;
 }
 
 void set_qp_entries(struct bpf_object* obj, uint32_t entries) {
@@ -916,10 +1004,80 @@ std::optional<bool> pinned_xdp_forward_linked(const std::string& pin_path) {
   return bpf_map_lookup_elem(next.fd, &key, &prog_id) == 0;
 }
 
-std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t entries) {
+namespace {
+
+uint32_t add_saturating32(uint32_t a, uint64_t b) { return saturate32(uint64_t{a} + b); }
+
+// What the old direction now counted beyond was (a count that went down
+// was reset by someone: nothing to add), added to into; false when nothing.
+bool add_qp_gain(rg_qp_dir& into, const LegacyQpDir& now, const LegacyQpDir& was) {
+  auto more = [](uint64_t is, uint64_t before) { return is > before ? is - before : 0; };
+  const LegacyQpDir g{more(now.packets, was.packets), more(now.bytes, was.bytes),
+                      more(now.retransmits, was.retransmits), more(now.gaps, was.gaps),
+                      more(now.lost, was.lost), more(now.nak_seq_err, was.nak_seq_err),
+                      more(now.nak_other, was.nak_other), more(now.rnr_nak, was.rnr_nak),
+                      more(now.cnp, was.cnp), more(now.ecn_ce, was.ecn_ce), 0, 0};
+  if (!(g.packets | g.bytes | g.retransmits | g.gaps | g.lost | g.nak_seq_err | g.nak_other | g.rnr_nak | g.cnp |
+        g.ecn_ce))
+    return false;
+  into.packets += g.packets;
+  into.bytes += g.bytes;
+  into.retransmits += g.retransmits;
+  into.lost += g.lost;
+  into.cnp += g.cnp;
+  into.ecn_ce += g.ecn_ce;
+  into.gaps = add_saturating32(into.gaps, g.gaps);
+  into.nak_seq_err = add_saturating32(into.nak_seq_err, g.nak_seq_err);
+  into.nak_other = add_saturating32(into.nak_other, g.nak_other);
+  into.rnr_nak = add_saturating32(into.rnr_nak, g.rnr_nak);
+  return true;
+}
+
+}  // namespace
+
+QpMigration::QpMigration(int old_fd, int v4_fd, int v6_fd, uint32_t max_entries, size_t carried,
+                         std::map<std::string, LegacyQpState> copied)
+    : old_fd_(old_fd), v4_fd_(v4_fd), v6_fd_(v6_fd), max_entries_(max_entries), carried_(carried),
+      copied_(std::move(copied)) {}
+
+QpMigration::~QpMigration() {
+  close(old_fd_);
+  close(v4_fd_);
+  close(v6_fd_);
+}
+
+size_t QpMigration::carry_since_copy() const {
+  size_t gained = 0;
+  walk_map(old_fd_, sizeof(rg_qp_key), sizeof(LegacyQpState), max_entries_, [&](const uint8_t* k, const uint8_t* v) {
+    rg_qp_key key;
+    LegacyQpState now;
+    std::memcpy(&key, k, sizeof(key));
+    std::memcpy(&now, v, sizeof(now));
+    auto it = copied_.find(std::string(reinterpret_cast<const char*>(k), sizeof(key)));
+    for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
+      const LegacyQpDir& o = now.dir[d];
+      if (o.packets == 0 && o.flags == 0) continue;  // this direction never seen
+      const LegacyQpDir was = it != copied_.end() ? it->second.dir[d] : LegacyQpDir{};
+      const int rc = in_qp_table(key, d, v4_fd_, v6_fd_, [&](const auto& table_key, int fd) {
+        rg_qp_dir value{};
+        if (bpf_map_lookup_elem(fd, &table_key, &value) != 0) {
+          // Met first after the copy, or evicted since: it comes whole.
+          value = from_legacy(o, now.last_seen_ns);
+        } else if (!add_qp_gain(value, o, was)) {
+          return 1;
+        }
+        return bpf_map_update_elem(fd, &table_key, &value, BPF_ANY) == 0 ? 0 : -1;
+      });
+      gained += rc == 0;
+    }
+  });
+  return gained;
+}
+
+std::unique_ptr<QpMigration> migrate_qp_table(const std::string& pin_path, uint32_t entries) {
   const std::string path = pin_path + "/" + kMapQpLegacy;
   Owned old{bpf_obj_get(path.c_str())};
-  if (old.fd < 0) return std::nullopt;
+  if (old.fd < 0) return nullptr;
   bpf_map_info info{};
   uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0)
@@ -937,11 +1095,13 @@ std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t ent
   Owned v6{bpf_map_create(BPF_MAP_TYPE_LRU_HASH, kMapQp6, sizeof(rg_qp6_key), sizeof(rg_qp_dir), entries, nullptr)};
   if (v6.fd < 0) throw Error(std::string("cannot create ") + kMapQp6 + ": " + errno_text(errno));
   size_t carried = 0;
+  std::map<std::string, LegacyQpState> copied;
   walk_map(old.fd, sizeof(rg_qp_key), sizeof(LegacyQpState), info.max_entries, [&](const uint8_t* k, const uint8_t* v) {
     rg_qp_key key;
     LegacyQpState st;
     std::memcpy(&key, k, sizeof(key));
     std::memcpy(&st, v, sizeof(st));
+    copied.emplace(std::string(reinterpret_cast<const char*>(k), sizeof(key)), st);
     for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
       const LegacyQpDir& o = st.dir[d];
       if (o.packets == 0 && o.flags == 0) continue;  // this direction never seen
@@ -955,7 +1115,9 @@ std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t ent
   });
   pin_replacing(v4.fd, pin_path + "/" + kMapQp4);
   pin_replacing(v6.fd, pin_path + "/" + kMapQp6);
-  return carried;
+  auto done = std::make_unique<QpMigration>(old.fd, v4.fd, v6.fd, info.max_entries, carried, std::move(copied));
+  old.fd = v4.fd = v6.fd = -1;  // the migration holds them now
+  return done;
 }
 
 void remove_legacy_qp_table(const std::string& pin_path) {

@@ -211,24 +211,36 @@ size_t prune_counters(int counters_fd, const std::set<uint32_t>& keep);
 // over it, so the path always holds one whole map, the old or the new.
 void pin_replacing(int fd, const std::string& path);
 
-// A pinned rg_counters carried over to a longer value: the earlier build's
-// programs go on counting into the old map until the attach takes their
-// hooks, so what they count after the copy is carried too, once none runs.
-class CounterMigration {
+// A pinned per-CPU map of counters carried over to a new layout (rg_counters
+// to a longer value, rg_peer_stats of the build before the loss shield):
+// the earlier build's programs go on counting into the old map until the
+// attach takes their hooks, so what they count after the copy is carried
+// too, once none runs. The old value's 64-bit words from first_word on are
+// counters, each at the same place in the new value; the words before it
+// are not counters and are not carried.
+// A pinned map carried over to a new layout: the earlier build's programs
+// may go on counting into the old one until the attach takes their hooks.
+class CarriedMap {
  public:
-  CounterMigration(int old_fd, int new_fd, uint32_t old_value_size, uint32_t value_size,
-                   std::map<uint64_t, std::vector<uint8_t>> copied);
-  ~CounterMigration();
+  virtual ~CarriedMap() = default;
+  // Adds to the new map what the old one gained since the copy; returns
+  // the entries that had gained. Call once no earlier program runs.
+  virtual size_t carry_since_copy() const = 0;
+};
+
+class CounterMigration : public CarriedMap {
+ public:
+  CounterMigration(int old_fd, int new_fd, uint32_t key_size, uint32_t max_entries, uint32_t old_value_size,
+                   uint32_t value_size, uint32_t first_word, std::map<uint64_t, std::vector<uint8_t>> copied);
+  ~CounterMigration() override;
   CounterMigration(const CounterMigration&) = delete;
   CounterMigration& operator=(const CounterMigration&) = delete;
 
-  // Adds to the new map what the old one gained since the copy; returns
-  // the entries that had gained. Call once no earlier program runs.
-  size_t carry_since_copy() const;
+  size_t carry_since_copy() const override;
 
  private:
   int old_fd_, new_fd_;
-  uint32_t old_value_size_, value_size_;
+  uint32_t key_size_, max_entries_, old_value_size_, value_size_, first_word_;
   std::map<uint64_t, std::vector<uint8_t>> copied_;  // by key, every CPU's value as copied
 };
 
@@ -282,17 +294,42 @@ bool tunnel_streams_need_migration(const std::string& pin_path);
 // Brings a pinned rg_peer_stats of the layout before the loss shield to
 // this build's: every peer event is carried over; the sequence numbers and
 // the epoch start at 0, so the far gateway sees the numbering restart under
-// the load's new epoch. Returns true when it migrated; any other layout is
-// left for the compatibility check to name.
-bool migrate_peer_stats(const std::string& pin_path);
+// the load's new epoch. Returns the migration (to carry what the earlier
+// programs count until the attach is done) when it migrated, nullptr when
+// there was nothing to; any other layout is left for the compatibility
+// check to name.
+std::unique_ptr<CounterMigration> migrate_peer_stats(const std::string& pin_path);
+
+// A pinned rg_tunnel_streams of the layout before the loss shield, carried
+// over by migrate_tunnel_streams: as for CounterMigration, the earlier
+// build's programs go on counting into the old map until the attach takes
+// their hooks; carry_since_copy() adds what they counted since the copy
+// (the counters only: the new streams' tracking is the new programs').
+class StreamMigration : public CarriedMap {
+ public:
+  StreamMigration(int old_fd, int new_fd, uint32_t max_entries, size_t streams,
+                  std::map<std::pair<uint32_t, uint32_t>, LegacyTunnelStream> copied);
+  ~StreamMigration() override;
+  StreamMigration(const StreamMigration&) = delete;
+  StreamMigration& operator=(const StreamMigration&) = delete;
+
+  size_t streams() const { return streams_; }  // carried over by the copy
+  size_t carry_since_copy() const override;
+
+ private:
+  int old_fd_, new_fd_;
+  uint32_t max_entries_;
+  size_t streams_;
+  std::map<std::pair<uint32_t, uint32_t>, LegacyTunnelStream> copied_;  // by old {peer, cpu}
+};
 
 // The same for rg_tunnel_streams, into a new map of max_entries and
 // map_flags: the stream of sending CPU c of a peer becomes lane 0 of that
 // CPU ({peer, c << RG_TUNNEL_LANE_BITS}) with its counters, epoch 0 (which
 // no sender uses, so the next packet restarts its tracking) and a window
-// of nothing missing. Returns the streams carried over, or nullopt when no
-// map of that layout is pinned.
-std::optional<size_t> migrate_tunnel_streams(const std::string& pin_path, uint32_t max_entries,
+// of nothing missing. Returns the migration, or nullptr when no map of
+// that layout is pinned.
+std::unique_ptr<StreamMigration> migrate_tunnel_streams(const std::string& pin_path, uint32_t max_entries,
                                              uint32_t map_flags);
 
 // Creates an rg_tunnel_streams map of this build's layout, with the BTF the
@@ -313,14 +350,35 @@ void link_xdp_forward(struct bpf_object* obj);
 // XDP fast path runs); nullopt when nothing is pinned there.
 std::optional<bool> pinned_xdp_forward_linked(const std::string& pin_path);
 
+// What migrate_qp_table carried: how many QP directions, and what the
+// earlier build's programs count into the old table until the attach is
+// done, which carry_since_copy() adds to the new tables (the counts only;
+// a QP the old programs met first after the copy comes whole).
+class QpMigration : public CarriedMap {
+ public:
+  QpMigration(int old_fd, int v4_fd, int v6_fd, uint32_t max_entries, size_t carried,
+              std::map<std::string, LegacyQpState> copied);
+  ~QpMigration() override;
+  QpMigration(const QpMigration&) = delete;
+  QpMigration& operator=(const QpMigration&) = delete;
+
+  size_t carried() const { return carried_; }  // QP directions, by the copy
+  size_t carry_since_copy() const override;
+
+ private:
+  int old_fd_, v4_fd_, v6_fd_;
+  uint32_t max_entries_;
+  size_t carried_;
+  std::map<std::string, LegacyQpState> copied_;  // by the old key's bytes
+};
+
 // Carries the entries of an earlier build's pinned rg_qp (both directions
 // in one value, one table for both families) into new rg_qp4 and rg_qp6
 // pins of the given capacity, replacing any there, so the object being
 // loaded reuses them. The old pin stays until remove_legacy_qp_table(): an
 // upgrade that fails before its attach completes leaves the earlier build
-// its table. Returns the QP directions carried over, or nullopt without an
-// old pin.
-std::optional<size_t> migrate_qp_table(const std::string& pin_path, uint32_t entries);
+// its table. Returns the migration, or nullptr without an old pin.
+std::unique_ptr<QpMigration> migrate_qp_table(const std::string& pin_path, uint32_t entries);
 void remove_legacy_qp_table(const std::string& pin_path);
 
 }  // namespace rg

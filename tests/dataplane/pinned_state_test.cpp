@@ -343,7 +343,7 @@ TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
 
   auto carried = rg::migrate_qp_table(pin_, 2048);
   ASSERT_TRUE(carried);
-  EXPECT_EQ(*carried, 3u);  // the IPv6 QP's ingress was never seen
+  EXPECT_EQ(carried->carried(), 3u);  // the IPv6 QP's ingress was never seen
   // Until the attach completes the earlier build keeps its table.
   struct stat st {};
   EXPECT_EQ(stat((pin_ + "/" + rg::kMapQpLegacy).c_str(), &st), 0);
@@ -399,6 +399,57 @@ TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
   EXPECT_NE(stat((pin_ + "/" + rg::kMapQpLegacy).c_str(), &st), 0);
   EXPECT_FALSE(rg::migrate_qp_table(pin_, 2048));
   EXPECT_NO_THROW(rg::remove_legacy_qp_table(pin_));
+}
+
+// The earlier build's programs go on counting into the old rg_qp until the
+// attach takes their hooks: once none runs, what each direction counted
+// since the copy is added to the new tables (its PSN tracking is the new
+// programs'), and a QP met first after the copy comes whole.
+TEST_F(PinnedState, WhatTheEarlierBuildCountsInItsQpTableDuringTheUpgradeIsCarried) {
+  pin_counters();
+  const int legacy = pin(rg::kMapQpLegacy, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 64);
+  rg_qp_key k4{};
+  k4.family = AF_INET;
+  inet_pton(AF_INET, "192.0.2.1", k4.src);
+  inet_pton(AF_INET, "192.0.2.2", k4.dst);
+  k4.dest_qp = 0x11;
+  LegacyQpState v4{};
+  v4.dir[RG_DIR_EGRESS] = {100, 102400, 3, 2, 7, 1, 0, 4, 5, 6, 0x123456, RG_QP_F_SEEN};
+  v4.last_seen_ns = 777;
+  ASSERT_EQ(bpf_map_update_elem(legacy, &k4, &v4, BPF_NOEXIST), 0) << strerror(errno);
+  auto carried = rg::migrate_qp_table(pin_, 2048);
+  ASSERT_TRUE(carried);
+
+  // 10 more packets, 2 more resent, 1 more gap, a later PSN; and a new QP.
+  LegacyQpState later = v4;
+  later.dir[RG_DIR_EGRESS].packets += 10;
+  later.dir[RG_DIR_EGRESS].bytes += 10240;
+  later.dir[RG_DIR_EGRESS].retransmits += 2;
+  later.dir[RG_DIR_EGRESS].gaps += 1;
+  later.dir[RG_DIR_EGRESS].max_psn = 0x123500;
+  ASSERT_EQ(bpf_map_update_elem(legacy, &k4, &later, BPF_EXIST), 0) << strerror(errno);
+  rg_qp_key k_new = k4;
+  k_new.dest_qp = 0x12;
+  LegacyQpState v_new{};
+  v_new.dir[RG_DIR_INGRESS] = {4, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 77, RG_QP_F_SEEN};
+  v_new.last_seen_ns = 999;
+  ASSERT_EQ(bpf_map_update_elem(legacy, &k_new, &v_new, BPF_NOEXIST), 0) << strerror(errno);
+  EXPECT_EQ(carried->carry_since_copy(), 2u);
+
+  std::map<uint32_t, rg::QpRow> rows;
+  for (const auto& row : rg::MapReader(pin_).qps()) rows[row.key.dest_qp] = row;
+  ASSERT_EQ(rows.size(), 2u);
+  const rg_qp_dir& e = rows[0x11].state.dir[RG_DIR_EGRESS];
+  EXPECT_EQ(e.packets, 110u);
+  EXPECT_EQ(e.bytes, 112640u);
+  EXPECT_EQ(e.retransmits, 5u);
+  EXPECT_EQ(e.gaps, 3u);
+  EXPECT_EQ(e.lost, 7u);
+  EXPECT_EQ(e.max_psn, 0x123456u) << "the tracking is the new programs'";
+  const rg_qp_dir& n = rows[0x12].state.dir[RG_DIR_INGRESS];
+  EXPECT_EQ(n.packets, 4u);
+  EXPECT_EQ(n.max_psn, 77u);
+  EXPECT_EQ(n.last_seen_ns, 999u);
 }
 
 TEST_F(PinnedState, LegacyQpTableOfAnotherLayoutIsRefusedByName) {
@@ -555,11 +606,91 @@ TEST_F(ShieldUpgrade, PeerStatsAndStreamsAreCarriedIntoTheNewLayout) {
   ASSERT_TRUE(rg::migrate_peer_stats(pin_));
   auto carried = rg::migrate_tunnel_streams(pin_, RG_MAX_TUNNEL_STREAMS, 0);
   ASSERT_TRUE(carried);
-  EXPECT_EQ(*carried, 3u);
+  EXPECT_EQ(carried->streams(), 3u);
   expect_carried_over();
   // This build's layout is nothing to migrate.
   EXPECT_FALSE(rg::migrate_peer_stats(pin_));
   EXPECT_FALSE(rg::migrate_tunnel_streams(pin_, RG_MAX_TUNNEL_STREAMS, 0));
+}
+
+// The earlier build's programs go on counting into the old rg_peer_stats
+// and rg_tunnel_streams until the attach takes their hooks: what they count
+// after the copy is added to the new maps once none runs, event by event
+// and CPU by CPU, stream by stream; what is no counter (the old sequence
+// number, a stream's highest number) is not.
+TEST_F(ShieldUpgrade, WhatTheEarlierBuildCountsDuringTheUpgradeIsCarried) {
+  pin_old_tunnel_state();
+  const int old_stats = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapPeerStats).c_str()));
+  ASSERT_GE(old_stats, 0);
+  const int old_streams = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapTunnelStreams).c_str()));
+  ASSERT_GE(old_streams, 0);
+  auto carried = rg::migrate_peer_stats(pin_);
+  ASSERT_TRUE(carried);
+  auto carried_streams = rg::migrate_tunnel_streams(pin_, RG_MAX_TUNNEL_STREAMS, 0);
+  ASSERT_TRUE(carried_streams);
+  // Peer 1's stream from CPU 2 goes on; peer 3's from CPU 1 starts.
+  LegacyTunnelStream on = old_stream(1, 2), fresh{};
+  on.received += 5;
+  on.lost += 2;
+  on.delay[3] += 4;
+  on.max_seq += 100;
+  fresh.received = 9;
+  fresh.max_seq = 9;
+  rg_tunnel_stream_key on_key{1, 2}, fresh_key{3, 1};
+  ASSERT_EQ(bpf_map_update_elem(old_streams, &on_key, &on, BPF_EXIST), 0) << strerror(errno);
+  ASSERT_EQ(bpf_map_update_elem(old_streams, &fresh_key, &fresh, BPF_NOEXIST), 0) << strerror(errno);
+  EXPECT_EQ(carried_streams->carry_since_copy(), 2u);
+  const int streams = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapTunnelStreams).c_str()));
+  ASSERT_GE(streams, 0);
+  std::map<std::pair<uint32_t, uint32_t>, rg_tunnel_stream> got;
+  for (const auto& row : rg::read_tunnel_streams(streams)) got[{row.key.peer, row.key.stream}] = row.state;
+  ASSERT_EQ(got.size(), 4u);
+  const rg_tunnel_stream& went_on = got[{1, 2u << RG_TUNNEL_LANE_BITS}];
+  const LegacyTunnelStream& was = old_stream(1, 2);
+  EXPECT_EQ(went_on.received, was.received + 5);
+  EXPECT_EQ(went_on.lost, was.lost + 2);
+  EXPECT_EQ(went_on.reordered, was.reordered);
+  EXPECT_EQ(went_on.delay[3], was.delay[3] + 4);
+  EXPECT_EQ(went_on.max_seq, was.max_seq) << "the tracking is the new programs'";
+  const rg_tunnel_stream& started = got[{3, 1u << RG_TUNNEL_LANE_BITS}];
+  EXPECT_EQ(started.received, 9u);
+  EXPECT_EQ(started.max_seq, 0u);
+  EXPECT_EQ(rg::tunnel_window_holes(started), 0u);
+
+  const size_t stride = (sizeof(LegacyPeerStats) + 7) & ~size_t{7};
+  // Slot 1, CPU 0: 7 more packets of event 2 (700 bytes), and a later
+  // sequence number; slot 2, new, CPU 1: 3 packets of event 0.
+  std::vector<LegacyPeerStats> one = per_cpu<LegacyPeerStats>(old_stats, 1);
+  ASSERT_EQ(one.size(), static_cast<size_t>(ncpu_));
+  one[0].ev[2].packets += 7;
+  one[0].ev[2].bytes += 700;
+  one[0].tx_seq += 1000;
+  std::vector<LegacyPeerStats> two(static_cast<size_t>(ncpu_));
+  two[1 % ncpu_].ev[0].packets = 3;
+  for (auto [slot, values] : {std::pair{1u, &one}, std::pair{2u, &two}}) {
+    std::vector<uint8_t> raw(stride * static_cast<size_t>(ncpu_), 0);
+    for (int c = 0; c < ncpu_; ++c)
+      std::memcpy(raw.data() + stride * static_cast<size_t>(c), &(*values)[static_cast<size_t>(c)],
+                  sizeof(LegacyPeerStats));
+    ASSERT_EQ(bpf_map_update_elem(old_stats, &slot, raw.data(), BPF_ANY), 0) << strerror(errno);
+  }
+  EXPECT_EQ(carried->carry_since_copy(), 2u);
+
+  const int stats = fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapPeerStats).c_str()));
+  ASSERT_GE(stats, 0);
+  const std::vector<rg_peer_stats> now1 = per_cpu<rg_peer_stats>(stats, 1);
+  ASSERT_EQ(now1.size(), static_cast<size_t>(ncpu_));
+  for (int c = 0; c < ncpu_; ++c)
+    for (uint32_t e = 0; e < rg::kLegacyPeerEvents; ++e) {
+      const bool more = c == 0 && e == 2;
+      EXPECT_EQ(now1[static_cast<size_t>(c)].ev[e].packets, 1000ull + 10 * e + c + (more ? 7 : 0)) << c << " " << e;
+      EXPECT_EQ(now1[static_cast<size_t>(c)].ev[e].bytes, 64ull * e + (more ? 700 : 0)) << c << " " << e;
+    }
+  EXPECT_EQ(now1[0].epoch, 0);
+  for (uint32_t lane = 0; lane < RG_TUNNEL_LANES; ++lane) EXPECT_EQ(now1[0].tx_seq[lane], 0u) << "no counter";
+  const std::vector<rg_peer_stats> now2 = per_cpu<rg_peer_stats>(stats, 2);
+  ASSERT_EQ(now2.size(), static_cast<size_t>(ncpu_));
+  EXPECT_EQ(now2[static_cast<size_t>(1 % ncpu_)].ev[0].packets, 3u);
 }
 
 // The BTF the loader writes for the maps it creates describes the value as
