@@ -317,15 +317,21 @@ TEST_F(PinnedState, ShorterCounterValueIsMigratedKeepingEveryCount) {
 using rg::LegacyQpDir;
 using rg::LegacyQpState;
 
+// The earlier build's key of IPv4 QP dest_qp from 192.0.2.1 to dst.
+rg_qp_key legacy_qp4(uint32_t dest_qp, const char* dst) {
+  rg_qp_key k{};
+  k.family = AF_INET;
+  inet_pton(AF_INET, "192.0.2.1", k.src);
+  inet_pton(AF_INET, dst, k.dst);
+  k.dest_qp = dest_qp;
+  return k;
+}
+
 TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
   pin_counters();
   int legacy = pin(rg::kMapQpLegacy, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 4096);
   // An IPv4 QP seen both ways, and an IPv6 one seen only leaving.
-  rg_qp_key k4{};
-  k4.family = AF_INET;
-  inet_pton(AF_INET, "192.0.2.1", k4.src);
-  inet_pton(AF_INET, "198.51.100.2", k4.dst);
-  k4.dest_qp = 0x11;
+  const rg_qp_key k4 = legacy_qp4(0x11, "198.51.100.2");
   LegacyQpState v4{};
   v4.dir[RG_DIR_EGRESS] = {100, 102400, 3, 2, 7, 1, 0, 4, 5, 6, 0x123456, RG_QP_F_SEEN};
   v4.dir[RG_DIR_INGRESS] = {50, 51200, 1, 1ull << 33, 9, 0, 2, 0, 0, 8, 0x654321, RG_QP_F_SEEN};
@@ -408,11 +414,7 @@ TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
 TEST_F(PinnedState, WhatTheEarlierBuildCountsInItsQpTableDuringTheUpgradeIsCarried) {
   pin_counters();
   const int legacy = pin(rg::kMapQpLegacy, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 64);
-  rg_qp_key k4{};
-  k4.family = AF_INET;
-  inet_pton(AF_INET, "192.0.2.1", k4.src);
-  inet_pton(AF_INET, "192.0.2.2", k4.dst);
-  k4.dest_qp = 0x11;
+  const rg_qp_key k4 = legacy_qp4(0x11, "192.0.2.2");
   LegacyQpState v4{};
   v4.dir[RG_DIR_EGRESS] = {100, 102400, 3, 2, 7, 1, 0, 4, 5, 6, 0x123456, RG_QP_F_SEEN};
   v4.last_seen_ns = 777;
@@ -428,8 +430,7 @@ TEST_F(PinnedState, WhatTheEarlierBuildCountsInItsQpTableDuringTheUpgradeIsCarri
   later.dir[RG_DIR_EGRESS].gaps += 1;
   later.dir[RG_DIR_EGRESS].max_psn = 0x123500;
   ASSERT_EQ(bpf_map_update_elem(legacy, &k4, &later, BPF_EXIST), 0) << strerror(errno);
-  rg_qp_key k_new = k4;
-  k_new.dest_qp = 0x12;
+  const rg_qp_key k_new = legacy_qp4(0x12, "192.0.2.2");
   LegacyQpState v_new{};
   v_new.dir[RG_DIR_INGRESS] = {4, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 77, RG_QP_F_SEEN};
   v_new.last_seen_ns = 999;
