@@ -21,15 +21,20 @@ arch=$(dpkg-architecture --query DEB_HOST_ARCH)
 mkdir -p "$dist"
 rm -f "$dist"/roceguard_"$version"_* "$dist"/roceguard-dbgsym_"$version"_*
 
-# Without the pre-build clean (which would delete the kept build tree);
-# dh_clean removes what an earlier package build left in debian/, its
-# build stamp included, so that the tree is built again.
-dh_clean
+# What a package build leaves in debian/ (the .gitignore lists it), its
+# build stamp included, so that the kept tree is built again. Neither
+# `debian/rules clean` (it deletes the build tree) nor dh_clean (it also
+# deletes *.orig, *.bak, *~ ... anywhere in the working tree).
+clean_debian() {
+  rm -rf debian/.debhelper debian/roceguard debian/tmp
+  rm -f debian/files debian/*.substvars debian/*.debhelper debian/*.debhelper.log debian/debhelper-build-stamp
+}
+clean_debian
 PKG_BUILD_DIR=$build ROCEGUARD_CMAKE_ARGS="${rg_launcher[*]}" ROCEGUARD_DEB_DESTDIR=$dist \
   dpkg-buildpackage --build=binary --no-sign --no-pre-clean -J"$(nproc)" \
     --buildinfo-file="$dist/roceguard_${version}_$arch.buildinfo" --buildinfo-option=-u"$dist" \
     --changes-file="$dist/roceguard_${version}_$arch.changes" --changes-option=-u"$dist"
-dh_clean
+clean_debian
 deb=$dist/roceguard_${version}_$arch.deb
 test -f "$deb"
 
