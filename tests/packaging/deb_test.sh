@@ -57,11 +57,13 @@ file_list() {
 }
 
 # The dependencies first, so that the comparison below is about what
-# roceguard itself leaves (adduser, for one, keeps backups of /etc/gshadow).
+# roceguard itself leaves (adduser, for one, keeps backups of /etc/gshadow),
+# and systemd, as on a gateway, whatever the package depends on: the unit
+# is enabled below with systemctl.
 cp "$deb" "$root/tmp/"
 in_root apt-get update -qq
 DEBIAN_FRONTEND=noninteractive in_root apt-get satisfy -y -qq --no-install-recommends \
-  "$(dpkg-deb --field "$deb" Depends)"
+  "$(dpkg-deb --field "$deb" Depends), systemd"
 file_list >"$work/before"
 DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends "/tmp/$(basename "$deb")"
 
