@@ -16,6 +16,10 @@ rg_launcher=()
 if command -v ccache >/dev/null; then
   rg_launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+  # The cache by its path: debhelper points HOME elsewhere during the
+  # package build, which would otherwise give it an empty cache of its own.
+  CCACHE_DIR=${CCACHE_DIR:-$(ccache --get-config cache_dir)}
+  export CCACHE_DIR
 fi
 
 rg_configure_lab() {

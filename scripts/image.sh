@@ -35,8 +35,11 @@ fi
 
 # essential + the package's dependencies; `mount` for the DaemonSet's
 # init container, which mounts the host's bpffs where it is missing.
+# The package's postinst creates its system user with systemd-sysusers
+# (Depends: systemd | systemd-standalone-sysusers | ...): the standalone one
+# keeps systemd itself out of the image.
 # The hook makes the .deb visible to dpkg inside the new root.
-mmdebstrap --variant=essential --include=mount --include="$deb" \
+mmdebstrap --variant=essential --include=mount --include=systemd-standalone-sysusers --include="$deb" \
   --hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --dpkgopt='path-exclude=/usr/share/locale/*' \

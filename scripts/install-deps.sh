@@ -22,8 +22,10 @@ packages=(
   # VM tier; its tests boot linux-image-amd64's 6.1, vm_jumbo_virtio boots
   # 6.12 (bookworm-security) for virtio-net's multi-buffer XDP
   qemu-system-x86 linux-image-amd64 linux-image-6.12-amd64 busybox-static cpio
-  # packaging: the Debian package, the container image and their tests
-  dpkg-dev fakeroot help2man lintian mmdebstrap podman runc
+  # packaging: the Debian package, the container image and their tests;
+  # debhelper builds the package from debian/ (dh, its systemd, sysusers.d
+  # and tmpfiles.d maintainer scripts)
+  dpkg-dev debhelper fakeroot help2man lintian mmdebstrap podman runc
   # the offline Kubernetes manifest check (npm installs its validator packages)
   nodejs
 )

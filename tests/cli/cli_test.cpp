@@ -106,9 +106,13 @@ TEST(BadConfigs, ConfigCheckRejectsEveryOneNamingTheKey) {
   }
 }
 
-// The shipped file names a placeholder interface this machine may lack.
-TEST(BadConfigs, DefaultConfigIsValid) {
+// The shipped file names no interface: config check (and run) refuse it as a
+// usage error that says what to do, and with an interface it is valid.
+TEST(BadConfigs, DefaultConfigIsValidOnceAnInterfaceIsNamed) {
   Result r = sh(std::string(RG_BIN) + " config check --offline " + RG_DEFAULT_CONFIG);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("interfaces: none given; use --interface IF"), std::string::npos) << r.out;
+  r = sh(std::string(RG_BIN) + " config check --offline " + RG_DEFAULT_CONFIG + " --interface eth1");
   EXPECT_EQ(r.rc, 0) << r.out;
 }
 

@@ -488,11 +488,22 @@ TEST(OptionSet, ReadmeTableIsGenerated) {
       << "regenerate the table with `roceguard config options --markdown`";
 }
 
-TEST(Validation, PackagedConfigPassesOffline) {
+// The shipped file names no interface on purpose (where roceguard attaches
+// is the administrator's choice): that is its one problem, so run refuses
+// it, and naming an interface is all it takes to pass.
+TEST(Validation, PackagedConfigLacksOnlyAnInterface) {
   ConfigProblems p;
   Config cfg = parse_config_file(RG_DEFAULT_CONFIG, p);
   check_config(cfg, true, p);
-  EXPECT_TRUE(p.ok()) << (p.errors.empty() ? p.missing.front() : p.errors.front());
+  EXPECT_TRUE(p.missing.empty() && p.absent_interfaces.empty());
+  ASSERT_EQ(p.errors.size(), 1u) << (p.errors.empty() ? "accepted" : p.errors.back());
+  EXPECT_TRUE(has_error(p, "interfaces: none given")) << p.errors.front();
+
+  ConfigProblems named;
+  Config edited = parse_config_file(RG_DEFAULT_CONFIG, named);
+  edited.interfaces = {"eth1"};
+  check_config(edited, true, named);
+  EXPECT_TRUE(named.ok()) << (named.errors.empty() ? std::string("a missing interface") : named.errors.front());
 }
 
 TEST(Validation, RunsWhatRunRefuses) {
