@@ -410,6 +410,16 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
                      is.ifindex, describe_ingress(is), is.tc_handle, is.tc_priority, is.tc_prog_id);
       st.interfaces.push_back(is);
     }
+    // Attached is not the same as seeing the packets: a program another
+    // tool put ahead of ours (a tcx link in front keeps its place across
+    // this attach) may end their path first.
+    for (const auto& is : st.interfaces) {
+      if (!is.ifindex) continue;
+      for (const auto& a : programs_ahead(owner_, is.ifindex, is.tc_priority, is.ingress_hook == kIngressTc))
+        spdlog::warn("{}: {} (id {}, {}) runs ahead of roceguard on TC {} and can end the packet's path there: "
+                     "roceguard then never sees it (`roceguard doctor` says what to do)",
+                     is.name, a.name, a.prog_id, a.where, tc_hook_name(a.hook));
+    }
     // Every interface runs this load's programs now.
     obj_.pin_forward();
     restrict_pins(pin_path_);

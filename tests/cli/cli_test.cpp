@@ -2538,6 +2538,13 @@ TEST_F(LoaderNetns, TcxLinkRunsAheadOfAForeignProgramThatReturnsOk) {
   EXPECT_NE(warned.find("foreign_tc_ok"), std::string::npos) << doc.out;
   ASSERT_EQ(send_roce(4, 3), 0);
   EXPECT_EQ(counter("roce_packets"), 3u) << "the program in front ends the path";
+  // An attach over it keeps the link's place behind the program in front,
+  // and says so.
+  r = rg("attach -i veth0 --tc-attach tcx");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("veth0: foreign_tc_ok (id"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("runs ahead of roceguard on TC egress"), std::string::npos) << r.out;
+  EXPECT_EQ(tcx_names(), (std::vector<std::string>{"foreign_tc_ok", "rg_tc_egress", "foreign_tc_ok"}));
 
   r = rg("detach");
   EXPECT_EQ(r.rc, 0) << r.out;
