@@ -9,7 +9,7 @@
 // process scrapes it over HTTP. Allocations are counted by replacing the
 // global operator new, which sees every C++ allocation in the process: the
 // exporter's worker thread, the map reader and prometheus-cpp's serializer.
-// C allocations (civetweb's request buffers, libbpf) are not counted. The
+// C allocations (libmicrohttpd's request buffers, libbpf) are not counted. The
 // peak is the most C++ heap held at once during a scrape beyond what was
 // held before it (malloc_usable_size of every live allocation).
 //
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
       Result r;
       r.per_qp = per_qp;
       r.ms.reserve(scrapes);
-      scrape(port, buf);  // first scrape: civetweb and prometheus-cpp warm up
+      scrape(port, buf);  // first scrape: the HTTP server and prometheus-cpp warm up
       for (unsigned i = 0; i < scrapes; ++i) {
         const uint64_t a0 = g_allocs, b0 = g_alloc_bytes;
         const int64_t held0 = g_live.load();

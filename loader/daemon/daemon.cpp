@@ -380,6 +380,7 @@ void run_exporter_only(const Config& cfg, const StopSignals& signals) {
   ExporterOptions eo;
   eo.listen = cfg.metrics_listen;
   eo.health_listen = cfg.health_listen;
+  eo.web_config = cfg.web_config;
   eo.interfaces = cfg.interfaces;
   eo.dataplane = false;
   eo.nic_state_dir = nic::kDefaultNicStateDir;
@@ -453,6 +454,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   ExporterOptions eo;
   eo.listen = cfg.metrics_listen;
   eo.health_listen = cfg.health_listen;
+  eo.web_config = cfg.web_config;
   eo.pin_path = pin_path;
   eo.interfaces = cfg.interfaces;
   eo.per_qp = cfg.per_qp;

@@ -1,6 +1,8 @@
 #include "metrics/exporter.h"
 
-#include <CivetServer.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
@@ -9,7 +11,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -23,6 +28,7 @@
 #include "dataplane/names.h"
 #include "metrics/health.h"
 #include "metrics/presentation.h"
+#include "metrics/web_config.h"
 #include "nic/apply.h"
 #include "nic/counters.h"
 
@@ -424,41 +430,142 @@ class MetricsCollector : public prometheus::Collectable {
 
 // prometheus-cpp's Exposer would add its own process-side series
 // (exposer_scrapes_total, ...) that reset on every restart; serving the
-// collector directly keeps every series under roceguard_.
-class MetricsHandler : public CivetHandler {
+// collector directly keeps every series under roceguard_ and process_.
+//
+// The HTTP server is libmicrohttpd: Debian 12's civetweb can neither serve
+// TLS (it looks up OpenSSL 1.1 symbols that OpenSSL 3 no longer exports)
+// nor listen on IPv6, and the endpoint needs both.
+class MetricsServer {
  public:
-  explicit MetricsHandler(const MetricsCollector& collector) : collector_(collector) {}
-
-  bool handleGet(CivetServer*, mg_connection* conn) override {
-    // Registered on "/" so that civetweb's prefix routing cannot serve
-    // /metrics/<anything>: only the exact path answers.
-    // Probes are not answered here, where they would queue behind scrapes
-    // and idle clients for one of the few workers: metrics.health_listen.
-    const mg_request_info* ri = mg_get_request_info(conn);
-    if (!ri || !ri->local_uri || std::strcmp(ri->local_uri, kMetricsPath) != 0) {
-      mg_send_http_error(conn, 404, "%s",
-                         "roceguard serves /metrics only here; /livez and /readyz are on metrics.health_listen\n");
-      return true;
+  MetricsServer(const MetricsCollector& collector, const ExporterOptions& opts,
+                std::optional<WebConfig> web)
+      : collector_(collector), web_(std::move(web)) {
+    socklen_t len = 0;
+    const sockaddr_storage addr = listen_sockaddr(opts.listen, "metrics", len);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    std::vector<MHD_OptionItem> o;
+    o.push_back({MHD_OPTION_SOCK_ADDR, 0, const_cast<sockaddr_storage*>(&addr)});
+    o.push_back({MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&MetricsServer::log), this});
+    // A stalled client must not hold a connection for long: a scrape is
+    // one small GET, answered well inside Prometheus's default 10 s
+    // scrape timeout.
+    o.push_back({MHD_OPTION_CONNECTION_TIMEOUT, 2, nullptr});
+    // Each worker polls its own connections, so idle or stalled clients
+    // hold no worker; a scrape being collected holds its worker.
+    const size_t threads = std::max<size_t>(1, opts.threads);
+    if (threads > 1) o.push_back({MHD_OPTION_THREAD_POOL_SIZE, static_cast<intptr_t>(threads), nullptr});
+    if (web_ && web_->tls) {
+      flags |= MHD_USE_TLS;
+      o.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(web_->tls->cert_pem.c_str())});
+      o.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(web_->tls->key_pem.c_str())});
+      priorities_ = web_->tls->priorities();
+      o.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0, const_cast<char*>(priorities_.c_str())});
     }
-    std::string body;
-    try {
-      body = prometheus::TextSerializer().Serialize(collector_.Collect());
-    } catch (const std::exception& e) {
-      mg_send_http_error(conn, 500, "%s\n", e.what());
-      return true;
+    o.push_back({MHD_OPTION_END, 0, nullptr});
+    daemon_ = MHD_start_daemon(flags, 0, nullptr, nullptr, &MetricsServer::answer, this,
+                               MHD_OPTION_ARRAY, o.data(), MHD_OPTION_END);
+    if (!daemon_) {
+      std::lock_guard lock(log_mu_);
+      throw Error("cannot serve metrics on " + opts.listen + ": " +
+                      (log_.empty() ? std::string("the HTTP server did not start") : log_) +
+                      " (is the address local and the port free? set --metrics-listen)",
+                  kExitFailure);
     }
-    mg_printf(conn,
-              "HTTP/1.1 200 OK\r\n"
-              "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-              "Content-Length: %zu\r\n"
-              "Connection: close\r\n\r\n",
-              body.size());
-    mg_write(conn, body.data(), body.size());
-    return true;
+    const MHD_DaemonInfo* info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_LISTEN_FD);
+    sockaddr_storage bound{};
+    socklen_t blen = sizeof(bound);
+    if (info && getsockname(info->listen_fd, reinterpret_cast<sockaddr*>(&bound), &blen) == 0)
+      port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    started_ = true;
   }
+  ~MetricsServer() {
+    if (daemon_) MHD_stop_daemon(daemon_);
+  }
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  uint16_t port() const { return port_; }
 
  private:
+  static void log(void* cls, const char* fmt, va_list ap) {
+    auto* self = static_cast<MetricsServer*>(cls);
+    char buf[512];
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    std::string text(buf);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (!self->started_) {
+      std::lock_guard lock(self->log_mu_);
+      self->log_ += (self->log_.empty() ? "" : "; ") + text;
+    } else {
+      spdlog::debug("metrics: {}", text);
+    }
+  }
+
+  static MHD_Result send(MHD_Connection* conn, unsigned status, const std::string& body,
+                         const char* content_type, bool auth_challenge = false) {
+    MHD_Response* r =
+        MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    const MHD_Result ret = auth_challenge ? MHD_queue_basic_auth_fail_response(conn, "roceguard", r)
+                                          : MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+  }
+
+  bool authorized(MHD_Connection* conn) const {
+    if (!web_ || web_->users.empty()) return true;
+    char* password = nullptr;
+    char* user = MHD_basic_auth_get_username_password(conn, &password);
+    const bool ok = user && password && basic_auth_matches(*web_, user, password);
+    if (password) {
+      explicit_bzero(password, std::strlen(password));
+      MHD_free(password);
+    }
+    if (user) MHD_free(user);
+    return ok;
+  }
+
+  static MHD_Result answer(void* cls, MHD_Connection* conn, const char* url, const char* method,
+                           const char*, const char*, size_t*, void**) {
+    auto* self = static_cast<MetricsServer*>(cls);
+    constexpr const char* kText = "text/plain; charset=utf-8";
+    // Authentication first, on every path: what the server holds is not
+    // shown to a client without credentials, not even its 404s.
+    if (!self->authorized(conn)) return send(conn, 401, "credentials required\n", kText, true);
+    if (std::strcmp(method, "GET") != 0 && std::strcmp(method, "HEAD") != 0) {
+      MHD_Response* r = MHD_create_response_from_buffer(0, nullptr, MHD_RESPMEM_PERSISTENT);
+      if (!r) return MHD_NO;
+      MHD_add_response_header(r, "Allow", "GET, HEAD");
+      const MHD_Result ret = MHD_queue_response(conn, 405, r);
+      MHD_destroy_response(r);
+      return ret;
+    }
+    // Only the exact path answers; probes are not answered here, where they
+    // would queue behind scrapes for one of the few workers:
+    // metrics.health_listen.
+    if (std::strcmp(url, kMetricsPath) != 0)
+      return send(conn, 404, "roceguard serves /metrics only here; /livez and /readyz are on metrics.health_listen\n",
+                  kText);
+    std::string body;
+    try {
+      body = prometheus::TextSerializer().Serialize(self->collector_.Collect());
+    } catch (const std::exception& e) {
+      return send(conn, 500, std::string(e.what()) + "\n", kText);
+    }
+    return send(conn, 200, body, "text/plain; version=0.0.4; charset=utf-8");
+  }
+
   const MetricsCollector& collector_;
+  const std::optional<WebConfig> web_;
+  std::string priorities_;
+  MHD_Daemon* daemon_ = nullptr;
+  uint16_t port_ = 0;
+  std::atomic<bool> started_{false};
+  std::mutex log_mu_;
+  std::string log_;
 };
 
 }  // namespace
@@ -466,45 +573,22 @@ class MetricsHandler : public CivetHandler {
 struct Exporter::Impl {
   ExporterOptions opts;
   std::unique_ptr<MetricsCollector> collector;
-  std::unique_ptr<MetricsHandler> handler;
-  std::unique_ptr<CivetServer> server;  // stops before what it calls
-  std::unique_ptr<HealthServer> health;  // last: stops first
+  std::unique_ptr<MetricsServer> server;  // stops before what it calls
+  std::unique_ptr<HealthServer> health;   // last: stops first
 };
 
 Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = std::move(opts);
+  std::optional<WebConfig> web;
+  if (!impl_->opts.web_config.empty()) web = load_web_config(impl_->opts.web_config);
   impl_->collector = std::make_unique<MetricsCollector>(impl_->opts);
-  impl_->handler = std::make_unique<MetricsHandler>(*impl_->collector);
-  const std::vector<std::string> civet_options{
-      "listening_ports", impl_->opts.listen,
-      "num_threads", std::to_string(std::max<size_t>(1, impl_->opts.threads)),
-      // A stalled client must not hold one of the few workers for long:
-      // a scrape is one small GET, and with the default 4 workers a handful
-      // of stalled connections must still leave a scrape inside
-      // Prometheus's default 10 s scrape timeout.
-      "request_timeout_ms", "2000"};
-  // Debian's civetweb is built without IPv6 (mg_check_feature bit 8).
-  if (impl_->opts.listen.starts_with("[") && !mg_check_feature(8))
-    throw Error("cannot serve metrics on " + impl_->opts.listen +
-                    ": the HTTP server library (civetweb) was built without IPv6; "
-                    "listen on an IPv4 address such as 127.0.0.1:9741",
-                kExitUsage);
-  try {
-    impl_->server = std::make_unique<CivetServer>(civet_options);
-  } catch (const std::exception& e) {
-    throw Error("cannot serve metrics on " + impl_->opts.listen + ": " + e.what() +
-                    " (is the address local and the port free? set --metrics-listen)",
-                kExitFailure);
-  }
-  impl_->server->addHandler("/", impl_->handler.get());
+  impl_->server = std::make_unique<MetricsServer>(*impl_->collector, impl_->opts, std::move(web));
   if (!impl_->opts.health_listen.empty())
     impl_->health = std::make_unique<HealthServer>(
         impl_->opts.health_listen, [collector = impl_->collector.get()] { return collector->readiness(); });
 }
 
-Exporter::~Exporter() {
-  if (impl_ && impl_->server) impl_->server->close();
-}
+Exporter::~Exporter() = default;
 
 void Exporter::set_ingress_hook(const std::string& ifname, const std::string& hook) {
   impl_->collector->set_ingress_hook(ifname, hook);
@@ -523,10 +607,9 @@ std::string Exporter::health_address() const { return impl_->health ? impl_->hea
 
 std::string Exporter::listen_address() const {
   const std::string& listen = impl_->opts.listen;
-  const auto ports = impl_->server->getListeningPorts();
   const auto colon = listen.rfind(':');
-  if (ports.empty() || colon == std::string::npos) return listen;
-  return listen.substr(0, colon) + ":" + std::to_string(ports.front());
+  if (colon == std::string::npos) return listen;
+  return listen.substr(0, colon) + ":" + std::to_string(impl_->server->port());
 }
 
 }  // namespace rg

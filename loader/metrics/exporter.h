@@ -1,4 +1,6 @@
-// Prometheus exporter (prometheus-cpp). Serves /metrics, every value read
+// Prometheus exporter (prometheus-cpp's text format, libmicrohttpd). Serves
+// /metrics, over TLS and behind basic authentication when a web
+// configuration file asks for them, every value read
 // from the pinned maps (and sysfs for NIC counters) at scrape time; and,
 // on an address of their own, the liveness and readiness probes
 // (metrics/health.h), which never wait for a scrape.
@@ -14,7 +16,10 @@
 namespace rg {
 
 struct ExporterOptions {
-  std::string listen = "127.0.0.1:9741";  // host:port; [v6]:port if civetweb has IPv6
+  std::string listen = "127.0.0.1:9741";  // host:port or [v6]:port, numeric
+  // Web configuration file (metrics/web_config.h): TLS and basic
+  // authentication of /metrics; "" serves plain HTTP to anyone.
+  std::string web_config;
   // host:port or [v6]:port of /livez and /readyz; "" serves none.
   std::string health_listen;
   std::string pin_path = "/sys/fs/bpf/roceguard";
