@@ -24,10 +24,12 @@
 #include "common/error.h"
 #include "common/pause_point.h"
 #include "common/text.h"
+#include "common/version.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "metrics/health.h"
 #include "metrics/presentation.h"
+#include "metrics/process.h"
 #include "metrics/web_config.h"
 #include "nic/apply.h"
 #include "nic/counters.h"
@@ -110,7 +112,7 @@ const std::map<std::string, std::string>& family_help() {
 // Everything a scrape shows, gathered when it is asked for.
 class MetricsCollector : public prometheus::Collectable {
  public:
-  explicit MetricsCollector(ExporterOptions opts) : opts_(std::move(opts)) {
+  explicit MetricsCollector(ExporterOptions opts) : opts_(std::move(opts)), version_(running_version()) {
     for (const auto& ifname : opts_.interfaces)
       for (const char* hook : kHooks) attached_[{ifname, hook}] = false;
   }
@@ -161,8 +163,11 @@ class MetricsCollector : public prometheus::Collectable {
     const auto start = std::chrono::steady_clock::now();
     pause_point("scrape");
     FamilySet out;
-    out.add("roceguard_build_info", "roceguard version; the value is always 1", MetricType::Gauge,
-            {{"version", ROCEGUARD_VERSION}}, 1);
+    out.add("roceguard_build_info",
+            "roceguard's release and the revision it was built from (as `roceguard --version`); the value is "
+            "always 1",
+            MetricType::Gauge, {{"version", version_.version}, {"revision", version_.revision}}, 1);
+    add_process(out);
     {
       std::lock_guard lock(mu_);
       for (const auto& [key, on] : attached_)
@@ -193,6 +198,22 @@ class MetricsCollector : public prometheus::Collectable {
   }
 
  private:
+  // The series of every Prometheus client library, under their names.
+  static void add_process(FamilySet& out) {
+    const auto p = read_process_stats();
+    if (!p) return;
+    out.add("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricType::Counter,
+            {}, p->cpu_seconds);
+    out.add("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge, {},
+            p->resident_bytes);
+    out.add("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, {},
+            p->virtual_bytes);
+    out.add("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+            MetricType::Gauge, {}, p->start_time_seconds);
+    out.add("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, {}, p->open_fds);
+    out.add("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, {}, p->max_fds);
+  }
+
   bool collect_maps(FamilySet& out) const {
     if (!opts_.dataplane) return false;  // exporter-only: roceguard_maps_up stays 0
     std::vector<CounterRow> rows;
@@ -420,6 +441,7 @@ class MetricsCollector : public prometheus::Collectable {
   }
 
   const ExporterOptions opts_;
+  const VersionInfo version_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, bool> attached_;
   std::vector<ShieldAutoPeer> shield_auto_;
