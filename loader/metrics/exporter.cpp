@@ -1,6 +1,7 @@
 #include "metrics/exporter.h"
 
 #include <microhttpd.h>
+#include <zlib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <prometheus/collectable.h>
@@ -14,6 +15,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <strings.h>
 #include <optional>
 #include <limits>
 #include <map>
@@ -525,14 +527,18 @@ class MetricsServer {
     }
   }
 
+  static constexpr const char* kExposition = "text/plain; version=0.0.4; charset=utf-8";
+
   static MHD_Result send(MHD_Connection* conn, unsigned status, const std::string& body,
-                         const char* content_type, bool auth_challenge = false) {
+                         const char* content_type, bool gzipped = false) {
     MHD_Response* r =
         MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    const MHD_Result ret = auth_challenge ? MHD_queue_basic_auth_fail_response(conn, "roceguard", r)
-                                          : MHD_queue_response(conn, status, r);
+    if (status == 200) MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+    if (gzipped) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
+    const MHD_Result ret = status == 401 ? MHD_queue_basic_auth_fail_response(conn, "roceguard", r)
+                                         : MHD_queue_response(conn, status, r);
     MHD_destroy_response(r);
     return ret;
   }
@@ -556,7 +562,7 @@ class MetricsServer {
     constexpr const char* kText = "text/plain; charset=utf-8";
     // Authentication first, on every path: what the server holds is not
     // shown to a client without credentials, not even its 404s.
-    if (!self->authorized(conn)) return send(conn, 401, "credentials required\n", kText, true);
+    if (!self->authorized(conn)) return send(conn, 401, "credentials required\n", kText);
     if (std::strcmp(method, "GET") != 0 && std::strcmp(method, "HEAD") != 0) {
       MHD_Response* r = MHD_create_response_from_buffer(0, nullptr, MHD_RESPMEM_PERSISTENT);
       if (!r) return MHD_NO;
@@ -577,7 +583,16 @@ class MetricsServer {
     } catch (const std::exception& e) {
       return send(conn, 500, std::string(e.what()) + "\n", kText);
     }
-    return send(conn, 200, body, "text/plain; version=0.0.4; charset=utf-8");
+    const char* accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+    if (accept && accepts_gzip(accept)) {
+      try {
+        body = gzip_body(body);
+      } catch (const std::exception& e) {
+        return send(conn, 500, std::string(e.what()) + "\n", kText);
+      }
+      return send(conn, 200, body, kExposition, true);
+    }
+    return send(conn, 200, body, kExposition);
   }
 
   const MetricsCollector& collector_;
@@ -591,6 +606,46 @@ class MetricsServer {
 };
 
 }  // namespace
+
+std::string gzip_body(std::string_view text) {
+  z_stream z{};
+  // windowBits 15 + 16: a gzip header and trailer around the deflate stream.
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw Error("metrics: zlib: deflateInit2 failed");
+  std::string out(deflateBound(&z, text.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) throw Error("metrics: zlib: deflate failed");
+  return out;
+}
+
+bool accepts_gzip(std::string_view accept_encoding) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  while (!accept_encoding.empty()) {
+    const auto comma = accept_encoding.find(',');
+    std::string_view item = accept_encoding.substr(0, comma);
+    accept_encoding = comma == std::string_view::npos ? std::string_view{} : accept_encoding.substr(comma + 1);
+    const auto semi = item.find(';');
+    const std::string_view coding = trim(item.substr(0, semi));
+    if (coding.size() != 4 || strncasecmp(coding.data(), "gzip", 4) != 0) continue;
+    if (semi == std::string_view::npos) return true;
+    std::string_view q = trim(item.substr(semi + 1));
+    if (q.size() < 2 || (q[0] != 'q' && q[0] != 'Q') || q[1] != '=') return true;
+    q.remove_prefix(2);
+    // q=0, q=0.0, q=0.000: refused; any other weight accepts.
+    return q.find_first_not_of("0.") != std::string_view::npos;
+  }
+  return false;
+}
 
 struct Exporter::Impl {
   ExporterOptions opts;

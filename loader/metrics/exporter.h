@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rg {
@@ -59,6 +60,14 @@ struct PeerFeedback {
   double measured_loss = -1;  // raw loss of the peer's packets here; -1: too few to say
   bool congested = false;
 };
+
+// text gzip-compressed at zlib's default level, as a scrape is sent to a
+// client that accepts gzip. Throws rg::Error if zlib fails.
+std::string gzip_body(std::string_view text);
+
+// True when an Accept-Encoding header value accepts gzip (listed without
+// q=0).
+bool accepts_gzip(std::string_view accept_encoding);
 
 class Exporter {
  public:

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -43,6 +44,8 @@ struct Certificate {
 
 struct Endpoint {
   explicit Endpoint(const std::string& web_config, const std::string& listen = "127.0.0.1:0") {
+    // No pinned maps: the series that do not need them (build, process,
+    // scrape errors) are enough for the endpoint's tests.
     ExporterOptions o;
     o.listen = listen;
     o.pin_path = "/nonexistent";
@@ -239,6 +242,40 @@ TEST_F(WebConfigTest, RealPrometheusScrapesOverTlsWithBasicAuth) {
       up[res["metric"]["job"].get<std::string>()] = res["value"][1].get<std::string>();
   }
   EXPECT_EQ(up, want) << "last answer: " << last << "\nlog:\n" << read_file(log);
+}
+
+// gzip for a client that asks for it (Prometheus does), the plain text
+// for one that does not or refuses it with q=0.
+TEST(Gzip, OnlyForClientsThatAcceptIt) {
+  Endpoint ep("");
+  CurlReply plain = curl_get(ep.url("http"));
+  ASSERT_EQ(plain.status, 200) << plain.error;
+  EXPECT_EQ(plain.headers.find("Content-Encoding"), std::string::npos) << plain.headers;
+
+  CurlReply gz = curl_get(ep.url("http"), {"--compressed"});
+  ASSERT_EQ(gz.status, 200) << gz.error;
+  EXPECT_NE(gz.headers.find("Content-Encoding: gzip"), std::string::npos) << gz.headers;
+  const CommandResult check = promtool_check_metrics(gz.body);
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  std::set<std::string> plain_names, gz_names;
+  for (const auto& s : parse_exposition(plain.body)) plain_names.insert(s.name);
+  for (const auto& s : parse_exposition(gz.body)) gz_names.insert(s.name);
+  EXPECT_EQ(gz_names, plain_names);
+
+  // The bytes on the wire are gzip's: without --compressed curl hands them over as they came.
+  CurlReply raw = curl_get(ep.url("http"), {"-H", "Accept-Encoding: gzip"});
+  ASSERT_EQ(raw.status, 200);
+  ASSERT_GE(raw.body.size(), 2u);
+  EXPECT_EQ(raw.body.substr(0, 2), "\x1f\x8b") << "not a gzip stream";
+  EXPECT_EQ(curl_get(ep.url("http"), {"-H", "Accept-Encoding: gzip;q=0, identity"}).headers.find("Content-Encoding"),
+            std::string::npos);
+}
+
+TEST(Gzip, AcceptEncodingValues) {
+  for (const char* yes : {"gzip", "GZIP", "deflate, gzip", "gzip;q=0.5", "br;q=1.0, gzip ; q=0.1", " gzip "})
+    EXPECT_TRUE(accepts_gzip(yes)) << yes;
+  for (const char* no : {"", "identity", "deflate, br", "gzip;q=0", "gzip; q=0.000", "x-gzip", "gzipx", "*"})
+    EXPECT_FALSE(accepts_gzip(no)) << no;
 }
 
 }  // namespace
