@@ -385,9 +385,8 @@ void run_exporter_only(const Config& cfg, const StopSignals& signals) {
   eo.dataplane = false;
   eo.nic_state_dir = nic::kDefaultNicStateDir;
   Exporter exporter(eo);
-  spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on "
-               "http://{}/metrics",
-               exporter.listen_address());
+  spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on {}",
+               exporter.metrics_url());
   log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=exporter only, metrics on %s", exporter.listen_address().c_str());
   for (;;) {
@@ -510,7 +509,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
     exporter.set_shield_auto(shield_auto->auto_peers(), shield_auto->feedback());
   };
   run_shield_auto();
-  spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
+  spdlog::info("serving metrics on {}", exporter.metrics_url());
   log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
              cfg.interfaces.size(), exporter.listen_address().c_str());

@@ -4,6 +4,7 @@
 #include <zlib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
@@ -12,6 +13,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -459,6 +463,12 @@ class MetricsCollector : public prometheus::Collectable {
 // The HTTP server is libmicrohttpd: Debian 12's civetweb can neither serve
 // TLS (it looks up OpenSSL 1.1 symbols that OpenSSL 3 no longer exports)
 // nor listen on IPv6, and the endpoint needs both.
+//
+// One thread polls every connection and blocks on none (TLS handshakes,
+// reading requests, writing answers); each request is handed, suspended,
+// to a fixed pool of workers that check its credentials (bcrypt is slow by
+// design) and collect the scrape, then resumed with the answer. A held
+// scrape holds one worker, never the connections of others.
 class MetricsServer {
  public:
   MetricsServer(const MetricsCollector& collector, const ExporterOptions& opts,
@@ -466,19 +476,17 @@ class MetricsServer {
       : collector_(collector), web_(std::move(web)) {
     socklen_t len = 0;
     const sockaddr_storage addr = listen_sockaddr(opts.listen, "metrics", len);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     std::vector<MHD_OptionItem> o;
     o.push_back({MHD_OPTION_SOCK_ADDR, 0, const_cast<sockaddr_storage*>(&addr)});
     o.push_back({MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&MetricsServer::log), this});
+    o.push_back({MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&MetricsServer::completed), this});
     // A stalled client must not hold a connection for long: a scrape is
     // one small GET, answered well inside Prometheus's default 10 s
-    // scrape timeout.
+    // scrape timeout. (A suspended request, waiting for its worker, is
+    // not timed out.)
     o.push_back({MHD_OPTION_CONNECTION_TIMEOUT, 2, nullptr});
-    // Each worker polls its own connections, so idle or stalled clients
-    // hold no worker; a scrape being collected holds its worker.
-    const size_t threads = std::max<size_t>(1, opts.threads);
-    if (threads > 1) o.push_back({MHD_OPTION_THREAD_POOL_SIZE, static_cast<intptr_t>(threads), nullptr});
     if (web_ && web_->tls) {
       flags |= MHD_USE_TLS;
       o.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(web_->tls->cert_pem.c_str())});
@@ -487,9 +495,11 @@ class MetricsServer {
       o.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0, const_cast<char*>(priorities_.c_str())});
     }
     o.push_back({MHD_OPTION_END, 0, nullptr});
+    for (size_t i = 0; i < std::max<size_t>(1, opts.threads); ++i) workers_.emplace_back([this] { work(); });
     daemon_ = MHD_start_daemon(flags, 0, nullptr, nullptr, &MetricsServer::answer, this,
                                MHD_OPTION_ARRAY, o.data(), MHD_OPTION_END);
     if (!daemon_) {
+      stop_workers();
       std::lock_guard lock(log_mu_);
       throw Error("cannot serve metrics on " + opts.listen + ": " +
                       (log_.empty() ? std::string("the HTTP server did not start") : log_) +
@@ -505,14 +515,37 @@ class MetricsServer {
     started_ = true;
   }
   ~MetricsServer() {
-    if (daemon_) MHD_stop_daemon(daemon_);
+    // New requests are refused, the workers answer what they hold and
+    // resume it, then the server stops with no connection suspended.
+    const MHD_socket listening = MHD_quiesce_daemon(daemon_);
+    if (listening != MHD_INVALID_SOCKET) close(listening);
+    stop_workers();
+    MHD_stop_daemon(daemon_);
   }
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   uint16_t port() const { return port_; }
+  bool tls() const { return web_ && web_->tls; }
 
  private:
+  // One request: what the worker needs from it, then its answer.
+  struct Request {
+    MHD_Connection* conn = nullptr;
+    std::string method, url, user, password, accept_encoding;
+    bool has_credentials = false;
+    std::atomic<bool> answered{false};  // set by the worker before it resumes the connection
+    unsigned status = 500;
+    std::string body;
+    const char* content_type = "text/plain; charset=utf-8";
+    bool gzipped = false;
+    ~Request() {
+      if (!password.empty()) explicit_bzero(password.data(), password.size());
+    }
+  };
+
+  static constexpr const char* kExposition = "text/plain; version=0.0.4; charset=utf-8";
+
   static void log(void* cls, const char* fmt, va_list ap) {
     auto* self = static_cast<MetricsServer*>(cls);
     char buf[512];
@@ -527,72 +560,131 @@ class MetricsServer {
     }
   }
 
-  static constexpr const char* kExposition = "text/plain; version=0.0.4; charset=utf-8";
+  static void completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+    delete static_cast<Request*>(*con_cls);
+    *con_cls = nullptr;
+  }
 
-  static MHD_Result send(MHD_Connection* conn, unsigned status, const std::string& body,
-                         const char* content_type, bool gzipped = false) {
-    MHD_Response* r =
-        MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    if (status == 200) MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
-    if (gzipped) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
-    const MHD_Result ret = status == 401 ? MHD_queue_basic_auth_fail_response(conn, "roceguard", r)
-                                         : MHD_queue_response(conn, status, r);
-    MHD_destroy_response(r);
+  static MHD_Result queue(MHD_Connection* conn, const Request& r) {
+    MHD_Response* resp =
+        MHD_create_response_from_buffer(r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type);
+    if (r.status == 200) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+    if (r.gzipped) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
+    if (r.status == 405) MHD_add_response_header(resp, "Allow", "GET, HEAD");
+    const MHD_Result ret = r.status == 401 ? MHD_queue_basic_auth_fail_response(conn, "roceguard", resp)
+                                           : MHD_queue_response(conn, r.status, resp);
+    MHD_destroy_response(resp);
     return ret;
   }
 
-  bool authorized(MHD_Connection* conn) const {
-    if (!web_ || web_->users.empty()) return true;
-    char* password = nullptr;
-    char* user = MHD_basic_auth_get_username_password(conn, &password);
-    const bool ok = user && password && basic_auth_matches(*web_, user, password);
-    if (password) {
-      explicit_bzero(password, std::strlen(password));
-      MHD_free(password);
+  // On the polling thread: never blocks. The first call for a request
+  // (headers read) hands it to a worker; the call after the worker resumed
+  // it sends the answer.
+  static MHD_Result answer(void* cls, MHD_Connection* conn, const char* url, const char* method,
+                           const char*, const char*, size_t* upload_size, void** con_cls) {
+    auto* self = static_cast<MetricsServer*>(cls);
+    if (auto* r = static_cast<Request*>(*con_cls)) {
+      if (upload_size && *upload_size) *upload_size = 0;  // a body is not read
+      return r->answered ? queue(conn, *r) : MHD_YES;
     }
-    if (user) MHD_free(user);
-    return ok;
+    auto r = std::make_unique<Request>();
+    r->conn = conn;
+    r->method = method;
+    r->url = url;
+    if (const char* ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING))
+      r->accept_encoding = ae;
+    char* password = nullptr;
+    if (char* user = MHD_basic_auth_get_username_password(conn, &password)) {
+      r->user = user;
+      MHD_free(user);
+      if (password) {
+        r->password = password;
+        r->has_credentials = true;
+        explicit_bzero(password, std::strlen(password));
+      }
+    }
+    if (password) MHD_free(password);
+    Request* raw = r.release();
+    *con_cls = raw;  // deleted by completed()
+    MHD_suspend_connection(conn);
+    {
+      std::lock_guard lock(self->mu_);
+      self->jobs_.push_back(raw);
+    }
+    self->cv_.notify_one();
+    return MHD_YES;
   }
 
-  static MHD_Result answer(void* cls, MHD_Connection* conn, const char* url, const char* method,
-                           const char*, const char*, size_t*, void**) {
-    auto* self = static_cast<MetricsServer*>(cls);
-    constexpr const char* kText = "text/plain; charset=utf-8";
+  void work() {
+    for (;;) {
+      Request* r = nullptr;
+      bool stopping = false;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        r = jobs_.front();
+        jobs_.pop_front();
+        stopping = stopping_;
+      }
+      if (stopping) {
+        r->status = 503;
+        r->body = "roceguard is stopping\n";
+      } else {
+        decide(*r);
+      }
+      r->answered = true;
+      MHD_resume_connection(r->conn);
+    }
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  void decide(Request& r) const {
     // Authentication first, on every path: what the server holds is not
     // shown to a client without credentials, not even its 404s.
-    if (!self->authorized(conn)) return send(conn, 401, "credentials required\n", kText);
-    if (std::strcmp(method, "GET") != 0 && std::strcmp(method, "HEAD") != 0) {
-      MHD_Response* r = MHD_create_response_from_buffer(0, nullptr, MHD_RESPMEM_PERSISTENT);
-      if (!r) return MHD_NO;
-      MHD_add_response_header(r, "Allow", "GET, HEAD");
-      const MHD_Result ret = MHD_queue_response(conn, 405, r);
-      MHD_destroy_response(r);
-      return ret;
+    if (web_ && !web_->users.empty() &&
+        !(r.has_credentials && basic_auth_matches(*web_, r.user, r.password))) {
+      r.status = 401;
+      r.body = "credentials required\n";
+      return;
+    }
+    if (r.method != "GET" && r.method != "HEAD") {
+      r.status = 405;
+      r.body = "GET or HEAD\n";
+      return;
     }
     // Only the exact path answers; probes are not answered here, where they
     // would queue behind scrapes for one of the few workers:
     // metrics.health_listen.
-    if (std::strcmp(url, kMetricsPath) != 0)
-      return send(conn, 404, "roceguard serves /metrics only here; /livez and /readyz are on metrics.health_listen\n",
-                  kText);
-    std::string body;
+    if (r.url != kMetricsPath) {
+      r.status = 404;
+      r.body = "roceguard serves /metrics only here; /livez and /readyz are on metrics.health_listen\n";
+      return;
+    }
     try {
-      body = prometheus::TextSerializer().Serialize(self->collector_.Collect());
-    } catch (const std::exception& e) {
-      return send(conn, 500, std::string(e.what()) + "\n", kText);
-    }
-    const char* accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING);
-    if (accept && accepts_gzip(accept)) {
-      try {
-        body = gzip_body(body);
-      } catch (const std::exception& e) {
-        return send(conn, 500, std::string(e.what()) + "\n", kText);
+      r.body = prometheus::TextSerializer().Serialize(collector_.Collect());
+      if (accepts_gzip(r.accept_encoding)) {
+        r.body = gzip_body(r.body);
+        r.gzipped = true;
       }
-      return send(conn, 200, body, kExposition, true);
+      r.status = 200;
+      r.content_type = kExposition;
+    } catch (const std::exception& e) {
+      r.status = 500;
+      r.body = std::string(e.what()) + "\n";
+      r.gzipped = false;
     }
-    return send(conn, 200, body, kExposition);
   }
 
   const MetricsCollector& collector_;
@@ -603,6 +695,11 @@ class MetricsServer {
   std::atomic<bool> started_{false};
   std::mutex log_mu_;
   std::string log_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request*> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace
@@ -681,6 +778,10 @@ void Exporter::set_attach_state(const std::string& ifname, const std::string& ho
 }
 
 std::string Exporter::health_address() const { return impl_->health ? impl_->health->address() : ""; }
+
+std::string Exporter::metrics_url() const {
+  return std::string(impl_->server->tls() ? "https://" : "http://") + listen_address() + kMetricsPath;
+}
 
 std::string Exporter::listen_address() const {
   const std::string& listen = impl_->opts.listen;

@@ -85,6 +85,8 @@ class Exporter {
   void set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback);
   // Bound address (useful with port 0).
   std::string listen_address() const;
+  // http://<bound address>/metrics, https:// when serving TLS.
+  std::string metrics_url() const;
   // Bound address of the probes, "" when there are none.
   std::string health_address() const;
 

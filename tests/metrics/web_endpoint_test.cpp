@@ -114,6 +114,8 @@ TEST_F(WebConfigTest, TlsWithBasicAuthAnswersOnlyTheRightCredentials) {
 
 TEST_F(WebConfigTest, TlsWithoutUsersServesAnyone) {
   Endpoint ep(write_config(""));
+  EXPECT_EQ(ep.ex->metrics_url(), ep.url("https"));
+  EXPECT_EQ(Endpoint("").ex->metrics_url().rfind("http://127.0.0.1:", 0), 0u);
   CurlReply r = curl_get(ep.url("https"), {"--cacert", cert_.cert});
   ASSERT_EQ(r.status, 200) << r.error;
   EXPECT_EQ(promtool_check_metrics(r.body).exit_code, 0);
