@@ -1,6 +1,8 @@
 // Exporter cost: time, heap allocations and peak heap held by one
 // /metrics scrape with --qps tracked QPs (64 k and 1 M in bench/README.md),
-// per-QP series off and on.
+// per-QP series off and on (--top-qps of them), and what gzip makes of the
+// body (the exporter compresses it for clients that accept gzip): its size
+// and the time zlib takes at the default level.
 //
 // The roceguard object is loaded with its maps pinned in a private bpffs
 // directory, rg_qp is filled from userspace with QPs that carry traffic and
@@ -9,11 +11,11 @@
 // process scrapes it over HTTP. Allocations are counted by replacing the
 // global operator new, which sees every C++ allocation in the process: the
 // exporter's worker thread, the map reader and prometheus-cpp's serializer.
-// C allocations (civetweb's request buffers, libbpf) are not counted. The
+// C allocations (libmicrohttpd's request buffers, libbpf) are not counted. The
 // peak is the most C++ heap held at once during a scrape beyond what was
 // held before it (malloc_usable_size of every live allocation).
 //
-//   bench_exporter_scrape [--qps N] [--scrapes N] [--json FILE]
+//   bench_exporter_scrape [--qps N] [--top-qps N] [--scrapes N] [--json FILE]
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -108,6 +110,14 @@ size_t scrape(uint16_t port, std::vector<char>& buf) {
   return got - resp.find("\r\n\r\n") - 4;
 }
 
+// The body as the exporter gzips it for a client that accepts gzip: its
+// size, and the time the compression took in ms.
+std::pair<size_t, double> gzip_cost(std::string_view text) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t size = rg::gzip_body(text).size();
+  return {size, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()};
+}
+
 // Pins the object's maps in a private directory; unpins on destruction.
 class Pins {
  public:
@@ -134,6 +144,8 @@ struct Result {
   uint64_t allocs = 0, alloc_bytes = 0;
   int64_t peak_held = 0;  // most bytes held at once by one scrape
   size_t body = 0, series = 0;
+  size_t gzip_body = 0;
+  std::vector<double> gzip_ms;
 };
 
 }  // namespace
@@ -141,9 +153,12 @@ struct Result {
 int main(int argc, char** argv) {
   CLI::App app{"roceguard exporter: time and allocations per scrape"};
   uint32_t qps = 65536;
+  uint32_t top_qps = 50;
   unsigned scrapes = 20;
   std::string json_path = "exporter_scrape.json";
   app.add_option("--qps", qps, "tracked QPs in rg_qp4")->check(CLI::Range(1u, 1u << 22));
+  app.add_option("--top-qps", top_qps, "per-QP series exported when on (metrics.top_qps)")
+      ->check(CLI::Range(1u, 10000u));
   app.add_option("--scrapes", scrapes, "scrapes per setting")->check(CLI::Range(1u, 10000u));
   app.add_option("--json", json_path, "JSON output");
   CLI11_PARSE(app, argc, argv);
@@ -193,14 +208,14 @@ int main(int argc, char** argv) {
       eo.listen = "127.0.0.1:0";
       eo.pin_path = dir;
       eo.per_qp = per_qp;
-      eo.top_qps = 50;
+      eo.top_qps = top_qps;
       rg::Exporter ex(eo);
       const std::string addr = ex.listen_address();
       const uint16_t port = static_cast<uint16_t>(std::stoul(addr.substr(addr.rfind(':') + 1)));
       Result r;
       r.per_qp = per_qp;
       r.ms.reserve(scrapes);
-      scrape(port, buf);  // first scrape: civetweb and prometheus-cpp warm up
+      scrape(port, buf);  // first scrape: the HTTP server and prometheus-cpp warm up
       for (unsigned i = 0; i < scrapes; ++i) {
         const uint64_t a0 = g_allocs, b0 = g_alloc_bytes;
         const int64_t held0 = g_live.load();
@@ -215,6 +230,11 @@ int main(int argc, char** argv) {
       std::string_view body(buf.data(), buf.size());
       size_t hdr = body.find("\r\n\r\n") + 4;
       std::string_view text = body.substr(hdr, r.body);
+      for (unsigned i = 0; i < scrapes; ++i) {
+        const auto [size, ms] = gzip_cost(text);
+        r.gzip_body = size;
+        r.gzip_ms.push_back(ms);
+      }
       for (size_t pos = 0; pos < text.size();) {
         size_t eol = text.find('\n', pos);
         if (eol == std::string_view::npos) eol = text.size();
@@ -226,22 +246,25 @@ int main(int argc, char** argv) {
 
     std::cout << qps << " tracked QPs, " << scrapes << " scrapes per setting over HTTP on loopback\n\n";
     Table t({"per-QP series", "ms/scrape (median)", "ms (min)", "allocations/scrape", "KiB allocated/scrape",
-             "peak KiB held", "series", "body KiB"});
+             "peak KiB held", "series", "body KiB", "gzip KiB", "gzip ms (median)"});
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : results) {
       const double allocs = static_cast<double>(r.allocs) / scrapes, kib = r.alloc_bytes / 1024.0 / scrapes;
-      t.row({r.per_qp ? "on (top 50)" : "off", fmt("%.2f", median(r.ms)),
+      t.row({r.per_qp ? "on (top " + std::to_string(top_qps) + ")" : "off", fmt("%.2f", median(r.ms)),
              fmt("%.2f", *std::min_element(r.ms.begin(), r.ms.end())), fmt("%.0f", allocs), fmt("%.0f", kib),
-             fmt("%.0f", r.peak_held / 1024.0), std::to_string(r.series), fmt("%.1f", r.body / 1024.0)});
+             fmt("%.0f", r.peak_held / 1024.0), std::to_string(r.series), fmt("%.1f", r.body / 1024.0),
+             fmt("%.1f", r.gzip_body / 1024.0), fmt("%.2f", median(r.gzip_ms))});
       out.push_back({{"per_qp", r.per_qp},
-                     {"top_qps", 50},
+                     {"top_qps", top_qps},
                      {"ms_median", median(r.ms)},
                      {"ms_min", *std::min_element(r.ms.begin(), r.ms.end())},
                      {"allocations_per_scrape", allocs},
                      {"allocated_kib_per_scrape", kib},
                      {"peak_held_kib", r.peak_held / 1024.0},
                      {"series", r.series},
-                     {"body_bytes", r.body}});
+                     {"body_bytes", r.body},
+                     {"gzip_body_bytes", r.gzip_body},
+                     {"gzip_ms_median", median(r.gzip_ms)}});
     }
     t.print();
     write_json(json_path, {{"benchmark", "exporter_scrape"}, {"qps", qps}, {"scrapes", scrapes}, {"results", out}});

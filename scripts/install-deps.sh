@@ -11,7 +11,10 @@ packages=(
   ccache
   libbpf-dev libxdp-dev bpftool linux-libc-dev libelf-dev zlib1g-dev
   libibverbs-dev librdmacm-dev
-  prometheus-cpp-dev libcivetweb-dev
+  # the /metrics endpoint: prometheus-cpp's text format, libmicrohttpd's
+  # HTTP server (TLS through GnuTLS, IPv6), yaml-cpp for the web
+  # configuration file, libcrypt's bcrypt for its basic auth users
+  prometheus-cpp-dev libmicrohttpd-dev libyaml-cpp-dev libcrypt-dev
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libsystemd-dev libmnl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libclang-rt-14-dev
@@ -19,6 +22,8 @@ packages=(
   iproute2 ethtool tshark libpcap-dev prometheus gnuplot-nox xdp-tools iperf3
   ibverbs-utils rdmacm-utils perftest rdma-core
   systemd curl jq procps kmod
+  # the metrics tests make a throwaway TLS certificate
+  openssl
   # VM tier; its tests boot linux-image-amd64's 6.1, vm_jumbo_virtio boots
   # 6.12 (bookworm-security) for virtio-net's multi-buffer XDP
   qemu-system-x86 linux-image-amd64 linux-image-6.12-amd64 busybox-static cpio

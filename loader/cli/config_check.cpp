@@ -1,9 +1,8 @@
 // The one validation run, attach and `config check` share: a configuration
 // `config check` accepts is one run starts with, and the other way round.
 // Kept apart from config/config.cpp because it looks at this machine (interfaces,
-// addresses), at this build's HTTP server, which the config fuzzer does
-// not link, and at the data plane's attach record (config_check.h).
-#include <civetweb.h>
+// addresses, the metrics endpoint's web configuration file), which the
+// config fuzzer does not link, and at the data plane's attach record (config_check.h).
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -16,12 +15,10 @@
 #include "cli/config_check.h"
 #include "common/error.h"
 #include "dataplane/state.h"
+#include "metrics/web_config.h"
 
 namespace rg {
 namespace {
-
-// civetweb's feature bit for IPv6 listening sockets (civetweb.h, mg_check_feature).
-constexpr unsigned kCivetwebIpv6 = 8;
 
 std::vector<Address> host_addresses() {
   std::vector<Address> out;
@@ -123,17 +120,19 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
     p.errors.push_back(
         "interfaces: none given; use --interface IF, ROCEGUARD_INTERFACES or interfaces = [...] in the config");
 
-  // Debian's civetweb is built without IPv6. Refusing "[::]:port" here,
-  // rather than serving 0.0.0.0 in its place, keeps a scrape over IPv6 from
-  // failing with nothing on this side saying why.
-  const bool ipv6_listen = !cfg.metrics_listen.empty() && cfg.metrics_listen[0] == '[';
-  if (ipv6_listen && !mg_check_feature(kCivetwebIpv6))
-    p.errors.push_back("metrics.listen: " + in_quotes(cfg.metrics_listen) +
-                       " is IPv6, but this build's HTTP server (civetweb) has no IPv6; use 0.0.0.0:PORT for "
-                       "every IPv4 address or 127.0.0.1:PORT");
   check_health_listen(cfg, p);
   check_limits(cfg, p);
   if (offline) return;
+
+  // The web configuration and the certificate and key it names are files
+  // of this machine.
+  if (!cfg.web_config.empty()) {
+    try {
+      load_web_config(cfg.web_config);
+    } catch (const Error& e) {
+      p.errors.push_back(e.what());
+    }
+  }
 
   for (size_t i = 0; i < cfg.interfaces.size(); ++i)
     if (if_nametoindex(cfg.interfaces[i].c_str()) == 0)

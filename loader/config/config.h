@@ -125,6 +125,9 @@ struct Config {
   // Liveness and readiness probes (/livez, /readyz) on an address of their
   // own, apart from the scrapes; "" serves none.
   std::string health_listen;
+  // Web configuration file (TLS, basic authentication) of metrics.listen,
+  // in the Prometheus exporters' format; "" serves plain HTTP.
+  std::string web_config;
   bool per_qp = false;
   uint32_t top_qps = 50;
 

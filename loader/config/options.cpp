@@ -471,7 +471,7 @@ std::vector<Option> make_options() {
     listen.flag = "--metrics-listen";
     listen.flag_of = FlagOf::kDaemon;
     listen.spec = spec_of(OptionType::kString);
-    listen.help = "Prometheus /metrics address, IPv4:port ([v6]:port only where civetweb has IPv6)";
+    listen.help = "Prometheus /metrics address, IPv4:port or [v6]:port";
     listen.set = [](Config& c, const OptionValue& v, const std::string& key, ConfigProblems& p) {
       std::string why;
       if (valid_listen(std::get<std::string>(v), why)) c.metrics_listen = std::get<std::string>(v);
@@ -496,6 +496,24 @@ std::vector<Option> make_options() {
     };
     health.get = [](const Config& c) { return nlohmann::json(c.health_listen); };
     o.push_back(health);
+  }
+  {
+    Option web;
+    web.path = "metrics.web_config";
+    web.flag = "--web-config";
+    web.flag_of = FlagOf::kDaemon;
+    web.spec = spec_of(OptionType::kString);
+    web.help = "web configuration file of /metrics (TLS, basic auth; node_exporter's web.config.file "
+               "format, a subset), an absolute path; empty: plain HTTP, no authentication";
+    web.set = [](Config& c, const OptionValue& v, const std::string& key, ConfigProblems& p) {
+      // The service's working directory is not the operator's: a relative
+      // path would name another file under systemd than in a shell.
+      const auto& path = std::get<std::string>(v);
+      if (path.empty() || path.front() == '/') c.web_config = path;
+      else p.errors.push_back(key + ": " + in_quotes(path) + " is not an absolute path");
+    };
+    web.get = [](const Config& c) { return nlohmann::json(c.web_config); };
+    o.push_back(web);
   }
   o.push_back(boolean("metrics.per_qp", &Config::per_qp, "per-QP series, capped to top_qps"));
   o.push_back(u32("metrics.top_qps", "", 1, 10000, &Config::top_qps, "per-QP series exported (worst first)"));

@@ -380,13 +380,13 @@ void run_exporter_only(const Config& cfg, const StopSignals& signals) {
   ExporterOptions eo;
   eo.listen = cfg.metrics_listen;
   eo.health_listen = cfg.health_listen;
+  eo.web_config = cfg.web_config;
   eo.interfaces = cfg.interfaces;
   eo.dataplane = false;
   eo.nic_state_dir = nic::kDefaultNicStateDir;
   Exporter exporter(eo);
-  spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on "
-               "http://{}/metrics",
-               exporter.listen_address());
+  spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on {}",
+               exporter.metrics_url());
   log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=exporter only, metrics on %s", exporter.listen_address().c_str());
   for (;;) {
@@ -453,6 +453,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
   ExporterOptions eo;
   eo.listen = cfg.metrics_listen;
   eo.health_listen = cfg.health_listen;
+  eo.web_config = cfg.web_config;
   eo.pin_path = pin_path;
   eo.interfaces = cfg.interfaces;
   eo.per_qp = cfg.per_qp;
@@ -508,7 +509,7 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
     exporter.set_shield_auto(shield_auto->auto_peers(), shield_auto->feedback());
   };
   run_shield_auto();
-  spdlog::info("serving metrics on http://{}/metrics", exporter.listen_address());
+  spdlog::info("serving metrics on {}", exporter.metrics_url());
   log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
              cfg.interfaces.size(), exporter.listen_address().c_str());

@@ -1,6 +1,10 @@
 #include "metrics/exporter.h"
 
-#include <CivetServer.h>
+#include <microhttpd.h>
+#include <zlib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
@@ -9,20 +13,30 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
+#include <strings.h>
+#include <optional>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
 #include "common/error.h"
 #include "common/pause_point.h"
 #include "common/text.h"
+#include "common/version.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "metrics/health.h"
 #include "metrics/presentation.h"
+#include "metrics/process.h"
+#include "metrics/web_config.h"
 #include "nic/apply.h"
 #include "nic/counters.h"
 
@@ -104,7 +118,7 @@ const std::map<std::string, std::string>& family_help() {
 // Everything a scrape shows, gathered when it is asked for.
 class MetricsCollector : public prometheus::Collectable {
  public:
-  explicit MetricsCollector(ExporterOptions opts) : opts_(std::move(opts)) {
+  explicit MetricsCollector(ExporterOptions opts) : opts_(std::move(opts)), version_(running_version()) {
     for (const auto& ifname : opts_.interfaces)
       for (const char* hook : kHooks) attached_[{ifname, hook}] = false;
   }
@@ -155,8 +169,11 @@ class MetricsCollector : public prometheus::Collectable {
     const auto start = std::chrono::steady_clock::now();
     pause_point("scrape");
     FamilySet out;
-    out.add("roceguard_build_info", "roceguard version; the value is always 1", MetricType::Gauge,
-            {{"version", ROCEGUARD_VERSION}}, 1);
+    out.add("roceguard_build_info",
+            "roceguard's release and the revision it was built from (as `roceguard --version`); the value is "
+            "always 1",
+            MetricType::Gauge, {{"version", version_.version}, {"revision", version_.revision}}, 1);
+    add_process(out);
     {
       std::lock_guard lock(mu_);
       for (const auto& [key, on] : attached_)
@@ -187,6 +204,22 @@ class MetricsCollector : public prometheus::Collectable {
   }
 
  private:
+  // The series of every Prometheus client library, under their names.
+  static void add_process(FamilySet& out) {
+    const auto p = read_process_stats();
+    if (!p) return;
+    out.add("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricType::Counter,
+            {}, p->cpu_seconds);
+    out.add("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge, {},
+            p->resident_bytes);
+    out.add("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, {},
+            p->virtual_bytes);
+    out.add("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+            MetricType::Gauge, {}, p->start_time_seconds);
+    out.add("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, {}, p->open_fds);
+    out.add("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, {}, p->max_fds);
+  }
+
   bool collect_maps(FamilySet& out) const {
     if (!opts_.dataplane) return false;  // exporter-only: roceguard_maps_up stays 0
     std::vector<CounterRow> rows;
@@ -414,6 +447,7 @@ class MetricsCollector : public prometheus::Collectable {
   }
 
   const ExporterOptions opts_;
+  const VersionInfo version_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, bool> attached_;
   std::vector<ShieldAutoPeer> shield_auto_;
@@ -424,87 +458,311 @@ class MetricsCollector : public prometheus::Collectable {
 
 // prometheus-cpp's Exposer would add its own process-side series
 // (exposer_scrapes_total, ...) that reset on every restart; serving the
-// collector directly keeps every series under roceguard_.
-class MetricsHandler : public CivetHandler {
+// collector directly keeps every series under roceguard_ and process_.
+//
+// The HTTP server is libmicrohttpd: Debian 12's civetweb can neither serve
+// TLS (it looks up OpenSSL 1.1 symbols that OpenSSL 3 no longer exports)
+// nor listen on IPv6, and the endpoint needs both.
+//
+// One thread polls every connection and blocks on none (TLS handshakes,
+// reading requests, writing answers); each request is handed, suspended,
+// to a fixed pool of workers that check its credentials (bcrypt is slow by
+// design) and collect the scrape, then resumed with the answer. A held
+// scrape holds one worker, never the connections of others.
+class MetricsServer {
  public:
-  explicit MetricsHandler(const MetricsCollector& collector) : collector_(collector) {}
-
-  bool handleGet(CivetServer*, mg_connection* conn) override {
-    // Registered on "/" so that civetweb's prefix routing cannot serve
-    // /metrics/<anything>: only the exact path answers.
-    // Probes are not answered here, where they would queue behind scrapes
-    // and idle clients for one of the few workers: metrics.health_listen.
-    const mg_request_info* ri = mg_get_request_info(conn);
-    if (!ri || !ri->local_uri || std::strcmp(ri->local_uri, kMetricsPath) != 0) {
-      mg_send_http_error(conn, 404, "%s",
-                         "roceguard serves /metrics only here; /livez and /readyz are on metrics.health_listen\n");
-      return true;
+  MetricsServer(const MetricsCollector& collector, const ExporterOptions& opts,
+                std::optional<WebConfig> web)
+      : collector_(collector), web_(std::move(web)) {
+    socklen_t len = 0;
+    const sockaddr_storage addr = listen_sockaddr(opts.listen, "metrics", len);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    std::vector<MHD_OptionItem> o;
+    o.push_back({MHD_OPTION_SOCK_ADDR, 0, const_cast<sockaddr_storage*>(&addr)});
+    o.push_back({MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&MetricsServer::log), this});
+    o.push_back({MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&MetricsServer::completed), this});
+    // A stalled client must not hold a connection for long: a scrape is
+    // one small GET, answered well inside Prometheus's default 10 s
+    // scrape timeout. (A suspended request, waiting for its worker, is
+    // not timed out.)
+    o.push_back({MHD_OPTION_CONNECTION_TIMEOUT, 2, nullptr});
+    if (web_ && web_->tls) {
+      flags |= MHD_USE_TLS;
+      o.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(web_->tls->cert_pem.c_str())});
+      o.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(web_->tls->key_pem.c_str())});
+      priorities_ = web_->tls->priorities();
+      o.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0, const_cast<char*>(priorities_.c_str())});
     }
-    std::string body;
-    try {
-      body = prometheus::TextSerializer().Serialize(collector_.Collect());
-    } catch (const std::exception& e) {
-      mg_send_http_error(conn, 500, "%s\n", e.what());
-      return true;
+    o.push_back({MHD_OPTION_END, 0, nullptr});
+    for (size_t i = 0; i < std::max<size_t>(1, opts.threads); ++i) workers_.emplace_back([this] { work(); });
+    daemon_ = MHD_start_daemon(flags, 0, nullptr, nullptr, &MetricsServer::answer, this,
+                               MHD_OPTION_ARRAY, o.data(), MHD_OPTION_END);
+    if (!daemon_) {
+      stop_workers();
+      std::lock_guard lock(log_mu_);
+      throw Error("cannot serve metrics on " + opts.listen + ": " +
+                      (log_.empty() ? std::string("the HTTP server did not start") : log_) +
+                      " (is the address local and the port free? set --metrics-listen)",
+                  kExitFailure);
     }
-    mg_printf(conn,
-              "HTTP/1.1 200 OK\r\n"
-              "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-              "Content-Length: %zu\r\n"
-              "Connection: close\r\n\r\n",
-              body.size());
-    mg_write(conn, body.data(), body.size());
-    return true;
+    const MHD_DaemonInfo* info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_LISTEN_FD);
+    sockaddr_storage bound{};
+    socklen_t blen = sizeof(bound);
+    if (info && getsockname(info->listen_fd, reinterpret_cast<sockaddr*>(&bound), &blen) == 0)
+      port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    started_ = true;
   }
+  ~MetricsServer() {
+    // New requests are refused, the workers answer what they hold and
+    // resume it, then the server stops with no connection suspended.
+    const MHD_socket listening = MHD_quiesce_daemon(daemon_);
+    if (listening != MHD_INVALID_SOCKET) close(listening);
+    stop_workers();
+    MHD_stop_daemon(daemon_);
+  }
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  bool tls() const { return web_ && web_->tls; }
 
  private:
+  // One request: what the worker needs from it, then its answer.
+  struct Request {
+    MHD_Connection* conn = nullptr;
+    std::string method, url, user, password, accept_encoding;
+    bool has_credentials = false;
+    std::atomic<bool> answered{false};  // set by the worker before it resumes the connection
+    unsigned status = 500;
+    std::string body;
+    const char* content_type = "text/plain; charset=utf-8";
+    bool gzipped = false;
+    ~Request() {
+      if (!password.empty()) explicit_bzero(password.data(), password.size());
+    }
+  };
+
+  static constexpr const char* kExposition = "text/plain; version=0.0.4; charset=utf-8";
+
+  static void log(void* cls, const char* fmt, va_list ap) {
+    auto* self = static_cast<MetricsServer*>(cls);
+    char buf[512];
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    std::string text(buf);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (!self->started_) {
+      std::lock_guard lock(self->log_mu_);
+      self->log_ += (self->log_.empty() ? "" : "; ") + text;
+    } else {
+      spdlog::debug("metrics: {}", text);
+    }
+  }
+
+  static void completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+    delete static_cast<Request*>(*con_cls);
+    *con_cls = nullptr;
+  }
+
+  static MHD_Result queue(MHD_Connection* conn, const Request& r) {
+    MHD_Response* resp =
+        MHD_create_response_from_buffer(r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type);
+    if (r.status == 200) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+    if (r.gzipped) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
+    if (r.status == 405) MHD_add_response_header(resp, "Allow", "GET, HEAD");
+    const MHD_Result ret = r.status == 401 ? MHD_queue_basic_auth_fail_response(conn, "roceguard", resp)
+                                           : MHD_queue_response(conn, r.status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+  }
+
+  // On the polling thread: never blocks. The first call for a request
+  // (headers read) hands it to a worker; the call after the worker resumed
+  // it sends the answer.
+  static MHD_Result answer(void* cls, MHD_Connection* conn, const char* url, const char* method,
+                           const char*, const char*, size_t* upload_size, void** con_cls) {
+    auto* self = static_cast<MetricsServer*>(cls);
+    if (auto* r = static_cast<Request*>(*con_cls)) {
+      if (upload_size && *upload_size) *upload_size = 0;  // a body is not read
+      return r->answered ? queue(conn, *r) : MHD_YES;
+    }
+    auto r = std::make_unique<Request>();
+    r->conn = conn;
+    r->method = method;
+    r->url = url;
+    if (const char* ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING))
+      r->accept_encoding = ae;
+    char* password = nullptr;
+    if (char* user = MHD_basic_auth_get_username_password(conn, &password)) {
+      r->user = user;
+      MHD_free(user);
+      if (password) {
+        r->password = password;
+        r->has_credentials = true;
+        explicit_bzero(password, std::strlen(password));
+      }
+    }
+    if (password) MHD_free(password);
+    Request* raw = r.release();
+    *con_cls = raw;  // deleted by completed()
+    MHD_suspend_connection(conn);
+    {
+      std::lock_guard lock(self->mu_);
+      self->jobs_.push_back(raw);
+    }
+    self->cv_.notify_one();
+    return MHD_YES;
+  }
+
+  void work() {
+    for (;;) {
+      Request* r = nullptr;
+      bool stopping = false;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        r = jobs_.front();
+        jobs_.pop_front();
+        stopping = stopping_;
+      }
+      if (stopping) {
+        r->status = 503;
+        r->body = "roceguard is stopping\n";
+      } else {
+        decide(*r);
+      }
+      r->answered = true;
+      MHD_resume_connection(r->conn);
+    }
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  void decide(Request& r) const {
+    // Authentication first, on every path: what the server holds is not
+    // shown to a client without credentials, not even its 404s.
+    if (web_ && !web_->users.empty() &&
+        !(r.has_credentials && basic_auth_matches(*web_, r.user, r.password))) {
+      r.status = 401;
+      r.body = "credentials required\n";
+      return;
+    }
+    if (r.method != "GET" && r.method != "HEAD") {
+      r.status = 405;
+      r.body = "GET or HEAD\n";
+      return;
+    }
+    // Only the exact path answers; probes are not answered here, where they
+    // would queue behind scrapes for one of the few workers:
+    // metrics.health_listen.
+    if (r.url != kMetricsPath) {
+      r.status = 404;
+      r.body = "roceguard serves /metrics only here; /livez and /readyz are on metrics.health_listen\n";
+      return;
+    }
+    try {
+      r.body = prometheus::TextSerializer().Serialize(collector_.Collect());
+      if (accepts_gzip(r.accept_encoding)) {
+        r.body = gzip_body(r.body);
+        r.gzipped = true;
+      }
+      r.status = 200;
+      r.content_type = kExposition;
+    } catch (const std::exception& e) {
+      r.status = 500;
+      r.body = std::string(e.what()) + "\n";
+      r.gzipped = false;
+    }
+  }
+
   const MetricsCollector& collector_;
+  const std::optional<WebConfig> web_;
+  std::string priorities_;
+  MHD_Daemon* daemon_ = nullptr;
+  uint16_t port_ = 0;
+  std::atomic<bool> started_{false};
+  std::mutex log_mu_;
+  std::string log_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request*> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace
 
+std::string gzip_body(std::string_view text) {
+  z_stream z{};
+  // windowBits 15 + 16: a gzip header and trailer around the deflate stream.
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw Error("metrics: zlib: deflateInit2 failed");
+  std::string out(deflateBound(&z, text.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) throw Error("metrics: zlib: deflate failed");
+  return out;
+}
+
+bool accepts_gzip(std::string_view accept_encoding) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  while (!accept_encoding.empty()) {
+    const auto comma = accept_encoding.find(',');
+    std::string_view item = accept_encoding.substr(0, comma);
+    accept_encoding = comma == std::string_view::npos ? std::string_view{} : accept_encoding.substr(comma + 1);
+    const auto semi = item.find(';');
+    const std::string_view coding = trim(item.substr(0, semi));
+    if (coding.size() != 4 || strncasecmp(coding.data(), "gzip", 4) != 0) continue;
+    if (semi == std::string_view::npos) return true;
+    std::string_view q = trim(item.substr(semi + 1));
+    if (q.size() < 2 || (q[0] != 'q' && q[0] != 'Q') || q[1] != '=') return true;
+    q.remove_prefix(2);
+    // q=0, q=0.0, q=0.000: refused; any other weight accepts.
+    return q.find_first_not_of("0.") != std::string_view::npos;
+  }
+  return false;
+}
+
 struct Exporter::Impl {
   ExporterOptions opts;
   std::unique_ptr<MetricsCollector> collector;
-  std::unique_ptr<MetricsHandler> handler;
-  std::unique_ptr<CivetServer> server;  // stops before what it calls
-  std::unique_ptr<HealthServer> health;  // last: stops first
+  std::unique_ptr<MetricsServer> server;  // stops before what it calls
+  std::unique_ptr<HealthServer> health;   // last: stops first
 };
 
 Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = std::move(opts);
+  std::optional<WebConfig> web;
+  if (!impl_->opts.web_config.empty()) web = load_web_config(impl_->opts.web_config);
   impl_->collector = std::make_unique<MetricsCollector>(impl_->opts);
-  impl_->handler = std::make_unique<MetricsHandler>(*impl_->collector);
-  const std::vector<std::string> civet_options{
-      "listening_ports", impl_->opts.listen,
-      "num_threads", std::to_string(std::max<size_t>(1, impl_->opts.threads)),
-      // A stalled client must not hold one of the few workers for long:
-      // a scrape is one small GET, and with the default 4 workers a handful
-      // of stalled connections must still leave a scrape inside
-      // Prometheus's default 10 s scrape timeout.
-      "request_timeout_ms", "2000"};
-  // Debian's civetweb is built without IPv6 (mg_check_feature bit 8).
-  if (impl_->opts.listen.starts_with("[") && !mg_check_feature(8))
-    throw Error("cannot serve metrics on " + impl_->opts.listen +
-                    ": the HTTP server library (civetweb) was built without IPv6; "
-                    "listen on an IPv4 address such as 127.0.0.1:9741",
-                kExitUsage);
-  try {
-    impl_->server = std::make_unique<CivetServer>(civet_options);
-  } catch (const std::exception& e) {
-    throw Error("cannot serve metrics on " + impl_->opts.listen + ": " + e.what() +
-                    " (is the address local and the port free? set --metrics-listen)",
-                kExitFailure);
-  }
-  impl_->server->addHandler("/", impl_->handler.get());
+  impl_->server = std::make_unique<MetricsServer>(*impl_->collector, impl_->opts, std::move(web));
   if (!impl_->opts.health_listen.empty())
     impl_->health = std::make_unique<HealthServer>(
         impl_->opts.health_listen, [collector = impl_->collector.get()] { return collector->readiness(); });
 }
 
-Exporter::~Exporter() {
-  if (impl_ && impl_->server) impl_->server->close();
-}
+Exporter::~Exporter() = default;
 
 void Exporter::set_ingress_hook(const std::string& ifname, const std::string& hook) {
   impl_->collector->set_ingress_hook(ifname, hook);
@@ -521,12 +779,15 @@ void Exporter::set_attach_state(const std::string& ifname, const std::string& ho
 
 std::string Exporter::health_address() const { return impl_->health ? impl_->health->address() : ""; }
 
+std::string Exporter::metrics_url() const {
+  return std::string(impl_->server->tls() ? "https://" : "http://") + listen_address() + kMetricsPath;
+}
+
 std::string Exporter::listen_address() const {
   const std::string& listen = impl_->opts.listen;
-  const auto ports = impl_->server->getListeningPorts();
   const auto colon = listen.rfind(':');
-  if (ports.empty() || colon == std::string::npos) return listen;
-  return listen.substr(0, colon) + ":" + std::to_string(ports.front());
+  if (colon == std::string::npos) return listen;
+  return listen.substr(0, colon) + ":" + std::to_string(impl_->server->port());
 }
 
 }  // namespace rg

@@ -1,4 +1,6 @@
-// Prometheus exporter (prometheus-cpp). Serves /metrics, every value read
+// Prometheus exporter (prometheus-cpp's text format, libmicrohttpd). Serves
+// /metrics, over TLS and behind basic authentication when a web
+// configuration file asks for them, every value read
 // from the pinned maps (and sysfs for NIC counters) at scrape time; and,
 // on an address of their own, the liveness and readiness probes
 // (metrics/health.h), which never wait for a scrape.
@@ -9,12 +11,16 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rg {
 
 struct ExporterOptions {
-  std::string listen = "127.0.0.1:9741";  // host:port; [v6]:port if civetweb has IPv6
+  std::string listen = "127.0.0.1:9741";  // host:port or [v6]:port, numeric
+  // Web configuration file (metrics/web_config.h): TLS and basic
+  // authentication of /metrics; "" serves plain HTTP to anyone.
+  std::string web_config;
   // host:port or [v6]:port of /livez and /readyz; "" serves none.
   std::string health_listen;
   std::string pin_path = "/sys/fs/bpf/roceguard";
@@ -55,6 +61,14 @@ struct PeerFeedback {
   bool congested = false;
 };
 
+// text gzip-compressed at zlib's default level, as a scrape is sent to a
+// client that accepts gzip. Throws rg::Error if zlib fails.
+std::string gzip_body(std::string_view text);
+
+// True when an Accept-Encoding header value accepts gzip (listed without
+// q=0).
+bool accepts_gzip(std::string_view accept_encoding);
+
 class Exporter {
  public:
   explicit Exporter(ExporterOptions opts);  // binds; throws rg::Error
@@ -71,6 +85,8 @@ class Exporter {
   void set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback);
   // Bound address (useful with port 0).
   std::string listen_address() const;
+  // http://<bound address>/metrics, https:// when serving TLS.
+  std::string metrics_url() const;
   // Bound address of the probes, "" when there are none.
   std::string health_address() const;
 

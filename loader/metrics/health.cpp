@@ -76,8 +76,9 @@ bool head_complete(const std::string& in) {
   return in.find("\r\n\r\n") != std::string::npos || in.find("\n\n") != std::string::npos;
 }
 
-// "host:port" or "[v6]:port", numeric.
-sockaddr_storage parse_listen(const std::string& listen, socklen_t& len) {
+}  // namespace
+
+sockaddr_storage listen_sockaddr(const std::string& listen, const std::string& what, socklen_t& len) {
   sockaddr_storage ss{};
   const auto colon = listen.rfind(':');
   std::string host = colon == std::string::npos ? "" : listen.substr(0, colon);
@@ -99,12 +100,10 @@ sockaddr_storage parse_listen(const std::string& listen, socklen_t& len) {
     a6->sin6_port = htons(static_cast<uint16_t>(port));
     len = sizeof(*a6);
   } else {
-    throw Error("cannot serve health probes on " + listen + ": not host:port or [v6]:port", kExitUsage);
+    throw Error("cannot serve " + what + " on " + listen + ": not host:port or [v6]:port", kExitUsage);
   }
   return ss;
 }
-
-}  // namespace
 
 struct HealthServer::Impl {
   std::function<Readiness()> ready;
@@ -258,7 +257,7 @@ HealthServer::HealthServer(const std::string& listen, std::function<Readiness()>
     : impl_(std::make_unique<Impl>()) {
   impl_->ready = std::move(ready);
   socklen_t len = 0;
-  sockaddr_storage ss = parse_listen(listen, len);
+  sockaddr_storage ss = listen_sockaddr(listen, "health probes", len);
   impl_->listen_fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   const int on = 1;
   if (impl_->listen_fd < 0 ||

@@ -4,6 +4,8 @@
 // (docs/design.md, section 12).
 #pragma once
 
+#include <sys/socket.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,6 +40,10 @@ class HealthServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// "host:port" or "[v6]:port", numeric, as a socket address; throws rg::Error
+// (kExitUsage) "cannot serve <what> on <listen>: ..." otherwise.
+sockaddr_storage listen_sockaddr(const std::string& listen, const std::string& what, socklen_t& len);
 
 inline constexpr int kHealthClientMs = 5000;
 inline constexpr size_t kHealthMaxClients = 64;

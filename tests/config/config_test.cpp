@@ -529,7 +529,7 @@ TEST(Validation, RunsWhatRunRefuses) {
 }
 
 // The probes' address: none by default, any numeric host:port or [v6]:port
-// (their server is not civetweb), never the scrapes' own.
+// like the scrapes', never the scrapes' own.
 TEST(Validation, HealthListenIsItsOwnAddress) {
   EXPECT_EQ(Config{}.health_listen, "");
   EXPECT_EQ(parse_ok("[metrics]\nhealth_listen = \"127.0.0.1:9742\"\n").health_listen, "127.0.0.1:9742");

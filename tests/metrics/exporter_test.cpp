@@ -3,13 +3,13 @@
 // run through both programs with BPF_PROG_TEST_RUN, and every scrape must
 // say exactly what the maps hold.
 #include <bpf/bpf.h>
-#include <civetweb.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
 #include <linux/magic.h>
 #include <net/if.h>
 #include <nlohmann/json.hpp>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -21,12 +21,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "common/error.h"
 #include "common/pause_point.h"
+#include "common/version.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "dataplane/state.h"
@@ -692,7 +694,9 @@ TEST_F(ExporterBpf, RestartNeitherResetsNorDoubleCounts) {
   Exporter again(options_for(dp_->pin_path()));
   std::vector<Sample> after = scrape(again).samples;
   for (const auto& s : before) {
-    if (s.name.rfind("roceguard_scrape_duration", 0) == 0) continue;
+    // The scrape's own duration and the process_* series describe the
+    // exporter's process, not what the maps counted.
+    if (s.name.rfind("roceguard_scrape_duration", 0) == 0 || s.name.rfind("process_", 0) == 0) continue;
     EXPECT_EQ(value_of(after, s.name, s.labels), s.value) << s.name;
   }
   // Counting goes on from there.
@@ -814,6 +818,41 @@ TEST(Exporter, MissingPinsGiveNoBpfSeriesAndCountErrors) {
     EXPECT_TRUE(find(s.samples, "roceguard_map_entries").empty());
     EXPECT_EQ(value_of(s.samples, "roceguard_build_info", {{"version", ROCEGUARD_VERSION}}), 1);
   }
+}
+
+const double kLoadedAt = static_cast<double>(std::time(nullptr));
+
+// The process_* series of every Prometheus client library, from
+// /proc/self (the exporter runs in this test's process), and the build's
+// revision as `roceguard --version` prints it.
+TEST(Exporter, ProcessSeriesAndBuildRevision) {
+  Exporter ex(options_for("/nonexistent"));
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(value_of(s.samples, "roceguard_build_info",
+                     {{"version", ROCEGUARD_VERSION}, {"revision", running_version().revision}}),
+            1);
+  EXPECT_EQ(s.body.find("unknown\"}"), std::string::npos) << "this build is a git checkout: its revision is known";
+  for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                           "process_virtual_memory_bytes", "process_start_time_seconds", "process_open_fds",
+                           "process_max_fds"})
+    EXPECT_TRUE(value_of(s.samples, name).has_value()) << name << " missing";
+  EXPECT_NE(s.body.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+  const double rss = *value_of(s.samples, "process_resident_memory_bytes");
+  EXPECT_GT(rss, 1 << 20) << "a process with libbpf and a scrape server holds more than 1 MiB";
+  EXPECT_GE(*value_of(s.samples, "process_virtual_memory_bytes"), rss);
+  rlimit nofile{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &nofile), 0);
+  EXPECT_EQ(*value_of(s.samples, "process_max_fds"), static_cast<double>(nofile.rlim_cur));
+  // stdin, stdout, stderr, the listening socket and the scrape's own.
+  EXPECT_GE(*value_of(s.samples, "process_open_fds"), 5);
+  // This process started before its static objects were made, and not a
+  // minute before (btime is in whole seconds: a second either way).
+  const double start = *value_of(s.samples, "process_start_time_seconds");
+  EXPECT_LE(start, kLoadedAt + 1);
+  EXPECT_GE(start, kLoadedAt - 60);
+  const CommandResult check = promtool_check_metrics(s.body);
+  EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 
 TEST(Exporter, ServesOnlyTheMetricsPath) {
@@ -1089,21 +1128,18 @@ TEST(Exporter, BusyPortIsAnErrorNamingTheAddress) {
   }
 }
 
-TEST(Exporter, Ipv6ListenServesOrSaysWhyNot) {
+// Both families are served: [v6]:port binds IPv6 only, and the address
+// reported back keeps its brackets.
+TEST(Exporter, Ipv6ListenServes) {
   ExporterOptions o = options_for("/nonexistent");
   o.listen = "[::1]:0";
-  if (mg_check_feature(8)) {
-    Exporter ex(o);
-    EXPECT_EQ(scrape(ex).status, 200);
-    return;
-  }
-  try {
-    Exporter ex(o);
-    FAIL() << "civetweb has no IPv6, yet " << o.listen << " was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.exit_code(), kExitUsage);
-    EXPECT_NE(std::string(e.what()).find("IPv6"), std::string::npos) << e.what();
-  }
+  Exporter ex(o);
+  EXPECT_EQ(ex.listen_address().rfind("[::1]:", 0), 0u) << ex.listen_address();
+  Scrape s = scrape(ex);
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(value_of(s.samples, "roceguard_maps_up"), 0);
+  const auto port = static_cast<uint16_t>(std::stoi(ex.listen_address().substr(ex.listen_address().rfind(':') + 1)));
+  EXPECT_THROW(http_get("127.0.0.1", port, "/metrics", 5), std::exception) << "an IPv6 address serves IPv4 too";
 }
 
 }  // namespace

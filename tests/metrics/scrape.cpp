@@ -299,4 +299,22 @@ CommandResult promtool_check_metrics(const std::string& body) {
   return r;
 }
 
+CurlReply curl_get(const std::string& url, const std::vector<std::string>& args, int timeout_s) {
+  TempDir tmp("curl");
+  std::vector<std::string> argv{"curl", "-sS", "--max-time", std::to_string(timeout_s),
+                                "-o", tmp.path() + "/body", "-D", tmp.path() + "/head",
+                                "-w", "\n%{http_code}"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back(url);
+  const CommandResult r = run_command(argv, "/dev/null", timeout_s + 10);
+  CurlReply out;
+  const auto nl = r.output.rfind('\n');
+  const std::string code = nl == std::string::npos ? r.output : r.output.substr(nl + 1);
+  out.status = std::atoi(code.c_str());
+  out.error = nl == std::string::npos ? "" : r.output.substr(0, nl);
+  if (std::filesystem::exists(tmp.path() + "/body")) out.body = read_file(tmp.path() + "/body");
+  if (std::filesystem::exists(tmp.path() + "/head")) out.headers = read_file(tmp.path() + "/head");
+  return out;
+}
+
 }  // namespace rg::test

@@ -1,5 +1,5 @@
 // What the exporter tests need around the exporter: an HTTP/1.0 GET over a
-// plain socket, a reader of the Prometheus text format, external commands
+// plain socket, curl for HTTPS, authentication and compression, a reader of the Prometheus text format, external commands
 // (promtool, prometheus) with bounded lifetimes, and self-removing temp dirs.
 #pragma once
 
@@ -47,6 +47,17 @@ struct CommandResult {
 // timeout_s, then kills it.
 CommandResult run_command(const std::vector<std::string>& argv,
                           const std::string& stdin_path = "/dev/null", int timeout_s = 60);
+
+// GET url with curl and extra arguments (--cacert, --user, --compressed,
+// ...), each call bounded to timeout_s. status 0: no HTTP answer (refused
+// connection, failed TLS handshake); curl's message is then in error.
+struct CurlReply {
+  int status = 0;
+  std::string body;     // as curl wrote it (decoded with --compressed)
+  std::string headers;  // the response head, as received
+  std::string error;
+};
+CurlReply curl_get(const std::string& url, const std::vector<std::string>& args = {}, int timeout_s = 20);
 
 // `promtool check metrics` on an exposition text (written to a temporary
 // file, removed after): exit code 0 and no output is a clean scrape.
