@@ -2018,6 +2018,80 @@ TEST_F(LoaderNetns, JsonOnEveryCommandErrorsIncluded) {
   EXPECT_EQ(j["programs_removed"], 2);
 }
 
+// The global -j and -p, before or after the subcommand, on every command
+// that prints data: -j is one line of JSON, -p several lines of the same
+// value; a command's own spelling (`status --json`) is the same flag.
+TEST_F(LoaderNetns, GlobalJsonAndPrettyOnEveryCommand) {
+  ASSERT_EQ(rg_stdout("attach --interface veth0").rc, 0);
+  const std::string pin = " --pin-path " + pin_;
+  const std::string config = " " + std::string(RG_DEFAULT_CONFIG);
+  // Whether two runs print the same value: attach loads new programs, and
+  // status, stats and doctor read counters, map fill and link state the
+  // kernel changes between two runs (a veth's own IPv6 traffic); their
+  // runs are held to the same keys.
+  struct Command {
+    std::string cmd, args;
+    bool same_value;
+  };
+  const std::vector<Command> commands = {
+      {"status", pin, false},
+      {"stats", pin, false},
+      {"stats", " --qp" + pin, false},
+      {"config check", " --offline" + config, true},
+      {"config check", " --offline --print" + config, true},
+      {"nic show", "", true},
+      {"nic env", "", true},
+      {"doctor", " -i veth0" + pin, false},
+      {"version", "", true},
+      {"attach", " --interface veth0" + pin, false},
+  };
+  auto out_of = [&](const std::string& args) {
+    return sh("(" + in_a(std::string(RG_BIN) + " " + args) + " 2>/dev/null)").out;
+  };
+  auto one_line = [](const std::string& out) {
+    return !out.empty() && out.back() == '\n' && out.find('\n') == out.size() - 1;
+  };
+  auto keys = [](const json& j) {
+    std::vector<std::string> out;
+    if (j.is_object())
+      for (const auto& [k, v] : j.items()) out.push_back(k);
+    return out;
+  };
+  for (const auto& [cmd, args, same_value] : commands) {
+    const std::string before = out_of("-j " + cmd + args), after = out_of(cmd + args + " -j"),
+                      long_form = out_of(cmd + args + " --json"), pretty = out_of(cmd + args + " -p"),
+                      pretty_first = out_of("--pretty " + cmd + args);
+    const json j = json::parse(before, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << cmd << args << ":\n" << before;
+    EXPECT_TRUE(j.is_object()) << cmd << args << ":\n" << before;
+    EXPECT_FALSE(keys(j).empty()) << cmd << args << ":\n" << before;
+    EXPECT_TRUE(one_line(before)) << cmd << args << ":\n" << before;
+    EXPECT_TRUE(one_line(after)) << cmd << args << ":\n" << after;
+    EXPECT_GT(std::count(pretty.begin(), pretty.end(), '\n'), 1) << cmd << args << ":\n" << pretty;
+    for (const auto& other : {after, long_form, pretty, pretty_first}) {
+      const json o = json::parse(other, nullptr, false);
+      ASSERT_FALSE(o.is_discarded()) << cmd << args << ":\n" << other;
+      if (same_value) EXPECT_EQ(o, j) << cmd << args << ":\n" << other;
+      else EXPECT_EQ(keys(o), keys(j)) << cmd << args << ":\n" << other;
+    }
+  }
+  // --version stands alone and takes them too.
+  const std::string v = out_of("--version -j");
+  EXPECT_TRUE(one_line(v)) << v;
+  EXPECT_EQ(json::parse(v, nullptr, false), json::parse(out_of("version -j"), nullptr, false)) << v;
+  EXPECT_EQ(json::parse(out_of("-p --version"), nullptr, false), json::parse(v, nullptr, false));
+  // Errors too: one line with -j, the same object with -p.
+  const std::string e = out_of("-j status --pin-path " + tmp_ + "/nothing-here");
+  EXPECT_TRUE(one_line(e)) << e;
+  const json ej = json::parse(e, nullptr, false);
+  EXPECT_EQ(ej["error"]["exit_code"], 3) << e;
+  EXPECT_EQ(json::parse(out_of("status -p --pin-path " + tmp_ + "/nothing-here"), nullptr, false), ej);
+  // Detach last: what it removed, as one line.
+  const std::string d = out_of("detach -j" + pin);
+  EXPECT_TRUE(one_line(d)) << d;
+  EXPECT_EQ(json::parse(d, nullptr, false)["pins_removed"], true) << d;
+}
+
 // The log's format and level reach a real attach: JSON lines on stderr,
 // info dropped at --log-level warn.
 TEST_F(LoaderNetns, LogFormatAndLevelApplyToCommands) {
