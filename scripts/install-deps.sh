@@ -23,7 +23,10 @@ packages=(
   # 6.12 (bookworm-security) for virtio-net's multi-buffer XDP
   qemu-system-x86 linux-image-amd64 linux-image-6.12-amd64 busybox-static cpio
   # packaging: the Debian package, the container image and their tests
-  dpkg-dev fakeroot help2man lintian mmdebstrap podman runc
+  dpkg-dev fakeroot lintian mmdebstrap podman runc
+  # the manual pages are checked with groff and man-db, the completion
+  # script with bash-completion's helpers (_init_completion)
+  groff-base man-db bash-completion
   # the offline Kubernetes manifest check (npm installs its validator packages)
   nodejs
 )

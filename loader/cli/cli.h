@@ -54,6 +54,10 @@ void add_doctor_command(CLI::App& app);
 // lab: execs the test bed's roceguard-lab (cli_lab_exec.cpp)
 void add_lab_command(CLI::App& app);
 
+// man: the manual pages as troff, hidden (cli_man.cpp); added last, it
+// describes every command added before it.
+void add_man_command(CLI::App& app);
+
 // Exit code a subcommand's callback leaves for main() to return.
 int& exit_code();
 

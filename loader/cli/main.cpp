@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
   rg::add_doctor_command(app);
   rg::add_lab_command(app);
   app.add_subcommand("version", "the same as --version")->callback(print_version);
+  rg::add_man_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
