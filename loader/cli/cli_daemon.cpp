@@ -85,7 +85,8 @@ void cmd_run(const LoadFlags& f) {
   StopSignals signals;
   set_verbosity(f.verbose);
   Config cfg = load_config(f.sources(), false, true);
-  run_daemon(cfg, f.pin_path, f.reset_state, f.force, signals);
+  run_daemon(cfg, f.pin_path, f.reset_state, f.force, signals,
+             [&f] { return load_config(f.sources(), false, true); });
 }
 
 void cmd_detach(const std::string& pin_path, const std::vector<std::string>& only, bool verbose) {

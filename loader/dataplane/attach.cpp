@@ -428,6 +428,21 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
   return st;
 }
 
+void Dataplane::replace_peers(const std::vector<PeerConfig>& peers) {
+  if (access((pin_path_ + "/" + kMapPeers).c_str(), F_OK) == 0) {
+    TunnelMaps maps(pin_path_);
+    MapWriter writer = maps.writer();
+    const MapWriter::Snapshot before = writer.snapshot();
+    try {
+      writer.write_tunnels(peers);
+    } catch (...) {
+      writer.restore(before);
+      throw;
+    }
+  }
+  cfg_.peers = peers;
+}
+
 void Dataplane::recheck_fast_path() {
   if (!cfg_.xdp_forward || !obj_.loaded()) return;
   NetfilterProbe now = probe_netfilter();

@@ -1626,6 +1626,63 @@ routes = ["203.0.113.0/24"]
   EXPECT_EQ(st["config"]["tunnel"]["peer"][0]["vni"], 4792);
 }
 
+// SIGHUP under run reads the file again: a peer's new VNI and routes are in
+// force in the pinned maps and the record; a changed interface list is
+// logged as needing a restart and not applied; a file that does not parse
+// is refused and the peers in force stay.
+TEST_F(LoaderNetns, SighupAppliesPeersAndNamesWhatNeedsARestart) {
+  create_second_veth();
+  const std::string peer = R"(
+[[tunnel.peer]]
+name = "west"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+)";
+  const std::string file = write_file("reload.toml", "interfaces = [\"veth0\"]\n" + peer +
+                                                     "vni = 4791\nroutes = [\"203.0.113.0/24\"]\n");
+  Daemon d = start_run("--config " + file + " --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  auto peers_dump = [&] { return sh("bpftool -j map dump pinned " + pin_ + "/rg_peers").out; };
+  ASSERT_NE(peers_dump().find("\"vni\":4791"), std::string::npos);
+  ASSERT_EQ(map_entries("rg_route4"), 1u);
+  // Waits (bounded) for the count-th log line containing what.
+  auto logged = [&](const std::string& what, size_t count = 1) {
+    for (int i = 0; i < 100; ++i) {
+      const std::string log = read_log(d);
+      size_t n = 0;
+      for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+      if (n >= count) return true;
+      usleep(100 * 1000);
+    }
+    return false;
+  };
+
+  std::ofstream(file) << "interfaces = [\"veth0\", \"vx0\"]\n" << peer
+                      << "vni = 4792\nroutes = [\"203.0.113.0/24\", \"192.0.2.0/24\"]\n";
+  ASSERT_EQ(kill(d.pid, SIGHUP), 0);
+  EXPECT_TRUE(logged("SIGHUP: tunnel.peer applied")) << read_log(d);
+  EXPECT_TRUE(logged("SIGHUP: interfaces changed: restart roceguard to apply it (not applied)")) << read_log(d);
+  const std::string dump = peers_dump();
+  EXPECT_NE(dump.find("\"vni\":4792"), std::string::npos) << dump.substr(0, 400);
+  EXPECT_EQ(dump.find("\"vni\":4791"), std::string::npos) << dump.substr(0, 400);
+  EXPECT_EQ(map_entries("rg_route4"), 2u);
+  json st = status();
+  EXPECT_EQ(st["config"]["tunnel"]["peer"][0]["vni"], 4792) << st.dump();
+  EXPECT_EQ(st["config"]["interfaces"], json::array({"veth0"})) << st.dump();
+  EXPECT_EQ(st["interfaces"].size(), 1u) << st.dump();
+  EXPECT_TRUE(hooks("vx0").xdp.empty() && hooks("vx0").tc.empty()) << "vx0 is not attached before a restart";
+
+  std::ofstream(file) << "interfaces = [\"veth0\"]\n" << peer << "vni = \"not a number\"\n";
+  ASSERT_EQ(kill(d.pid, SIGHUP), 0);
+  EXPECT_TRUE(logged("SIGHUP: configuration refused, the one in force stays")) << read_log(d);
+  EXPECT_NE(peers_dump().find("\"vni\":4792"), std::string::npos);
+  EXPECT_EQ(map_entries("rg_route4"), 2u);
+  EXPECT_EQ(status()["config"]["tunnel"]["peer"][0]["vni"], 4792);
+
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
 // A re-attach that fails late (after veth0 is already re-attached) leaves
 // every interface as it was: the previous programs (same ids), the previous
 // tunnel maps and attach record, and the counters.
