@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/netlink.h"
 #include "common/pause_point.h"
 #include "common/text.h"
@@ -212,6 +213,7 @@ class Runner {
   Runner(Dataplane& dp, Exporter& ex, State st, bool attached, bool force)
       : dp_(dp), ex_(ex), st_(std::move(st)), loaded_(attached), force_(force) {
     for (const auto& i : st_.interfaces) {
+      const LogFields about({{"interface", i.name}});
       set_state(i, i.ifindex != 0);
       if (!i.ifindex)
         spdlog::warn("interface {} does not exist yet: roceguard attaches it when it appears", i.name);
@@ -231,6 +233,7 @@ class Runner {
   void note_links(const std::map<int, std::string>& links) {
     for (const auto& is : st_.interfaces) {
       if (!is.ifindex || !up_[is.name]) continue;
+      const LogFields about({{"interface", is.name}});
       auto it = links.find(is.ifindex);
       if (it != links.end() && it->second != is.name)
         spdlog::info("interface {} (ifindex {}) was renamed to {}", is.name, is.ifindex, printable(it->second));
@@ -247,6 +250,7 @@ class Runner {
     }
     bool changed = false;
     for (auto& is : st_.interfaces) {
+      const LogFields about({{"interface", is.name}});
       unsigned idx = if_nametoindex(is.name.c_str());
       if (!idx) {
         if (up_[is.name]) {
@@ -333,6 +337,7 @@ class Runner {
   // encapsulated: the data plane applies the oversize policy to them (pass
   // unencapsulated, or drop). Said once per change of the device's MTU.
   void check_mtu(const std::string& name) {
+    const LogFields about({{"interface", name}});
     uint32_t tunnel_mtu = 0;
     std::string peer;
     for (const auto& p : dp_.config().peers)
@@ -348,6 +353,8 @@ class Runner {
     auto& seen = mtu_seen_[name];
     if (seen == mtu) return;
     if (seen) spdlog::info("interface {} MTU changed from {} to {}", name, seen, mtu);
+    // The two below are about the peer with the largest tunnel MTU too.
+    const LogFields of_peer(peer.empty() ? LogFieldList{} : LogFieldList{{"peer", peer}});
     if (tunnel_mtu && mtu < tunnel_mtu)
       spdlog::warn("interface {} has MTU {}, below the tunnel MTU {} of peer {}: larger encapsulated packets "
                    "follow the oversize policy ({}); raise the interface MTU or lower tunnel.mtu",

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/pause_point.h"
 #include "dataplane/map_writer.h"
 #include "dataplane/maps.h"
@@ -396,6 +397,7 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
       writer.write_tunnels(cfg_.peers);
     }
     for (const auto& name : cfg_.interfaces) {
+      const LogFields about({{"interface", name}});
       if (absent(name)) {
         st.interfaces.emplace_back().name = name;
         continue;

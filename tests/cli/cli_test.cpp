@@ -2169,6 +2169,43 @@ TEST_F(LoaderNetns, LogFormatAndLevelApplyToCommands) {
   EXPECT_EQ(r.out.find("attached to veth0"), std::string::npos) << r.out;
 }
 
+// A JSON log line about one interface carries it as a field of its own:
+// the attach of each, under attach and under run, and run's re-attach.
+TEST_F(LoaderNetns, JsonLogLinesNameTheirInterface) {
+  create_second_veth();
+  Result r = sh("(" + in_a(std::string(RG_BIN) + " attach -i veth0 -i vx0 --pin-path " + pin_ +
+                           " --log-format json") + " 2>&1 >/dev/null)");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::map<std::string, std::string> attached;  // interface field -> message
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    json j = json::parse(l, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not a JSON line: " << l;
+    const std::string msg = j.value("message", "");
+    if (msg.rfind("attached to ", 0) == 0) attached[j.value("interface", "")] = msg;
+  }
+  ASSERT_EQ(attached.size(), 2u) << r.out;
+  EXPECT_EQ(attached["veth0"].rfind("attached to veth0 ", 0), 0u) << r.out;
+  EXPECT_EQ(attached["vx0"].rfind("attached to vx0 ", 0), 0u) << r.out;
+
+  Daemon d = start_run("-i veth0 --metrics-listen 127.0.0.1:9741 --log-format json");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  must(in_a("tc filter del dev veth0 egress pref 82 handle 0x52 bpf"));  // run puts it back
+  bool reattached = false;
+  for (int i = 0; i < 100 && !reattached; ++i) {
+    std::istringstream log(read_log(d));
+    for (std::string l; std::getline(log, l);) {
+      json j = json::parse(l, nullptr, false);
+      reattached |= j.is_object() && j.value("message", "").rfind("re-attached to veth0", 0) == 0 &&
+                    j.value("interface", "") == "veth0";
+    }
+    if (!reattached) usleep(100 * 1000);
+  }
+  EXPECT_TRUE(reattached) << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
 // SIGTERM in the middle of attach (one interface done, the next not yet):
 // attach completes, both interfaces end up with both programs.
 TEST_F(LoaderNetns, SigtermInsideAttachLeavesItWhole) {
