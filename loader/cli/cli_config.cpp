@@ -63,7 +63,10 @@ void add_config_commands(CLI::App& app) {
 
   auto* list = config->add_subcommand("options", "every option: file key, environment variable, flag, default");
   list->add_flag("--markdown", markdown, "as the README's table");
-  list->callback([] { std::cout << (markdown ? options_markdown() : options_text()); });
+  list->callback([] {
+    if (json_output()) print_json({{"options", options_json()}});
+    else std::cout << (markdown ? options_markdown() : options_text());
+  });
 }
 
 }  // namespace rg

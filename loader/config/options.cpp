@@ -771,4 +771,22 @@ std::string options_man() {
   return o.str();
 }
 
+nlohmann::json options_json() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& opt : options()) {
+    out.push_back({{"key", opt.path}, {"environment", opt.env()}, {"flag", opt.long_flag()},
+                   {"flag_of", opt.flag_of == FlagOf::kNic      ? nlohmann::json{"nic"}
+                               : opt.flag_of == FlagOf::kDaemon ? nlohmann::json{"run", "attach", "config check"}
+                                                                : nlohmann::json::array()},
+                   {"type", type_text(opt.spec)}, {"range", opt.range_text()}, {"default", opt.default_text()},
+                   {"meaning", opt.help}});
+    if (opt.spec.type == OptionType::kTableList)
+      for (const auto& f : peer_fields())
+        out.push_back({{"key", std::string(opt.path) + "[]." + std::string(f.key)}, {"environment", ""},
+                       {"flag", ""}, {"flag_of", nlohmann::json::array()}, {"type", type_text(f.spec)}, {"range", spec_range_text(f.spec)},
+                       {"default", f.missing.empty() ? "" : "required"}, {"meaning", f.help}});
+  }
+  return out;
+}
+
 }  // namespace rg

@@ -2096,6 +2096,7 @@ TEST_F(LoaderNetns, GlobalJsonAndPrettyOnEveryCommand) {
       {"stats", " --qp" + pin, false},
       {"config check", " --offline" + config, true},
       {"config check", " --offline --print" + config, true},
+      {"config options", "", true},
       {"nic show", "", true},
       {"nic env", "", true},
       {"doctor", " -i veth0" + pin, false},
