@@ -3,7 +3,7 @@
 # (CLI11 has no completion generator), so completion always matches the
 # flags of the binary it ships with: subcommands, flags, and the values of
 # a flag that lists them (CLI11's TEXT:{a,b,c}, the option table's choices
-# and booleans), after a blank or an '='. It uses bash-completion's helpers
+# and booleans), after a blank or an '='. It uses bash-completion's functions
 # (_init_completion -s, _filedir, _available_interfaces).
 # Usage: gen-completion.sh BINARY OUT
 set -euo pipefail

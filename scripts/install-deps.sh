@@ -25,7 +25,7 @@ packages=(
   # packaging: the Debian package, the container image and their tests
   dpkg-dev fakeroot lintian mmdebstrap podman runc
   # the manual pages are checked with groff and man-db, the completion
-  # script with bash-completion's helpers (_init_completion)
+  # script with bash-completion's functions (_init_completion)
   groff-base man-db bash-completion
   # the offline Kubernetes manifest check (npm installs its validator packages)
   nodejs
