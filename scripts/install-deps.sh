@@ -30,7 +30,10 @@ packages=(
   # packaging: the Debian package, the container image and their tests;
   # debhelper builds the package from debian/ (dh, its systemd, sysusers.d
   # and tmpfiles.d maintainer scripts)
-  dpkg-dev debhelper fakeroot help2man lintian mmdebstrap podman runc
+  dpkg-dev debhelper fakeroot lintian mmdebstrap podman runc
+  # the manual pages are checked with groff and man-db, the completion
+  # script with bash-completion's functions (_init_completion)
+  groff-base man-db bash-completion
   # the offline Kubernetes manifest check (npm installs its validator packages)
   nodejs
 )

@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <list>
 
+#include <nlohmann/json.hpp>
+
 #include "config/options.h"
 
 namespace rg {
@@ -26,6 +28,19 @@ class OptionFlags {
   std::list<Bound> bound_;  // stable addresses: CLI11 keeps pointers to texts
 };
 
+// The global -j/--json and -p/--pretty (cli_output.cpp): accepted before
+// or after the subcommand, as bpftool's. Every command that prints data
+// prints it through print_json when json_output() is set: one line by
+// default, indented with -p (which implies -j).
+void add_output_flags(CLI::App& app);
+bool json_output();
+void print_json(const nlohmann::json& value);
+std::string json_text(const nlohmann::json& value);  // what print_json prints, without the newline
+// Sets the flags from argv's exact -j/--json/-p/--pretty words and says
+// whether JSON is wanted: for --version, which stands alone, and for the
+// errors CLI11 reports before it has set the flags (a bad command line).
+bool argv_wants_json(int argc, char** argv);
+
 // run, attach, detach, status (cli_daemon.cpp)
 void add_daemon_commands(CLI::App& app);
 // stats (cli_stats.cpp)
@@ -38,6 +53,10 @@ void add_nic_commands(CLI::App& app);
 void add_doctor_command(CLI::App& app);
 // lab: execs the test bed's roceguard-lab (cli_lab_exec.cpp)
 void add_lab_command(CLI::App& app);
+
+// man: the manual pages as troff, hidden (cli_man.cpp); added last, it
+// describes every command added before it.
+void add_man_command(CLI::App& app);
 
 // Exit code a subcommand's callback leaves for main() to return.
 int& exit_code();

@@ -17,19 +17,19 @@
 namespace rg {
 namespace {
 
-void cmd_config_check(const std::string& file, const FlagValues& flags, bool offline, bool print, bool json) {
+void cmd_config_check(const std::string& file, const FlagValues& flags, bool offline, bool print) {
   ConfigProblems p;
   Config cfg = resolve_config({file, flags, true}, p);
   check_config(cfg, offline, p);
   std::vector<std::string> problems = p.errors;
   for (const auto& e : p.absent_interfaces) problems.push_back(e + " (`run` waits for it)");
   problems.insert(problems.end(), p.missing.begin(), p.missing.end());
-  if (json) {
+  if (json_output()) {
     // The same error object as every other command's, with the list.
     nlohmann::json out = {{"file", file}, {"ok", p.ok()}, {"warnings", p.warnings}, {"problems", problems}};
     if (p.ok()) out["config"] = cfg.to_json();
     else out["error"] = {{"message", std::to_string(problems.size()) + " error(s)"}, {"exit_code", kExitUsage}};
-    std::cout << out.dump(2) << "\n";
+    print_json(out);
     if (!p.ok()) exit_code() = kExitUsage;
     return;
   }
@@ -40,7 +40,7 @@ void cmd_config_check(const std::string& file, const FlagValues& flags, bool off
     exit_code() = kExitUsage;
     return;
   }
-  if (print) std::cout << cfg.to_json().dump(2) << "\n";
+  if (print) print_json(cfg.to_json());
   else std::cout << file << ": ok\n";
 }
 
@@ -48,7 +48,7 @@ void cmd_config_check(const std::string& file, const FlagValues& flags, bool off
 
 void add_config_commands(CLI::App& app) {
   static std::string file;
-  static bool offline = false, print = false, markdown = false, json = false;
+  static bool offline = false, print = false, markdown = false;
   static OptionFlags flags;
   auto* config = app.add_subcommand("config", "configuration file tools");
   config->require_subcommand(1);
@@ -57,14 +57,16 @@ void add_config_commands(CLI::App& app) {
   check->add_flag("--offline", offline,
                   "skip the checks against this machine: interfaces, peers' local addresses, metrics address");
   check->add_flag("--print", print, "print the effective configuration (defaults filled in) as JSON");
-  check->add_flag("--json", json, "the verdict, problems and effective configuration as one JSON object");
   flags.add(check, FlagOf::kDaemon);
   check->footer(options_text());
-  check->callback([] { cmd_config_check(file, flags.given(), offline, print, json); });
+  check->callback([] { cmd_config_check(file, flags.given(), offline, print); });
 
   auto* list = config->add_subcommand("options", "every option: file key, environment variable, flag, default");
   list->add_flag("--markdown", markdown, "as the README's table");
-  list->callback([] { std::cout << (markdown ? options_markdown() : options_text()); });
+  list->callback([] {
+    if (json_output()) print_json({{"options", options_json()}});
+    else std::cout << (markdown ? options_markdown() : options_text());
+  });
 }
 
 }  // namespace rg

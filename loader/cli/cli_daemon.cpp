@@ -29,7 +29,6 @@ struct LoadFlags {
   bool reset_state = false;
   bool force = false;
   bool verbose = false;
-  bool json = false;  // attach only
   OptionFlags options;
 
   ConfigSources sources() const { return {config, options.given(), true}; }
@@ -68,7 +67,7 @@ void cmd_attach(const LoadFlags& f) {
     throw Error("dataplane.attach is false (exporter only): attach has nothing to do; `run` exports the NIC half",
                 kExitUsage);
   State st = attach(cfg, f.pin_path, f.reset_state, f.force);
-  if (f.json) {
+  if (json_output()) {
     nlohmann::json ifs = nlohmann::json::array();
     for (const auto& is : st.interfaces)
       ifs.push_back({{"name", is.name}, {"ifindex", is.ifindex}, {"ingress_hook", is.ingress_hook},
@@ -76,8 +75,7 @@ void cmd_attach(const LoadFlags& f) {
                      {"tc", {{"attach", is.tc_attach}, {"handle", is.tc_handle}, {"priority", is.tc_priority},
                              {"prog_id", is.tc_prog_id}}},
                      {"tc_ingress", {{"prog_id", is.tc_ingress_prog_id}}}});
-    std::cout << nlohmann::json({{"pin_path", f.pin_path}, {"config_hash", st.config_hash}, {"interfaces", ifs}}).dump(2)
-              << "\n";
+    print_json({{"pin_path", f.pin_path}, {"config_hash", st.config_hash}, {"interfaces", ifs}});
     return;
   }
   std::cout << "attached to " << st.interfaces.size() << " interface(s); maps pinned under " << f.pin_path << "\n";
@@ -87,10 +85,12 @@ void cmd_run(const LoadFlags& f) {
   StopSignals signals;
   set_verbosity(f.verbose);
   Config cfg = load_config(f.sources(), false, true);
-  run_daemon(cfg, f.pin_path, f.reset_state, f.force, signals);
+  run_daemon(cfg, f.pin_path, f.reset_state, f.force, signals,
+             [&f] { return load_config(f.sources(), false, true); });
 }
 
-void cmd_detach(const std::string& pin_path, const std::vector<std::string>& only, bool verbose, bool json) {
+void cmd_detach(const std::string& pin_path, const std::vector<std::string>& only, bool verbose) {
+  const bool json = json_output();
   StopSignals signals;
   set_verbosity(verbose);
   nlohmann::json lines = nlohmann::json::array();
@@ -99,9 +99,8 @@ void cmd_detach(const std::string& pin_path, const std::vector<std::string>& onl
     else std::cout << line << "\n";
   });
   if (json) {
-    std::cout << nlohmann::json({{"pin_path", pin_path}, {"removed", lines}, {"programs_removed", r.programs_removed},
-                                 {"pins_removed", r.pins_removed}}).dump(2)
-              << "\n";
+    print_json({{"pin_path", pin_path}, {"removed", lines}, {"programs_removed", r.programs_removed},
+                {"pins_removed", r.pins_removed}});
     return;
   }
   if (r.pins_removed) std::cout << "removed the pinned maps under " << pin_path << "\n";
@@ -127,7 +126,7 @@ std::string interface_problem(const nlohmann::json& i) {
 // Exit code: 0 when every configured interface has both programs, 5
 // (kExitUnhealthy) otherwise, 3 when nothing is recorded: a health check
 // needs no parsing.
-void cmd_status(const std::string& pin_path, bool json) {
+void cmd_status(const std::string& pin_path) {
   auto st = read_state(pin_path);
   if (!st) throw Error("roceguard is not attached with pin path " + pin_path + " (no attach record)", kExitNotFound);
   nlohmann::json out;
@@ -190,8 +189,8 @@ void cmd_status(const std::string& pin_path, bool json) {
     maps.push_back({{"name", u.name}, {"id", u.id}, {"entries", u.entries}, {"max_entries", u.max_entries},
                     {"key_size", u.key_size}, {"value_size", u.value_size}});
   out["maps"] = maps;
-  if (json) {
-    std::cout << out.dump(2) << "\n";
+  if (json_output()) {
+    print_json(out);
     return;
   }
   std::cout << "roceguard " << st->version << ", pin path " << pin_path << ", config " << st->config_hash << "\n";
@@ -243,27 +242,23 @@ void add_daemon_commands(CLI::App& app) {
 
   auto* attach = app.add_subcommand("attach", "attach (or re-attach) and exit; programs stay attached");
   add_load_flags(attach, attach_flags);
-  attach->add_flag("--json", attach_flags.json, "print what was attached as JSON");
   attach->callback([] { cmd_attach(attach_flags); });
 
   static std::string detach_pin = kDefaultPinPath;
   static std::vector<std::string> detach_ifs;
-  static bool detach_verbose = false, detach_json = false;
+  static bool detach_verbose = false;
   auto* detach = app.add_subcommand("detach", "remove roceguard's programs and pinned maps (nothing else)");
   add_pin_path(detach, detach_pin);
   detach->add_option("-i,--interface", detach_ifs, "only these interfaces (keeps the maps)");
   add_verbose(detach, detach_verbose);
-  detach->add_flag("--json", detach_json, "print what was removed as JSON");
-  detach->callback([] { cmd_detach(detach_pin, detach_ifs, detach_verbose, detach_json); });
+  detach->callback([] { cmd_detach(detach_pin, detach_ifs, detach_verbose); });
 
   static std::string status_pin = kDefaultPinPath;
-  static bool status_json = false;
   auto* status = app.add_subcommand("status", "what is attached where, program ids, map fill, config in force");
   add_pin_path(status, status_pin);
-  status->add_flag("--json", status_json, "machine-readable output");
   status->footer("exit code 0: every configured interface has both programs; 5: one is missing or not "
                  "attached (see problems); 3: nothing attached with this pin path");
-  status->callback([] { cmd_status(status_pin, status_json); });
+  status->callback([] { cmd_status(status_pin); });
 }
 
 }  // namespace rg

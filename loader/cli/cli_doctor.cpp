@@ -19,7 +19,6 @@ struct DoctorFlags {
   std::vector<std::string> interfaces;
   std::string pin_path = kDefaultPinPath;
   std::string nic_state_dir = nic::kDefaultNicStateDir;
-  bool json = false;
 };
 
 void cmd_doctor(const DoctorFlags& f) {
@@ -44,8 +43,8 @@ void cmd_doctor(const DoctorFlags& f) {
   }
   const auto findings = run_doctor(in);
   exit_code() = doctor_exit_code(findings);
-  if (f.json) {
-    std::cout << nlohmann::json({{"findings", findings_json(findings)}, {"exit_code", exit_code()}}).dump(2) << "\n";
+  if (json_output()) {
+    print_json({{"findings", findings_json(findings)}, {"exit_code", exit_code()}});
     return;
   }
   for (const auto& x : findings) {
@@ -70,7 +69,6 @@ void add_doctor_command(CLI::App& app) {
   doctor->add_option("--pin-path", flags.pin_path, "bpffs directory of roceguard's maps")->capture_default_str();
   doctor->add_option("--nic-state-dir", flags.nic_state_dir, "where `nic apply` saves what it replaced")
       ->capture_default_str();
-  doctor->add_flag("--json", flags.json, "the findings as JSON");
   doctor->footer("exit code 0: nothing fails (warnings may remain); 5: something will not work");
   doctor->callback([] { cmd_doctor(flags); });
 }

@@ -26,7 +26,6 @@ namespace {
 struct NicOptions {
   std::string config;
   OptionFlags flags;
-  bool json = false;
   bool dry_run = false;
   std::string output;
   std::string state_dir = nic::kDefaultNicStateDir;
@@ -58,8 +57,8 @@ nic::Profile build_profile(const NicOptions& o) {
 void cmd_show(const NicOptions& o) {
   nic::Profile p = build_profile(o);
   auto devices = nic::select(nic::discover(), p.interfaces);
-  if (o.json) {
-    std::cout << nic::to_json(devices).dump(2) << "\n";
+  if (json_output()) {
+    print_json(nic::to_json(devices));
     if (devices.empty()) std::cerr << "roceguard: " << nic::no_device_message(p.interfaces) << "\n";
     return;
   }
@@ -105,7 +104,7 @@ void cmd_apply(const NicOptions& o) {
     throw Error(nic::no_device_message(p.interfaces) + "; nothing to apply", kExitNotFound);
   nic::NicSystem sys;
   sys.state_dir = o.state_dir;
-  if (o.json) {
+  if (json_output()) {
     nlohmann::json out = {{"dry_run", o.dry_run}, {"profile", nic::describe(p)}, {"devices", nlohmann::json::array()}};
     for (const auto& dev : devices) {
       nic::NicOutcome outcome = nic::apply_device(dev, p, o.dry_run, sys);
@@ -115,7 +114,7 @@ void cmd_apply(const NicOptions& o) {
         break;  // the next device waits until this one is sorted out
       }
     }
-    std::cout << out.dump(2) << "\n";
+    print_json(out);
     return;
   }
   std::cout << (o.dry_run ? "dry run: nothing is changed\n" : "") << "profile:\n";
@@ -139,13 +138,13 @@ void cmd_revert(const NicOptions& o, const std::vector<std::string>& only) {
   if (names.empty()) throw Error("nothing to revert: no saved NIC values in " + o.state_dir, kExitNotFound);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& name : names) {
-    if (!o.json) std::cout << name << ":\n";
+    if (!json_output()) std::cout << name << ":\n";
     nic::NicOutcome outcome = nic::revert_device(name, sys);
-    if (o.json) out.push_back(outcome_json(name, outcome));
+    if (json_output()) out.push_back(outcome_json(name, outcome));
     else report(outcome);
     if (outcome.exit_code) exit_code() = outcome.exit_code;
   }
-  if (o.json) std::cout << nlohmann::json({{"devices", out}}).dump(2) << "\n";
+  if (json_output()) print_json({{"devices", out}});
 }
 
 // --rtt as microseconds; a usage error when it is no duration or longer
@@ -166,7 +165,7 @@ void cmd_env(const NicOptions& o) {
     if (auto warning = nic::ack_timeout_below_path(p, *rtt)) std::cerr << "roceguard: warning: " << *warning << "\n";
   auto devices = nic::select(nic::discover(), p.interfaces);
   std::string text = nic::render_env(p, devices, rtt);
-  if (o.json) {
+  if (json_output()) {
     // The variables render_env() writes, as an object; its comments stay out.
     nlohmann::json vars = nlohmann::json::object();
     std::istringstream lines(text);
@@ -175,7 +174,7 @@ void cmd_env(const NicOptions& o) {
       if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
       vars[line.substr(0, eq)] = line.substr(eq + 1);
     }
-    text = vars.dump(2) + "\n";
+    text = json_text(vars) + "\n";
   }
   if (o.output.empty() || o.output == "-") {
     std::cout << text;
@@ -197,14 +196,12 @@ void add_nic_commands(CLI::App& app) {
 
   CLI::App* show = nic->add_subcommand("show", "RDMA devices, ports, netdevs and GID tables");
   add_profile_flags(show, *opts);
-  show->add_flag("--json", opts->json, "machine-readable output");
   show->callback([opts] { cmd_show(*opts); });
 
   CLI::App* apply = nic->add_subcommand(
       "apply", "verbs self-test, then rdma_cm defaults, vendor lossy-RoCE features, PFC off, each gated on the last");
   add_profile_flags(apply, *opts);
   apply->add_flag("--dry-run", opts->dry_run, "print every change, touch nothing");
-  apply->add_flag("--json", opts->json, "each device's steps as JSON");
   apply->add_option("--state-dir", opts->state_dir, "where the values apply replaces are saved for `nic revert`")
       ->capture_default_str();
   apply->callback([opts] { cmd_apply(*opts); });
@@ -214,13 +211,11 @@ void add_nic_commands(CLI::App& app) {
   revert->add_option("device", revert_devices, "RDMA devices (default: every device apply changed)");
   revert->add_option("--state-dir", opts->state_dir, "where `nic apply` saved the values it replaced")
       ->capture_default_str();
-  revert->add_flag("--json", opts->json, "each device's steps as JSON");
   revert->callback([opts] { cmd_revert(*opts, revert_devices); });
 
   CLI::App* env = nic->add_subcommand("env", "environment for NCCL, UCX and libroceguard_qp.so");
   add_profile_flags(env, *opts);
   env->add_option("-o,--output", opts->output, "write to this file (systemd EnvironmentFile)");
-  env->add_flag("--json", opts->json, "the variables as one JSON object");
   env->add_option("--rtt", opts->rtt,
                   "the path's round trip (e.g. 10ms): say which ACK timeout fits it, warn when the profile's "
                   "is shorter; the profile is kept");

@@ -17,7 +17,14 @@ void OptionFlags::add(CLI::App* sub, FlagOf which) {
     b.flag = sub->add_option(std::string(opt.flag), b.texts, help);
     if (opt.spec.type != OptionType::kStringList)
       b.flag->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    b.flag->type_name(opt.spec.type == OptionType::kInteger ? "INT" : "TEXT");
+    // Choices as CLI11 shows an IsMember check's, TEXT:{a,b}: the bash
+    // completion offers them (packaging/gen-completion.sh reads --help).
+    std::string choices;
+    for (auto c : opt.spec.choices) choices += (choices.empty() ? "" : ",") + std::string(c);
+    if (opt.spec.type == OptionType::kBoolean) choices = "true,false";
+    b.flag->type_name(opt.spec.type == OptionType::kInteger ? "INT"
+                      : choices.empty()                     ? "TEXT"
+                                                            : "TEXT:{" + choices + "}");
   }
 }
 

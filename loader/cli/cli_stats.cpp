@@ -44,7 +44,7 @@ StatsProfile stats_profile(const std::string& config, const std::string& pin_pat
   return {nic::Profile{}, "the default profile"};
 }
 
-void cmd_stats(const std::string& pin_path, const std::string& config, bool json, bool qp, size_t top, bool all) {
+void cmd_stats(const std::string& pin_path, const std::string& config, bool qp, size_t top, bool all) {
   const StatsProfile nic_profile = stats_profile(config, pin_path);
   MapReader reader(pin_path);
   auto rows = reader.counters();
@@ -68,7 +68,7 @@ void cmd_stats(const std::string& pin_path, const std::string& config, bool json
                 << nic_profile.source << ")\n";
   }
 
-  if (json) {
+  if (json_output()) {
     nlohmann::json out;
     nlohmann::json counters = nlohmann::json::array();
     for (const auto& r : rows) counters.push_back(counter_row_json(r, interface_name(r.ifindex), true));
@@ -96,7 +96,7 @@ void cmd_stats(const std::string& pin_path, const std::string& config, bool json
       out["qps"] = list;
       out["qp_entries"] = qp_total;
     }
-    std::cout << out.dump(2) << "\n";
+    print_json(out);
     return;
   }
 
@@ -188,11 +188,10 @@ void cmd_stats(const std::string& pin_path, const std::string& config, bool json
 void add_stats_commands(CLI::App& app) {
   static std::string pin_path = kDefaultPinPath;
   static std::string config;
-  static bool json = false, qp = false, all = false;
+  static bool qp = false, all = false;
   static size_t top = 20;
   auto* stats = app.add_subcommand("stats", "counters from the pinned maps (per-CPU values summed)");
   stats->add_option("--pin-path", pin_path, "bpffs directory of roceguard's maps")->capture_default_str();
-  stats->add_flag("--json", json, "machine-readable output (every event, zeros included)");
   auto* qp_flag = stats->add_flag("--qp", qp, "also list queue pairs, worst first");
   stats->add_option("--top", top, "how many queue pairs --qp lists")->capture_default_str()->needs(qp_flag)
       ->check(CLI::Range(size_t{1}, size_t{1} << 24));
@@ -201,7 +200,7 @@ void add_stats_commands(CLI::App& app) {
                     "configuration file whose [nic] table the tunnels' round trips are held against "
                     "(default: the running configuration's)")
       ->check(CLI::ExistingFile);
-  stats->callback([] { cmd_stats(pin_path, config, json, qp, top, all); });
+  stats->callback([] { cmd_stats(pin_path, config, qp, top, all); });
 }
 
 }  // namespace rg

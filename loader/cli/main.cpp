@@ -1,7 +1,7 @@
 // The roceguard binary: wires the subcommands of cli_*.cpp into one CLI11
 // app, sets up logging from the global --log-* options, and maps errors to
-// the exit codes of common/error.h (as a JSON object on stdout when --json was
-// given, so a script reading stdout always gets JSON).
+// the exit codes of common/error.h (as a JSON object on stdout when -j/--json
+// or -p/--pretty was given, so a script reading stdout always gets JSON).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -29,13 +29,20 @@ int& exit_code() {
 
 namespace {
 
-// `roceguard --version [--json]` stands alone: the app requires a
+// `roceguard --version [-j|-p]` stands alone: the app requires a
 // subcommand, and CLI11's own version flag prints a fixed string only.
-bool is_version_request(int argc, char** argv, bool& json) {
+bool is_version_request(int argc, char** argv) {
   const std::set<std::string> args(argv + 1, argv + argc);
   if (static_cast<size_t>(argc - 1) != args.size() || !args.contains("--version")) return false;
-  json = args.contains("--json");
-  return args.size() == (json ? 2u : 1u);
+  for (const auto& a : args)
+    if (a != "--version" && a != "-j" && a != "--json" && a != "-p" && a != "--pretty") return false;
+  return true;
+}
+
+void print_version() {
+  const rg::VersionInfo v = rg::running_version();
+  if (rg::json_output()) rg::print_json(rg::version_json(v));
+  else std::fputs(rg::version_text(v).c_str(), stdout);
 }
 
 #ifdef ROCEGUARD_PAUSE_POINTS
@@ -51,17 +58,10 @@ void pause_for_test(const char* point) {
 }
 #endif
 
-bool wants_json(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--json") return true;
-  return false;
-}
-
 // Prints a failure the way the command line asked for, returns its code.
 int fail(bool json, const std::string& message, int code) {
-  if (json) {
-    const nlohmann::json out = {{"error", {{"message", message}, {"exit_code", code}}}};
-    std::fputs((out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
+  if (json || rg::json_output()) {
+    rg::print_json({{"error", {{"message", message}, {"exit_code", code}}}});
   } else {
     std::fprintf(stderr, "roceguard: %s\n", message.c_str());
   }
@@ -71,11 +71,9 @@ int fail(bool json, const std::string& message, int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool version_json = false;
-  if (is_version_request(argc, argv, version_json)) {
-    const rg::VersionInfo v = rg::running_version();
-    const std::string out = version_json ? rg::version_json(v).dump(2) + "\n" : rg::version_text(v);
-    std::fputs(out.c_str(), stdout);
+  const bool json = rg::argv_wants_json(argc, argv);
+  if (is_version_request(argc, argv)) {
+    print_version();
     return rg::kExitOk;
   }
 #ifdef ROCEGUARD_PAUSE_POINTS
@@ -87,6 +85,7 @@ int main(int argc, char** argv) {
   app.add_flag("--version")->description(
       "print the version, git revision, and the libbpf, libxdp and kernel versions in use "
       "(with --json: as JSON)");
+  rg::add_output_flags(app);
   // Global options, accepted after the subcommand too (`run --log-format json`).
   app.fallthrough();
   static std::string log_level = "info", log_format = "auto";
@@ -109,7 +108,8 @@ int main(int argc, char** argv) {
   rg::add_nic_commands(app);
   rg::add_doctor_command(app);
   rg::add_lab_command(app);
-  const bool json = wants_json(argc, argv);
+  app.add_subcommand("version", "the same as --version")->callback(print_version);
+  rg::add_man_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -17,13 +17,15 @@ namespace rg {
 namespace {
 
 spdlog::level::level_enum g_level = spdlog::level::info;
+thread_local LogFieldList t_fields;
 
 // Writes json_log_line() of every message to stderr.
 class JsonLineSink : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     const std::string line =
-        json_log_line(msg.level, std::string_view(msg.payload.data(), msg.payload.size()), msg.time) + "\n";
+        json_log_line(msg.level, std::string_view(msg.payload.data(), msg.payload.size()), msg.time, t_fields) +
+        "\n";
     std::fwrite(line.data(), 1, line.size(), stderr);
   }
   void flush_() override { std::fflush(stderr); }
@@ -58,7 +60,7 @@ LogFormat effective_log_format(LogFormat requested, bool journal_stream) {
 }
 
 std::string json_log_line(spdlog::level::level_enum level, std::string_view message,
-                          std::chrono::system_clock::time_point when) {
+                          std::chrono::system_clock::time_point when, const LogFieldList& fields) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(when.time_since_epoch()).count();
   const std::time_t secs = static_cast<std::time_t>(ms / 1000);
   std::tm utc{};
@@ -70,6 +72,8 @@ std::string json_log_line(spdlog::level::level_enum level, std::string_view mess
   nlohmann::json line = {{"time", stamp},
                          {"level", std::string(level_name.data(), level_name.size())},
                          {"message", std::string(message)}};
+  for (const auto& [key, value] : fields)
+    if (!line.contains(key)) line[key] = value;
   // A message with invalid UTF-8 (an interface name from the kernel) is
   // still one line of JSON.
   return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -98,6 +102,12 @@ void setup_logging(const LogSettings& settings) {
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
 }
+
+LogFields::LogFields(LogFieldList fields) : outer_(t_fields.size()) {
+  t_fields.insert(t_fields.end(), std::make_move_iterator(fields.begin()), std::make_move_iterator(fields.end()));
+}
+
+LogFields::~LogFields() { t_fields.resize(outer_); }
 
 void raise_log_level_for_verbose(bool verbose) {
   if (verbose && g_level > spdlog::level::debug) spdlog::set_level(spdlog::level::debug);

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace rg {
 
@@ -34,10 +36,28 @@ bool stderr_is_journal(int stderr_fd, const GetEnv& getenv_fn = {});
 // kAuto resolved: the journal when stderr is the journal stream, else text.
 LogFormat effective_log_format(LogFormat requested, bool journal_stream);
 
-// One JSON log line (no newline): {"time","level","message"}; time in UTC
-// with milliseconds, RFC 3339.
+// Structured fields of a log line ("interface", "peer"), in order.
+using LogFieldList = std::vector<std::pair<std::string, std::string>>;
+
+// One JSON log line (no newline): {"time","level","message"} and fields;
+// time in UTC with milliseconds, RFC 3339.
 std::string json_log_line(spdlog::level::level_enum level, std::string_view message,
-                          std::chrono::system_clock::time_point when);
+                          std::chrono::system_clock::time_point when, const LogFieldList& fields = {});
+
+// While one lives, the messages this thread logs are about these: JSON log
+// lines carry them as fields of their own ({"interface":"veth0"}) besides
+// the message, which names them too; text and journal lines are unchanged.
+// Nested scopes add to the outer one's fields.
+class LogFields {
+ public:
+  explicit LogFields(LogFieldList fields);
+  ~LogFields();
+  LogFields(const LogFields&) = delete;
+  LogFields& operator=(const LogFields&) = delete;
+
+ private:
+  size_t outer_;  // how many fields there were before
+};
 
 // Replaces the default logger accordingly; libbpf/libxdp messages follow
 // through setup_bpf_logging(). Called once, before any subcommand runs.

@@ -18,7 +18,7 @@ struct VersionInfo {
 };
 
 VersionInfo running_version();
-// One "name version" per line, roceguard first (help2man reads line one).
+// One "name version" per line, roceguard first.
 std::string version_text(const VersionInfo& v);
 nlohmann::json version_json(const VersionInfo& v);
 

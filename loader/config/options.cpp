@@ -748,4 +748,63 @@ std::string options_markdown() {
   return o.str();
 }
 
+// Text for a troff page: backslashes and a leading control character
+// escaped, hyphens as minus signs (they are typed as such).
+std::string troff_text(std::string_view in) {
+  std::string out;
+  for (char c : in) {
+    if (c == '\\') out += "\\e";
+    else if (c == '-') out += "\\-";
+    else out += c;
+  }
+  if (!out.empty() && (out[0] == '.' || out[0] == '\'')) out.insert(0, "\\&");
+  return out;
+}
+
+std::string options_man() {
+  std::ostringstream o;
+  auto item = [&](const std::string& key, const std::string& type, const std::string& range,
+                  const std::string& def, const std::string& env, const std::string& flag, std::string_view help) {
+    o << ".TP\n.B " << troff_text(key) << "\n" << troff_text(type);
+    if (!range.empty()) o << "; " << troff_text(range);
+    if (!def.empty()) o << "; default \\fB" << troff_text(def) << "\\fR";
+    o << "\n.br\n" << troff_text(help) << "\n";
+    if (!env.empty() || !flag.empty()) {
+      o << ".br\n";
+      if (!env.empty()) o << "Environment \\fB" << troff_text(env) << "\\fR";
+      if (!flag.empty()) o << (env.empty() ? "Flag" : ", flag") << " \\fB" << troff_text(flag) << "\\fR";
+      o << ".\n";
+    }
+  };
+  for (const auto& opt : options()) {
+    std::string flag = opt.long_flag();
+    if (!flag.empty()) flag += opt.flag_of == FlagOf::kNic ? " (nic)" : "";
+    item(std::string(opt.path), type_text(opt.spec), opt.range_text(), opt.default_text(), opt.env(), flag, opt.help);
+    if (opt.spec.type == OptionType::kTableList)
+      for (const auto& f : peer_fields())
+        item(std::string(opt.path) + "[]." + std::string(f.key), type_text(f.spec),
+             spec_range_text(f.spec) + (f.missing.empty() ? "" : spec_range_text(f.spec).empty() ? "required" : "; required"),
+             "", "", "", f.help);
+  }
+  return o.str();
+}
+
+nlohmann::json options_json() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& opt : options()) {
+    out.push_back({{"key", opt.path}, {"environment", opt.env()}, {"flag", opt.long_flag()},
+                   {"flag_of", opt.flag_of == FlagOf::kNic      ? nlohmann::json{"nic"}
+                               : opt.flag_of == FlagOf::kDaemon ? nlohmann::json{"run", "attach", "config check"}
+                                                                : nlohmann::json::array()},
+                   {"type", type_text(opt.spec)}, {"range", opt.range_text()}, {"default", opt.default_text()},
+                   {"meaning", opt.help}});
+    if (opt.spec.type == OptionType::kTableList)
+      for (const auto& f : peer_fields())
+        out.push_back({{"key", std::string(opt.path) + "[]." + std::string(f.key)}, {"environment", ""},
+                       {"flag", ""}, {"flag_of", nlohmann::json::array()}, {"type", type_text(f.spec)}, {"range", spec_range_text(f.spec)},
+                       {"default", f.missing.empty() ? "" : "required"}, {"meaning", f.help}});
+  }
+  return out;
+}
+
 }  // namespace rg

@@ -100,5 +100,12 @@ void apply_flags(Config& cfg, const FlagValues& flags, ConfigProblems& p);
 std::string options_text();
 // The README's table (`config options --markdown`).
 std::string options_markdown();
+// The same table as JSON (`config options -j`): one object per key.
+nlohmann::json options_json();
+// The same table as troff (.TP items), for the roceguard.toml(5) page.
+std::string options_man();
+// Text for a troff page: backslashes, hyphens and a leading control
+// character escaped.
+std::string troff_text(std::string_view in);
 
 }  // namespace rg

@@ -23,9 +23,11 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/netlink.h"
 #include "common/pause_point.h"
 #include "common/text.h"
+#include "config/options.h"
 #include "dataplane/attach.h"
 #include "dataplane/hooks.h"
 #include "dataplane/maps.h"
@@ -211,10 +213,19 @@ class Runner {
   Runner(Dataplane& dp, Exporter& ex, State st, bool attached, bool force)
       : dp_(dp), ex_(ex), st_(std::move(st)), loaded_(attached), force_(force) {
     for (const auto& i : st_.interfaces) {
+      const LogFields about({{"interface", i.name}});
       set_state(i, i.ifindex != 0);
       if (!i.ifindex)
         spdlog::warn("interface {} does not exist yet: roceguard attaches it when it appears", i.name);
     }
+  }
+
+  // The configuration in force changed in place (a reload): the record
+  // says so, for `status` (written at the first attach when none is yet).
+  void record_config(const Config& cfg) {
+    st_.config = cfg.to_json();
+    st_.config_hash = cfg.hash();
+    if (loaded_) write_state(dp_.pin_path(), st_);
   }
 
   // Says which configured interface was renamed: the watch pass then sees
@@ -222,6 +233,7 @@ class Runner {
   void note_links(const std::map<int, std::string>& links) {
     for (const auto& is : st_.interfaces) {
       if (!is.ifindex || !up_[is.name]) continue;
+      const LogFields about({{"interface", is.name}});
       auto it = links.find(is.ifindex);
       if (it != links.end() && it->second != is.name)
         spdlog::info("interface {} (ifindex {}) was renamed to {}", is.name, is.ifindex, printable(it->second));
@@ -238,6 +250,7 @@ class Runner {
     }
     bool changed = false;
     for (auto& is : st_.interfaces) {
+      const LogFields about({{"interface", is.name}});
       unsigned idx = if_nametoindex(is.name.c_str());
       if (!idx) {
         if (up_[is.name]) {
@@ -324,6 +337,7 @@ class Runner {
   // encapsulated: the data plane applies the oversize policy to them (pass
   // unencapsulated, or drop). Said once per change of the device's MTU.
   void check_mtu(const std::string& name) {
+    const LogFields about({{"interface", name}});
     uint32_t tunnel_mtu = 0;
     std::string peer;
     for (const auto& p : dp_.config().peers)
@@ -339,6 +353,8 @@ class Runner {
     auto& seen = mtu_seen_[name];
     if (seen == mtu) return;
     if (seen) spdlog::info("interface {} MTU changed from {} to {}", name, seen, mtu);
+    // The two below are about the peer with the largest tunnel MTU too.
+    const LogFields of_peer(peer.empty() ? LogFieldList{} : LogFieldList{{"peer", peer}});
     if (tunnel_mtu && mtu < tunnel_mtu)
       spdlog::warn("interface {} has MTU {}, below the tunnel MTU {} of peer {}: larger encapsulated packets "
                    "follow the oversize policy ({}); raise the interface MTU or lower tunnel.mtu",
@@ -440,8 +456,71 @@ State attach(const Config& cfg, const std::string& pin_path, bool reset_state, b
   return dp.attach_all(force);
 }
 
-void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state, bool force,
-                const StopSignals& signals) {
+namespace {
+
+// The option table's keys whose values differ between a and b.
+std::vector<std::string> changed_keys(const Config& a, const Config& b) {
+  std::vector<std::string> out;
+  for (const auto& opt : options())
+    if (opt.get && opt.get(a) != opt.get(b)) out.emplace_back(opt.path);
+  return out;
+}
+
+// SIGHUP: the configuration again. tunnel.peer (slots, routes, decap keys)
+// changes in place; every other key needs the programs loaded again or the
+// exporter bound again, and is only logged. A peer inherits from [tunnel]:
+// when a key there changed too, the peers wait for the restart as well.
+// Returns true when the peers in force changed.
+bool reload_config(Config& cfg, const std::function<Config()>& reload, Dataplane& dp, Runner& runner) {
+  Config next;
+  try {
+    next = reload();
+  } catch (const std::exception& e) {
+    spdlog::error("SIGHUP: configuration refused, the one in force stays: {}", e.what());
+    return false;
+  }
+  const std::vector<std::string> changed = changed_keys(cfg, next);
+  if (changed.empty()) {
+    spdlog::info("SIGHUP: configuration read again, nothing changed");
+    return false;
+  }
+  bool peers = false, tunnel_defaults = false;
+  for (const auto& key : changed) {
+    if (key == "tunnel.peer") {
+      peers = true;
+      continue;
+    }
+    tunnel_defaults |= key.rfind("tunnel.", 0) == 0;
+    spdlog::warn("SIGHUP: {} changed: restart roceguard to apply it (not applied)", key);
+  }
+  if (!peers) return false;
+  if (tunnel_defaults) {
+    spdlog::warn("SIGHUP: tunnel.peer changed along with [tunnel] keys its peers inherit: restart roceguard to "
+                 "apply them (not applied)");
+    return false;
+  }
+  try {
+    dp.replace_peers(next.peers);
+  } catch (const std::exception& e) {
+    spdlog::error("SIGHUP: cannot apply tunnel.peer, the peers in force stay: {}", e.what());
+    return false;
+  }
+  cfg.peers = next.peers;
+  try {
+    runner.record_config(dp.config());
+  } catch (const std::exception& e) {
+    spdlog::error("SIGHUP: {}", e.what());
+  }
+  spdlog::info("SIGHUP: tunnel.peer applied: {} peer(s) with their routes", cfg.peers.size());
+  return true;
+}
+
+}  // namespace
+
+void run_daemon(const Config& initial, const std::string& pin_path, bool reset_state, bool force,
+                const StopSignals& signals, const std::function<Config()>& reload) {
+  // The configuration in force: a reload changes its peers.
+  Config cfg = initial;
   if (!cfg.attach_dataplane) return run_exporter_only(cfg, signals);
   ensure_bpffs(pin_path);
   PinLock lock(pin_path, true);
@@ -536,7 +615,14 @@ void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state
                    strsignal(sig));
       return;
     }
-    if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
+    if (sig == SIGHUP && !reload) spdlog::info("SIGHUP: restart the service to apply a new configuration");
+    if (sig == SIGHUP && reload && reload_config(cfg, reload, dp, runner)) {
+      // Both follow the peers: new ones from the next pass on.
+      leases.reset();
+      start_leases();
+      shield_auto.reset();
+      shield_auto_fds = {-1, -1};
+    }
     Drained d;
     bool nft_changed = false;
     if (readable) {

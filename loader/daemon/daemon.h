@@ -51,8 +51,12 @@ State attach(const Config& cfg, const std::string& pin_path, bool reset_state, b
 // and TC events (with a slow re-check for what raises none), until SIGTERM
 // or SIGINT. An interface that does not exist yet is waited for, not an
 // error: at boot the NIC driver or the CNI may create it after us.
+// SIGHUP reloads the configuration with reload() (a refused one is logged
+// and the one in force stays): the tunnel peers and routes are applied in
+// place; any other key that changed is logged as needing a restart and
+// not applied.
 void run_daemon(const Config& cfg, const std::string& pin_path, bool reset_state, bool force,
-                const StopSignals& signals);
+                const StopSignals& signals, const std::function<Config()>& reload = {});
 
 struct DetachResult {
   size_t programs_removed = 0;

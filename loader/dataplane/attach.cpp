@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/pause_point.h"
 #include "dataplane/map_writer.h"
 #include "dataplane/maps.h"
@@ -396,6 +397,7 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
       writer.write_tunnels(cfg_.peers);
     }
     for (const auto& name : cfg_.interfaces) {
+      const LogFields about({{"interface", name}});
       if (absent(name)) {
         st.interfaces.emplace_back().name = name;
         continue;
@@ -436,6 +438,21 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
   warn_if_not_forwarding(cfg_);
   detach_unconfigured();
   return st;
+}
+
+void Dataplane::replace_peers(const std::vector<PeerConfig>& peers) {
+  if (access((pin_path_ + "/" + kMapPeers).c_str(), F_OK) == 0) {
+    TunnelMaps maps(pin_path_);
+    MapWriter writer = maps.writer();
+    const MapWriter::Snapshot before = writer.snapshot();
+    try {
+      writer.write_tunnels(peers);
+    } catch (...) {
+      writer.restore(before);
+      throw;
+    }
+  }
+  cfg_.peers = peers;
 }
 
 void Dataplane::recheck_fast_path() {

@@ -74,6 +74,12 @@ class Dataplane {
   // empties the slot when the answer changed (logged once per change).
   // Never throws.
   void recheck_fast_path();
+
+  // `run`'s reload: the tunnel maps take peers (slots, routes, decap keys)
+  // in place, with the programs attached, and a re-attach writes them from
+  // then on. Before the first attach (no maps pinned yet) only the latter.
+  // On failure the maps are put back as they were and rg::Error is thrown.
+  void replace_peers(const std::vector<PeerConfig>& peers);
   // Whether the slot is filled; with the fast path configured and off,
   // netfilter() says why.
   bool fast_path_open() const { return fast_path_open_; }

@@ -1630,6 +1630,63 @@ routes = ["203.0.113.0/24"]
   EXPECT_EQ(st["config"]["tunnel"]["peer"][0]["vni"], 4792);
 }
 
+// SIGHUP under run reads the file again: a peer's new VNI and routes are in
+// force in the pinned maps and the record; a changed interface list is
+// logged as needing a restart and not applied; a file that does not parse
+// is refused and the peers in force stay.
+TEST_F(LoaderNetns, SighupAppliesPeersAndNamesWhatNeedsARestart) {
+  create_second_veth();
+  const std::string peer = R"(
+[[tunnel.peer]]
+name = "west"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+)";
+  const std::string file = write_file("reload.toml", "interfaces = [\"veth0\"]\n" + peer +
+                                                     "vni = 4791\nroutes = [\"203.0.113.0/24\"]\n");
+  Daemon d = start_run("--config " + file + " --metrics-listen 127.0.0.1:9741");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  auto peers_dump = [&] { return sh("bpftool -j map dump pinned " + pin_ + "/rg_peers").out; };
+  ASSERT_NE(peers_dump().find("\"vni\":4791"), std::string::npos);
+  ASSERT_EQ(map_entries("rg_route4"), 1u);
+  // Waits (bounded) for the count-th log line containing what.
+  auto logged = [&](const std::string& what, size_t count = 1) {
+    for (int i = 0; i < 100; ++i) {
+      const std::string log = read_log(d);
+      size_t n = 0;
+      for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+      if (n >= count) return true;
+      usleep(100 * 1000);
+    }
+    return false;
+  };
+
+  std::ofstream(file) << "interfaces = [\"veth0\", \"vx0\"]\n" << peer
+                      << "vni = 4792\nroutes = [\"203.0.113.0/24\", \"192.0.2.0/24\"]\n";
+  ASSERT_EQ(kill(d.pid, SIGHUP), 0);
+  EXPECT_TRUE(logged("SIGHUP: tunnel.peer applied")) << read_log(d);
+  EXPECT_TRUE(logged("SIGHUP: interfaces changed: restart roceguard to apply it (not applied)")) << read_log(d);
+  const std::string dump = peers_dump();
+  EXPECT_NE(dump.find("\"vni\":4792"), std::string::npos) << dump.substr(0, 400);
+  EXPECT_EQ(dump.find("\"vni\":4791"), std::string::npos) << dump.substr(0, 400);
+  EXPECT_EQ(map_entries("rg_route4"), 2u);
+  json st = status();
+  EXPECT_EQ(st["config"]["tunnel"]["peer"][0]["vni"], 4792) << st.dump();
+  EXPECT_EQ(st["config"]["interfaces"], json::array({"veth0"})) << st.dump();
+  EXPECT_EQ(st["interfaces"].size(), 1u) << st.dump();
+  EXPECT_TRUE(hooks("vx0").xdp.empty() && hooks("vx0").tc.empty()) << "vx0 is not attached before a restart";
+
+  std::ofstream(file) << "interfaces = [\"veth0\"]\n" << peer << "vni = \"not a number\"\n";
+  ASSERT_EQ(kill(d.pid, SIGHUP), 0);
+  EXPECT_TRUE(logged("SIGHUP: configuration refused, the one in force stays")) << read_log(d);
+  EXPECT_NE(peers_dump().find("\"vni\":4792"), std::string::npos);
+  EXPECT_EQ(map_entries("rg_route4"), 2u);
+  EXPECT_EQ(status()["config"]["tunnel"]["peer"][0]["vni"], 4792);
+
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
 // A re-attach that fails late (after veth0 is already re-attached) leaves
 // every interface as it was: the previous programs (same ids), the previous
 // tunnel maps and attach record, and the counters.
@@ -2022,6 +2079,81 @@ TEST_F(LoaderNetns, JsonOnEveryCommandErrorsIncluded) {
   EXPECT_EQ(j["programs_removed"], 2);
 }
 
+// The global -j and -p, before or after the subcommand, on every command
+// that prints data: -j is one line of JSON, -p several lines of the same
+// value; a command's own spelling (`status --json`) is the same flag.
+TEST_F(LoaderNetns, GlobalJsonAndPrettyOnEveryCommand) {
+  ASSERT_EQ(rg_stdout("attach --interface veth0").rc, 0);
+  const std::string pin = " --pin-path " + pin_;
+  const std::string config = " " + std::string(RG_DEFAULT_CONFIG);
+  // Whether two runs print the same value: attach loads new programs, and
+  // status, stats and doctor read counters, map fill and link state the
+  // kernel changes between two runs (a veth's own IPv6 traffic); their
+  // runs are held to the same keys.
+  struct Command {
+    std::string cmd, args;
+    bool same_value;
+  };
+  const std::vector<Command> commands = {
+      {"status", pin, false},
+      {"stats", pin, false},
+      {"stats", " --qp" + pin, false},
+      {"config check", " --offline" + config, true},
+      {"config check", " --offline --print" + config, true},
+      {"config options", "", true},
+      {"nic show", "", true},
+      {"nic env", "", true},
+      {"doctor", " -i veth0" + pin, false},
+      {"version", "", true},
+      {"attach", " --interface veth0" + pin, false},
+  };
+  auto out_of = [&](const std::string& args) {
+    return sh("(" + in_a(std::string(RG_BIN) + " " + args) + " 2>/dev/null)").out;
+  };
+  auto one_line = [](const std::string& out) {
+    return !out.empty() && out.back() == '\n' && out.find('\n') == out.size() - 1;
+  };
+  auto keys = [](const json& j) {
+    std::vector<std::string> out;
+    if (j.is_object())
+      for (const auto& [k, v] : j.items()) out.push_back(k);
+    return out;
+  };
+  for (const auto& [cmd, args, same_value] : commands) {
+    const std::string before = out_of("-j " + cmd + args), after = out_of(cmd + args + " -j"),
+                      long_form = out_of(cmd + args + " --json"), pretty = out_of(cmd + args + " -p"),
+                      pretty_first = out_of("--pretty " + cmd + args);
+    const json j = json::parse(before, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << cmd << args << ":\n" << before;
+    EXPECT_TRUE(j.is_object()) << cmd << args << ":\n" << before;
+    EXPECT_FALSE(keys(j).empty()) << cmd << args << ":\n" << before;
+    EXPECT_TRUE(one_line(before)) << cmd << args << ":\n" << before;
+    EXPECT_TRUE(one_line(after)) << cmd << args << ":\n" << after;
+    EXPECT_GT(std::count(pretty.begin(), pretty.end(), '\n'), 1) << cmd << args << ":\n" << pretty;
+    for (const auto& other : {after, long_form, pretty, pretty_first}) {
+      const json o = json::parse(other, nullptr, false);
+      ASSERT_FALSE(o.is_discarded()) << cmd << args << ":\n" << other;
+      if (same_value) EXPECT_EQ(o, j) << cmd << args << ":\n" << other;
+      else EXPECT_EQ(keys(o), keys(j)) << cmd << args << ":\n" << other;
+    }
+  }
+  // --version stands alone and takes them too.
+  const std::string v = out_of("--version -j");
+  EXPECT_TRUE(one_line(v)) << v;
+  EXPECT_EQ(json::parse(v, nullptr, false), json::parse(out_of("version -j"), nullptr, false)) << v;
+  EXPECT_EQ(json::parse(out_of("-p --version"), nullptr, false), json::parse(v, nullptr, false));
+  // Errors too: one line with -j, the same object with -p.
+  const std::string e = out_of("-j status --pin-path " + tmp_ + "/nothing-here");
+  EXPECT_TRUE(one_line(e)) << e;
+  const json ej = json::parse(e, nullptr, false);
+  EXPECT_EQ(ej["error"]["exit_code"], 3) << e;
+  EXPECT_EQ(json::parse(out_of("status -p --pin-path " + tmp_ + "/nothing-here"), nullptr, false), ej);
+  // Detach last: what it removed, as one line.
+  const std::string d = out_of("detach -j" + pin);
+  EXPECT_TRUE(one_line(d)) << d;
+  EXPECT_EQ(json::parse(d, nullptr, false)["pins_removed"], true) << d;
+}
+
 // The log's format and level reach a real attach: JSON lines on stderr,
 // info dropped at --log-level warn.
 TEST_F(LoaderNetns, LogFormatAndLevelApplyToCommands) {
@@ -2040,6 +2172,43 @@ TEST_F(LoaderNetns, LogFormatAndLevelApplyToCommands) {
          " 2>&1 >/dev/null)");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out.find("attached to veth0"), std::string::npos) << r.out;
+}
+
+// A JSON log line about one interface carries it as a field of its own:
+// the attach of each, under attach and under run, and run's re-attach.
+TEST_F(LoaderNetns, JsonLogLinesNameTheirInterface) {
+  create_second_veth();
+  Result r = sh("(" + in_a(std::string(RG_BIN) + " attach -i veth0 -i vx0 --pin-path " + pin_ +
+                           " --log-format json") + " 2>&1 >/dev/null)");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::map<std::string, std::string> attached;  // interface field -> message
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    json j = json::parse(l, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not a JSON line: " << l;
+    const std::string msg = j.value("message", "");
+    if (msg.rfind("attached to ", 0) == 0) attached[j.value("interface", "")] = msg;
+  }
+  ASSERT_EQ(attached.size(), 2u) << r.out;
+  EXPECT_EQ(attached["veth0"].rfind("attached to veth0 ", 0), 0u) << r.out;
+  EXPECT_EQ(attached["vx0"].rfind("attached to vx0 ", 0), 0u) << r.out;
+
+  Daemon d = start_run("-i veth0 --metrics-listen 127.0.0.1:9741 --log-format json");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  must(in_a("tc filter del dev veth0 egress pref 82 handle 0x52 bpf"));  // run puts it back
+  bool reattached = false;
+  for (int i = 0; i < 100 && !reattached; ++i) {
+    std::istringstream log(read_log(d));
+    for (std::string l; std::getline(log, l);) {
+      json j = json::parse(l, nullptr, false);
+      reattached |= j.is_object() && j.value("message", "").rfind("re-attached to veth0", 0) == 0 &&
+                    j.value("interface", "") == "veth0";
+    }
+    if (!reattached) usleep(100 * 1000);
+  }
+  EXPECT_TRUE(reattached) << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }
 
 // SIGTERM in the middle of attach (one interface done, the next not yet):

@@ -35,6 +35,19 @@ TEST(LogJson, InvalidUtf8StaysOneJsonLine) {
   EXPECT_FALSE(json::parse(line, nullptr, false).is_discarded()) << line;
 }
 
+TEST(LogJson, FieldsAreKeysOfTheirOwnAndNeverReplaceTheMessage) {
+  const std::string line =
+      rg::json_log_line(spdlog::level::info, "attached to veth0", std::chrono::system_clock::now(),
+                        {{"interface", "veth0"}, {"peer", "west"}, {"message", "not this"}});
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  const json j = json::parse(line);
+  EXPECT_EQ(j["interface"], "veth0");
+  EXPECT_EQ(j["peer"], "west");
+  EXPECT_EQ(j["message"], "attached to veth0");
+  EXPECT_FALSE(json::parse(rg::json_log_line(spdlog::level::info, "m", std::chrono::system_clock::now()))
+                   .contains("interface"));
+}
+
 TEST(LogFormat, AutoIsTheJournalOnlyOnItsStream) {
   EXPECT_EQ(rg::effective_log_format(rg::LogFormat::kAuto, true), rg::LogFormat::kJournal);
   EXPECT_EQ(rg::effective_log_format(rg::LogFormat::kAuto, false), rg::LogFormat::kText);

@@ -110,7 +110,7 @@ TEST(NicCli, EnvRttNamesTheFittingExponentAndWarnsWhenTheProfileIsShorter) {
   // --json keeps the variables only; the warning still reaches stderr.
   r = roceguard("nic env --json --ack-timeout 500us --rtt 300us", false);
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("\"NCCL_IB_TIMEOUT\": \"7\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"NCCL_IB_TIMEOUT\":\"7\""), std::string::npos) << r.out;  // -j: one line
   EXPECT_EQ(r.out.find("round trip"), std::string::npos) << r.out;
   r = roceguard("nic env --json --ack-timeout 500us --rtt 300us");
   EXPECT_NE(r.out.find("too short for a 300us round trip: it takes exponent 9 (2.097ms)"), std::string::npos)
@@ -138,7 +138,7 @@ TEST(NicCli, ShowWithoutDeviceExitsZero) {
   EXPECT_NE(r.out.find("no RDMA device found"), std::string::npos) << r.out;
   r = roceguard("nic show --json -i " + kNoSuchIf);
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("\"devices\": []"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"devices\":[]"), std::string::npos) << r.out;  // -j: one line
   // Whatever this machine has, show itself succeeds.
   EXPECT_EQ(roceguard("nic show").status, 0);
 }

@@ -1,5 +1,5 @@
 // `roceguard --version` and `--version --json`: the build's version and
-// revision and the libbpf, libxdp and kernel in use, in a form help2man
+// revision and the libbpf, libxdp and kernel in use, in a form people
 // (first line "roceguard VERSION") and scripts (JSON keys) can rely on.
 #include <gtest/gtest.h>
 #include <sys/utsname.h>
