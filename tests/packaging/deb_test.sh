@@ -70,7 +70,7 @@ DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recom
 echo "== installed"
 in_root roceguard --version
 in_root roceguard --version --json | tee "$work/version.json"
-grep -q '"version": "' "$work/version.json"
+jq -e '.version | strings | length > 0' "$work/version.json" >/dev/null
 if in_root roceguard config check --help | grep -- --offline >/dev/null; then
   check=(roceguard config check --offline /etc/roceguard/roceguard.toml)
 else
