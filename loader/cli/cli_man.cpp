@@ -97,6 +97,13 @@ std::string command_page(const CLI::App& app, const CLI::App* sub) {
   command_body(o, sub, "roceguard " + sub->get_name());
   o << ".SH \"GLOBAL OPTIONS\"\nAccepted before or after the command.\n";
   options_of(o, &app, false);
+  if (sub->get_name() == "run")
+    o << ".SH SIGNALS\n.TP\n.B SIGTERM, SIGINT\nExit; the programs stay attached and the maps pinned.\n.TP\n"
+         ".B SIGHUP\nRead the configuration again (\\fBsystemctl reload roceguard\\fR). The tunnel peers with "
+         "their routes and the metrics settings (\\fBmetrics.listen\\fR, \\fBmetrics.health_listen\\fR, "
+         "\\fBmetrics.web_config\\fR and the file it names, \\fBmetrics.per_qp\\fR, \\fBmetrics.top_qps\\fR) "
+         "apply in place; any other key that changed is logged as needing a restart and is not applied. A file "
+         "that does not parse or validate is refused, and the configuration in force stays.\n";
   exit_status(o);
   o << ".SH \"SEE ALSO\"\n.BR roceguard (8),\n.BR " << kToml << " (5)\n";
   return o.str();

@@ -390,31 +390,41 @@ void log_health(const Exporter& exporter) {
     spdlog::info("serving liveness and readiness on http://{0}/livez and http://{0}/readyz", exporter.health_address());
 }
 
-// `run` with dataplane.attach = false: nothing attached, nothing pinned, no
-// bpffs needed; the exporter serves the NIC counters and profile state.
-void run_exporter_only(const Config& cfg, const StopSignals& signals) {
-  ExporterOptions eo;
-  eo.listen = cfg.metrics_listen;
-  eo.health_listen = cfg.health_listen;
-  eo.web_config = cfg.web_config;
-  eo.interfaces = cfg.interfaces;
-  eo.dataplane = false;
-  eo.nic_state_dir = nic::kDefaultNicStateDir;
-  Exporter exporter(eo);
-  spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on {}",
-               exporter.metrics_url());
-  log_health(exporter);
-  sd_notifyf(0, "READY=1\nSTATUS=exporter only, metrics on %s", exporter.listen_address().c_str());
-  for (;;) {
-    bool unused = false;
-    const int sig = signals.wait(-1, kRecheckMs, unused);
-    if (sig == SIGTERM || sig == SIGINT) {
-      sd_notify(0, "STOPPING=1");
-      spdlog::info("{}: exiting", strsignal(sig));
-      return;
-    }
-    if (sig == SIGHUP) spdlog::info("SIGHUP: restart the service to apply a new configuration");
+// The exporter's options: the metrics settings from cfg, what a reload
+// changes; the interfaces, the pins and the mode are the process's own.
+ExporterOptions exporter_options(const Config& cfg, ExporterOptions base) {
+  base.listen = cfg.metrics_listen;
+  base.health_listen = cfg.health_listen;
+  base.web_config = cfg.web_config;
+  base.per_qp = cfg.per_qp;
+  base.top_qps = cfg.top_qps;
+  return base;
+}
+
+// A reload's metrics settings: the exporter applies them (its web
+// configuration file read again) and cfg takes them once applied. Logs
+// what changed; returns how many settings changed, nothing when they
+// could not be applied.
+std::optional<size_t> reload_metrics(Config& cfg, const Config& next, Exporter& exporter,
+                                     const ExporterOptions& base) {
+  std::vector<std::string> applied;
+  try {
+    applied = exporter.reconfigure(exporter_options(next, base));
+  } catch (const std::exception& e) {
+    spdlog::error("SIGHUP: metrics settings not applied: {}", e.what());
+    return std::nullopt;
   }
+  cfg.metrics_listen = next.metrics_listen;
+  cfg.health_listen = next.health_listen;
+  cfg.web_config = next.web_config;
+  cfg.per_qp = next.per_qp;
+  cfg.top_qps = next.top_qps;
+  if (applied.empty()) return 0;
+  std::string names;
+  for (const auto& a : applied) names += (names.empty() ? "" : ", ") + a;
+  spdlog::info("SIGHUP: {} applied: serving metrics on {}", names, exporter.metrics_url());
+  log_health(exporter);
+  return applied.size();
 }
 
 }  // namespace
@@ -466,12 +476,14 @@ std::vector<std::string> changed_keys(const Config& a, const Config& b) {
   return out;
 }
 
-// SIGHUP: the configuration again. tunnel.peer (slots, routes, decap keys)
-// changes in place; every other key needs the programs loaded again or the
-// exporter bound again, and is only logged. A peer inherits from [tunnel]:
-// when a key there changed too, the peers wait for the restart as well.
+// SIGHUP: the configuration again. The metrics settings and tunnel.peer
+// (slots, routes, decap keys) change in place; every other key needs the
+// programs loaded again, and is only logged. A peer inherits from
+// [tunnel]: when a key there changed too, the peers wait for the restart
+// as well. Exporter-only mode (no dp) applies the metrics settings only.
 // Returns true when the peers in force changed.
-bool reload_config(Config& cfg, const std::function<Config()>& reload, Dataplane& dp, Runner& runner) {
+bool reload_config(Config& cfg, const std::function<Config()>& reload, Exporter& exporter,
+                   const ExporterOptions& base, Dataplane* dp, Runner* runner) {
   Config next;
   try {
     next = reload();
@@ -479,20 +491,40 @@ bool reload_config(Config& cfg, const std::function<Config()>& reload, Dataplane
     spdlog::error("SIGHUP: configuration refused, the one in force stays: {}", e.what());
     return false;
   }
-  const std::vector<std::string> changed = changed_keys(cfg, next);
-  if (changed.empty()) {
-    spdlog::info("SIGHUP: configuration read again, nothing changed");
+  // Even with the same settings: the web configuration file is read again.
+  const std::vector<std::string> before = changed_keys(cfg, next);
+  const std::optional<size_t> metrics = reload_metrics(cfg, next, exporter, base);
+  // The state record says what is in force.
+  auto record = [&] {
+    if (!runner) return;
+    Config in_force = dp->config();
+    in_force.metrics_listen = cfg.metrics_listen;
+    in_force.health_listen = cfg.health_listen;
+    in_force.web_config = cfg.web_config;
+    in_force.per_qp = cfg.per_qp;
+    in_force.top_qps = cfg.top_qps;
+    try {
+      runner->record_config(in_force);
+    } catch (const std::exception& e) {
+      spdlog::error("SIGHUP: {}", e.what());
+    }
+  };
+  if (before.empty()) {
+    if (metrics == 0u) spdlog::info("SIGHUP: configuration read again, nothing changed");
+    if (metrics > 0u) record();
     return false;
   }
   bool peers = false, tunnel_defaults = false;
-  for (const auto& key : changed) {
-    if (key == "tunnel.peer") {
+  for (const auto& key : before) {
+    if (key == "tunnel.peer" && dp) {
       peers = true;
       continue;
     }
+    if (key.rfind("metrics.", 0) == 0) continue;  // applied, or said why not
     tunnel_defaults |= key.rfind("tunnel.", 0) == 0;
     spdlog::warn("SIGHUP: {} changed: restart roceguard to apply it (not applied)", key);
   }
+  if (metrics > 0u) record();
   if (!peers) return false;
   if (tunnel_defaults) {
     spdlog::warn("SIGHUP: tunnel.peer changed along with [tunnel] keys its peers inherit: restart roceguard to "
@@ -500,19 +532,41 @@ bool reload_config(Config& cfg, const std::function<Config()>& reload, Dataplane
     return false;
   }
   try {
-    dp.replace_peers(next.peers);
+    dp->replace_peers(next.peers);
   } catch (const std::exception& e) {
     spdlog::error("SIGHUP: cannot apply tunnel.peer, the peers in force stay: {}", e.what());
     return false;
   }
   cfg.peers = next.peers;
-  try {
-    runner.record_config(dp.config());
-  } catch (const std::exception& e) {
-    spdlog::error("SIGHUP: {}", e.what());
-  }
+  record();
   spdlog::info("SIGHUP: tunnel.peer applied: {} peer(s) with their routes", cfg.peers.size());
   return true;
+}
+
+// `run` with dataplane.attach = false: nothing attached, nothing pinned, no
+// bpffs needed; the exporter serves the NIC counters and profile state.
+void run_exporter_only(Config cfg, const StopSignals& signals, const std::function<Config()>& reload) {
+  ExporterOptions base;
+  base.interfaces = cfg.interfaces;
+  base.dataplane = false;
+  base.nic_state_dir = nic::kDefaultNicStateDir;
+  Exporter exporter(exporter_options(cfg, base));
+  spdlog::info("exporter only (dataplane.attach = false): no program attached; NIC counters and profile state on {}",
+               exporter.metrics_url());
+  log_health(exporter);
+  sd_notifyf(0, "READY=1\nSTATUS=exporter only, metrics on %s", exporter.listen_address().c_str());
+  for (;;) {
+    bool unused = false;
+    const int sig = signals.wait(-1, kRecheckMs, unused);
+    if (sig == SIGTERM || sig == SIGINT) {
+      sd_notify(0, "STOPPING=1");
+      spdlog::info("{}: exiting", strsignal(sig));
+      return;
+    }
+    if (sig == SIGHUP && !reload) spdlog::info("SIGHUP: restart the service to apply a new configuration");
+    if (sig == SIGHUP && reload) reload_config(cfg, reload, exporter, base, nullptr, nullptr);
+    if (!exporter.serving()) throw Error("the metrics endpoint is down: a reload could not start it again", kExitFailure);
+  }
 }
 
 }  // namespace
@@ -521,7 +575,7 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
                 const StopSignals& signals, const std::function<Config()>& reload) {
   // The configuration in force: a reload changes its peers.
   Config cfg = initial;
-  if (!cfg.attach_dataplane) return run_exporter_only(cfg, signals);
+  if (!cfg.attach_dataplane) return run_exporter_only(cfg, signals, reload);
   ensure_bpffs(pin_path);
   PinLock lock(pin_path, true);
   const PinScope scope = pin_scope(pin_path);
@@ -529,17 +583,12 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
 
   // Bind the exporter before touching the interfaces: a busy port fails
   // the start without side effects.
-  ExporterOptions eo;
-  eo.listen = cfg.metrics_listen;
-  eo.health_listen = cfg.health_listen;
-  eo.web_config = cfg.web_config;
-  eo.pin_path = pin_path;
-  eo.interfaces = cfg.interfaces;
-  eo.per_qp = cfg.per_qp;
-  eo.top_qps = cfg.top_qps;
-  eo.pins_outlive_process = scope.outlives_process;
-  eo.nic_state_dir = nic::kDefaultNicStateDir;
-  Exporter exporter(eo);
+  ExporterOptions base;
+  base.pin_path = pin_path;
+  base.interfaces = cfg.interfaces;
+  base.pins_outlive_process = scope.outlives_process;
+  base.nic_state_dir = nic::kDefaultNicStateDir;
+  Exporter exporter(exporter_options(cfg, base));
 
   Dataplane dp(cfg, pin_path, reset_state);
   // Link events from before the first attach are not lost: the socket
@@ -616,12 +665,17 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
       return;
     }
     if (sig == SIGHUP && !reload) spdlog::info("SIGHUP: restart the service to apply a new configuration");
-    if (sig == SIGHUP && reload && reload_config(cfg, reload, dp, runner)) {
+    if (sig == SIGHUP && reload && reload_config(cfg, reload, exporter, base, &dp, &runner)) {
       // Both follow the peers: new ones from the next pass on.
       leases.reset();
       start_leases();
       shield_auto.reset();
       shield_auto_fds = {-1, -1};
+    }
+    if (!exporter.serving()) {
+      if (leases) leases->revoke();
+      throw Error("the metrics endpoint is down: a reload could not start it again; programs stay attached",
+                  kExitFailure);
     }
     Drained d;
     bool nft_changed = false;

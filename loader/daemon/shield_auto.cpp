@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "dataplane/maps.h"
 #include "metrics/presentation.h"
 #include "roceguard/roceguard.h"
@@ -153,6 +154,7 @@ void ShieldAuto::tick(uint64_t now_ns) {
 
   for (uint32_t slot = 0; slot < peers_.size(); ++slot) {
     Peer& p = peers_[slot];
+    const LogFields about({{"peer", p.name}});
     PeerRxCounts counts;
     for (const TunnelPeer& t : tunnels) {
       if (t.slot != slot) continue;

@@ -118,9 +118,17 @@ const std::map<std::string, std::string>& family_help() {
 // Everything a scrape shows, gathered when it is asked for.
 class MetricsCollector : public prometheus::Collectable {
  public:
-  explicit MetricsCollector(ExporterOptions opts) : opts_(std::move(opts)), version_(running_version()) {
+  explicit MetricsCollector(ExporterOptions opts)
+      : opts_(std::move(opts)), version_(running_version()), per_qp_(opts_.per_qp), top_qps_(opts_.top_qps) {
     for (const auto& ifname : opts_.interfaces)
       for (const char* hook : kHooks) attached_[{ifname, hook}] = false;
+  }
+
+  // A reload's per-QP settings, from the next scrape on.
+  void set_qp_series(bool per_qp, size_t top_qps) {
+    std::lock_guard lock(mu_);
+    per_qp_ = per_qp;
+    top_qps_ = top_qps;
   }
 
   void set_attach_state(const std::string& ifname, const std::string& hook, bool attached) {
@@ -186,7 +194,14 @@ class MetricsCollector : public prometheus::Collectable {
             "1 when the pinned maps outlive the loader; 0 when their bpffs is private to its mount namespace",
             MetricType::Gauge, {}, opts_.pins_outlive_process ? 1 : 0);
 
-    bool maps_up = collect_maps(out);
+    bool per_qp = false;
+    size_t top_qps = 0;
+    {
+      std::lock_guard lock(mu_);
+      per_qp = per_qp_;
+      top_qps = top_qps_;
+    }
+    bool maps_up = collect_maps(out, per_qp, top_qps);
     out.add("roceguard_maps_up",
             "1 when the pinned BPF maps were read in this scrape, 0 when they could not be",
             MetricType::Gauge, {}, maps_up ? 1 : 0);
@@ -220,7 +235,7 @@ class MetricsCollector : public prometheus::Collectable {
     out.add("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, {}, p->max_fds);
   }
 
-  bool collect_maps(FamilySet& out) const {
+  bool collect_maps(FamilySet& out, bool per_qp, size_t top_qps) const {
     if (!opts_.dataplane) return false;  // exporter-only: roceguard_maps_up stays 0
     std::vector<CounterRow> rows;
     std::vector<QpRow> qps;
@@ -234,10 +249,10 @@ class MetricsCollector : public prometheus::Collectable {
       // map's capacity however fast the data path churns it.
       rows = reader.counters();
       const auto counter_entries = static_cast<uint32_t>(rows.size());
-      if (opts_.per_qp) {
+      if (per_qp) {
         // Only the exported rows are held, not the whole table.
         QpEntries qp_entries;
-        qps = reader.top_qps(opts_.top_qps, qp_ranks_before, &qp_entries);
+        qps = reader.top_qps(top_qps, qp_ranks_before, &qp_entries);
         usage = reader.usage_all(qp_entries, counter_entries);
       } else {
         usage = reader.usage_all(std::nullopt, counter_entries);
@@ -259,7 +274,7 @@ class MetricsCollector : public prometheus::Collectable {
               {{"map", u.name}}, u.entries);
     }
     add_counters(out, rows);
-    if (opts_.per_qp) add_top_qps(out, qps);
+    if (per_qp) add_top_qps(out, qps, top_qps);
     add_tunnels(out, tunnels);
     return true;
   }
@@ -383,8 +398,8 @@ class MetricsCollector : public prometheus::Collectable {
     }
   }
 
-  void add_top_qps(FamilySet& out, std::vector<QpRow>& qps) const {
-    keep_worst_qps(qps, opts_.top_qps);
+  void add_top_qps(FamilySet& out, std::vector<QpRow>& qps, size_t top_qps) const {
+    keep_worst_qps(qps, top_qps);
     for (const QpRow& q : qps) {
       const std::string src = address_text(q.key.family, q.key.src);
       const std::string dst = address_text(q.key.family, q.key.dst);
@@ -446,9 +461,11 @@ class MetricsCollector : public prometheus::Collectable {
     }
   }
 
-  const ExporterOptions opts_;
+  const ExporterOptions opts_;  // per_qp and top_qps as started: per_qp_ and top_qps_ are in force
   const VersionInfo version_;
   mutable std::mutex mu_;
+  bool per_qp_;
+  size_t top_qps_;
   std::map<std::pair<std::string, std::string>, bool> attached_;
   std::vector<ShieldAutoPeer> shield_auto_;
   std::vector<PeerFeedback> feedback_;
@@ -745,22 +762,106 @@ bool accepts_gzip(std::string_view accept_encoding) {
 }
 
 struct Exporter::Impl {
-  ExporterOptions opts;
+  ExporterOptions opts;                   // in force
+  std::optional<WebConfig> web;           // as the server in force serves it
   std::unique_ptr<MetricsCollector> collector;
   std::unique_ptr<MetricsServer> server;  // stops before what it calls
   std::unique_ptr<HealthServer> health;   // last: stops first
+  bool serving = true;
+
+  std::unique_ptr<MetricsServer> serve(const std::string& listen, const std::optional<WebConfig>& w) const {
+    ExporterOptions o = opts;
+    o.listen = listen;
+    return std::make_unique<MetricsServer>(*collector, o, w);
+  }
+  std::unique_ptr<HealthServer> serve_health(const std::string& listen) const {
+    if (listen.empty()) return nullptr;
+    return std::make_unique<HealthServer>(listen, [c = collector.get()] { return c->readiness(); });
+  }
 };
+
+namespace {
+
+// held replaced by what make_new starts: first beside the old one, so
+// that an endpoint that moves never stops; if that fails (the old one holds
+// the address), after the old one let go, and the old one started again
+// by make_old when the new one still fails. Throws rg::Error with the old
+// one in place; lost is set when not even that could start again.
+template <typename Server, typename MakeNew, typename MakeOld>
+void rebind(std::unique_ptr<Server>& held, const MakeNew& make_new, const MakeOld& make_old, bool& lost) {
+  try {
+    held = make_new();
+    return;
+  } catch (const std::exception&) {
+    // Tried again below, with the address free.
+  }
+  held.reset();
+  try {
+    held = make_new();
+  } catch (const std::exception& e) {
+    try {
+      held = make_old();
+    } catch (const std::exception& again) {
+      lost = true;
+      throw Error(std::string(e.what()) + "; the previous endpoint did not start again either: " + again.what(),
+                  kExitFailure);
+    }
+    throw Error(e.what(), kExitFailure);
+  }
+}
+
+}  // namespace
 
 Exporter::Exporter(ExporterOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = std::move(opts);
-  std::optional<WebConfig> web;
-  if (!impl_->opts.web_config.empty()) web = load_web_config(impl_->opts.web_config);
+  if (!impl_->opts.web_config.empty()) impl_->web = load_web_config(impl_->opts.web_config);
   impl_->collector = std::make_unique<MetricsCollector>(impl_->opts);
-  impl_->server = std::make_unique<MetricsServer>(*impl_->collector, impl_->opts, std::move(web));
-  if (!impl_->opts.health_listen.empty())
-    impl_->health = std::make_unique<HealthServer>(
-        impl_->opts.health_listen, [collector = impl_->collector.get()] { return collector->readiness(); });
+  impl_->server = impl_->serve(impl_->opts.listen, impl_->web);
+  impl_->health = impl_->serve_health(impl_->opts.health_listen);
 }
+
+std::vector<std::string> Exporter::reconfigure(const ExporterOptions& next) {
+  Impl& im = *impl_;
+  if (!im.serving) throw Error("the metrics endpoint is down since an earlier reload", kExitFailure);
+  // Read before anything changes: a file that does not load changes nothing.
+  std::optional<WebConfig> web;
+  if (!next.web_config.empty()) web = load_web_config(next.web_config);
+  std::vector<std::string> changed;
+  // The per-QP series cannot fail: first, so an endpoint that does not
+  // start leaves them applied.
+  if (next.per_qp != im.opts.per_qp) changed.emplace_back("metrics.per_qp");
+  if (next.top_qps != im.opts.top_qps) changed.emplace_back("metrics.top_qps");
+  im.opts.per_qp = next.per_qp;
+  im.opts.top_qps = next.top_qps;
+  im.collector->set_qp_series(next.per_qp, next.top_qps);
+  try {
+    if (next.listen != im.opts.listen || web != im.web) {
+      rebind(
+          im.server, [&] { return im.serve(next.listen, web); }, [&] { return im.serve(im.opts.listen, im.web); },
+          im.serving);
+      if (next.listen != im.opts.listen) changed.emplace_back("metrics.listen");
+      if (web != im.web) changed.emplace_back("metrics.web_config");
+      im.opts.listen = next.listen;
+      im.opts.web_config = next.web_config;
+      im.web = std::move(web);
+    }
+    if (next.health_listen != im.opts.health_listen) {
+      rebind(
+          im.health, [&] { return im.serve_health(next.health_listen); },
+          [&] { return im.serve_health(im.opts.health_listen); }, im.serving);
+      changed.emplace_back("metrics.health_listen");
+      im.opts.health_listen = next.health_listen;
+    }
+  } catch (const std::exception& e) {
+    // What changed before it stays applied, and says so.
+    std::string done;
+    for (const auto& c : changed) done += (done.empty() ? "" : ", ") + c;
+    throw Error(std::string(e.what()) + (done.empty() ? "" : " (applied before it: " + done + ")"), kExitFailure);
+  }
+  return changed;
+}
+
+bool Exporter::serving() const { return impl_->serving; }
 
 Exporter::~Exporter() = default;
 

@@ -83,6 +83,17 @@ class Exporter {
   void set_ingress_hook(const std::string& ifname, const std::string& hook);
   // The shield's "auto" mode, reported by the daemon after each evaluation.
   void set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback);
+  // A reload (SIGHUP): applies next's listen addresses, web configuration
+  // and per-QP settings, the web configuration file read again (a renewed
+  // certificate or password applies too). An endpoint whose address stays
+  // is closed and opened again; one that moves opens before the old one
+  // closes. Returns the settings that changed, by their option names.
+  // Throws rg::Error, with the endpoints as they were, when the file does
+  // not load or a new endpoint cannot start; if even the old one cannot
+  // start again, serving() turns false.
+  std::vector<std::string> reconfigure(const ExporterOptions& next);
+  // False once a failed reload lost an endpoint it could not restore.
+  bool serving() const;
   // Bound address (useful with port 0).
   std::string listen_address() const;
   // http://<bound address>/metrics, https:// when serving TLS.

@@ -30,12 +30,15 @@ struct WebTls {
   std::string max_version;          // "" for no upper bound
   // The GnuTLS priority string of the version range.
   std::string priorities() const;
+  bool operator==(const WebTls&) const = default;
 };
 
 struct WebConfig {
   std::string path;
   std::optional<WebTls> tls;
   std::map<std::string, std::string> users;  // user -> bcrypt hash; empty: no authentication
+  // Equal: the same file with the same certificate, key and users.
+  bool operator==(const WebConfig&) const = default;
 };
 
 // Reads and checks the file, the certificate and key it names included.

@@ -1687,6 +1687,76 @@ remote = "198.51.100.2"
   EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }
 
+// SIGHUP under run applies the metrics settings without a restart: the
+// endpoint moves, the per-QP series and the probes start, the record says
+// so; an address that cannot be served changes nothing. In exporter-only
+// mode too.
+TEST_F(LoaderNetns, SighupAppliesTheMetricsSettings) {
+  const std::string file = write_file("metrics.toml", "interfaces = [\"veth0\"]\n[metrics]\nlisten = \"127.0.0.1:9741\"\n");
+  Daemon d = start_run("--config " + file);
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  auto logged = [&](const std::string& what) {
+    for (int i = 0; i < 100; ++i) {
+      if (read_log(d).find(what) != std::string::npos) return true;
+      usleep(100 * 1000);
+    }
+    return false;
+  };
+  auto scrape = [&](const std::string& address) { return sh(in_a("curl -sf http://" + address + "/metrics")); };
+  Result before = scrape("127.0.0.1:9741");
+  ASSERT_EQ(before.rc, 0) << before.out;
+  EXPECT_EQ(before.out.find("roceguard_qp_packets_total"), std::string::npos) << "per_qp is off";
+
+  std::ofstream(file) << "interfaces = [\"veth0\"]\n[metrics]\nlisten = \"127.0.0.1:9743\"\n"
+                      << "health_listen = \"127.0.0.1:9744\"\nper_qp = true\n";
+  ASSERT_EQ(kill(d.pid, SIGHUP), 0);
+  EXPECT_TRUE(logged("SIGHUP: metrics.per_qp, metrics.listen, metrics.health_listen applied: serving metrics on "
+                     "http://127.0.0.1:9743/metrics")) << read_log(d);
+  Result after = scrape("127.0.0.1:9743");
+  ASSERT_EQ(after.rc, 0) << read_log(d);
+  EXPECT_NE(after.out.find("roceguard_qp_packets_total{"), std::string::npos) << after.out.substr(0, 2000);
+  EXPECT_NE(scrape("127.0.0.1:9741").rc, 0) << "the old address is closed";
+  EXPECT_EQ(sh(in_a("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9744/livez")).out, "200");
+  json st = status();
+  EXPECT_EQ(st["config"]["metrics"]["listen"], "127.0.0.1:9743") << st.dump();
+  EXPECT_EQ(st["config"]["metrics"]["per_qp"], true) << st.dump();
+  EXPECT_EQ(read_log(d).find("restart roceguard"), std::string::npos) << read_log(d);
+
+  // An address another process serves: refused, the endpoint in force
+  // stays. That other process is an exporter-only run, whose own reload
+  // moves it.
+  const std::string only = write_file("only.toml", "interfaces = [\"veth0\"]\n[dataplane]\nattach = false\n"
+                                                   "[metrics]\nlisten = \"127.0.0.1:9745\"\n");
+  Daemon e = start_run("--config " + only);
+  ASSERT_NE(wait_notify(e, "READY=1"), "") << read_log(e);
+  std::ofstream(file) << "interfaces = [\"veth0\"]\n[metrics]\nlisten = \"127.0.0.1:9745\"\n"
+                      << "health_listen = \"127.0.0.1:9744\"\nper_qp = true\n";
+  ASSERT_EQ(kill(d.pid, SIGHUP), 0);
+  EXPECT_TRUE(logged("SIGHUP: metrics settings not applied: cannot serve metrics on 127.0.0.1:9745")) << read_log(d);
+  after = scrape("127.0.0.1:9743");
+  EXPECT_EQ(after.rc, 0) << read_log(d);
+  EXPECT_NE(after.out.find("roceguard_qp_packets_total{"), std::string::npos);
+  EXPECT_EQ(status()["config"]["metrics"]["listen"], "127.0.0.1:9743");
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+
+  std::ofstream(only) << "interfaces = [\"veth0\"]\n[dataplane]\nattach = false\n"
+                      << "[metrics]\nlisten = \"127.0.0.1:9746\"\n";
+  ASSERT_EQ(kill(e.pid, SIGHUP), 0);
+  bool moved = false;
+  for (int i = 0; i < 100 && !moved; ++i) {
+    moved = read_log(e).find("SIGHUP: metrics.listen applied") != std::string::npos;
+    if (!moved) usleep(100 * 1000);
+  }
+  EXPECT_TRUE(moved) << read_log(e);
+  EXPECT_EQ(scrape("127.0.0.1:9746").rc, 0) << read_log(e);
+  EXPECT_NE(scrape("127.0.0.1:9745").rc, 0);
+  kill(e.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(e), 0) << read_log(e);
+}
+
+
 // A re-attach that fails late (after veth0 is already re-attached) leaves
 // every interface as it was: the previous programs (same ids), the previous
 // tunnel maps and attach record, and the counters.
@@ -2207,6 +2277,40 @@ TEST_F(LoaderNetns, JsonLogLinesNameTheirInterface) {
     if (!reattached) usleep(100 * 1000);
   }
   EXPECT_TRUE(reattached) << read_log(d);
+  kill(d.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(d), 0) << read_log(d);
+}
+
+// A JSON log line about one tunnel peer carries it as a field too: the
+// interface whose MTU is below the peer's tunnel MTU, under run.
+TEST_F(LoaderNetns, JsonLogLinesNameTheirPeer) {
+  const std::string file = write_file("peer-log.toml", R"(
+interfaces = ["veth0"]
+[tunnel]
+mtu = 9000
+[[tunnel.peer]]
+name = "west"
+local = "198.51.100.1"
+remote = "198.51.100.2"
+vni = 4791
+routes = ["203.0.113.0/24"]
+)");
+  Daemon d = start_run("--config " + file + " --metrics-listen 127.0.0.1:9741 --log-format json");
+  ASSERT_NE(wait_notify(d, "READY=1"), "") << read_log(d);
+  json line;
+  for (int i = 0; i < 100 && line.is_null(); ++i) {
+    std::istringstream log(read_log(d));
+    for (std::string l; std::getline(log, l);) {
+      json j = json::parse(l, nullptr, false);
+      if (j.is_object() && j.value("message", "").find("below the tunnel MTU 9000 of peer west") != std::string::npos)
+        line = j;
+    }
+    if (line.is_null()) usleep(100 * 1000);
+  }
+  ASSERT_FALSE(line.is_null()) << read_log(d);
+  EXPECT_EQ(line.value("interface", ""), "veth0") << line.dump();
+  EXPECT_EQ(line.value("peer", ""), "west") << line.dump();
+  EXPECT_EQ(line.value("level", ""), "warning") << line.dump();
   kill(d.pid, SIGTERM);
   EXPECT_EQ(wait_exit(d), 0) << read_log(d);
 }

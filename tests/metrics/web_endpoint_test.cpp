@@ -248,6 +248,72 @@ TEST_F(WebConfigTest, RealPrometheusScrapesOverTlsWithBasicAuth) {
 
 // gzip for a client that asks for it (Prometheus does), the plain text
 // for one that does not or refuses it with q=0.
+// A reload (SIGHUP) through reconfigure(): the endpoint moves without a
+// gap, the web configuration file is read again (a new password applies at
+// the same path), an address the old endpoint holds is handed over, the
+// probes come and go, and what cannot start changes nothing.
+TEST_F(WebConfigTest, ReconfigureMovesTheEndpointAndReadsTheFileAgain) {
+  Endpoint ep("");
+  ExporterOptions next;
+  next.listen = "127.0.0.1:0";
+  next.pin_path = "/nonexistent";
+  EXPECT_EQ(ep.ex->reconfigure(next), std::vector<std::string>{}) << "nothing changed";
+  const std::string first = ep.url("http");
+  ASSERT_EQ(curl_get(first).status, 200);
+
+  // Basic authentication from a file: a new endpoint (port 0 picks another
+  // port), the old one closed.
+  next.web_config = write_config("  prometheus: " + bcrypt_hash("old") + "\n", false);
+  EXPECT_EQ(ep.ex->reconfigure(next), std::vector<std::string>{"metrics.web_config"});
+  const std::string second = ep.url("http");
+  EXPECT_NE(second, first);
+  EXPECT_EQ(curl_get(first).status, 0) << "the old endpoint is closed";
+  EXPECT_EQ(curl_get(second).status, 401);
+  EXPECT_EQ(curl_get(second, {"--user", "prometheus:old"}).status, 200);
+
+  // The same path with a new password: read again, applied.
+  write_config("  prometheus: " + bcrypt_hash("new") + "\n", false);
+  EXPECT_EQ(ep.ex->reconfigure(next), std::vector<std::string>{"metrics.web_config"});
+  const std::string third = ep.url("http");
+  EXPECT_EQ(curl_get(third, {"--user", "prometheus:old"}).status, 401);
+  EXPECT_EQ(curl_get(third, {"--user", "prometheus:new"}).status, 200);
+
+  // The address the endpoint holds, named by its port: handed over.
+  const std::string bound = ep.ex->listen_address();
+  next.listen = bound;
+  EXPECT_EQ(ep.ex->reconfigure(next), std::vector<std::string>{"metrics.listen"});
+  EXPECT_EQ(ep.ex->listen_address(), bound);
+  EXPECT_EQ(curl_get(third, {"--user", "prometheus:new"}).status, 200);
+
+  // The probes on, then off again.
+  next.health_listen = "127.0.0.1:0";
+  EXPECT_EQ(ep.ex->reconfigure(next), std::vector<std::string>{"metrics.health_listen"});
+  ASSERT_NE(ep.ex->health_address(), "");
+  EXPECT_EQ(curl_get("http://" + ep.ex->health_address() + "/livez").status, 200);
+  next.health_listen = "";
+  EXPECT_EQ(ep.ex->reconfigure(next), std::vector<std::string>{"metrics.health_listen"});
+  EXPECT_EQ(ep.ex->health_address(), "");
+
+  // Refused, the endpoint as it was: a file that does not load, an
+  // address that is not local. The per-QP settings apply either way.
+  ExporterOptions bad = next;
+  bad.web_config = tmp_.path() + "/missing.yml";
+  EXPECT_THROW(ep.ex->reconfigure(bad), Error);
+  bad = next;
+  bad.listen = "192.0.2.1:9";
+  bad.per_qp = true;
+  try {
+    ep.ex->reconfigure(bad);
+    ADD_FAILURE() << "an address that is not local was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("192.0.2.1:9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("applied before it: metrics.per_qp"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(ep.ex->serving());
+  EXPECT_EQ(ep.ex->listen_address(), bound);
+  EXPECT_EQ(curl_get(third, {"--user", "prometheus:new"}).status, 200);
+}
+
 TEST(Gzip, OnlyForClientsThatAcceptIt) {
   Endpoint ep("");
   CurlReply plain = curl_get(ep.url("http"));
