@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "daemon/shield_auto.h"
 #include "dataplane/maps.h"
+#include "dataplane/nexthop_lease.h"
 #include "metrics/presentation.h"
 
 namespace rg::lab {
@@ -49,25 +50,43 @@ Gateway::Gateway(const Topology& topo, Node node, const std::string& pin, const 
     release();
     throw;
   }
-  run_shield_auto(cfg);
+  try {
+    run_daemon_work(cfg);
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
-void Gateway::run_shield_auto(const Config& cfg) {
-  bool any = false;
-  for (const auto& p : cfg.peers) any |= p.shield == Shield::kAuto;
-  if (!any || !cfg.tunnel_sequence) return;
-  auto shield = std::make_shared<ShieldAuto>(cfg, dp_->map_fd(kMapPeerCtl), dp_->map_fd(kMapPeerRx), pin_);
-  // Bounded by the gateway's life: the destructor stops it.
-  auto_thread_ = std::thread([this, shield] {
+void Gateway::run_daemon_work(const Config& cfg) {
+  bool any_auto = false;
+  for (const auto& p : cfg.peers) any_auto |= p.shield == Shield::kAuto;
+  std::shared_ptr<ShieldAuto> shield;
+  if (any_auto && cfg.tunnel_sequence)
+    shield = std::make_shared<ShieldAuto>(cfg, dp_->map_fd(kMapPeerCtl), dp_->map_fd(kMapPeerRx), pin_);
+  std::shared_ptr<NexthopLeases> leases;
+  if (!cfg.peers.empty() && dp_->map_fd(kMapNexthopLease) >= 0) {
+    leases = std::make_shared<NexthopLeases>(dp_->map_fd(kMapNexthopLease), cfg.peers);
+    NetnsGuard in(netns_);  // the routes asked about are the gateway's
+    leases->invalidate();
+  }
+  if (!shield && !leases) return;
+  // Bounded by the gateway's life: release() stops it.
+  daemon_thread_ = std::thread([this, shield, leases] {
     std::unique_lock lock(mu_);
     while (!stop_) {
       lock.unlock();
-      shield->tick(monotonic_now_ns());
-      auto peers = shield->auto_peers();
+      if (leases) leases->renew();
+      std::vector<ShieldAutoPeer> peers;
+      if (shield) {
+        shield->tick(monotonic_now_ns());
+        peers = shield->auto_peers();
+      }
       lock.lock();
       auto_peers_ = std::move(peers);
       stop_cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; });
     }
+    if (leases) leases->revoke();
   });
 }
 
@@ -79,13 +98,13 @@ std::vector<ShieldAutoPeer> Gateway::shield_auto() const {
 Gateway::~Gateway() { release(); }
 
 void Gateway::release() noexcept {
-  if (auto_thread_.joinable()) {
+  if (daemon_thread_.joinable()) {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
     }
     stop_cv_.notify_all();
-    auto_thread_.join();
+    daemon_thread_.join();
   }
   try {
     NetnsGuard in(netns_);

@@ -52,9 +52,11 @@ class Gateway {
 
  private:
   void release() noexcept;
-  // What `roceguard run` does for the "auto" shield, once a second, while
-  // the gateway lives: a gateway of the lab runs no daemon.
-  void run_shield_auto(const Config& cfg);
+  // What `roceguard run` does while the gateway lives (a gateway of the
+  // lab runs no daemon): the tunnel peers' next-hop leases, granted once
+  // (the lab's routes do not change once it runs) and renewed, and the
+  // "auto" shield's evaluation.
+  void run_daemon_work(const Config& cfg);
 
   std::string netns_, pin_;
   std::unique_ptr<PinLock> lock_;
@@ -64,7 +66,7 @@ class Gateway {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::vector<ShieldAutoPeer> auto_peers_;
-  std::thread auto_thread_;
+  std::thread daemon_thread_;
 };
 
 }  // namespace rg::lab
