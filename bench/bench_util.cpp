@@ -16,6 +16,8 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <random>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -151,6 +153,32 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return v[v.size() / 2];
+}
+
+std::pair<double, double> median_ci95(const std::vector<double>& v, unsigned resamples) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (v.empty() || resamples == 0) return {nan, nan};
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
+  std::vector<double> medians, s(v.size());
+  medians.reserve(resamples);
+  for (unsigned b = 0; b < resamples; ++b) {
+    for (auto& x : s) x = v[pick(rng)];
+    medians.push_back(median(s));
+  }
+  std::sort(medians.begin(), medians.end());
+  auto at = [&](double q) { return medians[static_cast<size_t>(q * (medians.size() - 1) + 0.5)]; };
+  return {at(0.025), at(0.975)};
+}
+
+CpuTimes cpu_times() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  if (!f || cpu != "cpu") throw std::runtime_error("cannot read /proc/stat");
+  const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return {(user + nice + system + irq + softirq) / hz, softirq / hz, steal / hz};
 }
 
 double trimmed_mean(std::vector<double> v, double cut) {

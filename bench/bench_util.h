@@ -70,6 +70,18 @@ void set_psn(test::Bytes& frame, size_t bth, uint32_t psn);
 void set_dest_qp(test::Bytes& frame, size_t bth, uint32_t qp);
 
 double median(std::vector<double> v);
+// The 95 % bootstrap interval of v's median: resamples of v (a fixed
+// seed, so a run's figures can be recomputed), their medians' 2.5th and
+// 97.5th percentiles. {nan, nan} for an empty v.
+std::pair<double, double> median_ci95(const std::vector<double>& v, unsigned resamples = 2000);
+
+// The machine's CPU time so far, all CPUs, from /proc/stat's "cpu" line,
+// in seconds: busy is user + nice + system + irq + softirq; steal is what
+// the hypervisor gave to others.
+struct CpuTimes {
+  double busy = 0, softirq = 0, steal = 0;
+};
+CpuTimes cpu_times();
 double mean(const std::vector<double>& v);
 // Mean of the middle (1 - 2 cut) share: the kernel's run durations come in
 // coarse steps, which a median cannot resolve, and preemption adds a long

@@ -18,6 +18,15 @@
 # run with the statistics off (while they are on the kernel times every BPF
 # program run, the WAN emulator's too); the sysctl is restored on exit.
 #
+# Every goodput run also records the machine's CPU time from /proc/stat
+# over the run (softirq, where the gateways forward; user and system;
+# steal, what the hypervisor took): softirq_ns_per_packet is the softirq
+# time per packet delivered to host B, the whole path's (both hosts, both
+# gateways, the WAN's delay line), so the programs' share is diluted by
+# what the rest costs; the in-situ pass gives the programs' own. Each
+# ratio's interval is a bootstrap (2000 resamples of the rounds) of the
+# median per-round ratio, 95 %.
+#
 # Writes bench/results/lab_goodput.json (OUT=...). Needs root and a build
 # directory (BUILD_DIR, default build) with roceguard-lab.
 #   bench/lab_goodput.sh [ROUNDS [INSITU_ROUNDS]]     (defaults 5 and 3)
@@ -53,6 +62,14 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+# The "cpu" line of /proc/stat as JSON, in nanoseconds (USER_HZ ticks).
+cpu_times() {
+	local hz
+	hz=$(getconf CLK_TCK)
+	awk -v hz="$hz" '$1 == "cpu" { f = 1e9 / hz;
+		printf "{\"user\":%.0f,\"system\":%.0f,\"softirq\":%.0f,\"irq\":%.0f,\"steal\":%.0f,\"idle\":%.0f}\n",
+			($2 + $3) * f, $4 * f, $8 * f, $7 * f, $9 * f, $5 * f }' /proc/stat
+}
 flags_of() { local v=$1; v=${v#*:}; echo "${v//,/ }"; }  # name:a,b -> "a b"
 
 # One lab phase in the background (lab_pid), so the in-situ pass can sample
@@ -80,9 +97,10 @@ finish_lab() {
 
 # One JSON line per run: the lab's figures for its phase.
 record() {
-	local scenario=$1 round=$2 mode=$3 variant=$4 position=$5 tag=$6 load_before=$7
+	local scenario=$1 round=$2 mode=$3 variant=$4 position=$5 tag=$6 load_before=$7 cpu_before=$8 cpu_after=$9
 	jq -c --arg scenario "$scenario" --argjson round "$round" --arg mode "$mode" --arg variant "$variant" \
-		--argjson position "$position" --arg load_before "$load_before" --arg load_after "$(load)" '
+		--argjson position "$position" --arg load_before "$load_before" --arg load_after "$(load)" \
+		--argjson c0 "$cpu_before" --argjson c1 "$cpu_after" '
 	  .phases[$mode] as $p
 	  | {scenario: $scenario, round: $round, mode: $mode, variant: $variant, position: $position,
 	     goodput_mbps: (if $p.sender.elapsed_ms > 0 then $p.receiver.goodput_bytes * 8 / 1000 / $p.sender.elapsed_ms else 0 end),
@@ -90,7 +108,9 @@ record() {
 	     timeouts_a: $p.sender.timeouts, qps_failed: $p.sender.qps_failed, received_b: $p.receiver.packets,
 	     dscp_b: $p.receiver.dscp, wan_dropped: $p.totals.wan_dropped,
 	     encapsulated_gw_a: $p.totals.roceguard.encapsulated_gw_a, decapsulated_gw_b: $p.totals.roceguard.decapsulated_gw_b,
-	     load_before: $load_before, load_after: $load_after}' "$tmp/$tag/counters.json"
+	     load_before: $load_before, load_after: $load_after,
+	     cpu_ns: ($c0 | keys | map({key: ., value: ($c1[.] - $c0[.])}) | from_entries)}
+	  | .softirq_ns_per_packet = (if .received_b > 0 then .cpu_ns.softirq / .received_b else null end)' "$tmp/$tag/counters.json"
 }
 
 cases=(without:)
@@ -107,10 +127,11 @@ for scenario in $scenarios; do
 			[ "$name" = without ] && mode=without
 			tag=$scenario-$r-$name
 			l=$(load)
+			c0=$(cpu_times)
 			start_lab "$scenario" "$mode" "$tag" "$(flags_of "$c")"
 			finish_lab "$tag"
-			record "$scenario" "$r" "$mode" "$name" "$pos" "$tag" "$l" >>"$runs"
-			jq -r '"  \(.scenario) round \(.round) \(.variant): \(.goodput_mbps * 10 | round / 10) Mbit/s, QPs failed \(.qps_failed) (load \(.load_after))"' <<<"$(tail -1 "$runs")"
+			record "$scenario" "$r" "$mode" "$name" "$pos" "$tag" "$l" "$c0" "$(cpu_times)" >>"$runs"
+			jq -r '"  \(.scenario) round \(.round) \(.variant): \(.goodput_mbps * 10 | round / 10) Mbit/s, softirq \(.softirq_ns_per_packet // 0 | round) ns per delivered packet, steal \(.cpu_ns.steal / 1e6 | round) ms, QPs failed \(.qps_failed) (load \(.load_after))"' <<<"$(tail -1 "$runs")"
 		done
 	done
 done
@@ -175,6 +196,12 @@ jq -n --slurpfile runs "$runs" --slurpfile insitu "$insitu" --argjson rounds "$r
          with_mbps: ($w | map(.goodput_mbps) | summary),
          ratio_of_medians: (($w | map(.goodput_mbps) | med) / ($wo | map(.goodput_mbps) | med)),
          ratio_per_round: ($ratios | summary),
+         softirq_ns_per_packet_without: ($wo | map(.softirq_ns_per_packet // empty) | summary),
+         softirq_ns_per_packet_with: ($w | map(.softirq_ns_per_packet // empty) | summary),
+         softirq_ratio_per_round: ([range(0; [$wo, $w] | map(length) | min)]
+           | map(select($wo[.].softirq_ns_per_packet != null and $w[.].softirq_ns_per_packet != null)
+                 | $w[.].softirq_ns_per_packet / $wo[.].softirq_ns_per_packet) | summary),
+         steal_ms: (($wo + $w) | map(.cpu_ns.steal / 1e6) | summary),
          qps_failed_without: ($wo | map(.qps_failed) | add), qps_failed_with: ($w | map(.qps_failed) | add)}],
     insitu: [$insitu | group_by([.scenario, .variant, .gateway, .type, .name])[]
       | {scenario: .[0].scenario, variant: .[0].variant, gateway: .[0].gateway, type: .[0].type, name: .[0].name,
@@ -184,6 +211,26 @@ jq -n --slurpfile runs "$runs" --slurpfile insitu "$insitu" --argjson rounds "$r
     insitu_runs: $insitu,
     machine: {cpu: $cpu, cpus: $cpus, kernel: $kernel, loadavg_at_end: $load}
   }' >"$out"
+# The 95 % bootstrap interval of a median: 2000 resamples (fixed seed) of
+# the values given, the 2.5th and 97.5th percentiles of their medians.
+boot_ci() {
+	awk 'BEGIN { srand(7) }
+	function med(a, n,   i, j, t) {
+		for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	{ n = NF; if (n == 0) { print "null"; next }
+	  for (b = 1; b <= 2000; b++) { for (i = 1; i <= n; i++) s[i] = $(1 + int(rand() * n)); m[b] = med(s, n) }
+	  med(m, 2000); printf "[%.4f,%.4f]\n", m[50], m[1951] }'
+}
+for field in ratio_per_round softirq_ratio_per_round; do
+	n=$(jq '.goodput | length' "$out")
+	for i in $(seq 0 $((n - 1))); do
+		ci=$(jq -r --argjson i "$i" --arg f "$field" '.goodput[$i][$f].values | map(tostring) | join(" ")' "$out" | boot_ci)
+		jq --argjson i "$i" --arg f "$field" --argjson ci "$ci" '.goodput[$i][$f].ci95 = $ci' "$out" >"$tmp/out.json"
+		mv "$tmp/out.json" "$out"
+	done
+done
 echo "wrote $out"
-jq -r '(.goodput[] | "\(.scenario) \(.variant): without \(.without_mbps.median * 10 | round / 10) Mbit/s (\(.without_mbps.min * 10 | round / 10)-\(.without_mbps.max * 10 | round / 10)), with \(.with_mbps.median * 10 | round / 10) (\(.with_mbps.min * 10 | round / 10)-\(.with_mbps.max * 10 | round / 10)); ratio of medians \(.ratio_of_medians * 100 | round / 100), per round median \(.ratio_per_round.median * 100 | round / 100) (\(.ratio_per_round.min * 100 | round / 100)-\(.ratio_per_round.max * 100 | round / 100)); QPs failed \(.qps_failed_without) without, \(.qps_failed_with) with"),
+jq -r '(.goodput[] | "\(.scenario) \(.variant): without \(.without_mbps.median * 10 | round / 10) Mbit/s (\(.without_mbps.min * 10 | round / 10)-\(.without_mbps.max * 10 | round / 10)), with \(.with_mbps.median * 10 | round / 10) (\(.with_mbps.min * 10 | round / 10)-\(.with_mbps.max * 10 | round / 10)); ratio of medians \(.ratio_of_medians * 100 | round / 100), per round median \(.ratio_per_round.median * 100 | round / 100) (\(.ratio_per_round.min * 100 | round / 100)-\(.ratio_per_round.max * 100 | round / 100), 95 % \(.ratio_per_round.ci95)); softirq per delivered packet \(.softirq_ns_per_packet_without.median // 0 | round) ns without, \(.softirq_ns_per_packet_with.median // 0 | round) with, per round ratio median \((.softirq_ratio_per_round.median // 0) * 100 | round / 100) (95 % \(.softirq_ratio_per_round.ci95)); steal \(.steal_ms.median // 0 | round) ms per run; QPs failed \(.qps_failed_without) without, \(.qps_failed_with) with"),
        (.insitu[] | "  in situ \(.scenario) \(.variant) gateway \(.gateway) \(.type) \(.name): \(.ns_per_run.median | round) ns/run (\(.ns_per_run.min | round)-\(.ns_per_run.max | round)), run_cnt \(.run_cnt)")' "$out"

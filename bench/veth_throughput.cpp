@@ -36,6 +36,14 @@
 // (one page per frame), so at that size roceguard's XDP runs in generic
 // (skb) mode: said in the output.
 //
+// Each run also records the machine's CPU time over its window
+// (/proc/stat): the senders spin, so busy time is the window times the
+// CPUs in every case, and the figure that tells cases apart is host B's
+// packets per softirq second (the forwarding, the programs and the
+// tunnels all run in softirq). Against vxlan, each round's ratio is taken
+// and their median given with a 95 % bootstrap interval; steal time is in
+// the JSON.
+//
 // With --bpf-stats the kernel times every program run (BPF_ENABLE_STATS,
 // on while the benchmark holds its fd, so it ends with the process) and
 // each case adds the in-situ cost of its programs, run_time_ns / run_cnt
@@ -88,6 +96,12 @@ constexpr const char* kVxB = "198.51.100.10";
 
 struct Measure {
   double rx_pps = 0, rx_gbps = 0, tx_pps = 0;
+  // The machine's CPU seconds over the measured window (bench_util.h):
+  // packets received per softirq second is what the path costs, the
+  // senders' own system time aside (they spin, so busy time is the
+  // window times the CPUs whatever the case).
+  rg::bench::CpuTimes cpu;
+  double rx_per_softirq_s = 0;
   std::map<int, uint64_t> dscp;  // at host B
 };
 
@@ -193,17 +207,21 @@ Measure blast(const Topology& topo, size_t payload, unsigned senders, unsigned r
     });
   // Half a second to fill queues and caches, then the measured window.
   std::this_thread::sleep_for(500ms);
+  const rg::bench::CpuTimes c0 = rg::bench::cpu_times();
   counting = true;
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   counting = false;
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const rg::bench::CpuTimes c1 = rg::bench::cpu_times();
   stop = true;
   for (auto& t : threads) t.join();
   Measure m;
   m.rx_pps = rx_pkts / dt;
   m.rx_gbps = rx_bytes * 8.0 / dt / 1e9;
   m.tx_pps = tx_pkts / dt;
+  m.cpu = {c1.busy - c0.busy, c1.softirq - c0.softirq, c1.steal - c0.steal};
+  m.rx_per_softirq_s = m.cpu.softirq > 0 ? static_cast<double>(rx_pkts) / m.cpu.softirq : 0;
   for (const auto& d : dscp)
     for (const auto& [k, v] : d) m.dscp[k] += v;
   return m;
@@ -494,15 +512,41 @@ int main(int argc, char** argv) {
                 << (bpf_stats ? ", BPF statistics on (slower)" : "")
                 << (redirects ? ", GRO on at the far end of every gateway veth (for geneve-fwd's redirects)" : "")
                 << "\n";
-      Table t({"case", "rx pps", "rx Gbit/s", "tx pps", "x baseline", "x vxlan"});
+      // Round by round against vxlan (every round ran every case): the
+      // median of the per-round ratios, with its bootstrap interval.
+      auto per_round = [&](const std::string& name, auto field) {
+        std::vector<double> r;
+        const auto& a = res[name].runs;
+        const auto& v = res["vxlan"].runs;
+        for (size_t i = 0; i < std::min(a.size(), v.size()); ++i)
+          if (field(v[i]) > 0) r.push_back(field(a[i]) / field(v[i]));
+        return r;
+      };
+      auto ratio_text = [](const std::vector<double>& r) {
+        if (r.empty()) return std::string("-");
+        const auto [lo, hi] = rg::bench::median_ci95(r);
+        return rg::bench::fmt("%.3f", median(r)) + " (" + rg::bench::fmt("%.2f", lo) + "-" +
+               rg::bench::fmt("%.2f", hi) + ")";
+      };
+      auto pps_of = [](const Measure& m) { return m.rx_pps; };
+      auto per_softirq_of = [](const Measure& m) { return m.rx_per_softirq_s; };
+      Table t({"case", "rx pps", "rx Gbit/s", "tx pps", "x baseline", "x vxlan", "rx per softirq s",
+               "x vxlan per round (95%)", "per softirq s x vxlan (95%)"});
       for (const std::string& name : names) {
         const double pps = med(name, [](const Measure& m) { return m.rx_pps; });
         const double gbps = med(name, [](const Measure& m) { return m.rx_gbps; });
         const double tx = med(name, [](const Measure& m) { return m.tx_pps; });
+        const double per_softirq = med(name, per_softirq_of);
+        const std::vector<double> pps_ratios = vxl ? per_round(name, pps_of) : std::vector<double>{};
+        const std::vector<double> softirq_ratios = vxl ? per_round(name, per_softirq_of) : std::vector<double>{};
         t.row({name, rg::bench::fmt("%.0f", pps), rg::bench::fmt("%.3f", gbps), rg::bench::fmt("%.0f", tx),
-               rg::bench::fmt("%.3f", pps / base), vxl ? rg::bench::fmt("%.3f", pps / vxl) : "-"});
+               rg::bench::fmt("%.3f", pps / base), vxl ? rg::bench::fmt("%.3f", pps / vxl) : "-",
+               rg::bench::fmt("%.0f", per_softirq), ratio_text(pps_ratios), ratio_text(softirq_ratios)});
         nlohmann::json runs = nlohmann::json::array();
-        for (const auto& m : res[name].runs) runs.push_back({{"rx_pps", m.rx_pps}, {"rx_gbps", m.rx_gbps}, {"tx_pps", m.tx_pps}});
+        for (const auto& m : res[name].runs)
+          runs.push_back({{"rx_pps", m.rx_pps}, {"rx_gbps", m.rx_gbps}, {"tx_pps", m.tx_pps},
+                          {"cpu_busy_s", m.cpu.busy}, {"softirq_s", m.cpu.softirq}, {"steal_s", m.cpu.steal},
+                          {"rx_per_softirq_s", m.rx_per_softirq_s}});
         nlohmann::json entry = {{"payload", payload},
                                 {"mtu", mtu},
                                 {"xdp_mode", xdp == XdpMode::kSkb ? "skb" : "native"},
@@ -514,7 +558,16 @@ int main(int argc, char** argv) {
                                 {"ratio_to_baseline", pps / base},
                                 {"runs", runs},
                                 {"check", res[name].check}};
-        if (vxl) entry["ratio_to_vxlan"] = pps / vxl;
+        entry["rx_per_softirq_s_median"] = per_softirq;
+        if (vxl) {
+          entry["ratio_to_vxlan"] = pps / vxl;
+          const auto [plo, phi] = rg::bench::median_ci95(pps_ratios);
+          const auto [slo, shi] = rg::bench::median_ci95(softirq_ratios);
+          entry["ratio_to_vxlan_per_round"] = {{"median", median(pps_ratios)}, {"ci95", {plo, phi}},
+                                               {"values", pps_ratios}};
+          entry["per_softirq_s_ratio_to_vxlan_per_round"] = {
+              {"median", median(softirq_ratios)}, {"ci95", {slo, shi}}, {"values", softirq_ratios}};
+        }
         if (bpf_stats) {
           entry["programs"] = nlohmann::json::object();
           for (const auto& [label, st] : res[name].progs)
