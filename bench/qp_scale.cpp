@@ -17,7 +17,18 @@
 // show` prints it); an LRU hash preallocates every entry, so it does not
 // depend on the fill.
 //
-//   bench_qp_scale [--sizes 1024,65536,1048576] [--rounds N] [--calls N] [--json FILE]
+// Then, with --loop-rounds N (default 20), the table's lookups in a loop
+// inside one program run (qp_loop.bpf.c): 65 536 lookups per run, so the
+// test run's own cost and its skb allocation (which misses the cache by
+// itself) are paid once, not per lookup. Two patterns: uniform over every
+// tracked QP, and a skew where 10 000 QPs (or all, below that) carry 90 %
+// of the lookups and the rest are uniform. Each round draws new keys for
+// every size and pattern; ns per lookup is the run's duration minus a walk
+// of the same keys without the table, over 65 536; each ratio to the 1 k
+// uniform figure is the median of the per-round ratios, with a 95 %
+// bootstrap interval.
+//
+//   bench_qp_scale [--sizes 1024,65536,1048576] [--rounds N] [--calls N] [--loop-rounds N] [--json FILE]
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -36,6 +47,7 @@
 #include "bench_util.h"
 #include "dataplane/maps.h"
 #include "empty.skel.h"
+#include "qp_loop.skel.h"
 #include "roceguard.skel.h"
 
 namespace {
@@ -123,16 +135,106 @@ double chase_ns(size_t bytes, std::mt19937& rng) {
   return ns / steps;
 }
 
+constexpr uint32_t kLoopKeys = 65536;  // QP_LOOP_KEYS of qp_loop.bpf.c
+constexpr uint32_t kHotQps = 10000;
+constexpr double kHotShare = 0.9;
+enum LoopPattern { kLoopUniform, kLoopSkew, kLoopPatterns };
+constexpr const char* kLoopPatternNames[kLoopPatterns] = {"uniform", "10k carry 90 %"};
+
+// The lookups of a loop inside one program run, per size and pattern:
+// prints a table and returns its JSON.
+nlohmann::json lookup_loop(const std::vector<Size>& sizes, unsigned rounds, int ifindex, std::mt19937& rng) {
+  if (rounds == 0 || sizes.empty()) return nullptr;
+  struct Loop {
+    std::unique_ptr<qp_loop, decltype(&qp_loop__destroy)> skel{nullptr, qp_loop__destroy};
+    std::vector<uint32_t> hot;  // the skew's hot QPs, as entry numbers
+    std::array<std::vector<double>, kLoopPatterns> ns;
+  };
+  std::vector<Loop> loops(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    loops[i].skel.reset(qp_loop__open());
+    if (!loops[i].skel) throw std::runtime_error("qp_loop.bpf.o: open failed");
+    if (bpf_map__reuse_fd(loops[i].skel->maps.rg_qp4, bpf_map__fd(sizes[i].obj->skel()->maps.rg_qp4)))
+      throw std::runtime_error("qp_loop: cannot reuse rg_qp4");
+    if (qp_loop__load(loops[i].skel.get())) throw std::runtime_error("qp_loop.bpf.o: load failed");
+    std::vector<uint32_t> all(sizes[i].entries);
+    std::iota(all.begin(), all.end(), 0u);
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(std::min<size_t>(kHotQps, all.size()));
+    loops[i].hot = std::move(all);
+  }
+  // Entry e of a size's table: QP e / 2 in direction e % 2 (the fill's keys).
+  rg_qp4_key base{};
+  inet_pton(AF_INET, kHost4, base.src);
+  inet_pton(AF_INET, kRemoteHost4, base.dst);
+  const Bytes frame = roce_frame(0);
+  std::vector<rg_qp4_key> keys(kLoopKeys, base);
+  std::vector<uint32_t> index(kLoopKeys);
+  std::iota(index.begin(), index.end(), 0u);
+  for (unsigned r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < sizes.size(); ++i)
+      for (int pattern = 0; pattern < kLoopPatterns; ++pattern) {
+        Loop& l = loops[i];
+        std::uniform_int_distribution<uint32_t> any(0, sizes[i].entries - 1);
+        std::uniform_int_distribution<size_t> hot(0, l.hot.size() - 1);
+        std::bernoulli_distribution in_hot(kHotShare);
+        for (auto& k : keys) {
+          const uint32_t e = pattern == kLoopSkew && in_hot(rng) ? l.hot[hot(rng)] : any(rng);
+          k.dest_qp = e / 2 >= sizes[i].entries / 2 ? e / 2 - 1 : e / 2;
+          k.direction = e % 2;
+        }
+        LIBBPF_OPTS(bpf_map_batch_opts, opts);
+        uint32_t count = kLoopKeys;
+        if (bpf_map_update_batch(bpf_map__fd(l.skel->maps.qp_keys), index.data(), keys.data(), &count, &opts))
+          throw std::runtime_error("qp_keys: " + std::string(std::strerror(errno)));
+        const double with = test_run_xdp(bpf_program__fd(l.skel->progs.qp_lookups), ifindex, frame).duration_ns;
+        uint64_t found = 0;
+        uint32_t zero = 0;
+        bpf_map_lookup_elem(bpf_map__fd(l.skel->maps.qp_found), &zero, &found);
+        if (found != kLoopKeys)
+          throw std::runtime_error("qp_loop: " + std::to_string(found) + " of " + std::to_string(kLoopKeys) +
+                                   " keys found: a key the fill did not write");
+        const double floor = test_run_xdp(bpf_program__fd(l.skel->progs.qp_keys_only), ifindex, frame).duration_ns;
+        l.ns[pattern].push_back((with - floor) / kLoopKeys);
+      }
+  std::cout << "\nlookups in a loop inside one program run: " << kLoopKeys << " per run, " << rounds
+            << " rounds; ns per lookup (minus the same walk without the table); x 1k: median of the per-round "
+               "ratios to the first size's uniform figure, 95 % bootstrap interval\n";
+  Table t({"tracked QPs", "access", "ns/lookup (median)", "x 1k", "95 %"});
+  nlohmann::json out = nlohmann::json::array();
+  const auto& base_ns = loops.front().ns[kLoopUniform];
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (int pattern = 0; pattern < kLoopPatterns; ++pattern) {
+      const auto& v = loops[i].ns[pattern];
+      std::vector<double> ratios;
+      for (size_t k = 0; k < std::min(v.size(), base_ns.size()); ++k)
+        if (base_ns[k] > 0) ratios.push_back(v[k] / base_ns[k]);
+      const auto [lo, hi] = median_ci95(ratios);
+      t.row({std::to_string(sizes[i].entries), kLoopPatternNames[pattern], fmt("%.1f", median(v)),
+             fmt("%.2f", median(ratios)), fmt("%.2f", lo) + "-" + fmt("%.2f", hi)});
+      out.push_back({{"entries", sizes[i].entries},
+                     {"pattern", kLoopPatternNames[pattern]},
+                     {"ns_per_lookup", v},
+                     {"ns_per_lookup_median", median(v)},
+                     {"ratio_to_first_uniform_per_round", ratios},
+                     {"ratio_median", median(ratios)},
+                     {"ratio_ci95", {lo, hi}}});
+    }
+  t.print();
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"roceguard per-packet cost against the number of tracked QPs"};
   std::vector<uint32_t> sizes{1024, 65536, 1048576};
-  unsigned rounds = 10, calls = 5000;
+  unsigned rounds = 10, calls = 5000, loop_rounds = 20;
   std::string json_path = "qp_scale.json";
   app.add_option("--sizes", sizes, "tracked QPs (rg_qp4 entries; half per direction)")
       ->delimiter(',')
       ->check(CLI::Range(2u, 1u << 24));
+  app.add_option("--loop-rounds", loop_rounds, "rounds of the lookups in one program run (0: none)");
   app.add_option("--rounds", rounds, "interleaved rounds")->check(CLI::Range(1u, 1000u));
   app.add_option("--calls", calls, "test runs per size, pattern, hook and round")->check(CLI::Range(10u, 1000000u));
   app.add_option("--json", json_path, "JSON output");
@@ -206,6 +308,7 @@ int main(int argc, char** argv) {
       }
     }
     for (auto& s : runs) s.qp_new_during_runs = qp_new(*s.obj) - s.qp_new_during_runs;
+    const nlohmann::json loop = lookup_loop(runs, loop_rounds, ifindex, rng);
     for (auto& s : runs) s.chase = chase_ns(s.memlock4, rng);
 
     const double ftc = trimmed_mean(floor_tc), fxdp = trimmed_mean(floor_xdp);
@@ -279,6 +382,7 @@ int main(int argc, char** argv) {
                            {"calls", calls},
                            {"results", out},
                            {"cache_lines", lines},
+                           {"lookup_loop", loop},
                            {"memory", mem}});
   } catch (const std::exception& e) {
     std::cerr << "bench_qp_scale: " << e.what() << "\n";
