@@ -138,8 +138,17 @@ for scenario in $scenarios; do
 			l=$(load)
 			start_lab "$scenario" with "$tag" "$(flags_of "$v")"
 			declare -A last=()
+			# The statistics are one switch for the whole machine: another
+			# benchmark restoring it to 0 mid-run would leave this run's
+			# counters short of its packets. Such a run is kept but marked
+			# (stats_held false) and left out of the per-packet figures.
+			held=true
 			for _ in $(seq 1 $((duration * 4 + 120))); do
 				kill -0 "$lab_pid" 2>/dev/null || break
+				if [ "$(sysctl -n kernel.bpf_stats_enabled)" != 1 ]; then
+					held=false
+					sysctl -qw kernel.bpf_stats_enabled=1
+				fi
 				while read -r gw ids; do
 					for id in $ids; do
 						s=$(bpftool prog show id "$id" --json 2>/dev/null) || continue
@@ -157,12 +166,13 @@ for scenario in $scenarios; do
 			  sent_a: .sender.packets, sends_a: (.sender.sends // .sender.packets)}' "$tmp/$tag/counters.json")
 			for id in "${!last[@]}"; do
 				jq -c --arg scenario "$scenario" --arg variant "$name" --argjson round "$r" --arg load_before "$l" \
-					--arg load_after "$(load)" --argjson phase "$phase" \
-					'. + {scenario: $scenario, variant: $variant, round: $round, load_before: $load_before, load_after: $load_after} + $phase' \
+					--arg load_after "$(load)" --argjson phase "$phase" --argjson held "$held" \
+					'. + {scenario: $scenario, variant: $variant, round: $round, load_before: $load_before, load_after: $load_after,
+					      stats_held: $held} + $phase' \
 					<<<"${last[$id]}" >>"$insitu"
 			done
 			unset last
-			echo "  $scenario in-situ round $r $name done (load $(load))"
+			echo "  $scenario in-situ round $r $name done (load $(load))$([ "$held" = true ] || echo ', statistics were switched off meanwhile: left out')"
 		done
 	done
 done
@@ -188,14 +198,16 @@ jq -n --slurpfile runs "$runs" --slurpfile insitu "$insitu" --argjson rounds "$r
          ratio_of_medians: (($w | map(.goodput_mbps) | med) / ($wo | map(.goodput_mbps) | med)),
          ratio_per_round: ($ratios | summary),
          qps_failed_without: ($wo | map(.qps_failed) | add), qps_failed_with: ($w | map(.qps_failed) | add)}],
-    insitu: [$insitu | group_by([.scenario, .variant, .gateway, .type, .name])[]
+    insitu_rounds_left_out: [$insitu | map(select(.stats_held == false)) | group_by([.scenario, .variant, .round])[]
+      | {scenario: .[0].scenario, variant: .[0].variant, round: .[0].round}],
+    insitu: [$insitu | map(select(.stats_held != false)) | group_by([.scenario, .variant, .gateway, .type, .name])[]
       | {scenario: .[0].scenario, variant: .[0].variant, gateway: .[0].gateway, type: .[0].type, name: .[0].name,
          ns_per_run: (map(if .run_cnt > 0 then .run_time_ns / .run_cnt else null end | select(. != null)) | summary),
          run_cnt: map(.run_cnt),
          runs_per_packet_sent: (map(if .sent_a > 0 then .run_cnt / .sent_a else null end | select(. != null)) | summary)}],
     # All attached programs of both gateways together, per packet host B
     # took in order: one figure per run, then the median over the rounds.
-    insitu_per_delivered: [$insitu | group_by([.scenario, .variant])[] | . as $v
+    insitu_per_delivered: [$insitu | map(select(.stats_held != false)) | group_by([.scenario, .variant])[] | . as $v
       | ($v | group_by(.round) | map({round: .[0].round, delivered_b: .[0].delivered_b, sent_a: .[0].sent_a,
            sends_a: .[0].sends_a, run_time_ns: (map(.run_time_ns) | add), run_cnt: (map(.run_cnt) | add),
            gw_a_ns: (map(select(.gateway == "A") | .run_time_ns) | add),
