@@ -356,8 +356,8 @@ unsigned Sender::send_burst(Qp& qp, uint32_t psn, unsigned count, SenderStats& s
   std::memcpy(CMSG_DATA(c), &gso_size, sizeof(gso_size));
   ssize_t n = sendmsg(data_fds_[qp.index], &msg, MSG_DONTWAIT);
   if (n != static_cast<ssize_t>(total)) {
-    // EIO: the device under the socket has no checksum offload, which
-    // UDP_SEGMENT needs: one packet per send from here on, and the
+    // EIO: this kernel wants checksum offload under UDP_SEGMENT and the
+    // device has none: one packet per send from here on, and the
     // statistics say so. Anything else (a full queue): retried later.
     if (n < 0 && errno == EIO) {
       cfg_.burst = 1;

@@ -151,7 +151,7 @@ struct QpPlan {
 struct SenderStats {
   uint64_t packets = 0;      // request packets sent, first copies and resends
   uint64_t sends = 0;        // system calls that sent them (fewer with SenderConfig::burst)
-  bool gso_refused = false;  // UDP_SEGMENT failed (no checksum offload): bursts fell back to single sends
+  bool gso_refused = false;  // UDP_SEGMENT failed with EIO: bursts fell back to single sends
   uint64_t bytes = 0;        // UDP payload bytes of those
   uint64_t retransmits = 0;  // sent with a PSN at or below the highest already sent
   uint64_t acks = 0;
