@@ -14,7 +14,10 @@
 #
 # Then, separately, the in-situ cost of the attached programs: with
 # kernel.bpf_stats_enabled=1 during `--mode with` runs, each program's
-# run_time_ns / run_cnt (bpftool) over the whole phase. The goodput rounds
+# run_time_ns / run_cnt (bpftool) over the whole phase, and all of them
+# together per packet host B took in order (insitu_per_delivered), which
+# is what batching changes: VARIANTS="with: batch:--burst=8,--gro-forwarding"
+# puts bursts through UDP GRO forwarding (bench/README.md, section 16). The goodput rounds
 # run with the statistics off (while they are on the kernel times every BPF
 # program run, the WAN emulator's too); the sysctl is restored on exit.
 #
@@ -106,6 +109,7 @@ record() {
 	     goodput_mbps: (if $p.sender.elapsed_ms > 0 then $p.receiver.goodput_bytes * 8 / 1000 / $p.sender.elapsed_ms else 0 end),
 	     elapsed_ms: $p.sender.elapsed_ms, packets_sent_a: $p.sender.packets, retransmits_a: $p.sender.retransmits,
 	     timeouts_a: $p.sender.timeouts, qps_failed: $p.sender.qps_failed, received_b: $p.receiver.packets,
+	     sends_a: ($p.sender.sends // $p.sender.packets), delivered_b: $p.receiver.delivered,
 	     dscp_b: $p.receiver.dscp, wan_dropped: $p.totals.wan_dropped,
 	     encapsulated_gw_a: $p.totals.roceguard.encapsulated_gw_a, decapsulated_gw_b: $p.totals.roceguard.decapsulated_gw_b,
 	     load_before: $load_before, load_after: $load_after,
@@ -146,14 +150,26 @@ insitu=$tmp/insitu.jsonl
 [ "$insitu_rounds" -gt 0 ] && sysctl -qw kernel.bpf_stats_enabled=1
 for scenario in $scenarios; do
 	for r in $(seq 1 "$insitu_rounds"); do
-		for v in $variants; do
+		# The variants' order rotates from round to round, as above.
+		vs=($variants)
+		for pos in $(seq 1 ${#vs[@]}); do
+			v=${vs[$(((r - 1 + pos - 1) % ${#vs[@]}))]}
 			name=${v%%:*}
 			tag=$scenario-insitu-$r-$name
 			l=$(load)
 			start_lab "$scenario" with "$tag" "$(flags_of "$v")"
 			declare -A last=()
+			# The statistics are one switch for the whole machine: another
+			# benchmark restoring it to 0 mid-run would leave this run's
+			# counters short of its packets. Such a run is kept but marked
+			# (stats_held false) and left out of the per-packet figures.
+			held=true
 			for _ in $(seq 1 $((duration * 4 + 120))); do
 				kill -0 "$lab_pid" 2>/dev/null || break
+				if [ "$(sysctl -n kernel.bpf_stats_enabled)" != 1 ]; then
+					held=false
+					sysctl -qw kernel.bpf_stats_enabled=1
+				fi
 				while read -r gw ids; do
 					for id in $ids; do
 						s=$(bpftool prog show id "$id" --json 2>/dev/null) || continue
@@ -164,14 +180,20 @@ for scenario in $scenarios; do
 				sleep 1
 			done
 			finish_lab "$tag"
+			# The phase's packets, for the cost per delivered packet: what
+			# host B's responder took in order, what host A sent and in
+			# how many sends (bursts: --burst).
+			phase=$(jq -c '.phases.with | {delivered_b: .receiver.delivered, received_b: .receiver.packets,
+			  sent_a: .sender.packets, sends_a: (.sender.sends // .sender.packets)}' "$tmp/$tag/counters.json")
 			for id in "${!last[@]}"; do
 				jq -c --arg scenario "$scenario" --arg variant "$name" --argjson round "$r" --arg load_before "$l" \
-					--arg load_after "$(load)" \
-					'. + {scenario: $scenario, variant: $variant, round: $round, load_before: $load_before, load_after: $load_after}' \
+					--arg load_after "$(load)" --argjson phase "$phase" --argjson held "$held" \
+					'. + {scenario: $scenario, variant: $variant, round: $round, load_before: $load_before, load_after: $load_after,
+					      stats_held: $held} + $phase' \
 					<<<"${last[$id]}" >>"$insitu"
 			done
 			unset last
-			echo "  $scenario in-situ round $r $name done (load $(load))"
+			echo "  $scenario in-situ round $r $name done (load $(load))$([ "$held" = true ] || echo ', statistics were switched off meanwhile: left out')"
 		done
 	done
 done
@@ -203,10 +225,29 @@ jq -n --slurpfile runs "$runs" --slurpfile insitu "$insitu" --argjson rounds "$r
                  | $w[.].softirq_ns_per_packet / $wo[.].softirq_ns_per_packet) | summary),
          steal_ms: (($wo + $w) | map(.cpu_ns.steal / 1e6) | summary),
          qps_failed_without: ($wo | map(.qps_failed) | add), qps_failed_with: ($w | map(.qps_failed) | add)}],
-    insitu: [$insitu | group_by([.scenario, .variant, .gateway, .type, .name])[]
+    insitu_rounds_left_out: [$insitu | map(select(.stats_held == false)) | group_by([.scenario, .variant, .round])[]
+      | {scenario: .[0].scenario, variant: .[0].variant, round: .[0].round}],
+    insitu: [$insitu | map(select(.stats_held != false)) | group_by([.scenario, .variant, .gateway, .type, .name])[]
       | {scenario: .[0].scenario, variant: .[0].variant, gateway: .[0].gateway, type: .[0].type, name: .[0].name,
          ns_per_run: (map(if .run_cnt > 0 then .run_time_ns / .run_cnt else null end | select(. != null)) | summary),
-         run_cnt: map(.run_cnt)}],
+         run_cnt: map(.run_cnt),
+         runs_per_packet_sent: (map(if .sent_a > 0 then .run_cnt / .sent_a else null end | select(. != null)) | summary)}],
+    # All attached programs of both gateways together, per packet host B
+    # took in order: one figure per run, then the median over the rounds.
+    insitu_per_delivered: [$insitu | map(select(.stats_held != false)) | group_by([.scenario, .variant])[] | . as $v
+      | ($v | group_by(.round) | map({round: .[0].round, delivered_b: .[0].delivered_b, sent_a: .[0].sent_a,
+           sends_a: .[0].sends_a, run_time_ns: (map(.run_time_ns) | add), run_cnt: (map(.run_cnt) | add),
+           gw_a_ns: (map(select(.gateway == "A") | .run_time_ns) | add),
+           gw_b_ns: (map(select(.gateway == "B") | .run_time_ns) | add),
+           gw_a_egress_runs: (map(select(.gateway == "A" and .type == "sched_cls" and (.name | test("egress"))) | .run_cnt) | add)})) as $rounds
+      | {scenario: $v[0].scenario, variant: $v[0].variant,
+         ns_per_delivered: ($rounds | map(select(.delivered_b > 0) | .run_time_ns / .delivered_b) | summary),
+         gw_a_ns_per_delivered: ($rounds | map(select(.delivered_b > 0) | .gw_a_ns / .delivered_b) | summary),
+         gw_b_ns_per_delivered: ($rounds | map(select(.delivered_b > 0) | .gw_b_ns / .delivered_b) | summary),
+         ns_per_run: ($rounds | map(select(.run_cnt > 0) | .run_time_ns / .run_cnt) | summary),
+         gw_a_egress_runs_per_packet_sent: ($rounds | map(select(.sent_a > 0) | (.gw_a_egress_runs // 0) / .sent_a) | summary),
+         packets_per_send_a: ($rounds | map(select(.sends_a > 0) | .sent_a / .sends_a) | summary),
+         delivered_b: ($rounds | map(.delivered_b)), rounds: $rounds}],
     runs: $runs,
     insitu_runs: $insitu,
     machine: {cpu: $cpu, cpus: $cpus, kernel: $kernel, loadavg_at_end: $load}
@@ -233,4 +274,5 @@ for field in ratio_per_round softirq_ratio_per_round; do
 done
 echo "wrote $out"
 jq -r '(.goodput[] | "\(.scenario) \(.variant): without \(.without_mbps.median * 10 | round / 10) Mbit/s (\(.without_mbps.min * 10 | round / 10)-\(.without_mbps.max * 10 | round / 10)), with \(.with_mbps.median * 10 | round / 10) (\(.with_mbps.min * 10 | round / 10)-\(.with_mbps.max * 10 | round / 10)); ratio of medians \(.ratio_of_medians * 100 | round / 100), per round median \(.ratio_per_round.median * 100 | round / 100) (\(.ratio_per_round.min * 100 | round / 100)-\(.ratio_per_round.max * 100 | round / 100), 95 % \(.ratio_per_round.ci95)); softirq per delivered packet \(.softirq_ns_per_packet_without.median // 0 | round) ns without, \(.softirq_ns_per_packet_with.median // 0 | round) with, per round ratio median \((.softirq_ratio_per_round.median // 0) * 100 | round / 100) (95 % \(.softirq_ratio_per_round.ci95)); steal \(.steal_ms.median // 0 | round) ms per run; QPs failed \(.qps_failed_without) without, \(.qps_failed_with) with"),
-       (.insitu[] | "  in situ \(.scenario) \(.variant) gateway \(.gateway) \(.type) \(.name): \(.ns_per_run.median | round) ns/run (\(.ns_per_run.min | round)-\(.ns_per_run.max | round)), run_cnt \(.run_cnt)")' "$out"
+       (.insitu[] | "  in situ \(.scenario) \(.variant) gateway \(.gateway) \(.type) \(.name): \(.ns_per_run.median | round) ns/run (\(.ns_per_run.min | round)-\(.ns_per_run.max | round)), run_cnt \(.run_cnt)"),
+       (.insitu_per_delivered[] | "  per delivered packet \(.scenario) \(.variant): all programs \(.ns_per_delivered.median | round) ns (\(.ns_per_delivered.min | round)-\(.ns_per_delivered.max | round)), gateway A \(.gw_a_ns_per_delivered.median | round), gateway B \(.gw_b_ns_per_delivered.median | round); gateway A egress runs per packet sent \(.gw_a_egress_runs_per_packet_sent.median * 1000 | round / 1000), packets per send at host A \(.packets_per_send_a.median * 100 | round / 100), delivered \(.delivered_b)")' "$out"

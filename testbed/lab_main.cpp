@@ -92,6 +92,14 @@ void add_lab_options(CLI::App* lab) {
   lab->add_flag("--xdp-forward", o.xdp_forward,
                 "the gateways run the XDP fast path (dataplane.xdp_forward) between their LAN and WAN "
                 "interfaces, both attached");
+  lab->add_option("--burst", o.burst,
+                  "host A sends up to this many consecutive packets of one QP as one UDP_SEGMENT (GSO) send, "
+                  "as an RNIC's burst arrives; 1: one send per packet")
+      ->check(CLI::Range(1u, lab::kMaxBurst))
+      ->capture_default_str();
+  lab->add_flag("--gro-forwarding", o.gro_forwarding,
+                "UDP GRO for forwarding (ethtool rx-udp-gro-forwarding) on the gateways' LAN-facing veths: "
+                "datagrams of a flow arriving back to back reach roceguard's TC egress merged into one GSO skb");
   lab->add_option("--report", o.report_dir, "report directory (default ./roceguard-lab-<UTC time>)");
   lab->add_option("--metrics-listen", o.metrics_listen,
                   "gateway A's Prometheus endpoint; gateway B's is on the next port (port 0: any free)")

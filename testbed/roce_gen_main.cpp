@@ -4,7 +4,7 @@
 //
 //   roce-gen recv [--netns NS] [--duration S]
 //   roce-gen send --peer ADDR [--netns NS] [--qps N] [--messages N] [--ack-timeout D]
-//                 [--retry-cnt N] [--retransmit gbn|sr] ...
+//                 [--retry-cnt N] [--retransmit gbn|sr] [--burst N] ...
 //   roce-gen wan --netns NS --interface IF [--interface IF] [--loss-ppm N]
 #include <signal.h>
 #include <unistd.h>
@@ -128,6 +128,11 @@ int main(int argc, char** argv) {
   send->add_option("--pace", scfg.pace_pps,
                    "uc: packets per second of all QPs together (0: as fast as the sockets take them)")
       ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  send->add_option("--burst", scfg.burst,
+                   "up to this many consecutive packets of one QP per sendmsg, as one UDP_SEGMENT (GSO) "
+                   "datagram train; 1: one send per packet")
+      ->check(CLI::Range(1u, kMaxBurst))
       ->capture_default_str();
   send->add_option("--src-port", scfg.src_port_base, "UDP source port of QP 0 (QP i: +i)");
   send->add_option("--ack-port", scfg.ack_port, "port responses arrive on (default 4791)");

@@ -575,6 +575,8 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"shield", s.shield},
                    {"transport", transport_name(s.transport)},
                    {"xdp_forward", s.xdp_forward},
+                   {"burst", s.burst},
+                   {"gro_forwarding", {{"requested", s.gro_forwarding}, {"on", s.gro_forwarding_on}}},
                    {"host_tos", s.host_tos},
                    {"sender",
                     {{"window", s.window},

@@ -138,6 +138,9 @@ struct LabSettings {
   bool tunnel = true;
   std::string shield = "off";  // tunnel.shield of both gateways
   bool xdp_forward = false;
+  unsigned burst = 1;             // packets per UDP_SEGMENT send at host A
+  bool gro_forwarding = false;    // asked for: rx-udp-gro-forwarding on the gateways' lan0
+  bool gro_forwarding_on = false; // what ethtool -k reported afterwards
   uint8_t host_tos = 0;
   std::string metrics_a, metrics_b;
 };

@@ -444,6 +444,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   scfg.retry_cnt = lab.settings.retry_cnt;
   scfg.retransmit = lab.settings.retransmit;
   scfg.transport = lab.settings.transport;
+  scfg.burst = lab.opts.burst;
   // UC waits on no window: host A's line rate paces it, as an RNIC's line does.
   if (lab.settings.transport == Transport::kUc)
     scfg.pace_pps = static_cast<double>(lab.settings.window_mbit) * 1e6 /
@@ -668,6 +669,8 @@ int run_lab(const LabOptions& opts) {
   settings.tunnel = opts.tunnel;
   settings.shield = opts.shield;
   settings.xdp_forward = opts.xdp_forward;
+  settings.burst = opts.burst;
+  settings.gro_forwarding = opts.gro_forwarding;
   settings.host_tos = kHostTos;
 
   const std::string dir = opts.report_dir.empty() ? "roceguard-lab-" + timestamp() : opts.report_dir;
@@ -684,6 +687,15 @@ int run_lab(const LabOptions& opts) {
   Topology topo(opts.prefix, congestion);
   topo.check_path();
   if (opts.xdp_forward) topo.accept_xdp_redirects();
+  if (opts.gro_forwarding) {
+    settings.gro_forwarding_on = topo.forward_udp_gro();
+    std::cout << "UDP GRO for forwarding on the gateways' lan0: "
+              << (settings.gro_forwarding_on ? "on" : "requested, but ethtool does not report it on") << "\n";
+  }
+  if (opts.burst > 1 || opts.gro_forwarding) topo.segment_like_nics();
+  if (opts.burst > 1)
+    std::cout << "host A sends up to " << opts.burst
+              << " packets of a QP per UDP_SEGMENT send; its eth0 puts them on the link one by one\n";
   check_stop();
   std::optional<HtbScheduler> scheduler, uplink_scheduler;
   std::optional<SenderLineRate> line_rate;

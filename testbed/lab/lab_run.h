@@ -43,6 +43,12 @@ struct LabOptions {
   std::string shield = "off";
   std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook
   bool xdp_forward = false;  // the gateways' dataplane.xdp_forward (LAN and WAN attached)
+  // Host A's generator hands up to this many consecutive packets of one QP
+  // to the kernel as one UDP_SEGMENT send (a GSO skb), as an RNIC's burst
+  // arrives; 1: one send per packet.
+  unsigned burst = 1;
+  // rx-udp-gro-forwarding on the gateways' lan0 (Topology::forward_udp_gro).
+  bool gro_forwarding = false;
   std::string report_dir;     // empty: ./roceguard-lab-<UTC timestamp>
   // Gateway A's exporter; gateway B's listens on the next port (port 0:
   // both pick a free one).

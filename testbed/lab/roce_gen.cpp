@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,6 +31,8 @@ using wire::kRethLen;
 constexpr size_t kCnpPad = 16;
 constexpr uint32_t kPsnHalf = RG_PSN_HALF;
 constexpr size_t kMaxPacket = 9000;
+// The largest request the sender builds: BTH, RETH, 4096 payload bytes, ICRC.
+constexpr size_t kMaxRequest = kBthLen + kRethLen + 4096 + kIcrcLen;
 
 // (a - b) mod 2^24: how far a is ahead of b.
 uint32_t psn_diff(uint32_t a, uint32_t b) { return (a - b) & kPsnMask; }
@@ -231,6 +234,8 @@ Sender::Sender(SenderConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.opcode != kOpSendOnly && cfg_.opcode != kOpWriteOnly)
     throw Error("roce-gen: the opcode is SEND only or RDMA WRITE only", kExitUsage);
   if (!(cfg_.pace_pps >= 0)) throw Error("roce-gen: the pace is at least 0 packets per second", kExitUsage);
+  if (cfg_.burst < 1 || cfg_.burst > kMaxBurst)
+    throw Error("roce-gen: a burst is 1 to " + std::to_string(kMaxBurst) + " packets", kExitUsage);
   cfg_.payload = (cfg_.payload + 3) & ~size_t{3};
   Sockaddr peer = make_sockaddr(cfg_.peer, cfg_.port);
   family_ = peer.ss.ss_family;
@@ -258,8 +263,7 @@ Sender::~Sender() {
   if (ack_fd_ >= 0) close(ack_fd_);
 }
 
-bool Sender::send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st) {
-  uint8_t pkt[kBthLen + kRethLen + 4096 + kIcrcLen] = {};
+size_t Sender::build_request(const Qp& qp, uint32_t psn, bool ack_req, uint8_t* pkt) const {
   const uint32_t index = psn_diff(psn, cfg_.qps.first_psn);
   const bool uc = cfg_.transport == Transport::kUc;
   Bth bth;
@@ -284,12 +288,12 @@ bool Sender::send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st) {
     len += kRethLen;
   }
   for (size_t i = 0; i < cfg_.payload; ++i) pkt[len + i] = static_cast<uint8_t>(index + i);
-  len += cfg_.payload + kIcrcLen;
+  len += cfg_.payload;
+  std::memset(pkt + len, 0, kIcrcLen);  // the ICRC placeholder
+  return len + kIcrcLen;
+}
 
-  ssize_t n = sendto(data_fds_[qp.index], pkt, len, MSG_DONTWAIT,
-                     reinterpret_cast<const sockaddr*>(peer_sa_.data()),
-                     static_cast<socklen_t>(peer_sa_.size()));
-  if (n != static_cast<ssize_t>(len)) return false;  // queue full: the caller retries later
+void Sender::sent_request(Qp& qp, uint32_t psn, size_t len, SenderStats& st) {
   st.packets++;
   st.bytes += len;
   if (qp.sent_any && !psn_ahead(psn, qp.max_sent)) {
@@ -299,13 +303,72 @@ bool Sender::send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st) {
     qp.sent_any = true;
     st.psn_span[qp.index] = psn_diff(psn, cfg_.qps.first_psn) + uint64_t{1};
   }
-  if (uc) {
+  if (cfg_.transport == Transport::kUc) {
     // A UC send completes once it is on the wire: nothing will acknowledge it.
     qp.una = (psn + 1) & kPsnMask;
     st.completed++;
     st.goodput_bytes += cfg_.payload;
   }
+}
+
+bool Sender::send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st) {
+  uint8_t pkt[kMaxRequest];
+  const size_t len = build_request(qp, psn, ack_req, pkt);
+  ssize_t n = sendto(data_fds_[qp.index], pkt, len, MSG_DONTWAIT,
+                     reinterpret_cast<const sockaddr*>(peer_sa_.data()),
+                     static_cast<socklen_t>(peer_sa_.size()));
+  if (n != static_cast<ssize_t>(len)) return false;  // queue full: the caller retries later
+  st.sends++;
+  sent_request(qp, psn, len, st);
   return true;
+}
+
+unsigned Sender::send_burst(Qp& qp, uint32_t psn, unsigned count, SenderStats& st) {
+  // One datagram of all of them: at most 64 KB with the UDP and IPv6 headers.
+  constexpr size_t kMaxGso = 65535 - 8 - 40;
+  const size_t one = kBthLen + (cfg_.opcode == kOpWriteOnly ? kRethLen : 0) + cfg_.payload + kIcrcLen;
+  count = std::min<unsigned>(count, static_cast<unsigned>(kMaxGso / one));
+  if (count <= 1) return send_one(qp, psn, false, st) ? 1 : 0;
+  // Every request of a run has the same length: the kernel cuts the
+  // buffer into datagrams of exactly that many bytes, each its own
+  // UDP/IP packet with its own BTH.
+  std::vector<uint8_t>& buf = burst_buf_;
+  buf.resize(size_t{count} * kMaxRequest);
+  size_t seg = 0, total = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    seg = build_request(qp, (psn + i) & kPsnMask, false, buf.data() + total);
+    total += seg;
+  }
+  iovec iov{buf.data(), total};
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))] = {};
+  msghdr msg{};
+  msg.msg_name = peer_sa_.data();
+  msg.msg_namelen = static_cast<socklen_t>(peer_sa_.size());
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof(ctrl);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  const uint16_t gso_size = static_cast<uint16_t>(seg);
+  std::memcpy(CMSG_DATA(c), &gso_size, sizeof(gso_size));
+  ssize_t n = sendmsg(data_fds_[qp.index], &msg, MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(total)) {
+    // EIO: this kernel wants checksum offload under UDP_SEGMENT and the
+    // device has none: one packet per send from here on, and the
+    // statistics say so. Anything else (a full queue): retried later.
+    if (n < 0 && errno == EIO) {
+      cfg_.burst = 1;
+      st.gso_refused = true;
+      return send_one(qp, psn, false, st) ? 1 : 0;
+    }
+    return 0;
+  }
+  st.sends++;
+  for (unsigned i = 0; i < count; ++i) sent_request(qp, (psn + i) & kPsnMask, seg, st);
+  return count;
 }
 
 void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStats& st) {
@@ -387,11 +450,17 @@ SenderStats Sender::run() {
       if (uc && cfg_.pace_pps > 0)
         allowed = 1 + static_cast<uint64_t>(std::chrono::duration<double>(now - start).count() * cfg_.pace_pps /
                                             static_cast<double>(qps_.size()));
-      for (unsigned burst = 0; !full && burst < cfg_.window && qp->next != qp->end &&
-                               qp->inflight() < cfg_.window && psn_diff(qp->next, cfg_.qps.first_psn) < allowed;
-           ++burst) {
-        if (!send_one(*qp, qp->next, false, st)) break;  // socket full
-        qp->next = (qp->next + 1) & kPsnMask;
+      // With bursts, as many PSNs at once as the window, the messages left
+      // and the pace allow, up to cfg_.burst.
+      for (unsigned pass = 0; !full && pass < cfg_.window && qp->next != qp->end &&
+                              qp->inflight() < cfg_.window && psn_diff(qp->next, cfg_.qps.first_psn) < allowed;) {
+        uint64_t n = std::min<uint64_t>({cfg_.burst, cfg_.window - qp->inflight(), psn_diff(qp->end, qp->next),
+                                         cfg_.window - pass});
+        if (allowed != UINT64_MAX) n = std::min<uint64_t>(n, allowed - psn_diff(qp->next, cfg_.qps.first_psn));
+        const unsigned count = send_burst(*qp, qp->next, static_cast<unsigned>(std::max<uint64_t>(n, 1)), st);
+        if (count == 0) break;  // socket full
+        qp->next = (qp->next + count) & kPsnMask;
+        pass += count;
       }
       if (uc) continue;  // no timer: nothing is waited for
       if (now - qp->last_progress >= cfg_.timeout) {
@@ -670,6 +739,7 @@ nlohmann::json dscp_histogram_json(const std::array<uint64_t, 64>& h) {
 
 nlohmann::json to_json(const SenderStats& s) {
   return {{"packets", s.packets},       {"bytes", s.bytes},
+          {"sends", s.sends},           {"gso_refused", s.gso_refused},
           {"retransmits", s.retransmits}, {"acks", s.acks},
           {"naks", s.naks},             {"cnps", s.cnps},
           {"timeouts", s.timeouts},     {"completed", s.completed},

@@ -2,6 +2,7 @@
 // transport (IBA chapter 9) to exercise roceguard's data plane the way real
 // requesters and responders do: PSN sequences, coalesced ACKs, NAK on a PSN
 // gap, Go-Back-N resend from the NAKed PSN or on timeout, CNPs for ECN CE.
+// Optionally bursts of one QP's packets as one UDP_SEGMENT send (SenderConfig::burst).
 // Optionally selective repeat instead of Go-Back-N (Retransmit below), a
 // model of what ConnectX-6 Dx and later NICs do with ROCE_ACCL. Or the UC
 // transport (Transport below): every PSN sent once, no ACK, no NAK, no
@@ -70,6 +71,11 @@ enum class Retransmit {
   kSelectiveRepeat,
 };
 inline constexpr unsigned kSrNaksPerArrival = 16;
+
+// The most packets one UDP_SEGMENT send carries (the kernel's
+// UDP_MAX_SEGMENTS before 6.8; larger payloads reach the 64 KB of one
+// datagram first).
+inline constexpr unsigned kMaxBurst = 64;
 
 // "gbn" / "sr": the option's values. nullopt for anything else.
 std::optional<Retransmit> parse_retransmit(std::string_view text);
@@ -144,6 +150,8 @@ struct QpPlan {
 
 struct SenderStats {
   uint64_t packets = 0;      // request packets sent, first copies and resends
+  uint64_t sends = 0;        // system calls that sent them (fewer with SenderConfig::burst)
+  bool gso_refused = false;  // UDP_SEGMENT failed with EIO: bursts fell back to single sends
   uint64_t bytes = 0;        // UDP payload bytes of those
   uint64_t retransmits = 0;  // sent with a PSN at or below the highest already sent
   uint64_t acks = 0;
@@ -183,6 +191,12 @@ struct SenderConfig {
   // (0: as fast as the sockets take them). Nothing else paces UC: without
   // ACKs there is no window to wait on.
   double pace_pps = 0;
+  // First copies of consecutive PSNs of one QP handed to the kernel in one
+  // sendmsg with UDP_SEGMENT (gso_size: one packet's UDP payload), up to
+  // this many: one GSO skb of that many datagrams, as an RNIC's burst of
+  // one QP reaches the wire back to back. 1: one sendto per packet.
+  // Resends (selective repeat's NAKed PSNs) always go alone.
+  unsigned burst = 1;
   std::chrono::milliseconds duration{30000};  // hard bound on run()
   std::function<void(const SenderStats&)> on_second;  // live view, called from run()
 };
@@ -203,6 +217,14 @@ class Sender {
   struct Qp;
   // Sends psn (a first copy or a resend); false when the socket is full.
   bool send_one(Qp& qp, uint32_t psn, bool ack_req, SenderStats& st);
+  // Sends up to count PSNs from psn in one UDP_SEGMENT sendmsg (count 1:
+  // as send_one), fewer when more would exceed a datagram's 64 KB; how many
+  // it sent, 0 when the socket is full.
+  unsigned send_burst(Qp& qp, uint32_t psn, unsigned count, SenderStats& st);
+  // The UDP payload of request psn into pkt (room for the largest); its length.
+  size_t build_request(const Qp& qp, uint32_t psn, bool ack_req, uint8_t* pkt) const;
+  // What a request of len bytes just sent changes.
+  void sent_request(Qp& qp, uint32_t psn, size_t len, SenderStats& st);
   void on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStats& st);
 
   SenderConfig cfg_;
@@ -211,6 +233,7 @@ class Sender {
   std::vector<int> data_fds_;     // one per QP
   int ack_fd_ = -1;
   std::vector<std::unique_ptr<Qp>> qps_;
+  std::vector<uint8_t> burst_buf_;  // send_burst's datagrams
   std::atomic<bool> stop_{false};
 };
 

@@ -162,7 +162,8 @@ void Topology::build() {
   // veth's one ring, in the order it was sent. GRO turns NAPI on; a veth
   // uses it only for frames from a peer without TSO (veth_xmit), so TSO is
   // off too, as on the bulk links. UDP is not merged by GRO (no socket asks
-  // for UDP GRO, forwarding does not).
+  // for UDP GRO, forwarding does not) unless forward_udp_gro() turns on
+  // rx-udp-gro-forwarding on the gateways' LAN side.
   for (const auto& l : kLinks)
     for (const auto& [n, ifname] : {std::pair{l.a, l.a_if}, std::pair{l.b, l.b_if}})
       run_checked({"ip", "netns", "exec", netns(n), "ethtool", "-K", ifname, "gro", "on", "tso", "off"});
@@ -300,6 +301,23 @@ void Topology::accept_xdp_redirects() const {
   // GRO (and with it NAPI) is on at every end of the path already (build).
   for (Node n : {Node::kHostA, Node::kHostB})
     run_checked({"ip", "netns", "exec", netns(n), "ethtool", "-K", "eth0", "tx", "off"});
+}
+
+bool Topology::forward_udp_gro() const {
+  bool on = true;
+  for (Node n : {Node::kGatewayA, Node::kGatewayB}) {
+    run_checked({"ip", "netns", "exec", netns(n), "ethtool", "-K", "lan0", "gro", "on", "rx-udp-gro-forwarding", "on"});
+    const std::string k = run_checked({"ip", "netns", "exec", netns(n), "ethtool", "-k", "lan0"});
+    on = on && k.find("rx-udp-gro-forwarding: on") != std::string::npos;
+  }
+  return on;
+}
+
+void Topology::segment_like_nics() const {
+  run_checked({"ip", "netns", "exec", netns(Node::kHostA), "ethtool", "-K", "eth0", "tx-udp-segmentation", "off"});
+  for (Node n : {Node::kGatewayA, Node::kGatewayB})
+    run_checked({"ip", "netns", "exec", netns(n), "ethtool", "-K", "wan0", "tx-udp_tnl-segmentation", "off",
+                 "tx-udp_tnl-csum-segmentation", "off"});
 }
 
 void Topology::check_path() const {

@@ -115,6 +115,27 @@ class Topology {
   // without its skb would arrive with it wrong.
   void accept_xdp_redirects() const;
 
+  // UDP GRO for forwarding on the gateways' LAN-facing veths (lan0):
+  // `ethtool -K lan0 gro on rx-udp-gro-forwarding on`. Datagrams of one
+  // flow that arrive back to back are then merged by GRO (udp_gro_receive
+  // without a socket) and forwarded as one GSO skb up to the gateway's
+  // egress, where roceguard's TC program sees them; off by default, as a
+  // router's NIC without it. Returns whether both report it on afterwards
+  // (`ethtool -k`).
+  bool forward_udp_gro() const;
+
+  // For bursts (a UDP_SEGMENT send at host A is one GSO skb): the frames
+  // on every link the lab treats as a wire are single datagrams, as a
+  // NIC puts them there. Host A's eth0 segments UDP in software
+  // (tx-udp-segmentation off), as an RNIC sends a burst back to back; the
+  // gateways' wan0 segment the Geneve they send in software
+  // (tx-udp_tnl-segmentation off), after their TC egress has seen the
+  // GSO skb, as a NIC without tunnel segmentation does. Without the latter
+  // a GSO Geneve skb would reach the WAN's delay line whole, and a packet
+  // socket cannot describe a UDP tunnel GSO skb in its virtio-net header:
+  // it drops it.
+  void segment_like_nics() const;
+
   // Deletes namespaces <prefix>-<pid>-* whose pid no longer runs: what a
   // crashed run left behind. Returns how many it removed.
   static int cleanup_stale(const std::string& prefix);

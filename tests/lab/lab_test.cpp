@@ -378,6 +378,72 @@ TEST_F(Lab, UcHostSeesExactlyTheShieldsResidualLoss) {
   expect_nothing_left(report);
 }
 
+// Host A sends its RoCE in bursts (--burst 8: up to eight consecutive PSNs of
+// a QP per UDP_SEGMENT send, one GSO skb) and the gateways' lan0 keep
+// forwarded UDP merged (--gro-forwarding), so gateway A's TC egress sees
+// skbs of several datagrams. UC, no WAN loss or delay, nothing reordered: every
+// datagram host A sent arrives at host B, in PSN order, with DSCP 46, and
+// roceguard's per-QP packet count at gateway A's egress is the number of
+// datagrams, not of skbs.
+TEST_F(Lab, GsoBurstsAreDeliveredAndCountedPerDatagram) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto argv = base_argv(report, 3);
+  // No delay line (--wan-delay 0): a user-space forwarder on a loaded
+  // machine could still hold packets when host B stops counting.
+  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "with", "--loss", "0", "--wan-delay", "0",
+                           "--transport", "uc", "--host-rate", "200", "--burst", "8", "--gro-forwarding"});
+  auto r = rg::lab::run(argv, 300s);
+  std::cout << r.out << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  EXPECT_EQ(j["settings"]["burst"], 8);
+  EXPECT_EQ(j["settings"]["gro_forwarding"]["on"], true) << j["settings"];
+  const json& with = j["phases"]["with"];
+  const json& sender = with["sender"];
+  const json& receiver = with["receiver"];
+  const uint64_t sent = sender["packets"], sends = sender["sends"], received = receiver["packets"];
+  std::cout << "bursts: host A sent " << sent << " packets in " << sends << " sends; host B received " << received
+            << "\n";
+  ASSERT_GT(sent, 0u);
+  // The bursts were GSO sends, several datagrams each.
+  EXPECT_EQ(sender["gso_refused"], false) << sender;
+  EXPECT_LT(2 * sends, sent) << "most sends carry several packets: " << sender;
+  EXPECT_EQ(sender["retransmits"].get<uint64_t>(), 0u) << sender;
+
+  // Every datagram arrived, each once, in PSN order, none lost.
+  EXPECT_EQ(received, sent) << receiver;
+  EXPECT_EQ(receiver["delivered"].get<uint64_t>(), sent) << receiver;
+  for (const char* k : {"out_of_order", "duplicates", "seen_retransmits", "gaps", "lost_estimate",
+                        "psns_before_first_arrival", "socket_drops", "unknown_qp"})
+    EXPECT_EQ(receiver[k].get<uint64_t>(), 0u) << k << ": " << receiver;
+  EXPECT_EQ(with["host_b"]["psns_after_last_arrival"].get<uint64_t>(), 0u) << with["host_b"];
+  // One datagram of payload each: the segments kept their size.
+  const uint64_t payload = j["settings"]["payload"];
+  EXPECT_EQ(receiver["goodput_bytes"].get<uint64_t>(), sent * payload) << receiver;
+  // Bleached on the WAN, restored by gateway B: DSCP 46 on every one.
+  EXPECT_EQ(receiver["dscp"].value("46", uint64_t{0}), received) << receiver["dscp"];
+
+  // Gateway A's per-QP egress counters (its exporter's final scrape) add
+  // up to the datagrams, as do its event counters.
+  const std::string prom = read(report + "/prometheus-gw-a.txt");
+  std::istringstream lines(prom);
+  std::string line;
+  uint64_t qp_packets = 0;
+  unsigned qp_series = 0;
+  while (std::getline(lines, line))
+    if (line.rfind("roceguard_qp_packets_total{", 0) == 0 && line.find("direction=\"egress\"") != std::string::npos) {
+      qp_packets += static_cast<uint64_t>(std::stod(line.substr(line.rfind(' ') + 1)));
+      ++qp_series;
+    }
+  EXPECT_EQ(qp_series, 4u) << "one series per QP of the lab's four";
+  EXPECT_EQ(qp_packets, sent) << "GSO skbs counted as their datagrams";
+  EXPECT_EQ(with["totals"]["roceguard"]["encapsulated_gw_a"].get<uint64_t>(), sent) << with["totals"];
+  EXPECT_EQ(with["totals"]["roceguard"]["decapsulated_gw_b"].get<uint64_t>(), sent) << with["totals"];
+  expect_nothing_left(report);
+}
+
 // "auto": each gateway measures the raw loss of what the other sends it and
 // reports it back in the option; at 2 % loss (forty times the 0.05 %
 // threshold) each turns its shield on and copies, at none it stays off.

@@ -104,6 +104,59 @@ TEST(RoceGen, LoopbackCompletesWithCoalescedAcks) {
   }
 }
 
+// Bursts over loopback: up to 8 consecutive PSNs of a QP per UDP_SEGMENT
+// send, each datagram its own packet at the responder, in PSN order, with
+// AckReq where it would be without bursts; a burst of 0 or beyond
+// kMaxBurst is refused.
+TEST(RoceGen, BurstsSendConsecutivePsnsAsOneSegmentedSend) {
+  ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
+  LoopbackNetns ns;
+  lab::NetnsGuard in(ns.name());
+  for (unsigned bad : {0u, lab::kMaxBurst + 1}) {
+    lab::SenderConfig cfg;
+    cfg.peer = "127.0.0.1";
+    cfg.burst = bad;
+    EXPECT_THROW(lab::Sender{cfg}, Error) << bad;
+  }
+  for (uint8_t opcode : {lab::kOpSendOnly, lab::kOpWriteOnly})
+    for (const char* peer : {"127.0.0.1", "::1"}) {
+      SCOPED_TRACE(std::string(peer) + (opcode == lab::kOpWriteOnly ? " write" : " send"));
+      lab::ReceiverConfig rcfg;
+      rcfg.reply_port = kReplyPort;
+      rcfg.qps.count = 2;
+      lab::Receiver rx(rcfg);
+      rx.start();
+      lab::SenderConfig cfg;
+      cfg.peer = peer;
+      cfg.ack_port = kReplyPort;
+      cfg.qps.count = 2;
+      cfg.messages = 200;
+      cfg.opcode = opcode;
+      cfg.burst = 8;
+      cfg.tos = RG_DEFAULT_DSCP << 2;
+      cfg.timeout = 1s;
+      cfg.duration = 30s;
+      lab::Sender tx(cfg);
+      lab::SenderStats s = tx.run();
+      rx.stop();
+      lab::ReceiverStats r = rx.stats();
+
+      EXPECT_FALSE(s.gso_refused);
+      EXPECT_EQ(s.qps_done, 2u);
+      EXPECT_EQ(r.delivered, 400u);
+      EXPECT_EQ(r.packets, s.packets);
+      EXPECT_EQ(r.goodput_bytes, 400u * cfg.payload);
+      // Fewer sends than packets, and none of more than 8.
+      EXPECT_LT(s.sends, s.packets);
+      EXPECT_GE(8 * s.sends, s.packets);
+      EXPECT_EQ(r.duplicates, s.retransmits);
+      EXPECT_EQ(r.naks + r.out_of_order + r.lost_estimate + r.gaps, 0u);
+      EXPECT_EQ(r.dscp[RG_DEFAULT_DSCP], r.packets);
+      EXPECT_GE(r.acks, 100u);  // AckReq on every 4th packet, bursts or not
+      EXPECT_EQ(r.psn_span, (std::vector<uint64_t>{200, 200}));
+    }
+}
+
 // UC over loopback: every message sent once and completed when sent, no
 // ACK or NAK either way, each delivered; the packets carry the UC opcodes,
 // which an RC responder does not take for its own.
