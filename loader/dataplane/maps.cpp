@@ -682,6 +682,10 @@ namespace {
 
 uint32_t saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
 
+// A count this build keeps in 32 bits, from one kept in 64: its low 32
+// bits, the count modulo 2^32 that the programs' own adds keep.
+uint32_t low32(uint64_t v) { return static_cast<uint32_t>(v); }
+
 rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {
   rg_qp_dir d{};
   d.packets = o.packets;
@@ -689,10 +693,10 @@ rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {
   d.max_psn = o.max_psn;
   d.flags = o.flags;
   d.last_seen_ns = last_seen_ns;
-  d.retransmits = o.retransmits;
-  d.lost = o.lost;
-  d.cnp = o.cnp;
-  d.ecn_ce = o.ecn_ce;
+  d.retransmits = low32(o.retransmits);
+  d.lost = low32(o.lost);
+  d.cnp = low32(o.cnp);
+  d.ecn_ce = low32(o.ecn_ce);
   d.gaps = saturate32(o.gaps);
   d.nak_seq_err = saturate32(o.nak_seq_err);
   d.nak_other = saturate32(o.nak_other);
@@ -1022,10 +1026,10 @@ bool add_qp_gain(rg_qp_dir& into, const LegacyQpDir& now, const LegacyQpDir& was
     return false;
   into.packets += g.packets;
   into.bytes += g.bytes;
-  into.retransmits += g.retransmits;
-  into.lost += g.lost;
-  into.cnp += g.cnp;
-  into.ecn_ce += g.ecn_ce;
+  into.retransmits += low32(g.retransmits);
+  into.lost += low32(g.lost);
+  into.cnp += low32(g.cnp);
+  into.ecn_ce += low32(g.ecn_ce);
   into.gaps = add_saturating32(into.gaps, g.gaps);
   into.nak_seq_err = add_saturating32(into.nak_seq_err, g.nak_seq_err);
   into.nak_other = add_saturating32(into.nak_other, g.nak_other);

@@ -145,7 +145,7 @@ TEST_F(PinnedState, QpMapOfAnotherKeyOrValueSizeIsRefusedByName) {
   std::string msg = error_of([&] { rg::MapReader reader(pin_); });
   EXPECT_NE(msg.find(rg::kMapQp4), std::string::npos) << msg;
   EXPECT_NE(msg.find("key_size 24, expected 16"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("value_size 65536, expected 80"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 65536, expected 64"), std::string::npos) << msg;
 
   Result r = rg("stats --qp");
   EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
@@ -158,7 +158,7 @@ TEST_F(PinnedState, Ipv6QpMapOfAnotherValueSizeIsRefusedByName) {
   pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir) + 8, 1024);
   std::string msg = error_of([&] { rg::MapReader reader(pin_); });
   EXPECT_NE(msg.find(rg::kMapQp6), std::string::npos) << msg;
-  EXPECT_NE(msg.find("value_size 88, expected 80"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 72, expected 64"), std::string::npos) << msg;
 
   Result r = rg("stats --qp");
   EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
