@@ -1282,8 +1282,8 @@ std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path,
     }
   };
   try {
-    for (const auto& [name, key_size] : {std::pair{kMapQp4, uint32_t{sizeof(rg_qp4_key)}},
-                                         std::pair{kMapQp6, uint32_t{sizeof(rg_qp6_key)}}}) {
+    for (const uint32_t key_size : {uint32_t{sizeof(rg_qp4_key)}, uint32_t{sizeof(rg_qp6_key)}}) {
+      const char* name = key_size == sizeof(rg_qp4_key) ? kMapQp4 : kMapQp6;
       const std::string path = pin_path + "/" + name;
       Owned old{bpf_obj_get(path.c_str())};
       if (old.fd < 0) continue;
