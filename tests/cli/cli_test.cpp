@@ -1363,9 +1363,10 @@ TEST_F(LoaderNetns, UpgradeCarriesAnEarlierBuildsQpTable) {
 }
 
 // An upgrade from a build whose rg_qp4 and rg_qp6 held the 80-byte value:
-// attach carries their QPs into tables of this build's value (instead of
-// refusing them as of another value size), and the programs count on from
-// the carried values.
+// a first attach that fails half-way pins the old tables again; the attach
+// that completes carries their QPs into tables of this build's value
+// (instead of refusing them as of another value size), and the programs
+// count on from the carried values.
 TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
   ASSERT_EQ(rg("attach --interface veth0").rc, 0);
   ASSERT_EQ(send_roce(1, 3), 0);
@@ -1412,10 +1413,27 @@ TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
   ASSERT_EQ(bpf_obj_pin(v6, (pin_ + "/" + rg::kMapQp6).c_str()), 0) << strerror(errno);
   close(v4);
   close(v6);
+  auto pinned_value_size = [&](const char* name) {
+    const int fd = bpf_obj_get((pin_ + "/" + name).c_str());
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    const bool ok = fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0;
+    if (fd >= 0) close(fd);
+    return ok ? info.value_size : 0u;
+  };
 
-  Result r = rg("attach --interface veth0");
+  // Fails at vbig0, after veth0: everything is put back, the old tables too.
+  create_xdp_refusing_veth();
+  Result r = rg("attach --interface veth0 --interface vbig0");
+  ASSERT_NE(r.rc, 0) << r.out;
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
+    EXPECT_EQ(pinned_value_size(name), sizeof(rg::QpDirV80)) << name << ": a failed upgrade keeps the earlier build's\n"
+                                                             << r.out;
+
+  r = rg("attach --interface veth0");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("carried 2 QP directions"), std::string::npos) << r.out;
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) EXPECT_EQ(pinned_value_size(name), sizeof(rg_qp_dir)) << name;
   Result q = rg("stats --json --qp --top 5");
   auto j = json::parse(q.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << q.out;
