@@ -180,10 +180,15 @@ struct rg_qp6_key {
 
 /*
  * What one direction of a QP looked like at this hook: the value of both
- * per-QP tables. The fields every packet touches come first, next to the
- * key: with the kernel's 48-byte element header and a 16-byte IPv4 key they
- * start on the element's second cache line. The rarer counters follow;
- * NAK and gap counts are 32 bits (userspace reads them as 64).
+ * per-QP tables. 64 bytes, so that with the kernel's 48-byte LRU element
+ * header and a 16-byte IPv4 key an element is 128 bytes: a preallocated
+ * table strides by two cache lines, every element starts on a line, and
+ * the whole value is the element's second line, next to the key's.
+ * The fields every packet touches come first; the rarer counters follow
+ * in 32 bits (userspace reads every count as 64). A 32-bit count of a busy
+ * QP can wrap (ECN CE marks at millions a second do in an hour or so): the
+ * exporter shows it as a Prometheus counter, where a wrap reads as a
+ * counter reset, which rate() and increase() take in their stride.
  */
 struct rg_qp_dir {
 	__u64 packets;
@@ -192,10 +197,10 @@ struct rg_qp_dir {
 	__u32 resend_next : 8; /* with RG_QP_F_RESENDING: low byte of the PSN after the last one resent */
 	__u32 flags;           /* RG_QP_F_* */
 	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC, tick resolution) of the last packet */
-	__u64 retransmits; /* egress: resent; ingress: duplicate/retransmission received */
-	__u64 lost;
-	__u64 cnp;
-	__u64 ecn_ce;
+	__u32 retransmits; /* egress: resent; ingress: duplicate/retransmission received */
+	__u32 lost;
+	__u32 cnp;
+	__u32 ecn_ce;
 	__u32 gaps;
 	__u32 nak_seq_err;
 	__u32 nak_other;
@@ -566,7 +571,8 @@ RG_STATIC_ASSERT(sizeof(struct rg_counters) == 16 * RG_EV_MAX, "rg_counters layo
 RG_STATIC_ASSERT(sizeof(struct rg_qp_key) == 40, "rg_qp_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_qp4_key) == 16, "rg_qp4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_qp6_key) == 40, "rg_qp6_key layout");
-RG_STATIC_ASSERT(sizeof(struct rg_qp_dir) == 80, "rg_qp_dir layout");
+/* 64: an IPv4 LRU element (48-byte header, 16-byte key) fills two cache lines. */
+RG_STATIC_ASSERT(sizeof(struct rg_qp_dir) == 64, "rg_qp_dir layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");

@@ -178,8 +178,8 @@ void cmd_stats(const std::string& pin_path, const std::string& config, bool qp, 
                 address_text(q.key.family, q.key.src).c_str(), address_text(q.key.family, q.key.dst).c_str(), q.key.dest_qp,
                 (unsigned long long)tx.packets, (unsigned long long)tx.retransmits, (unsigned long long)rx.gaps,
                 (unsigned long long)rx.packets, (unsigned long long)rx.lost,
-                (unsigned long long)(rx.nak_seq_err + rx.nak_other + rx.rnr_nak),
-                (unsigned long long)(tx.cnp + rx.cnp));
+                (unsigned long long)rx.nak_seq_err + rx.nak_other + rx.rnr_nak,  // 32-bit counts, summed in 64
+                (unsigned long long)tx.cnp + rx.cnp);
   }
 }
 

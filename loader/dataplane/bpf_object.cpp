@@ -155,7 +155,11 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
       if (reset_state) return false;
       return (m.name == kMapCounters && counters_need_migration(pin_path, bpf_map__value_size(skel_->maps.rg_counters))) ||
              (m.name == kMapPeerStats && peer_stats_need_migration(pin_path)) ||
-             (m.name == kMapTunnelStreams && tunnel_streams_need_migration(pin_path));
+             (m.name == kMapTunnelStreams && tunnel_streams_need_migration(pin_path)) ||
+             (m.name == kMapQp4 && qp_values_need_migration(pin_path, m.name, bpf_map__max_entries(skel_->maps.rg_qp4),
+                                                            bpf_map__map_flags(skel_->maps.rg_qp4))) ||
+             (m.name == kMapQp6 && qp_values_need_migration(pin_path, m.name, bpf_map__max_entries(skel_->maps.rg_qp6),
+                                                            bpf_map__map_flags(skel_->maps.rg_qp6)));
     });
     if (!mismatches.empty()) {
       if (!reset_state) {
@@ -215,6 +219,13 @@ void BpfObject::prepare_pins() {
   if (auto qps = migrate_qp_table(pin_path, cfg_.qp_entries)) {
     spdlog::info("carried {} QP directions in {}/{} over to {} and {}", qps->carried(), pin_path, kMapQpLegacy,
                  kMapQp4, kMapQp6);
+    carried_.push_back({std::move(qps), "rg_qp4 and rg_qp6", "QP directions"});
+  }
+  // A build before the 64-byte per-QP value: its tables carry over, the
+  // counts now kept in 32 bits by their low 32 bits.
+  if (auto qps = migrate_qp_values(pin_path, cfg_.qp_entries, bpf_map__map_flags(skel_->maps.rg_qp4))) {
+    spdlog::info("carried {} QP directions in {}/{} and {} over to this build's {}-byte value", qps->carried(),
+                 pin_path, kMapQp4, kMapQp6, sizeof(rg_qp_dir));
     carried_.push_back({std::move(qps), "rg_qp4 and rg_qp6", "QP directions"});
   }
 }

@@ -682,6 +682,10 @@ namespace {
 
 uint32_t saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
 
+// A count this build keeps in 32 bits, from one kept in 64: its low 32
+// bits, the count modulo 2^32 that the programs' own adds keep.
+uint32_t low32(uint64_t v) { return static_cast<uint32_t>(v); }
+
 rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {
   rg_qp_dir d{};
   d.packets = o.packets;
@@ -689,10 +693,10 @@ rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {
   d.max_psn = o.max_psn;
   d.flags = o.flags;
   d.last_seen_ns = last_seen_ns;
-  d.retransmits = o.retransmits;
-  d.lost = o.lost;
-  d.cnp = o.cnp;
-  d.ecn_ce = o.ecn_ce;
+  d.retransmits = low32(o.retransmits);
+  d.lost = low32(o.lost);
+  d.cnp = low32(o.cnp);
+  d.ecn_ce = low32(o.ecn_ce);
   d.gaps = saturate32(o.gaps);
   d.nak_seq_err = saturate32(o.nak_seq_err);
   d.nak_other = saturate32(o.nak_other);
@@ -720,6 +724,7 @@ class MapBtf {
 
   explicit MapBtf(const char* map) : map_(map), types_(btf__new_empty()) {
     if (!types_) throw Error(std::string("cannot build the BTF of ") + map_ + ": " + errno_text(errno));
+    u8 = check(btf__add_int(types_, "__u8", 1, 0));
     u16 = check(btf__add_int(types_, "__u16", 2, 0));
     u32 = check(btf__add_int(types_, "__u32", 4, 0));
     u64 = check(btf__add_int(types_, "__u64", 8, 0));
@@ -735,6 +740,18 @@ class MapBtf {
       check(btf__add_field(types_, f.name, f.type, static_cast<uint32_t>(f.offset * 8), 0));
     return id;
   }
+  // The same with bit fields: offsets and sizes in bits (size 0: no bit field).
+  struct Member {
+    const char* name;
+    int type;
+    uint32_t bit_offset;
+    uint32_t bits;
+  };
+  int add_struct_bits(const char* name, size_t size, std::initializer_list<Member> members) {
+    const int id = check(btf__add_struct(types_, name, static_cast<uint32_t>(size)));
+    for (const Member& m : members) check(btf__add_field(types_, m.name, m.type, m.bit_offset, m.bits));
+    return id;
+  }
   // Loaded into the kernel; the fd lives as long as this object.
   int fd() {
     if (int err = btf__load_into_kernel(types_))
@@ -742,7 +759,7 @@ class MapBtf {
     return btf__fd(types_);
   }
 
-  int u16 = 0, u32 = 0, u64 = 0;
+  int u8 = 0, u16 = 0, u32 = 0, u64 = 0;
 
  private:
   int check(int id) {
@@ -779,6 +796,47 @@ int create_peer_stats_map(uint32_t max_entries, uint32_t map_flags) {
                                   {"tx_seq", lanes, offsetof(rg_peer_stats, tx_seq)}});
   return create_with_btf(b, BPF_MAP_TYPE_PERCPU_ARRAY, kMapPeerStats, sizeof(uint32_t), sizeof(rg_peer_stats), b.u32,
                          value, max_entries, map_flags);
+}
+
+// A per-QP table of this build's layout (rg_qp4 or rg_qp6 by key_size),
+// with the BTF the BPF object gives it, so `bpftool map dump` shows the
+// fields of a table the loader created as of one libbpf created.
+int create_qp_table(uint32_t key_size, uint32_t max_entries, uint32_t map_flags) {
+  const bool v4 = key_size == sizeof(rg_qp4_key);
+  const char* name = v4 ? kMapQp4 : kMapQp6;
+  MapBtf b(name);
+  const uint32_t addr_len = v4 ? 4 : 16;
+  const int addr = b.array(b.u8, addr_len);
+  const int key = v4 ? b.add_struct("rg_qp4_key", sizeof(rg_qp4_key),
+                                    {{"src", addr, offsetof(rg_qp4_key, src)},
+                                     {"dst", addr, offsetof(rg_qp4_key, dst)},
+                                     {"dest_qp", b.u32, offsetof(rg_qp4_key, dest_qp)},
+                                     {"direction", b.u32, offsetof(rg_qp4_key, direction)}})
+                     : b.add_struct("rg_qp6_key", sizeof(rg_qp6_key),
+                                    {{"src", addr, offsetof(rg_qp6_key, src)},
+                                     {"dst", addr, offsetof(rg_qp6_key, dst)},
+                                     {"dest_qp", b.u32, offsetof(rg_qp6_key, dest_qp)},
+                                     {"direction", b.u32, offsetof(rg_qp6_key, direction)}});
+  // max_psn and resend_next share the 32 bits before flags (qp_accounting.h).
+  constexpr uint32_t psn_bits = (offsetof(rg_qp_dir, flags) - sizeof(uint32_t)) * 8;
+  auto at = [](size_t offset) { return static_cast<uint32_t>(offset * 8); };
+  const int value = b.add_struct_bits("rg_qp_dir", sizeof(rg_qp_dir),
+                                      {{"packets", b.u64, at(offsetof(rg_qp_dir, packets)), 0},
+                                       {"bytes", b.u64, at(offsetof(rg_qp_dir, bytes)), 0},
+                                       {"max_psn", b.u32, psn_bits, 24},
+                                       {"resend_next", b.u32, psn_bits + 24, 8},
+                                       {"flags", b.u32, at(offsetof(rg_qp_dir, flags)), 0},
+                                       {"last_seen_ns", b.u64, at(offsetof(rg_qp_dir, last_seen_ns)), 0},
+                                       {"retransmits", b.u32, at(offsetof(rg_qp_dir, retransmits)), 0},
+                                       {"lost", b.u32, at(offsetof(rg_qp_dir, lost)), 0},
+                                       {"cnp", b.u32, at(offsetof(rg_qp_dir, cnp)), 0},
+                                       {"ecn_ce", b.u32, at(offsetof(rg_qp_dir, ecn_ce)), 0},
+                                       {"gaps", b.u32, at(offsetof(rg_qp_dir, gaps)), 0},
+                                       {"nak_seq_err", b.u32, at(offsetof(rg_qp_dir, nak_seq_err)), 0},
+                                       {"nak_other", b.u32, at(offsetof(rg_qp_dir, nak_other)), 0},
+                                       {"rnr_nak", b.u32, at(offsetof(rg_qp_dir, rnr_nak)), 0}});
+  return create_with_btf(b, BPF_MAP_TYPE_LRU_HASH, name, key_size, sizeof(rg_qp_dir), key, value, max_entries,
+                         map_flags);
 }
 
 // The old stream's counters added to into's (a stream of either layout).
@@ -1022,10 +1080,10 @@ bool add_qp_gain(rg_qp_dir& into, const LegacyQpDir& now, const LegacyQpDir& was
     return false;
   into.packets += g.packets;
   into.bytes += g.bytes;
-  into.retransmits += g.retransmits;
-  into.lost += g.lost;
-  into.cnp += g.cnp;
-  into.ecn_ce += g.ecn_ce;
+  into.retransmits += low32(g.retransmits);
+  into.lost += low32(g.lost);
+  into.cnp += low32(g.cnp);
+  into.ecn_ce += low32(g.ecn_ce);
   into.gaps = add_saturating32(into.gaps, g.gaps);
   into.nak_seq_err = add_saturating32(into.nak_seq_err, g.nak_seq_err);
   into.nak_other = add_saturating32(into.nak_other, g.nak_other);
@@ -1090,10 +1148,8 @@ std::unique_ptr<QpMigration> migrate_qp_table(const std::string& pin_path, uint3
                     "); refusing to read it. `roceguard attach --reset-state` (or `run --reset-state`) removes it",
                 kExitConflict);
 
-  Owned v4{bpf_map_create(BPF_MAP_TYPE_LRU_HASH, kMapQp4, sizeof(rg_qp4_key), sizeof(rg_qp_dir), entries, nullptr)};
-  if (v4.fd < 0) throw Error(std::string("cannot create ") + kMapQp4 + ": " + errno_text(errno));
-  Owned v6{bpf_map_create(BPF_MAP_TYPE_LRU_HASH, kMapQp6, sizeof(rg_qp6_key), sizeof(rg_qp_dir), entries, nullptr)};
-  if (v6.fd < 0) throw Error(std::string("cannot create ") + kMapQp6 + ": " + errno_text(errno));
+  Owned v4{create_qp_table(sizeof(rg_qp4_key), entries, 0)};
+  Owned v6{create_qp_table(sizeof(rg_qp6_key), entries, 0)};
   size_t carried = 0;
   std::map<std::string, LegacyQpState> copied;
   walk_map(old.fd, sizeof(rg_qp_key), sizeof(LegacyQpState), info.max_entries, [&](const uint8_t* k, const uint8_t* v) {
@@ -1118,6 +1174,146 @@ std::unique_ptr<QpMigration> migrate_qp_table(const std::string& pin_path, uint3
   auto done = std::make_unique<QpMigration>(old.fd, v4.fd, v6.fd, info.max_entries, carried, std::move(copied));
   old.fd = v4.fd = v6.fd = -1;  // the migration holds them now
   return done;
+}
+
+namespace {
+
+rg_qp_dir from_v80(const QpDirV80& o) {
+  rg_qp_dir d{};
+  d.packets = o.packets;
+  d.bytes = o.bytes;
+  d.max_psn = o.max_psn;
+  d.resend_next = o.resend_next;
+  d.flags = o.flags;
+  d.last_seen_ns = o.last_seen_ns;
+  d.retransmits = low32(o.retransmits);
+  d.lost = low32(o.lost);
+  d.cnp = low32(o.cnp);
+  d.ecn_ce = low32(o.ecn_ce);
+  d.gaps = o.gaps;
+  d.nak_seq_err = o.nak_seq_err;
+  d.nak_other = o.nak_other;
+  d.rnr_nak = o.rnr_nak;
+  return d;
+}
+
+// What the old entry now counted beyond was (a count that went down was
+// reset by someone: nothing to add), added to into, modulo 2^32 where into
+// keeps 32 bits; false when nothing.
+bool add_v80_gain(rg_qp_dir& into, const QpDirV80& now, const QpDirV80& was) {
+  auto more = [](uint64_t is, uint64_t before) { return is > before ? is - before : 0; };
+  const uint64_t packets = more(now.packets, was.packets), bytes = more(now.bytes, was.bytes),
+                 retransmits = more(now.retransmits, was.retransmits), lost = more(now.lost, was.lost),
+                 cnp = more(now.cnp, was.cnp), ecn_ce = more(now.ecn_ce, was.ecn_ce),
+                 gaps = more(now.gaps, was.gaps), nak_seq_err = more(now.nak_seq_err, was.nak_seq_err),
+                 nak_other = more(now.nak_other, was.nak_other), rnr_nak = more(now.rnr_nak, was.rnr_nak);
+  if (!(packets | bytes | retransmits | lost | cnp | ecn_ce | gaps | nak_seq_err | nak_other | rnr_nak)) return false;
+  into.packets += packets;
+  into.bytes += bytes;
+  into.retransmits += low32(retransmits);
+  into.lost += low32(lost);
+  into.cnp += low32(cnp);
+  into.ecn_ce += low32(ecn_ce);
+  into.gaps += low32(gaps);
+  into.nak_seq_err += low32(nak_seq_err);
+  into.nak_other += low32(nak_other);
+  into.rnr_nak += low32(rnr_nak);
+  return true;
+}
+
+bool is_v80_qp_table(const bpf_map_info& info, uint32_t key_size) {
+  return info.type == BPF_MAP_TYPE_LRU_HASH && info.key_size == key_size && info.value_size == sizeof(QpDirV80);
+}
+
+}  // namespace
+
+bool qp_values_need_migration(const std::string& pin_path, const std::string& name, uint32_t max_entries,
+                              uint32_t map_flags) {
+  const uint32_t key_size = name == kMapQp4 ? sizeof(rg_qp4_key) : name == kMapQp6 ? sizeof(rg_qp6_key) : 0;
+  if (!key_size) return false;
+  auto info = pinned_info(pin_path + "/" + name);
+  return info && is_v80_qp_table(*info, key_size) && info->max_entries == max_entries &&
+         info->map_flags == map_flags;
+}
+
+QpValueMigration::QpValueMigration(std::vector<Table> tables) : tables_(std::move(tables)) {}
+
+QpValueMigration::~QpValueMigration() {
+  for (const Table& t : tables_) {
+    close(t.old_fd);
+    close(t.new_fd);
+  }
+}
+
+size_t QpValueMigration::carried() const {
+  size_t n = 0;
+  for (const Table& t : tables_) n += t.copied.size();
+  return n;
+}
+
+size_t QpValueMigration::carry_since_copy() const {
+  size_t gained = 0;
+  for (const Table& t : tables_) {
+    walk_map(t.old_fd, t.key_size, sizeof(QpDirV80), t.max_entries, [&](const uint8_t* k, const uint8_t* v) {
+      QpDirV80 now;
+      std::memcpy(&now, v, sizeof(now));
+      auto it = t.copied.find(std::string(reinterpret_cast<const char*>(k), t.key_size));
+      const QpDirV80 was = it != t.copied.end() ? it->second : QpDirV80{};
+      rg_qp_dir value{};
+      if (bpf_map_lookup_elem(t.new_fd, k, &value) != 0) {
+        // Met first after the copy, or evicted since: it comes whole.
+        value = from_v80(now);
+      } else if (!add_v80_gain(value, now, was)) {
+        return;
+      }
+      gained += bpf_map_update_elem(t.new_fd, k, &value, BPF_ANY) == 0;
+    });
+  }
+  return gained;
+}
+
+std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path, uint32_t entries,
+                                                    uint32_t map_flags) {
+  std::vector<QpValueMigration::Table> tables;
+  auto release = [&tables] {
+    for (auto& t : tables) {
+      if (t.old_fd >= 0) close(t.old_fd);
+      if (t.new_fd >= 0) close(t.new_fd);
+    }
+  };
+  try {
+    for (const uint32_t key_size : {uint32_t{sizeof(rg_qp4_key)}, uint32_t{sizeof(rg_qp6_key)}}) {
+      const char* name = key_size == sizeof(rg_qp4_key) ? kMapQp4 : kMapQp6;
+      const std::string path = pin_path + "/" + name;
+      Owned old{bpf_obj_get(path.c_str())};
+      if (old.fd < 0) continue;
+      bpf_map_info info{};
+      uint32_t len = sizeof(info);
+      if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0 || !is_v80_qp_table(info, key_size)) continue;
+      Owned fresh{create_qp_table(key_size, entries, map_flags)};
+      QpValueMigration::Table t;
+      t.key_size = key_size;
+      t.max_entries = info.max_entries;
+      walk_map(old.fd, key_size, sizeof(QpDirV80), info.max_entries, [&](const uint8_t* k, const uint8_t* v) {
+        QpDirV80 o;
+        std::memcpy(&o, v, sizeof(o));
+        t.copied.emplace(std::string(reinterpret_cast<const char*>(k), key_size), o);
+        const rg_qp_dir value = from_v80(o);
+        if (bpf_map_update_elem(fresh.fd, k, &value, BPF_ANY) != 0)
+          throw Error("cannot copy a QP of " + path + " into its new table: " + errno_text(errno));
+      });
+      pin_replacing(fresh.fd, path);
+      t.old_fd = old.fd;
+      t.new_fd = fresh.fd;
+      old.fd = fresh.fd = -1;  // the migration holds them now
+      tables.push_back(std::move(t));
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  if (tables.empty()) return nullptr;
+  return std::make_unique<QpValueMigration>(std::move(tables));
 }
 
 void remove_legacy_qp_table(const std::string& pin_path) {

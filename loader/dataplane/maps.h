@@ -372,6 +372,61 @@ class QpMigration : public CarriedMap {
   std::map<std::string, LegacyQpState> copied_;  // by the old key's bytes
 };
 
+// The value of rg_qp4 and rg_qp6 in builds before the 64-byte rg_qp_dir:
+// 80 bytes, the same fields with retransmits, lost, cnp and ecn_ce in 64
+// bits. An upgrade carries such tables over (migrate_qp_values).
+struct QpDirV80 {
+  uint64_t packets, bytes;
+  uint32_t max_psn : 24, resend_next : 8;
+  uint32_t flags;
+  uint64_t last_seen_ns;
+  uint64_t retransmits, lost, cnp, ecn_ce;
+  uint32_t gaps, nak_seq_err, nak_other, rnr_nak;
+};
+static_assert(sizeof(QpDirV80) == 80, "the 80-byte rg_qp_dir");
+
+// Is the pinned per-QP table name (rg_qp4 or rg_qp6) one of the 80-byte
+// value that migrate_qp_values carries over, and otherwise what this build
+// wants (type, key size, max_entries, map_flags)? Any other difference is
+// for the compatibility check to name.
+bool qp_values_need_migration(const std::string& pin_path, const std::string& name, uint32_t max_entries,
+                              uint32_t map_flags);
+
+// What migrate_qp_values carried: as for QpMigration, the earlier build's
+// programs count on in the old tables until the attach takes their hooks,
+// and carry_since_copy() adds what they counted since the copy to the new
+// ones (the counts only: the PSN tracking is the new programs'; a QP the
+// old programs met first after the copy comes whole).
+class QpValueMigration : public CarriedMap {
+ public:
+  struct Table {
+    int old_fd = -1, new_fd = -1;
+    uint32_t key_size = 0, max_entries = 0;  // of the old table
+    std::map<std::string, QpDirV80> copied;  // by the key's bytes
+  };
+  explicit QpValueMigration(std::vector<Table> tables);
+  ~QpValueMigration() override;
+  QpValueMigration(const QpValueMigration&) = delete;
+  QpValueMigration& operator=(const QpValueMigration&) = delete;
+
+  size_t carried() const;  // QP directions, by the copy
+  size_t carry_since_copy() const override;
+
+ private:
+  std::vector<Table> tables_;
+};
+
+// Carries the entries of the pinned rg_qp4 and rg_qp6 of the 80-byte value
+// into new tables of this build's value, of the given capacity and
+// map_flags (with the object's BTF of key and value), pinned in their
+// place. The counts this build keeps in 32 bits keep their low 32 bits: a
+// 32-bit count is a count modulo 2^32, as the programs' own adds make it,
+// so what is carried later adds on exactly and a consumer of counters sees
+// at most one reset. Returns the migration, or nullptr when neither table
+// is of that value.
+std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path, uint32_t entries,
+                                                    uint32_t map_flags);
+
 // Carries the entries of an earlier build's pinned rg_qp (both directions
 // in one value, one table for both families) into new rg_qp4 and rg_qp6
 // pins of the given capacity, replacing any there, so the object being

@@ -19,7 +19,7 @@ namespace rg {
 
 uint64_t qp_badness(const QpState& s) {
   uint64_t n = 0;
-  for (const auto& d : s.dir) n += d.retransmits + d.lost;
+  for (const auto& d : s.dir) n += uint64_t{d.retransmits} + d.lost;  // 32-bit counts, summed in 64
   return n;
 }
 

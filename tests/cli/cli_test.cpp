@@ -1362,6 +1362,103 @@ TEST_F(LoaderNetns, UpgradeCarriesAnEarlierBuildsQpTable) {
   EXPECT_EQ(q["egress"]["gaps"], 2);
 }
 
+// An upgrade from a build whose rg_qp4 and rg_qp6 held the 80-byte value:
+// a first attach that fails half-way pins the old tables again; the attach
+// that completes carries their QPs into tables of this build's value
+// (instead of refusing them as of another value size), and the programs
+// count on from the carried values.
+TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  // The earlier build's tables, holding QP 0x11 (what send_roce sends)
+  // leaving, and an IPv6 QP arriving.
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) ASSERT_EQ(unlink((pin_ + "/" + name).c_str()), 0) << name;
+  int v4 = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, rg::kMapQp4, sizeof(rg_qp4_key), sizeof(rg::QpDirV80),
+                          RG_DEFAULT_QP_ENTRIES, nullptr);
+  int v6 = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, rg::kMapQp6, sizeof(rg_qp6_key), sizeof(rg::QpDirV80),
+                          RG_DEFAULT_QP_ENTRIES, nullptr);
+  ASSERT_GE(v4, 0) << strerror(errno);
+  ASSERT_GE(v6, 0) << strerror(errno);
+  struct timespec now {};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  rg_qp4_key k4{};
+  inet_pton(AF_INET, "198.51.100.1", k4.src);
+  inet_pton(AF_INET, "198.51.100.2", k4.dst);
+  k4.dest_qp = 0x11;
+  k4.direction = RG_DIR_EGRESS;
+  rg::QpDirV80 o4{};
+  o4.packets = 1000;
+  o4.bytes = 64000;
+  o4.max_psn = 99;
+  o4.flags = RG_QP_F_SEEN;
+  o4.last_seen_ns = static_cast<uint64_t>(now.tv_sec) * 1000000000ull + now.tv_nsec;  // not idle
+  o4.retransmits = 7;
+  o4.lost = 5;
+  o4.cnp = 3;
+  o4.ecn_ce = (1ull << 32) + 4;
+  o4.gaps = 2;
+  ASSERT_EQ(bpf_map_update_elem(v4, &k4, &o4, BPF_NOEXIST), 0) << strerror(errno);
+  rg_qp6_key k6{};
+  inet_pton(AF_INET6, "2001:db8::1", k6.src);
+  inet_pton(AF_INET6, "2001:db8::2", k6.dst);
+  k6.dest_qp = 0x22;
+  k6.direction = RG_DIR_INGRESS;
+  rg::QpDirV80 o6{};
+  o6.packets = 500;
+  o6.bytes = 32000;
+  o6.flags = RG_QP_F_SEEN;
+  o6.rnr_nak = 2;
+  ASSERT_EQ(bpf_map_update_elem(v6, &k6, &o6, BPF_NOEXIST), 0) << strerror(errno);
+  ASSERT_EQ(bpf_obj_pin(v4, (pin_ + "/" + rg::kMapQp4).c_str()), 0) << strerror(errno);
+  ASSERT_EQ(bpf_obj_pin(v6, (pin_ + "/" + rg::kMapQp6).c_str()), 0) << strerror(errno);
+  close(v4);
+  close(v6);
+  auto pinned_value_size = [&](const char* name) {
+    const int fd = bpf_obj_get((pin_ + "/" + name).c_str());
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    const bool ok = fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0;
+    if (fd >= 0) close(fd);
+    return ok ? info.value_size : 0u;
+  };
+
+  // Fails at vbig0, after veth0: everything is put back, the old tables too.
+  create_xdp_refusing_veth();
+  Result r = rg("attach --interface veth0 --interface vbig0");
+  ASSERT_NE(r.rc, 0) << r.out;
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
+    EXPECT_EQ(pinned_value_size(name), sizeof(rg::QpDirV80)) << name << ": a failed upgrade keeps the earlier build's\n"
+                                                             << r.out;
+
+  r = rg("attach --interface veth0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("carried 2 QP directions"), std::string::npos) << r.out;
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) EXPECT_EQ(pinned_value_size(name), sizeof(rg_qp_dir)) << name;
+  Result q = rg("stats --json --qp --top 5");
+  auto j = json::parse(q.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << q.out;
+  std::map<uint32_t, json> qps;
+  for (const auto& e : j.value("qps", json::array())) qps[e.value("dest_qp", 0u)] = e;
+  ASSERT_EQ(qps.size(), 2u) << q.out;
+  EXPECT_EQ(qps[0x11]["egress"]["packets"], 1000);
+  EXPECT_EQ(qps[0x11]["egress"]["retransmits"], 7);
+  EXPECT_EQ(qps[0x11]["egress"]["lost"], 5);
+  EXPECT_EQ(qps[0x11]["egress"]["cnp"], 3);
+  EXPECT_EQ(qps[0x11]["egress"]["ecn_ce"], 4) << "the low 32 bits";
+  EXPECT_EQ(qps[0x11]["egress"]["max_psn"], 99);
+  EXPECT_EQ(qps[0x22]["ingress"]["packets"], 500);
+  EXPECT_EQ(qps[0x22]["ingress"]["rnr_nak"], 2);
+  // The attached programs count on in the carried entry: PSN 100 after 99.
+  ASSERT_EQ(send_roce(100, 2), 0);
+  q = rg("stats --json --qp --top 5");
+  j = json::parse(q.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << q.out;
+  for (const auto& e : j.value("qps", json::array())) qps[e.value("dest_qp", 0u)] = e;
+  EXPECT_EQ(qps[0x11]["egress"]["packets"], 1002);
+  EXPECT_EQ(qps[0x11]["egress"]["retransmits"], 7);
+  EXPECT_EQ(qps[0x11]["egress"]["gaps"], 2);
+}
+
 // Pins rg_counters in the pin directory, with a value of `events` counters
 // (an earlier build had fewer) and the given entries, before any attach.
 // Every CPU's slot of an entry holds the same value.

@@ -145,7 +145,7 @@ TEST_F(PinnedState, QpMapOfAnotherKeyOrValueSizeIsRefusedByName) {
   std::string msg = error_of([&] { rg::MapReader reader(pin_); });
   EXPECT_NE(msg.find(rg::kMapQp4), std::string::npos) << msg;
   EXPECT_NE(msg.find("key_size 24, expected 16"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("value_size 65536, expected 80"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 65536, expected 64"), std::string::npos) << msg;
 
   Result r = rg("stats --qp");
   EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
@@ -158,7 +158,7 @@ TEST_F(PinnedState, Ipv6QpMapOfAnotherValueSizeIsRefusedByName) {
   pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir) + 8, 1024);
   std::string msg = error_of([&] { rg::MapReader reader(pin_); });
   EXPECT_NE(msg.find(rg::kMapQp6), std::string::npos) << msg;
-  EXPECT_NE(msg.find("value_size 88, expected 80"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 72, expected 64"), std::string::npos) << msg;
 
   Result r = rg("stats --qp");
   EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
@@ -749,6 +749,233 @@ TEST_F(ShieldUpgrade, LoadOnTheEarlierBuildsPinsCarriesThemOver) {
     EXPECT_NE(obj.rodata().tunnel_epoch, 0);
   }
   expect_carried_over();
+}
+
+// --- QPs across the upgrade to the 64-byte per-QP value -------------------
+
+using rg::QpDirV80;
+
+// The rg_qp4 key of IPv4 QP dest_qp from 192.0.2.1 to 192.0.2.2, and the
+// rg_qp6 one from 2001:db8::1 to 2001:db8::2.
+rg_qp4_key qp4_key(uint32_t dest_qp, rg_direction d) {
+  rg_qp4_key k{};
+  inet_pton(AF_INET, "192.0.2.1", k.src);
+  inet_pton(AF_INET, "192.0.2.2", k.dst);
+  k.dest_qp = dest_qp;
+  k.direction = d;
+  return k;
+}
+
+rg_qp6_key qp6_key(uint32_t dest_qp, rg_direction d) {
+  rg_qp6_key k{};
+  inet_pton(AF_INET6, "2001:db8::1", k.src);
+  inet_pton(AF_INET6, "2001:db8::2", k.dst);
+  k.dest_qp = dest_qp;
+  k.direction = d;
+  return k;
+}
+
+// A direction as the build before the 64-byte value counted it: every
+// count distinct, seed apart.
+QpDirV80 v80_dir(uint64_t seed) {
+  QpDirV80 v{};
+  v.packets = 1000 + seed;
+  v.bytes = 1024000 + seed;
+  v.max_psn = 0x123400 + static_cast<uint32_t>(seed);
+  v.resend_next = 0x56;
+  v.flags = RG_QP_F_SEEN | RG_QP_F_RESENDING;
+  v.last_seen_ns = 777 + seed;
+  v.retransmits = 3 + seed;
+  v.lost = 4 + seed;
+  v.cnp = 5 + seed;
+  v.ecn_ce = 6 + seed;
+  v.gaps = static_cast<uint32_t>(7 + seed);
+  v.nak_seq_err = static_cast<uint32_t>(8 + seed);
+  v.nak_other = static_cast<uint32_t>(9 + seed);
+  v.rnr_nak = static_cast<uint32_t>(10 + seed);
+  return v;
+}
+
+// Every field of n as o's, the 64-bit counts this build keeps in 32 bits
+// by their low 32 bits.
+void expect_carried(const rg_qp_dir& n, const QpDirV80& o, const std::string& what) {
+  EXPECT_EQ(n.packets, o.packets) << what;
+  EXPECT_EQ(n.bytes, o.bytes) << what;
+  EXPECT_EQ(n.max_psn, o.max_psn) << what;
+  EXPECT_EQ(n.resend_next, o.resend_next) << what;
+  EXPECT_EQ(n.flags, o.flags) << what;
+  EXPECT_EQ(n.last_seen_ns, o.last_seen_ns) << what;
+  EXPECT_EQ(n.retransmits, static_cast<uint32_t>(o.retransmits)) << what;
+  EXPECT_EQ(n.lost, static_cast<uint32_t>(o.lost)) << what;
+  EXPECT_EQ(n.cnp, static_cast<uint32_t>(o.cnp)) << what;
+  EXPECT_EQ(n.ecn_ce, static_cast<uint32_t>(o.ecn_ce)) << what;
+  EXPECT_EQ(n.gaps, o.gaps) << what;
+  EXPECT_EQ(n.nak_seq_err, o.nak_seq_err) << what;
+  EXPECT_EQ(n.nak_other, o.nak_other) << what;
+  EXPECT_EQ(n.rnr_nak, o.rnr_nak) << what;
+}
+
+class QpValueUpgrade : public PinnedState {
+ protected:
+  // rg_qp4 and rg_qp6 as the build before the 64-byte value pinned them:
+  // IPv4 QP 0x11 seen both ways (its egress CE count past 2^32), IPv6 QP
+  // 0x22 seen leaving.
+  void pin_v80_tables(uint32_t entries) {
+    old4_ = pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(QpDirV80), entries);
+    old6_ = pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(QpDirV80), entries);
+    ASSERT_GE(old4_, 0);
+    ASSERT_GE(old6_, 0);
+    e4_ = v80_dir(0);
+    e4_.ecn_ce = (1ull << 32) + 6;  // a 32-bit count keeps 6
+    i4_ = v80_dir(100);
+    e6_ = v80_dir(200);
+    const rg_qp4_key ke = qp4_key(0x11, RG_DIR_EGRESS), ki = qp4_key(0x11, RG_DIR_INGRESS);
+    const rg_qp6_key k6 = qp6_key(0x22, RG_DIR_EGRESS);
+    ASSERT_EQ(bpf_map_update_elem(old4_, &ke, &e4_, BPF_NOEXIST), 0) << strerror(errno);
+    ASSERT_EQ(bpf_map_update_elem(old4_, &ki, &i4_, BPF_NOEXIST), 0) << strerror(errno);
+    ASSERT_EQ(bpf_map_update_elem(old6_, &k6, &e6_, BPF_NOEXIST), 0) << strerror(errno);
+  }
+
+  // The QPs of the pinned tables, through the one reader stats and the
+  // exporter use, by dest_qp.
+  std::map<uint32_t, rg::QpRow> rows() {
+    std::map<uint32_t, rg::QpRow> out;
+    for (const auto& row : rg::MapReader(pin_).qps()) out[row.key.dest_qp] = row;
+    return out;
+  }
+
+  void expect_carried_over(uint32_t entries) {
+    struct stat st {};
+    for (const char* name : {rg::kMapQp4, rg::kMapQp6}) {
+      const int fd = fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str()));
+      ASSERT_GE(fd, 0) << name;
+      rg::MapUsage u = rg::map_info(fd, name);
+      EXPECT_EQ(u.value_size, sizeof(rg_qp_dir)) << name;
+      EXPECT_EQ(u.max_entries, entries) << name;
+      EXPECT_NE(stat((pin_ + "/" + name + "_migrating").c_str(), &st), 0) << name;
+    }
+    auto got = rows();
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0x11].key.family, static_cast<uint32_t>(AF_INET));
+    expect_carried(got[0x11].state.dir[RG_DIR_EGRESS], e4_, "IPv4 egress");
+    EXPECT_EQ(got[0x11].state.dir[RG_DIR_EGRESS].ecn_ce, 6u);
+    expect_carried(got[0x11].state.dir[RG_DIR_INGRESS], i4_, "IPv4 ingress");
+    EXPECT_EQ(got[0x22].key.family, static_cast<uint32_t>(AF_INET6));
+    expect_carried(got[0x22].state.dir[RG_DIR_EGRESS], e6_, "IPv6 egress");
+    EXPECT_EQ(got[0x22].state.dir[RG_DIR_INGRESS].packets, 0u) << "never seen";
+  }
+
+  int old4_ = -1, old6_ = -1;
+  QpDirV80 e4_{}, i4_{}, e6_{};
+};
+
+TEST_F(QpValueUpgrade, TablesOfThe80ByteValueAreCarriedIntoThe64ByteOnes) {
+  pin_counters();
+  pin_v80_tables(2048);
+  // The reader refuses the old value by name until an attach carries it over.
+  std::string msg = error_of([&] { rg::MapReader reader(pin_); });
+  EXPECT_NE(msg.find("value_size 80, expected 64"), std::string::npos) << msg;
+  EXPECT_TRUE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 2048, 0));
+  EXPECT_TRUE(rg::qp_values_need_migration(pin_, rg::kMapQp6, 2048, 0));
+  EXPECT_FALSE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 4096, 0)) << "another capacity is no upgrade";
+
+  auto carried = rg::migrate_qp_values(pin_, 2048, 0);
+  ASSERT_TRUE(carried);
+  EXPECT_EQ(carried->carried(), 3u);
+  expect_carried_over(2048);
+  // The tables are of this build's value now: nothing to migrate.
+  EXPECT_FALSE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 2048, 0));
+  EXPECT_FALSE(rg::migrate_qp_values(pin_, 2048, 0));
+}
+
+// The earlier build's programs go on counting into the old tables until
+// the attach takes their hooks: once none runs, what each entry counted
+// since the copy is added to the new tables (modulo 2^32 where they keep
+// 32 bits; the PSN tracking is the new programs'), and a QP met first
+// after the copy comes whole.
+TEST_F(QpValueUpgrade, WhatTheEarlierBuildCountsDuringTheUpgradeIsCarried) {
+  pin_counters();
+  pin_v80_tables(2048);
+  i4_.retransmits = UINT32_MAX;  // the next 3 wrap the 32-bit count to 2
+  const rg_qp4_key ki = qp4_key(0x11, RG_DIR_INGRESS);
+  ASSERT_EQ(bpf_map_update_elem(old4_, &ki, &i4_, BPF_EXIST), 0) << strerror(errno);
+  auto carried = rg::migrate_qp_values(pin_, 2048, 0);
+  ASSERT_TRUE(carried);
+
+  // IPv4 egress: 10 more packets, 2 more CE marks, 1 more gap, a later PSN;
+  // IPv4 ingress: 3 more resent; IPv6: a new QP; the IPv6 QP 0x22 as it was.
+  QpDirV80 e4 = e4_, i4 = i4_;
+  e4.packets += 10;
+  e4.bytes += 10240;
+  e4.ecn_ce += 2;
+  e4.gaps += 1;
+  e4.max_psn = 0x123500;
+  i4.retransmits += 3;
+  const rg_qp4_key ke = qp4_key(0x11, RG_DIR_EGRESS);
+  ASSERT_EQ(bpf_map_update_elem(old4_, &ke, &e4, BPF_EXIST), 0) << strerror(errno);
+  ASSERT_EQ(bpf_map_update_elem(old4_, &ki, &i4, BPF_EXIST), 0) << strerror(errno);
+  const QpDirV80 n6 = v80_dir(300);
+  const rg_qp6_key k_new = qp6_key(0x33, RG_DIR_INGRESS);
+  ASSERT_EQ(bpf_map_update_elem(old6_, &k_new, &n6, BPF_NOEXIST), 0) << strerror(errno);
+  EXPECT_EQ(carried->carry_since_copy(), 3u);
+
+  auto got = rows();
+  ASSERT_EQ(got.size(), 3u);
+  const rg_qp_dir& e = got[0x11].state.dir[RG_DIR_EGRESS];
+  EXPECT_EQ(e.packets, e4_.packets + 10);
+  EXPECT_EQ(e.bytes, e4_.bytes + 10240);
+  EXPECT_EQ(e.ecn_ce, 8u);
+  EXPECT_EQ(e.gaps, e4_.gaps + 1);
+  EXPECT_EQ(e.retransmits, e4_.retransmits);
+  EXPECT_EQ(e.max_psn, e4_.max_psn) << "the tracking is the new programs'";
+  const rg_qp_dir& i = got[0x11].state.dir[RG_DIR_INGRESS];
+  EXPECT_EQ(i.retransmits, 2u) << "modulo 2^32, as the programs' own adds";
+  EXPECT_EQ(i.packets, i4_.packets);
+  expect_carried(got[0x22].state.dir[RG_DIR_EGRESS], e6_, "unchanged");
+  expect_carried(got[0x33].state.dir[RG_DIR_INGRESS], n6, "met after the copy");
+}
+
+TEST_F(QpValueUpgrade, MigratedTablesCarryTheValueTypesOfTheObject) {
+  pin_v80_tables(1024);
+  ASSERT_TRUE(rg::migrate_qp_values(pin_, 1024, 0));
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
+    expect_btf_like_the_objects(fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())), "rg_qp_dir");
+}
+
+TEST_F(PinnedState, TablesOfTheLegacyQpMigrationCarryTheValueTypesOfTheObject) {
+  pin(rg::kMapQpLegacy, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 64);
+  ASSERT_TRUE(rg::migrate_qp_table(pin_, 1024));
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
+    expect_btf_like_the_objects(fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())), "rg_qp_dir");
+}
+
+// A load on the earlier build's pins starts (without the migration its
+// tables are refused as of another value size): the object loads on the
+// carried tables, and what the earlier programs counted meanwhile is
+// carried once this load's programs run.
+TEST_F(QpValueUpgrade, LoadOnTheEarlierBuildsTablesCarriesThemOver) {
+  ASSERT_EQ(geteuid(), 0u) << "needs root: loads the BPF object";
+  rg::Config cfg;
+  cfg.qp_entries = 2048;
+  pin_v80_tables(cfg.qp_entries);
+  {
+    rg::BpfObject obj(cfg, pin_, false);
+    ASSERT_NO_THROW(obj.load());
+    // The object's tables are the pinned ones.
+    for (const char* name : {rg::kMapQp4, rg::kMapQp6}) {
+      const int pinned = fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str()));
+      EXPECT_EQ(rg::map_info(obj.map_fd(name), name).id, rg::map_info(pinned, name).id) << name;
+    }
+    QpDirV80 e4 = e4_;
+    e4.packets += 5;
+    e4.cnp += 4;
+    const rg_qp4_key ke = qp4_key(0x11, RG_DIR_EGRESS);
+    ASSERT_EQ(bpf_map_update_elem(old4_, &ke, &e4, BPF_EXIST), 0) << strerror(errno);
+    obj.finish_pins();
+  }
+  e4_.packets += 5;
+  e4_.cnp += 4;
+  expect_carried_over(cfg.qp_entries);
 }
 
 // --- The load's sequence epoch ----------------------------------------------
