@@ -223,8 +223,9 @@ void check_map_layout(int fd, const std::string& name, const MapLayout& layout) 
     add("value_size " + std::to_string(info.value_size) + ", expected " + std::to_string(layout.value_size));
   if (diff.empty()) return;
   throw Error("map " + name + " does not have the layout this roceguard reads (" + diff +
-                  "): it was not created by this version of roceguard; refusing to read it. "
-                  "`roceguard attach --reset-state` (or `run --reset-state`) replaces it; its contents are lost",
+                  "): it was not created by this version of roceguard; refusing to read it. `roceguard attach` "
+                  "(or `run`) of this version carries over the maps of the earlier builds it knows; "
+                  "`--reset-state` replaces any other, its contents lost",
               kExitConflict);
 }
 
