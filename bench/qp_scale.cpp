@@ -157,7 +157,7 @@ nlohmann::json lookup_loop(const std::vector<Size>& sizes, unsigned rounds, int 
     if (bpf_map__reuse_fd(loops[i].skel->maps.rg_qp4, bpf_map__fd(sizes[i].obj->skel()->maps.rg_qp4)))
       throw std::runtime_error("qp_loop: cannot reuse rg_qp4");
     if (qp_loop__load(loops[i].skel.get())) throw std::runtime_error("qp_loop.bpf.o: load failed");
-    std::vector<uint32_t> all(sizes[i].entries);
+    std::vector<uint32_t> all(sizes[i].entries / 2 * 2);  // the entries the fill wrote
     std::iota(all.begin(), all.end(), 0u);
     std::shuffle(all.begin(), all.end(), rng);
     all.resize(std::min<size_t>(kHotQps, all.size()));
@@ -175,12 +175,12 @@ nlohmann::json lookup_loop(const std::vector<Size>& sizes, unsigned rounds, int 
     for (size_t i = 0; i < sizes.size(); ++i)
       for (int pattern = 0; pattern < kLoopPatterns; ++pattern) {
         Loop& l = loops[i];
-        std::uniform_int_distribution<uint32_t> any(0, sizes[i].entries - 1);
+        std::uniform_int_distribution<uint32_t> any(0, sizes[i].entries / 2 * 2 - 1);
         std::uniform_int_distribution<size_t> hot(0, l.hot.size() - 1);
         std::bernoulli_distribution in_hot(kHotShare);
         for (auto& k : keys) {
           const uint32_t e = pattern == kLoopSkew && in_hot(rng) ? l.hot[hot(rng)] : any(rng);
-          k.dest_qp = e / 2 >= sizes[i].entries / 2 ? e / 2 - 1 : e / 2;
+          k.dest_qp = e / 2;
           k.direction = e % 2;
         }
         LIBBPF_OPTS(bpf_map_batch_opts, opts);

@@ -401,6 +401,15 @@ ExporterOptions exporter_options(const Config& cfg, ExporterOptions base) {
   return base;
 }
 
+// The metrics settings of from, into to.
+void take_metrics_settings(Config& to, const Config& from) {
+  to.metrics_listen = from.metrics_listen;
+  to.health_listen = from.health_listen;
+  to.web_config = from.web_config;
+  to.per_qp = from.per_qp;
+  to.top_qps = from.top_qps;
+}
+
 // A reload's metrics settings: the exporter applies them (its web
 // configuration file read again) and cfg takes them once applied. Logs
 // what changed; returns how many settings changed, nothing when they
@@ -414,11 +423,7 @@ std::optional<size_t> reload_metrics(Config& cfg, const Config& next, Exporter& 
     spdlog::error("SIGHUP: metrics settings not applied: {}", e.what());
     return std::nullopt;
   }
-  cfg.metrics_listen = next.metrics_listen;
-  cfg.health_listen = next.health_listen;
-  cfg.web_config = next.web_config;
-  cfg.per_qp = next.per_qp;
-  cfg.top_qps = next.top_qps;
+  take_metrics_settings(cfg, next);
   if (applied.empty()) return 0;
   std::string names;
   for (const auto& a : applied) names += (names.empty() ? "" : ", ") + a;
@@ -498,11 +503,7 @@ bool reload_config(Config& cfg, const std::function<Config()>& reload, Exporter&
   auto record = [&] {
     if (!runner) return;
     Config in_force = dp->config();
-    in_force.metrics_listen = cfg.metrics_listen;
-    in_force.health_listen = cfg.health_listen;
-    in_force.web_config = cfg.web_config;
-    in_force.per_qp = cfg.per_qp;
-    in_force.top_qps = cfg.top_qps;
+    take_metrics_settings(in_force, cfg);
     try {
       runner->record_config(in_force);
     } catch (const std::exception& e) {

@@ -4,6 +4,8 @@
 // selective repeat against Go-Back-N across the lab's lossy WAN.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -65,30 +67,45 @@ class LoopbackNetns {
 // Both ends on one host: responses go to a port of their own.
 constexpr uint16_t kReplyPort = 14791;
 
+// An RC requester and its responder over loopback, two QPs, responses to
+// a port of their own, DSCP 46; adjust changes the sender's settings.
+// Runs until the sender is done.
+struct LoopbackRc {
+  lab::SenderConfig cfg;
+  lab::SenderStats s;
+  lab::ReceiverStats r;
+};
+LoopbackRc run_loopback_rc(const char* peer, uint32_t messages,
+                           const std::function<void(lab::SenderConfig&)>& adjust = {}) {
+  lab::ReceiverConfig rcfg;
+  rcfg.reply_port = kReplyPort;
+  rcfg.qps.count = 2;
+  lab::Receiver rx(rcfg);
+  rx.start();
+  LoopbackRc run;
+  run.cfg.peer = peer;
+  run.cfg.ack_port = kReplyPort;
+  run.cfg.qps.count = 2;
+  run.cfg.messages = messages;
+  run.cfg.ack_req_every = 4;
+  run.cfg.tos = RG_DEFAULT_DSCP << 2;
+  run.cfg.timeout = 1s;
+  run.cfg.duration = 30s;
+  if (adjust) adjust(run.cfg);
+  lab::Sender tx(run.cfg);
+  run.s = tx.run();
+  rx.stop();
+  run.r = rx.stats();
+  return run;
+}
+
 TEST(RoceGen, LoopbackCompletesWithCoalescedAcks) {
   ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
   LoopbackNetns ns;
   lab::NetnsGuard in(ns.name());
   for (const char* peer : {"127.0.0.1", "::1"}) {
     SCOPED_TRACE(peer);
-    lab::ReceiverConfig rcfg;
-    rcfg.reply_port = kReplyPort;
-    rcfg.qps.count = 2;
-    lab::Receiver rx(rcfg);
-    rx.start();
-    lab::SenderConfig cfg;
-    cfg.peer = peer;
-    cfg.ack_port = kReplyPort;
-    cfg.qps.count = 2;
-    cfg.messages = 100;
-    cfg.ack_req_every = 4;
-    cfg.tos = RG_DEFAULT_DSCP << 2;
-    cfg.timeout = 1s;
-    cfg.duration = 30s;
-    lab::Sender tx(cfg);
-    lab::SenderStats s = tx.run();
-    rx.stop();
-    lab::ReceiverStats r = rx.stats();
+    const auto [cfg, s, r] = run_loopback_rc(peer, 100);
 
     EXPECT_EQ(s.qps_done, 2u);
     EXPECT_EQ(s.completed, 200u);
@@ -121,25 +138,10 @@ TEST(RoceGen, BurstsSendConsecutivePsnsAsOneSegmentedSend) {
   for (uint8_t opcode : {lab::kOpSendOnly, lab::kOpWriteOnly})
     for (const char* peer : {"127.0.0.1", "::1"}) {
       SCOPED_TRACE(std::string(peer) + (opcode == lab::kOpWriteOnly ? " write" : " send"));
-      lab::ReceiverConfig rcfg;
-      rcfg.reply_port = kReplyPort;
-      rcfg.qps.count = 2;
-      lab::Receiver rx(rcfg);
-      rx.start();
-      lab::SenderConfig cfg;
-      cfg.peer = peer;
-      cfg.ack_port = kReplyPort;
-      cfg.qps.count = 2;
-      cfg.messages = 200;
-      cfg.opcode = opcode;
-      cfg.burst = 8;
-      cfg.tos = RG_DEFAULT_DSCP << 2;
-      cfg.timeout = 1s;
-      cfg.duration = 30s;
-      lab::Sender tx(cfg);
-      lab::SenderStats s = tx.run();
-      rx.stop();
-      lab::ReceiverStats r = rx.stats();
+      const auto [cfg, s, r] = run_loopback_rc(peer, 200, [opcode](lab::SenderConfig& c) {
+        c.opcode = opcode;
+        c.burst = 8;
+      });
 
       EXPECT_FALSE(s.gso_refused);
       EXPECT_EQ(s.qps_done, 2u);
