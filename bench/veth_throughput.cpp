@@ -52,17 +52,32 @@
 // every program run (two clock reads), so the throughput of such a run is
 // not the one to quote.
 //
-//   bench_veth_throughput [--seconds S] [--rounds N] [--senders N] [--cases a,b] [--bpf-stats] [--json FILE]
+// With --headroom a tracing probe (bench/headroom.bpf.c) watches gateway
+// A, where the encapsulating program makes its room: each skb's headroom
+// as it arrives on lan0 and as it is queued on wan0 after TC egress, per
+// case (an encapsulating program that finds too little room gets a new
+// head from the kernel, a copy). Here the skbs are
+// host A's UDP socket's, forwarded through veth without a copy: a socket
+// reserves only the link layer's 16 bytes, where a NIC's receive buffer
+// leaves 64 and more. --lan-xdp puts an empty XDP program on gateway A's
+// lan0, and veth then copies every skb it hands that device into a page
+// with XDP's 256 bytes of headroom: the condition of a NIC's buffers, the
+// copy paid before roceguard's programs run (and outside their timing).
+//
+//   bench_veth_throughput [--seconds S] [--rounds N] [--senders N] [--cases a,b] [--bpf-stats]
+//                         [--headroom] [--lan-xdp] [--json FILE]
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -73,6 +88,7 @@
 
 #include "bench_util.h"
 #include "common/error.h"
+#include "headroom.skel.h"
 #include "dataplane/attach.h"
 #include "dataplane/maps.h"
 #include "lab/lab_gateway.h"
@@ -365,6 +381,104 @@ void set_mtu(const Topology& topo, unsigned mtu) {
   for (const auto& [n, ifname] : links) ip(topo, n, {"link", "set", "dev", ifname, "mtu", std::to_string(mtu)});
 }
 
+// The headroom probe (bench/headroom.bpf.c) on gateway A: skbs by
+// headroom as they arrive on lan0 and as they are queued on wan0 after TC
+// egress. Detached and unloaded on destruction.
+class HeadroomProbe {
+ public:
+  static constexpr unsigned kStep = 16, kBuckets = 33;
+  using Hist = std::array<uint64_t, kBuckets>;  // skbs by headroom, kStep bytes a bucket, the last open
+  struct Counts {
+    Hist receive{}, queue{};
+  };
+
+  explicit HeadroomProbe(const Topology& topo) : skel_(headroom__open()) {
+    if (!skel_) throw rg::Error("headroom probe: open: " + rg::errno_text(errno));
+    try {
+      struct stat st{};
+      const std::string ns = "/run/netns/" + topo.netns(Node::kGatewayA);
+      if (stat(ns.c_str(), &st) != 0) throw rg::Error(ns + ": " + rg::errno_text(errno));
+      skel_->rodata->target_netns = static_cast<uint32_t>(st.st_ino);
+      skel_->rodata->receive_ifindex = static_cast<uint32_t>(topo.ifindex(Node::kGatewayA, "lan0"));
+      skel_->rodata->queue_ifindex = static_cast<uint32_t>(topo.ifindex(Node::kGatewayA, "wan0"));
+      if (headroom__load(skel_)) throw rg::Error("headroom probe: load: " + rg::errno_text(errno));
+      if (headroom__attach(skel_)) throw rg::Error("headroom probe: attach: " + rg::errno_text(errno));
+    } catch (...) {
+      headroom__destroy(skel_);
+      throw;
+    }
+  }
+  ~HeadroomProbe() { headroom__destroy(skel_); }
+  HeadroomProbe(const HeadroomProbe&) = delete;
+  HeadroomProbe& operator=(const HeadroomProbe&) = delete;
+
+  Counts read() const {
+    Counts c;
+    const int fd = bpf_map__fd(skel_->maps.headroom_hist);
+    for (uint32_t k = 0; k < 2 * kBuckets; ++k)
+      if (bpf_map_lookup_elem(fd, &k, k < kBuckets ? &c.receive[k] : &c.queue[k - kBuckets]))
+        throw rg::Error("headroom probe: read: " + rg::errno_text(errno));
+    return c;
+  }
+
+  // Adds what happened between two reads to `to`.
+  static void add_since(Counts& to, const Counts& before, const Counts& after) {
+    for (unsigned k = 0; k < kBuckets; ++k) {
+      to.receive[k] += after.receive[k] - before.receive[k];
+      to.queue[k] += after.queue[k] - before.queue[k];
+    }
+  }
+  static uint64_t skbs(const Hist& h) {
+    uint64_t n = 0;
+    for (uint64_t v : h) n += v;
+    return n;
+  }
+  // The bucket's lower bound, in bytes, holding the median skb (-1: none seen).
+  static int median_bucket(const Hist& h) {
+    const uint64_t n = skbs(h);
+    uint64_t seen = 0;
+    for (unsigned k = 0; k < kBuckets && n; ++k)
+      if ((seen += h[k]) * 2 >= n) return static_cast<int>(k * kStep);
+    return -1;
+  }
+  static std::string median_text(const Hist& h) {
+    const int mb = median_bucket(h);
+    if (mb < 0) return "-";
+    if (mb >= static_cast<int>((kBuckets - 1) * kStep)) return std::to_string(mb) + " or more";
+    return std::to_string(mb) + "-" + std::to_string(mb + kStep - 1);
+  }
+  // The share of skbs with less than `bytes` of headroom (a multiple of kStep).
+  static double share_under(const Hist& h, unsigned bytes) {
+    uint64_t under = 0;
+    for (unsigned k = 0; k < bytes / kStep && k < kBuckets; ++k) under += h[k];
+    const uint64_t n = skbs(h);
+    return n ? double(under) / n : 0;
+  }
+
+ private:
+  headroom* skel_;
+};
+
+// An empty XDP program on gateway A's lan0 (--lan-xdp): veth then hands
+// that device every skb copied into a page with XDP's headroom. Removed on
+// destruction.
+class LanXdp {
+ public:
+  LanXdp(const Topology& topo, XdpMode mode) : topo_(topo) {
+    ip(topo, Node::kGatewayA, {"link", "set", "dev", "lan0", mode == XdpMode::kSkb ? "xdpgeneric" : "xdpdrv",
+                                "object", EMPTY_BPF_OBJECT, "section", "xdp"});
+  }
+  ~LanXdp() {
+    for (const char* mode : {"xdpdrv", "xdpgeneric"})
+      run({"ip", "-n", topo_.netns(Node::kGatewayA), "link", "set", "dev", "lan0", mode, "off"});
+  }
+  LanXdp(const LanXdp&) = delete;
+  LanXdp& operator=(const LanXdp&) = delete;
+
+ private:
+  const Topology& topo_;
+};
+
 std::string pin_dir(Node n) {
   return "/sys/fs/bpf/rglb-" + std::to_string(getpid()) + "-bench-" + std::string(node_suffix(n));
 }
@@ -374,6 +488,8 @@ struct CaseResult {
   std::string check;  // what showed the case did what it says
   // --bpf-stats: per program (label), run count and time summed over the runs.
   std::map<std::string, ProgStats> progs;
+  // --headroom: gateway A's, summed over the runs.
+  HeadroomProbe::Counts headroom;
 };
 
 }  // namespace
@@ -382,7 +498,7 @@ int main(int argc, char** argv) {
   CLI::App app{"throughput through the lab namespaces: roceguard vs no program vs kernel VXLAN"};
   double seconds = 3;
   unsigned rounds = 3, senders = 2, receivers = 1;
-  bool bpf_stats = false;
+  bool bpf_stats = false, headroom = false, lan_xdp = false;
   std::vector<size_t> payloads{1024, 4096};
   const std::vector<std::string> all_cases{"baseline", "xdp-floor", "tc-floor",   "dscp-xdp", "dscp-tc",
                                            "geneve-xdp", "geneve-tc", "geneve-fwd", "vxlan"};
@@ -398,6 +514,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(all_cases));
   app.add_flag("--bpf-stats", bpf_stats,
                "time every program run (BPF_ENABLE_STATS) and report each program's ns per run; slows the runs");
+  app.add_flag("--headroom", headroom,
+               "trace gateway A: each skb's headroom as it arrives on lan0 and as it is queued on wan0 after TC egress");
+  app.add_flag("--lan-xdp", lan_xdp,
+               "an empty XDP program on gateway A's lan0, so veth copies each skb into a page with XDP's headroom "
+               "(as a NIC's receive buffer has) before the gateway forwards it");
   app.add_option("--prefix", prefix, "namespace name prefix");
   app.add_option("--json", json_path, "JSON output");
   CLI11_PARSE(app, argc, argv);
@@ -422,12 +543,20 @@ int main(int argc, char** argv) {
     topo.check_path();
     const bool redirects = has("geneve-fwd");
     if (redirects) topo.accept_xdp_redirects();
+    if (lan_xdp && redirects) {
+      std::cerr << "bench_veth_throughput: --lan-xdp and geneve-fwd both want gateway A's lan0 XDP hook\n";
+      return 2;
+    }
+    std::optional<HeadroomProbe> probe;
+    if (headroom) probe.emplace(topo);
     const Addresses& a = topo.addr();
     nlohmann::json out = nlohmann::json::array();
     for (size_t payload : payloads) {
       const unsigned mtu = payload > 1024 ? 9000 : 1500;
       const XdpMode xdp = mtu > 1500 ? XdpMode::kSkb : XdpMode::kNative;
       set_mtu(topo, mtu);
+      std::optional<LanXdp> lan;
+      if (lan_xdp) lan.emplace(topo, xdp);
       topo.check_path();
       std::map<std::string, CaseResult> res;
       for (unsigned r = 0; r < rounds; ++r)
@@ -464,7 +593,9 @@ int main(int argc, char** argv) {
           std::vector<ProgStats> before;
           if (bpf_stats)
             for (const auto& pr : progs) before.push_back(prog_stats(pr.second));
+          const HeadroomProbe::Counts room_before = probe ? probe->read() : HeadroomProbe::Counts{};
           Measure m = blast(topo, payload, senders, receivers, seconds);
+          if (probe) HeadroomProbe::add_since(res[c].headroom, room_before, probe->read());
           if (bpf_stats)
             for (size_t i = 0; i < progs.size(); ++i) {
               ProgStats after = prog_stats(progs[i].second);
@@ -510,6 +641,8 @@ int main(int argc, char** argv) {
                 << (xdp == XdpMode::kSkb ? "generic (skb)" : "native") << ", " << senders << " senders, "
                 << receivers << " receiver(s), median of " << rounds << " x " << seconds << " s"
                 << (bpf_stats ? ", BPF statistics on (slower)" : "")
+                << (headroom ? ", headroom traced at gateway A (slower)" : "")
+                << (lan_xdp ? ", empty XDP on gateway A's lan0 (skbs copied with XDP headroom)" : "")
                 << (redirects ? ", GRO on at the far end of every gateway veth (for geneve-fwd's redirects)" : "")
                 << "\n";
       // Round by round against vxlan (every round ran every case): the
@@ -568,6 +701,18 @@ int main(int argc, char** argv) {
           entry["per_softirq_s_ratio_to_vxlan_per_round"] = {
               {"median", median(softirq_ratios)}, {"ci95", {slo, shi}}, {"values", softirq_ratios}};
         }
+        if (probe) {
+          const auto& h = res[name].headroom;
+          auto at = [](const HeadroomProbe::Hist& hist) {
+            return nlohmann::json{{"skbs", HeadroomProbe::skbs(hist)},
+                                  {"median_bucket_bytes", HeadroomProbe::median_bucket(hist)},
+                                  {"under_64_bytes", HeadroomProbe::share_under(hist, 64)},
+                                  {"skbs_by_headroom", hist}};
+          };
+          entry["headroom"] = {{"step_bytes", HeadroomProbe::kStep},
+                               {"gw_a_lan0_receive", at(h.receive)},
+                               {"gw_a_wan0_queue_after_tc_egress", at(h.queue)}};
+        }
         if (bpf_stats) {
           entry["programs"] = nlohmann::json::object();
           for (const auto& [label, st] : res[name].progs)
@@ -579,6 +724,20 @@ int main(int argc, char** argv) {
       }
       t.print();
       for (const std::string& name : names) std::cout << "  " << name << ": " << res[name].check << "\n";
+      if (probe) {
+        std::cout << "\ngateway A, all " << rounds << " rounds: skbs by headroom as they arrive on lan0 (at the "
+                  << "network header) and as they are queued on wan0 after TC egress (at the frame's start)\n";
+        Table ht({"case", "lan0 skbs", "lan0 median headroom, B", "under 64 B", "wan0 skbs",
+                  "wan0 median headroom after TC egress, B", "under 64 B"});
+        for (const std::string& name : names) {
+          const auto& h = res[name].headroom;
+          ht.row({name, std::to_string(HeadroomProbe::skbs(h.receive)), HeadroomProbe::median_text(h.receive),
+                  rg::bench::fmt("%.3f", HeadroomProbe::share_under(h.receive, 64)),
+                  std::to_string(HeadroomProbe::skbs(h.queue)), HeadroomProbe::median_text(h.queue),
+                  rg::bench::fmt("%.3f", HeadroomProbe::share_under(h.queue, 64))});
+        }
+        ht.print();
+      }
       if (bpf_stats) {
         std::cout << "\nin-situ program cost (run_time_ns / run_cnt over all " << rounds << " rounds)\n";
         Table pt({"case", "program", "runs", "ns/run"});
@@ -595,6 +754,8 @@ int main(int argc, char** argv) {
                            {"senders", senders},
                            {"receivers", receivers},
                            {"bpf_stats", bpf_stats},
+                           {"headroom", headroom},
+                           {"lan_xdp", lan_xdp},
                            {"geneve_module", "absent on this kernel: the kernel tunnel compared is VXLAN"},
                            {"results", out}});
   } catch (const std::exception& e) {
