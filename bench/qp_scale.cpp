@@ -26,18 +26,25 @@
 // every size and pattern; ns per lookup is the run's duration minus a walk
 // of the same keys without the table, over 65 536; each ratio to the 1 k
 // uniform figure is the median of the per-round ratios, with a 95 %
-// bootstrap interval.
+// bootstrap interval. Beside rg_qp4, the same keys are looked up in the
+// same rounds in a table of another layout (qp_slots.h, qp_slots.bpf.c):
+// 64-byte slots in an array, two candidate buckets of two slots per key,
+// placed from userspace by cuckoo displacement at a load of 0.75; each of
+// its ratios is to its own 1 k uniform figure, and its cost is also given
+// as a ratio to rg_qp4's at the same size and access.
 //
 //   bench_qp_scale [--sizes 1024,65536,1048576] [--rounds N] [--calls N] [--loop-rounds N] [--json FILE]
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -48,6 +55,8 @@
 #include "dataplane/maps.h"
 #include "empty.skel.h"
 #include "qp_loop.skel.h"
+#include "qp_slots.h"
+#include "qp_slots.skel.h"
 #include "roceguard.skel.h"
 
 namespace {
@@ -135,21 +144,123 @@ double chase_ns(size_t bytes, std::mt19937& rng) {
   return ns / steps;
 }
 
-constexpr uint32_t kLoopKeys = 65536;  // QP_LOOP_KEYS of qp_loop.bpf.c
+constexpr uint32_t kLoopKeys = 65536;  // QP_LOOP_KEYS of qp_loop.bpf.c and qp_slots.bpf.c
 constexpr uint32_t kHotQps = 10000;
 constexpr double kHotShare = 0.9;
 enum LoopPattern { kLoopUniform, kLoopSkew, kLoopPatterns };
 constexpr const char* kLoopPatternNames[kLoopPatterns] = {"uniform", "10k carry 90 %"};
+enum LoopTable { kLruHash, kSlots, kLoopTables };
+constexpr const char* kLoopTableNames[kLoopTables] = {"lru_hash", "slots"};
 
-// The lookups of a loop inside one program run, per size and pattern:
-// prints a table and returns its JSON.
+// The table of 64-byte slots (qp_slots.h) holds a size's keys at this
+// many keys per slot: 85 bytes of slots per key. Cuckoo placement with two
+// buckets of two slots per key fills to about 0.9; with one slot per
+// bucket it could not pass 0.5, 128 bytes per key.
+constexpr double kSlotLoad = 0.75;
+constexpr unsigned kSlotCandidates = 2 * RG_SLOTS_PER_BUCKET;
+constexpr unsigned kMaxKicks = 500;
+
+// The slot of s's key's candidate c, in the order a lookup reads them.
+uint32_t slot_candidate(const rg_qp_slot& s, unsigned c, uint32_t buckets) {
+  const uint64_t h = rg_slot_hash(s.key_words[0], s.key_words[1]);
+  return rg_slot_bucket(h, c / RG_SLOTS_PER_BUCKET, buckets) * RG_SLOTS_PER_BUCKET + c % RG_SLOTS_PER_BUCKET;
+}
+
+// Cuckoo placement: the item takes its first free candidate, or displaces
+// a random candidate's occupant, which goes on to its own candidates, up
+// to kMaxKicks times. False if the item in hand at the end (by then maybe
+// another key) found no slot.
+bool place_slot(rg_qp_slot* slots, uint32_t buckets, rg_qp_slot item, std::mt19937& rng) {
+  std::uniform_int_distribution<unsigned> any(0, kSlotCandidates - 1);
+  for (unsigned kick = 0; kick <= kMaxKicks; ++kick) {
+    for (unsigned c = 0; c < kSlotCandidates; ++c) {
+      rg_qp_slot& s = slots[slot_candidate(item, c, buckets)];
+      if (s.state == RG_SLOT_EMPTY) {
+        s = item;
+        return true;
+      }
+    }
+    std::swap(item, slots[slot_candidate(item, any(rng), buckets)]);
+  }
+  return false;
+}
+
+// A size's slot table: the loaded qp_slots.bpf.c with its slots mapped.
+struct SlotTable {
+  std::unique_ptr<qp_slots, decltype(&qp_slots__destroy)> skel{nullptr, qp_slots__destroy};
+  rg_qp_slot* slots = nullptr;
+  size_t len = 0;
+  uint32_t buckets = 0;
+  uint64_t keys = 0, unplaced = 0, memlock = 0;
+  std::array<uint64_t, kSlotCandidates> at{};  // keys by the candidate they sit in
+  double fill_s = 0;
+  SlotTable() = default;
+  SlotTable(const SlotTable&) = delete;
+  SlotTable& operator=(const SlotTable&) = delete;
+  ~SlotTable() {
+    if (slots) munmap(slots, len);
+  }
+};
+
+// Loads qp_slots.bpf.c for the keys of entries 0..n-1 (the fill's of
+// rg_qp4: entry e is QP e / 2 in direction e % 2), with loop's qp_keys and
+// qp_found, and places the keys.
+void load_slots(SlotTable& t, const qp_loop& loop, const rg_qp4_key& base, uint32_t n, std::mt19937& rng) {
+  t.buckets = static_cast<uint32_t>(std::ceil(n / kSlotLoad / RG_SLOTS_PER_BUCKET));
+  const uint32_t count = t.buckets * RG_SLOTS_PER_BUCKET;
+  t.skel.reset(qp_slots__open());
+  if (!t.skel) throw std::runtime_error("qp_slots.bpf.o: open failed");
+  t.skel->rodata->slot_buckets = t.buckets;
+  if (bpf_map__set_max_entries(t.skel->maps.qp_slots, count) ||
+      bpf_map__reuse_fd(t.skel->maps.qp_keys, bpf_map__fd(loop.maps.qp_keys)) ||
+      bpf_map__reuse_fd(t.skel->maps.qp_found, bpf_map__fd(loop.maps.qp_found)))
+    throw std::runtime_error("qp_slots: cannot size its table or reuse qp_loop's maps");
+  if (qp_slots__load(t.skel.get())) throw std::runtime_error("qp_slots.bpf.o: load failed");
+  const int fd = bpf_map__fd(t.skel->maps.qp_slots);
+  const size_t page = sysconf(_SC_PAGESIZE);
+  t.len = (size_t{count} * sizeof(rg_qp_slot) + page - 1) / page * page;
+  void* area = mmap(nullptr, t.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (area == MAP_FAILED) throw std::runtime_error("qp_slots mmap: " + std::string(std::strerror(errno)));
+  t.slots = static_cast<rg_qp_slot*>(area);
+  t.memlock = map_memlock(fd);
+  t.keys = n;
+  rg_qp_slot item{};
+  item.key = base;
+  item.state = RG_SLOT_USED;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint32_t e = 0; e < n; ++e) {
+    item.key.dest_qp = e / 2;
+    item.key.direction = e % 2;
+    if (!place_slot(t.slots, t.buckets, item, rng)) ++t.unplaced;
+  }
+  t.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (uint32_t i = 0; i < count; ++i)
+    if (t.slots[i].state == RG_SLOT_USED)
+      for (unsigned c = 0; c < kSlotCandidates; ++c)
+        if (slot_candidate(t.slots[i], c, t.buckets) == i) {
+          ++t.at[c];
+          break;
+        }
+  if (t.unplaced)
+    throw std::runtime_error("qp_slots: " + std::to_string(t.unplaced) + " of " + std::to_string(n) +
+                             " keys found no slot at load " + fmt("%.2f", kSlotLoad));
+}
+
+// The lookups of a loop inside one program run, per size and pattern, in
+// rg_qp4 and in the slot table on the same keys: prints the tables and
+// returns their JSON ("rows" and "slot_tables").
 nlohmann::json lookup_loop(const std::vector<Size>& sizes, unsigned rounds, int ifindex, std::mt19937& rng) {
-  if (rounds == 0 || sizes.empty()) return nullptr;
+  if (rounds == 0 || sizes.empty()) return {{"rows", nullptr}, {"slot_tables", nullptr}};
   struct Loop {
     std::unique_ptr<qp_loop, decltype(&qp_loop__destroy)> skel{nullptr, qp_loop__destroy};
+    SlotTable slots;
     std::vector<uint32_t> hot;  // the skew's hot QPs, as entry numbers
-    std::array<std::vector<double>, kLoopPatterns> ns;
+    std::array<std::array<std::vector<double>, kLoopPatterns>, kLoopTables> ns;
   };
+  // Entry e of a size's table: QP e / 2 in direction e % 2 (the fill's keys).
+  rg_qp4_key base{};
+  inet_pton(AF_INET, kHost4, base.src);
+  inet_pton(AF_INET, kRemoteHost4, base.dst);
   std::vector<Loop> loops(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     loops[i].skel.reset(qp_loop__open());
@@ -157,16 +268,13 @@ nlohmann::json lookup_loop(const std::vector<Size>& sizes, unsigned rounds, int 
     if (bpf_map__reuse_fd(loops[i].skel->maps.rg_qp4, bpf_map__fd(sizes[i].obj->skel()->maps.rg_qp4)))
       throw std::runtime_error("qp_loop: cannot reuse rg_qp4");
     if (qp_loop__load(loops[i].skel.get())) throw std::runtime_error("qp_loop.bpf.o: load failed");
+    load_slots(loops[i].slots, *loops[i].skel, base, sizes[i].entries / 2 * 2, rng);
     std::vector<uint32_t> all(sizes[i].entries / 2 * 2);  // the entries the fill wrote
     std::iota(all.begin(), all.end(), 0u);
     std::shuffle(all.begin(), all.end(), rng);
     all.resize(std::min<size_t>(kHotQps, all.size()));
     loops[i].hot = std::move(all);
   }
-  // Entry e of a size's table: QP e / 2 in direction e % 2 (the fill's keys).
-  rg_qp4_key base{};
-  inet_pton(AF_INET, kHost4, base.src);
-  inet_pton(AF_INET, kRemoteHost4, base.dst);
   const Bytes frame = roce_frame(0);
   std::vector<rg_qp4_key> keys(kLoopKeys, base);
   std::vector<uint32_t> index(kLoopKeys);
@@ -187,41 +295,97 @@ nlohmann::json lookup_loop(const std::vector<Size>& sizes, unsigned rounds, int 
         uint32_t count = kLoopKeys;
         if (bpf_map_update_batch(bpf_map__fd(l.skel->maps.qp_keys), index.data(), keys.data(), &count, &opts))
           throw std::runtime_error("qp_keys: " + std::string(std::strerror(errno)));
-        const double with = test_run_xdp(bpf_program__fd(l.skel->progs.qp_lookups), ifindex, frame).duration_ns;
-        uint64_t found = 0;
-        uint32_t zero = 0;
-        bpf_map_lookup_elem(bpf_map__fd(l.skel->maps.qp_found), &zero, &found);
-        if (found != kLoopKeys)
-          throw std::runtime_error("qp_loop: " + std::to_string(found) + " of " + std::to_string(kLoopKeys) +
-                                   " keys found: a key the fill did not write");
-        const double floor = test_run_xdp(bpf_program__fd(l.skel->progs.qp_keys_only), ifindex, frame).duration_ns;
-        l.ns[pattern].push_back((with - floor) / kLoopKeys);
+        // Both tables on the same keys, each followed by its floor; which
+        // goes first alternates by round, as the first warms the keys.
+        for (int n = 0; n < kLoopTables; ++n) {
+          const int table = r % 2 ? kLoopTables - 1 - n : n;
+          const int prog = table == kLruHash ? bpf_program__fd(l.skel->progs.qp_lookups)
+                                             : bpf_program__fd(l.slots.skel->progs.qp_slot_lookups);
+          const double with = test_run_xdp(prog, ifindex, frame).duration_ns;
+          uint64_t found = 0;
+          uint32_t zero = 0;
+          bpf_map_lookup_elem(bpf_map__fd(l.skel->maps.qp_found), &zero, &found);
+          if (found != kLoopKeys)
+            throw std::runtime_error(std::string(kLoopTableNames[table]) + ": " + std::to_string(found) + " of " +
+                                     std::to_string(kLoopKeys) + " keys found: a key the fill did not write");
+          const double floor = test_run_xdp(bpf_program__fd(l.skel->progs.qp_keys_only), ifindex, frame).duration_ns;
+          l.ns[table][pattern].push_back((with - floor) / kLoopKeys);
+        }
       }
   std::cout << "\nlookups in a loop inside one program run: " << kLoopKeys << " per run, " << rounds
             << " rounds; ns per lookup (minus the same walk without the table); x 1k: median of the per-round "
-               "ratios to the first size's uniform figure, 95 % bootstrap interval\n";
-  Table t({"tracked QPs", "access", "ns/lookup (median)", "x 1k", "95 %"});
-  nlohmann::json out = nlohmann::json::array();
-  const auto& base_ns = loops.front().ns[kLoopUniform];
+               "ratios to the same table's first-size uniform figure; slots/LRU: median of the per-round ratios "
+               "at the same size and access; 95 % bootstrap intervals\n";
+  Table t({"tracked QPs", "access", "LRU ns/lookup", "x 1k", "95 %", "slots ns/lookup", "x 1k", "95 %",
+           "slots/LRU", "95 %"});
+  nlohmann::json rows = nlohmann::json::array();
+  // Per-round ratios of a to b, rounds where b is not positive left out.
+  const auto ratios = [](const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> out;
+    for (size_t k = 0; k < std::min(a.size(), b.size()); ++k)
+      if (b[k] > 0) out.push_back(a[k] / b[k]);
+    return out;
+  };
+  const auto interval = [](std::pair<double, double> ci) { return fmt("%.2f", ci.first) + "-" + fmt("%.2f", ci.second); };
   for (size_t i = 0; i < sizes.size(); ++i)
     for (int pattern = 0; pattern < kLoopPatterns; ++pattern) {
-      const auto& v = loops[i].ns[pattern];
-      std::vector<double> ratios;
-      for (size_t k = 0; k < std::min(v.size(), base_ns.size()); ++k)
-        if (base_ns[k] > 0) ratios.push_back(v[k] / base_ns[k]);
-      const auto [lo, hi] = median_ci95(ratios);
-      t.row({std::to_string(sizes[i].entries), kLoopPatternNames[pattern], fmt("%.1f", median(v)),
-             fmt("%.2f", median(ratios)), fmt("%.2f", lo) + "-" + fmt("%.2f", hi)});
-      out.push_back({{"entries", sizes[i].entries},
-                     {"pattern", kLoopPatternNames[pattern]},
-                     {"ns_per_lookup", v},
-                     {"ns_per_lookup_median", median(v)},
-                     {"ratio_to_first_uniform_per_round", ratios},
-                     {"ratio_median", median(ratios)},
-                     {"ratio_ci95", {lo, hi}}});
+      std::vector<std::string> cells{std::to_string(sizes[i].entries), kLoopPatternNames[pattern]};
+      for (int table = 0; table < kLoopTables; ++table) {
+        const auto& v = loops[i].ns[table][pattern];
+        const auto r = ratios(v, loops.front().ns[table][kLoopUniform]);
+        const auto ci = median_ci95(r);
+        cells.insert(cells.end(), {fmt("%.1f", median(v)), fmt("%.2f", median(r)), interval(ci)});
+        nlohmann::json row = {{"table", kLoopTableNames[table]},
+                              {"entries", sizes[i].entries},
+                              {"pattern", kLoopPatternNames[pattern]},
+                              {"ns_per_lookup", v},
+                              {"ns_per_lookup_median", median(v)},
+                              {"ratio_to_first_uniform_per_round", r},
+                              {"ratio_median", median(r)},
+                              {"ratio_ci95", {ci.first, ci.second}}};
+        if (table == kSlots) {
+          const auto to_lru = ratios(v, loops[i].ns[kLruHash][pattern]);
+          const auto ci_lru = median_ci95(to_lru);
+          cells.insert(cells.end(), {fmt("%.2f", median(to_lru)), interval(ci_lru)});
+          row["ratio_to_lru_hash_per_round"] = to_lru;
+          row["ratio_to_lru_hash_median"] = median(to_lru);
+          row["ratio_to_lru_hash_ci95"] = {ci_lru.first, ci_lru.second};
+        }
+        rows.push_back(row);
+      }
+      t.row(cells);
     }
   t.print();
-  return out;
+  std::cout << "\nslot table: 64-byte slots, two candidate buckets of " << RG_SLOTS_PER_BUCKET
+            << " per key, load " << kSlotLoad << "; keys by the candidate slot they sit in (the order a lookup reads)\n";
+  Table m({"keys", "slots", "MiB", "bytes/key", "unplaced", "1st", "2nd", "3rd", "4th", "slots read/key", "fill s"});
+  nlohmann::json layout = nlohmann::json::array();
+  for (const auto& l : loops) {
+    const SlotTable& s = l.slots;
+    double read = 0;
+    std::vector<std::string> cells{std::to_string(s.keys), std::to_string(s.buckets * RG_SLOTS_PER_BUCKET),
+                                   fmt("%.1f", s.memlock / 1048576.0), fmt("%.1f", double(s.memlock) / s.keys),
+                                   std::to_string(s.unplaced)};
+    for (unsigned c = 0; c < kSlotCandidates; ++c) {
+      cells.push_back(fmt("%.1f", 100.0 * s.at[c] / s.keys) + " %");
+      read += double(c + 1) * s.at[c] / s.keys;
+    }
+    cells.insert(cells.end(), {fmt("%.2f", read), fmt("%.1f", s.fill_s)});
+    m.row(cells);
+    layout.push_back({{"keys", s.keys},
+                      {"slots", s.buckets * RG_SLOTS_PER_BUCKET},
+                      {"buckets", s.buckets},
+                      {"slot_bytes", sizeof(rg_qp_slot)},
+                      {"load", double(s.keys) / (s.buckets * RG_SLOTS_PER_BUCKET)},
+                      {"memlock_bytes", s.memlock},
+                      {"bytes_per_key", double(s.memlock) / s.keys},
+                      {"unplaced", s.unplaced},
+                      {"keys_by_candidate", s.at},
+                      {"slots_read_per_key", read},
+                      {"fill_seconds", s.fill_s}});
+  }
+  m.print();
+  return {{"rows", rows}, {"slot_tables", layout}};
 }
 
 }  // namespace
@@ -382,7 +546,8 @@ int main(int argc, char** argv) {
                            {"calls", calls},
                            {"results", out},
                            {"cache_lines", lines},
-                           {"lookup_loop", loop},
+                           {"lookup_loop", loop["rows"]},
+                           {"slot_tables", loop["slot_tables"]},
                            {"memory", mem}});
   } catch (const std::exception& e) {
     std::cerr << "bench_qp_scale: " << e.what() << "\n";
