@@ -16,9 +16,15 @@ mkdir -p "$out"
 "$build/bench/bench_delay_line" --rounds 3 --count 10000 --json "$out/delay_line.json"
 "$build/bench/bench_veth_throughput" --payloads 1024,4096 --rounds 9 --seconds 2 --senders 2 --json "$out/veth_throughput.json"
 # The same path with the kernel timing every program run: each program's
-# in-situ ns per run. Its own run, as the timing slows every program.
+# in-situ ns per run, and the skbs' headroom at gateway A. Its own run, as
+# the timing slows every program. Then again with a NIC's headroom (an
+# empty XDP program on gateway A's lan0): target 3 under both conditions.
 "$build/bench/bench_veth_throughput" --payloads 1024 --rounds 5 --seconds 2 --senders 2 \
-	--cases baseline,xdp-floor,tc-floor,dscp-xdp,dscp-tc,geneve-xdp,geneve-tc --bpf-stats --json "$out/veth_prog_cost.json"
+	--cases baseline,xdp-floor,tc-floor,dscp-xdp,dscp-tc,geneve-xdp,geneve-tc --bpf-stats --headroom \
+	--json "$out/veth_prog_cost.json"
+"$build/bench/bench_veth_throughput" --payloads 1024 --rounds 5 --seconds 2 --senders 2 \
+	--cases baseline,dscp-xdp,dscp-tc,geneve-xdp,geneve-tc --bpf-stats --headroom --lan-xdp \
+	--json "$out/veth_prog_cost_lan_xdp.json"
 # The lab's goodput with the ingress program at each hook (the lab's own
 # default, auto, picks TC on its veths).
 cmake --build "$build" -j"$(nproc)" --target roceguard-lab &&
