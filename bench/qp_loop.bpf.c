@@ -13,11 +13,9 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#include "roceguard/roceguard.h"
+#include "qp_loop.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-#define QP_LOOP_KEYS 65536
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -26,19 +24,6 @@ struct {
 	__type(value, struct rg_qp_dir);
 } rg_qp4 SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, QP_LOOP_KEYS);
-	__type(key, __u32);
-	__type(value, struct rg_qp4_key);
-} qp_keys SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} qp_found SEC(".maps");
 
 struct walk {
 	__u64 found;

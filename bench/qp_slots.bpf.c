@@ -13,11 +13,10 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "qp_loop.h"
 #include "qp_slots.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-#define QP_LOOP_KEYS 65536
 
 const volatile __u32 slot_buckets = 1;
 
@@ -28,20 +27,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct rg_qp_slot);
 } qp_slots SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, QP_LOOP_KEYS);
-	__type(key, __u32);
-	__type(value, struct rg_qp4_key);
-} qp_keys SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} qp_found SEC(".maps");
 
 static __always_inline struct rg_qp_slot *probe(__u32 bucket, const __u64 *w)
 {
