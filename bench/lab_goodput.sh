@@ -11,6 +11,12 @@
 # VARIANTS names several "with" cases, each with its own lab flags, run in
 # the same rounds: VARIANTS="xdp:--ingress-hook=xdp tc:--ingress-hook=tc"
 # (words name:flag,flag...). Default: one case, "with", no extra flags.
+# BASELINE names the case every ratio is taken against: "without" (the
+# default, a `--mode without` run in every round) or one of the variants,
+# and then no run without roceguard is made: roceguard's Geneve against
+# the kernel's VXLAN is BASELINE=vxlan VARIANTS="geneve: vxlan:--tunnel-kind=vxlan".
+# The baseline's figures are the without_* fields of the JSON, named by
+# its baseline field.
 #
 # Then, separately, the in-situ cost of the attached programs: with
 # kernel.bpf_stats_enabled=1 during `--mode with` runs, each program's
@@ -45,6 +51,7 @@ duration=${LAB_DURATION:-10}
 scenarios=${SCENARIOS:-congestion bleach}
 extra=${LAB_ARGS:-}
 variants=${VARIANTS:-with:}
+baseline=${BASELINE:-without}
 out=${OUT:-bench/results/lab_goodput.json}
 keep=${KEEP_REPORTS:-}
 [ "$(id -u)" -eq 0 ] || { echo "bench/lab_goodput.sh: run as root" >&2; exit 1; }
@@ -117,8 +124,11 @@ record() {
 	  | .softirq_ns_per_packet = (if .received_b > 0 then .cpu_ns.softirq / .received_b else null end)' "$tmp/$tag/counters.json"
 }
 
-cases=(without:)
+cases=()
+[ "$baseline" = without ] && cases=(without:)
 for v in $variants; do cases+=("$v"); done
+printf '%s\n' "${cases[@]%%:*}" | grep -qx -- "$baseline" ||
+	{ echo "bench/lab_goodput.sh: BASELINE=$baseline is neither without nor a variant's name" >&2; exit 1; }
 runs=$tmp/runs.jsonl
 : >"$runs"
 for scenario in $scenarios; do
@@ -201,19 +211,19 @@ sysctl -qw kernel.bpf_stats_enabled="$stats_before"
 
 mkdir -p "$(dirname "$out")"
 jq -n --slurpfile runs "$runs" --slurpfile insitu "$insitu" --argjson rounds "$rounds" --argjson duration "$duration" \
-	--arg extra "$extra" --arg variants "$variants" --arg load "$(load)" \
-	--arg cmd "$(env | grep -E '^(SCENARIOS|LAB_ARGS|LAB_DURATION|VARIANTS)=' | sed "s/=\(.*\)/='\1'/" | tr '\n' ' ')bench/lab_goodput.sh $rounds $insitu_rounds" \
+	--arg extra "$extra" --arg variants "$variants" --arg baseline "$baseline" --arg load "$(load)" \
+	--arg cmd "$(env | grep -E '^(SCENARIOS|LAB_ARGS|LAB_DURATION|VARIANTS|BASELINE)=' | sed "s/=\(.*\)/='\1'/" | tr '\n' ' ')bench/lab_goodput.sh $rounds $insitu_rounds" \
 	--arg kernel "$(uname -r)" --argjson cpus "$(nproc)" --arg cpu "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)" '
   def med: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def summary: {median: med, min: min, max: max, values: .};
   {
     benchmark: "lab_goodput",
-    command: $cmd, lab_args: $extra, variants: $variants, duration_s: $duration, rounds: $rounds,
+    command: $cmd, lab_args: $extra, variants: $variants, baseline: $baseline, duration_s: $duration, rounds: $rounds,
     goodput: [$runs | group_by(.scenario)[] | . as $s
-      | ($s | map(select(.mode == "without")) | sort_by(.round)) as $wo
-      | ($s | map(select(.mode == "with")) | group_by(.variant))[] | sort_by(.round) as $w
+      | ($s | map(select(.variant == $baseline)) | sort_by(.round)) as $wo
+      | ($s | map(select(.variant != $baseline)) | group_by(.variant))[] | sort_by(.round) as $w
       | ([range(0; [$wo, $w] | map(length) | min)] | map($w[.].goodput_mbps / $wo[.].goodput_mbps)) as $ratios
-      | {scenario: $s[0].scenario, variant: $w[0].variant,
+      | {scenario: $s[0].scenario, variant: $w[0].variant, baseline: $baseline,
          without_mbps: ($wo | map(.goodput_mbps) | summary),
          with_mbps: ($w | map(.goodput_mbps) | summary),
          ratio_of_medians: (($w | map(.goodput_mbps) | med) / ($wo | map(.goodput_mbps) | med)),
@@ -273,6 +283,6 @@ for field in ratio_per_round softirq_ratio_per_round; do
 	done
 done
 echo "wrote $out"
-jq -r '(.goodput[] | "\(.scenario) \(.variant): without \(.without_mbps.median * 10 | round / 10) Mbit/s (\(.without_mbps.min * 10 | round / 10)-\(.without_mbps.max * 10 | round / 10)), with \(.with_mbps.median * 10 | round / 10) (\(.with_mbps.min * 10 | round / 10)-\(.with_mbps.max * 10 | round / 10)); ratio of medians \(.ratio_of_medians * 100 | round / 100), per round median \(.ratio_per_round.median * 100 | round / 100) (\(.ratio_per_round.min * 100 | round / 100)-\(.ratio_per_round.max * 100 | round / 100), 95 % \(.ratio_per_round.ci95)); softirq per delivered packet \(.softirq_ns_per_packet_without.median // 0 | round) ns without, \(.softirq_ns_per_packet_with.median // 0 | round) with, per round ratio median \((.softirq_ratio_per_round.median // 0) * 100 | round / 100) (95 % \(.softirq_ratio_per_round.ci95)); steal \(.steal_ms.median // 0 | round) ms per run; QPs failed \(.qps_failed_without) without, \(.qps_failed_with) with"),
+jq -r '(.goodput[] | "\(.scenario) \(.variant): \(.baseline) \(.without_mbps.median * 10 | round / 10) Mbit/s (\(.without_mbps.min * 10 | round / 10)-\(.without_mbps.max * 10 | round / 10)), \(.variant) \(.with_mbps.median * 10 | round / 10) (\(.with_mbps.min * 10 | round / 10)-\(.with_mbps.max * 10 | round / 10)); ratio of medians \(.ratio_of_medians * 100 | round / 100), per round median \(.ratio_per_round.median * 100 | round / 100) (\(.ratio_per_round.min * 100 | round / 100)-\(.ratio_per_round.max * 100 | round / 100), 95 % \(.ratio_per_round.ci95)); softirq per delivered packet \(.softirq_ns_per_packet_without.median // 0 | round) ns \(.baseline), \(.softirq_ns_per_packet_with.median // 0 | round) \(.variant), per round ratio median \((.softirq_ratio_per_round.median // 0) * 100 | round / 100) (95 % \(.softirq_ratio_per_round.ci95)); steal \(.steal_ms.median // 0 | round) ms per run; QPs failed \(.qps_failed_without) \(.baseline), \(.qps_failed_with) \(.variant)"),
        (.insitu[] | "  in situ \(.scenario) \(.variant) gateway \(.gateway) \(.type) \(.name): \(.ns_per_run.median | round) ns/run (\(.ns_per_run.min | round)-\(.ns_per_run.max | round)), run_cnt \(.run_cnt)"),
        (.insitu_per_delivered[] | "  per delivered packet \(.scenario) \(.variant): all programs \(.ns_per_delivered.median | round) ns (\(.ns_per_delivered.min | round)-\(.ns_per_delivered.max | round)), gateway A \(.gw_a_ns_per_delivered.median | round), gateway B \(.gw_b_ns_per_delivered.median | round); gateway A egress runs per packet sent \(.gw_a_egress_runs_per_packet_sent.median * 1000 | round / 1000), packets per send at host A \(.packets_per_send_a.median * 100 | round / 100), delivered \(.delivered_b)")' "$out"

@@ -91,6 +91,7 @@
 #include "headroom.skel.h"
 #include "dataplane/attach.h"
 #include "dataplane/maps.h"
+#include "lab/kernel_vxlan.h"
 #include "lab/lab_gateway.h"
 #include "lab/proc.h"
 #include "lab/roce_gen.h"
@@ -105,10 +106,6 @@ using namespace std::chrono_literals;
 
 constexpr uint8_t kHostTos = 26 << 2 | 2;  // AF31 + ECT(0), as a RoCE host marks
 constexpr unsigned kBatch = 64;
-// The VXLAN link between the gateways: a documentation /30 the lab does
-// not use.
-constexpr const char* kVxA = "198.51.100.9";
-constexpr const char* kVxB = "198.51.100.10";
 
 struct Measure {
   double rx_pps = 0, rx_gbps = 0, tx_pps = 0;
@@ -247,53 +244,6 @@ void ip(const Topology& topo, Node n, std::vector<std::string> args) {
   args.insert(args.begin(), {"ip", "-n", topo.netns(n)});
   run_checked(args);
 }
-
-// The kernel's VXLAN between the gateways, carrying host A <-> host B in
-// place of the plain routes; the routes come back on destruction.
-class Vxlan {
- public:
-  Vxlan(const Topology& topo, unsigned mtu) : topo_(topo) {
-    const Addresses& a = topo.addr();
-    struct End {
-      Node n;
-      const char *local, *remote, *addr, *peer, *far_net;
-    };
-    const End ends[] = {{Node::kGatewayA, a.gw_a_wan4, a.gw_b_wan4, kVxA, kVxB, "203.0.113.0/24"},
-                        {Node::kGatewayB, a.gw_b_wan4, a.gw_a_wan4, kVxB, kVxA, "192.0.2.0/24"}};
-    try {
-      for (const auto& e : ends) {
-        ip(topo, e.n, {"link", "add", "vx0", "type", "vxlan", "id", std::to_string(kLabVni), "local", e.local,
-                       "remote", e.remote, "dstport", "4789", "dev", "wan0", "tos", "inherit", "ttl", "64"});
-        made_.push_back(e.n);
-        ip(topo, e.n, {"link", "set", "vx0", "mtu", std::to_string(mtu - 50), "up"});
-        ip(topo, e.n, {"addr", "add", std::string(e.addr) + "/30", "dev", "vx0"});
-        ip(topo, e.n, {"route", "replace", e.far_net, "via", e.peer, "dev", "vx0"});
-      }
-    } catch (...) {
-      restore();
-      throw;
-    }
-  }
-  ~Vxlan() { restore(); }
-  uint64_t tx_packets(Node n) const {
-    auto j = nlohmann::json::parse(run_checked({"ip", "-j", "-s", "-n", topo_.netns(n), "link", "show", "dev", "vx0"}));
-    return j.at(0).at("stats64").at("tx").at("packets").get<uint64_t>();
-  }
-
- private:
-  void restore() noexcept {
-    const Addresses& a = topo_.addr();
-    for (Node n : made_) {
-      const bool is_a = n == Node::kGatewayA;
-      run({"ip", "-n", topo_.netns(n), "route", "replace", is_a ? "203.0.113.0/24" : "192.0.2.0/24", "via",
-           is_a ? a.wan_a4 : a.wan_b4});
-      run({"ip", "-n", topo_.netns(n), "link", "del", "vx0"});
-    }
-    made_.clear();
-  }
-  const Topology& topo_;
-  std::vector<Node> made_;
-};
 
 // Empty programs (bench/empty.bpf.c) where roceguard attaches: TC egress
 // on both gateways' wan0, and XDP there (xdp-floor) or TC ingress
@@ -562,7 +512,7 @@ int main(int argc, char** argv) {
       for (unsigned r = 0; r < rounds; ++r)
         for (const std::string& c : names) {
           std::optional<Gateway> gw_a, gw_b;
-          std::optional<Vxlan> vx;
+          std::optional<KernelVxlan> vx;
           std::vector<std::pair<std::string, uint32_t>> progs;
           if (c.rfind("dscp-", 0) == 0 || c.rfind("geneve-", 0) == 0) {
             const bool tunnel = c.rfind("geneve-", 0) == 0;

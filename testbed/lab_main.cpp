@@ -75,7 +75,15 @@ void add_lab_options(CLI::App* lab) {
                   "counts the PSN gaps)")
       ->check(CLI::IsMember({"rc", "uc"}))
       ->capture_default_str();
-  lab->add_flag("--no-tunnel", no_tunnel, "roceguard re-marks and repairs DSCP only, no Geneve between the gateways");
+  auto* no_tunnel_flag =
+      lab->add_flag("--no-tunnel", no_tunnel, "roceguard re-marks and repairs DSCP only, no Geneve between the gateways");
+  lab->add_option("--tunnel-kind", o.tunnel_kind,
+                  "what crosses the WAN between the gateways: geneve (roceguard's tunnel, with roceguard); vxlan (the "
+                  "kernel's VXLAN device, UDP 4789, tos inherit, in both phases; roceguard on it re-marks, repairs "
+                  "and counts, as with --no-tunnel)")
+      ->check(CLI::IsMember({"geneve", "vxlan"}))
+      ->excludes(no_tunnel_flag)
+      ->capture_default_str();
   lab->add_option("--shield", o.shield,
                   "the gateways' loss shield (tunnel.shield): off; control: each gateway sends a second copy into "
                   "the tunnel of ACK/NAK, CNP, READ, atomic and AckReq packets and of the first resend of each burst; "
@@ -136,7 +144,7 @@ void add_lab_options(CLI::App* lab) {
       ->capture_default_str();
   lab->add_flag("-v,--verbose", o.verbose, "debug log, including libbpf and libxdp messages");
   lab->callback([] {
-    o.tunnel = !no_tunnel;
+    o.tunnel = !no_tunnel && o.tunnel_kind == "geneve";
     o.wan_delay = lab::parse_wan_duration("--wan-delay", wan_delay);
     o.wan_jitter = lab::parse_wan_duration("--wan-jitter", wan_jitter);
     lab_exit_code = lab::run_lab(o);

@@ -14,9 +14,9 @@ namespace rg::lab {
 
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode, unsigned tunnel_mtu, const std::string& ingress_hook,
-                      bool xdp_forward, bool sequence, const std::string& shield) {
+                      bool xdp_forward, bool sequence, const std::string& shield, const std::string& wan_interface) {
   std::ostringstream toml;
-  toml << (xdp_forward ? "interfaces = [\"wan0\", \"lan0\"]\n" : "interfaces = [\"wan0\"]\n")
+  toml << "interfaces = [\"" << wan_interface << (xdp_forward ? "\", \"lan0\"]\n" : "\"]\n")
        << "[dataplane]\nxdp_mode = \"" << (xdp_mode == XdpMode::kSkb ? "skb" : "native") << "\"\n"
        << "ingress_hook = \"" << ingress_hook << "\"\n"
        << "xdp_forward = " << (xdp_forward ? "true" : "false") << "\n";

@@ -29,11 +29,15 @@ inline constexpr uint32_t kLabVni = 4242;
 // interfaces, both attached (the lab's topology then lets the far ends of
 // its veths take redirected frames: Topology::accept_xdp_redirects).
 // sequence is tunnel.sequence; shield is tunnel.shield ("off", "control",
-// "all", "auto"), which needs the sequence option.
+// "all", "auto"), which needs the sequence option. wan_interface is where
+// the gateway attaches towards the far gateway: wan0, or the kernel VXLAN
+// device (lab/kernel_vxlan.h) when that carries the traffic instead of
+// roceguard's tunnel.
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode = XdpMode::kNative,
                       unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU, const std::string& ingress_hook = "auto",
-                      bool xdp_forward = false, bool sequence = false, const std::string& shield = "off");
+                      bool xdp_forward = false, bool sequence = false, const std::string& shield = "off",
+                      const std::string& wan_interface = "wan0");
 
 class Gateway {
  public:

@@ -84,6 +84,9 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
 json wan_json(const PhaseResult& p) {
   json j = {{"loss_runs", json::object()}, {"dropped", {{"a_to_b", p.wan_dropped[0]}, {"b_to_a", p.wan_dropped[1]}}}};
   const char* names[] = {"a_to_b", "b_to_a"};
+  for (size_t d = 0; d < p.wan_packets.size(); ++d)
+    for (size_t c = 0; c < p.wan_packets[d].size(); ++c)
+      j["packets"][names[d]][wan_class_name(static_cast<rg_wan_class>(c))] = p.wan_packets[d][c];
   for (size_t d = 0; d < p.wan_runs.size(); ++d) {
     json runs = json::object();
     for (size_t i = 0; i < p.wan_runs[d].size(); ++i) runs[loss_run_bound(i)] = p.wan_runs[d][i];
@@ -362,11 +365,16 @@ std::string sender_lines(const LabSettings& s) {
 }
 
 std::string view_banner(const LabSettings& s, const PhaseResult& phase, unsigned index, unsigned count) {
-  std::string what = phase.roceguard
-                         ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN, loss shield " +
-                                           shield_text(s.shield)
-                                     : "roceguard on both gateways: DSCP re-mark and repair, no tunnel")
-                         : "no roceguard: RoCE crosses the WAN as it is";
+  const bool vxlan = s.tunnel_kind == "vxlan";
+  std::string what =
+      phase.roceguard
+          ? (s.tunnel ? "roceguard on both gateways: DSCP 46 + Geneve across the WAN, loss shield " +
+                            shield_text(s.shield)
+           : vxlan    ? std::string("roceguard on both gateways' vx0: DSCP re-mark and repair, no tunnel of its own; "
+                                    "the kernel's VXLAN (tos inherit) across the WAN")
+                      : std::string("roceguard on both gateways: DSCP re-mark and repair, no tunnel"))
+          : (vxlan ? "no roceguard: RoCE crosses the WAN in the kernel's VXLAN (tos inherit)"
+                   : "no roceguard: RoCE crosses the WAN as it is");
   return fmt("\n== phase %u/%u: %s roceguard (%u s, %u QPs; WAN: %s)\n   %s\n", index, count,
              phase.roceguard ? "with" : "without", s.duration_s, s.qps, wan_text(s).c_str(), what.c_str()) +
          "   host A: " + sender_lines(s) + "\n";
@@ -403,6 +411,11 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   out << "\n== summary (" << s.duration_s << " s per phase, " << s.qps << " QPs, " << s.payload
       << " B payload)\n   the WAN: " << wan_text(s) << "\n";
   out << "   host A: " << sender_lines(s) << "\n";
+  out << "   tunnel across the WAN: "
+      << (s.tunnel_kind == "vxlan"    ? "the kernel's VXLAN (vx0, UDP 4789, tos inherit), both phases"
+          : s.tunnel_kind == "geneve" ? "roceguard's Geneve (UDP 6081), with roceguard"
+                                      : "none")
+      << "\n";
   if (s.tunnel) out << "   loss shield (with roceguard): " << shield_text(s.shield) << "\n";
   if (s.scheduler)
     out << "   host A's line rate " << s.sender_mbit << " Mbit/s; congestion at gateway B towards host B: " << s.scheduler->link_mbit << " Mbit/s, DSCP 46 guaranteed "
@@ -572,6 +585,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"qps", s.qps},
                    {"payload", s.payload},
                    {"tunnel", s.tunnel},
+                   {"tunnel_kind", s.tunnel_kind},
                    {"shield", s.shield},
                    {"transport", transport_name(s.transport)},
                    {"xdp_forward", s.xdp_forward},

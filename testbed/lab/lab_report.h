@@ -103,7 +103,10 @@ struct PhaseResult {
   // The WAN during the phase, per direction (a_to_b, b_to_a): loss runs by
   // length, and what the delay line did (empty without one).
   std::array<LossRuns, 2> wan_runs{};
-  std::array<uint64_t, 2> wan_dropped{};  // RoCE and Geneve packets, per direction
+  std::array<uint64_t, 2> wan_dropped{};  // RoCE and tunnel packets, per direction
+  // Packets that entered the WAN during the phase, per direction and class
+  // (rg_wan_class): which tunnel, if any, carried the RoCE traffic.
+  std::array<std::array<uint64_t, RG_WAN_CLASS_MAX>, 2> wan_packets{};
   std::array<WanSeqLoss, 2> wan_seq{};    // the tunnel's sequence numbers, per direction
   std::vector<DelayLineStats> delay_line;
 };
@@ -135,7 +138,10 @@ struct LabSettings {
   Retransmit retransmit = Retransmit::kGoBackN;
   // RC, or UC: every PSN sent once, no ACKs, paced at window_mbit.
   Transport transport = Transport::kRc;
-  bool tunnel = true;
+  bool tunnel = true;  // roceguard's Geneve between the gateways (with roceguard)
+  // What carries host A's traffic across the WAN: "geneve" (roceguard's, with
+  // roceguard only), "vxlan" (the kernel's device, both phases) or "none".
+  std::string tunnel_kind = "geneve";
   std::string shield = "off";  // tunnel.shield of both gateways
   bool xdp_forward = false;
   unsigned burst = 1;             // packets per UDP_SEGMENT send at host A

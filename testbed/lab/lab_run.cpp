@@ -25,6 +25,7 @@
 #include "dataplane/maps.h"
 #include "dataplane/state.h"
 #include "lab/congestion.h"
+#include "lab/kernel_vxlan.h"
 #include "lab/lab_gateway.h"
 #include "lab/lab_report.h"
 #include "lab/proc.h"
@@ -133,7 +134,7 @@ std::vector<Capture> start_captures(const Topology& topo, const std::string& dir
     c.log = dir + "/pcap/." + phase + "-" + h.label + ".log";
     // Bounded in time and packets; headers only (256 bytes) keep the files small.
     c.child = std::make_unique<Child>(
-        topo.exec_argv(h.node, {"dumpcap", "-q", "-i", h.ifname, "-f", "udp port 4791 or udp port 6081",
+        topo.exec_argv(h.node, {"dumpcap", "-q", "-i", h.ifname, "-f", "udp port 4791 or udp port 6081 or udp port 4789",
                                 "-s", "256", "-a", "duration:" + std::to_string(seconds), "-c", "5000",
                                 "-w", c.file}),
         c.log);
@@ -167,11 +168,12 @@ std::vector<std::string> finish_captures(std::vector<Capture>& caps, const std::
   return files;
 }
 
-json counter_rows(const std::vector<CounterRow>& rows, const Topology& topo, Node node) {
+json counter_rows(const std::vector<CounterRow>& rows, const Topology& topo, Node node,
+                  const std::string& wan_if) {
   json out = json::array();
   for (const auto& r : rows) {
     std::string ifname = std::to_string(r.ifindex);
-    for (const char* name : {"wan0", "lan0"})
+    for (const std::string& name : {std::string("wan0"), std::string("lan0"), wan_if})
       if (topo.ifindex(node, name) == static_cast<int>(r.ifindex)) ifname = name;
     out.push_back(counter_row_json(r, ifname, false));
   }
@@ -186,6 +188,9 @@ std::string scrape(const std::string& address) {
 
 struct Lab {
   const LabOptions& opts;
+  // Where roceguard attaches towards the far gateway: wan0, or the kernel's
+  // VXLAN device when it carries the traffic.
+  std::string wan_if;
   LabSettings settings;
   std::string dir;
   Topology& topo;
@@ -211,7 +216,7 @@ Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const R
   s.cnps_b = rx.cnps;
   s.ecn_ce_b = rx.ecn_ce;
   s.dscp_b = rx.dscp;
-  for (auto cls : {RG_WAN_ROCE, RG_WAN_GENEVE}) {
+  for (auto cls : {RG_WAN_ROCE, RG_WAN_GENEVE, RG_WAN_VXLAN}) {
     WanStats w = lab.wan.total(cls);
     s.wan_dropped += w.dropped;
     s.wan_bleached += w.bleached;
@@ -262,9 +267,17 @@ WanSeqLoss operator-(WanSeqLoss a, const WanSeqLoss& b) {
   return a;
 }
 
-// RoCE and Geneve packets the WAN dropped of those that arrived on ifname.
+// RoCE and tunnel packets the WAN dropped of those that arrived on ifname.
 uint64_t wan_roce_drops(const Wan& wan, const std::string& ifname) {
-  return wan.stats(ifname, RG_WAN_ROCE).dropped + wan.stats(ifname, RG_WAN_GENEVE).dropped;
+  return wan.stats(ifname, RG_WAN_ROCE).dropped + wan.stats(ifname, RG_WAN_GENEVE).dropped +
+         wan.stats(ifname, RG_WAN_VXLAN).dropped;
+}
+
+// Packets that entered the WAN on ifname, by class.
+std::array<uint64_t, RG_WAN_CLASS_MAX> wan_packets(const Wan& wan, const std::string& ifname) {
+  std::array<uint64_t, RG_WAN_CLASS_MAX> out{};
+  for (size_t c = 0; c < out.size(); ++c) out[c] = wan.stats(ifname, static_cast<rg_wan_class>(c)).packets;
+  return out;
 }
 
 TunnelPeer one_peer(const std::string& pin) {
@@ -358,12 +371,16 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   if (with) {
     // The lab measures the tunnel's exact loss against the WAN's drops: the
     // sequence option is on in both gateways (the loss shield needs it too).
+    // On the kernel's VXLAN device auto means TC ingress: the packets it
+    // hands up are skbs already, and it has no XDP of its own.
+    const std::string hook =
+        lab.wan_if != "wan0" && lab.opts.ingress_hook == "auto" ? std::string("tc") : lab.opts.ingress_hook;
     Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel, XdpMode::kNative,
-                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook, lab.opts.xdp_forward, true,
-                                  lab.opts.shield);
+                                  RG_DEFAULT_TUNNEL_MTU, hook, lab.opts.xdp_forward, true, lab.opts.shield,
+                                  lab.wan_if);
     Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel, XdpMode::kNative,
-                                  RG_DEFAULT_TUNNEL_MTU, lab.opts.ingress_hook, lab.opts.xdp_forward, true,
-                                  lab.opts.shield);
+                                  RG_DEFAULT_TUNNEL_MTU, hook, lab.opts.xdp_forward, true, lab.opts.shield,
+                                  lab.wan_if);
     // RoCE into the uplink's priority class; gateway B's egress on wan0
     // (ACKs, NAKs, CNPs) gets the same, as a symmetric deployment would.
     if (lab.uplink_scheduler) cfg_a.skb_priority = cfg_b.skb_priority = HtbScheduler::kPriorityClassId;
@@ -407,6 +424,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   Snapshot wan_base = take_snapshot(lab, 0, {}, {}, {}, nullptr, nullptr);
   const std::array<LossRuns, 2> runs_base{lab.wan.loss_runs("to-a"), lab.wan.loss_runs("to-b")};
   const std::array<uint64_t, 2> dropped_base{wan_roce_drops(lab.wan, "to-a"), wan_roce_drops(lab.wan, "to-b")};
+  const std::array<std::array<uint64_t, RG_WAN_CLASS_MAX>, 2> packets_base{wan_packets(lab.wan, "to-a"),
+                                                                          wan_packets(lab.wan, "to-b")};
   std::vector<DelayLineStats> delay_base;
   if (const DelayLine* dl = lab.wan.delay_line())
     for (size_t i = 0; i < dl->directions(); ++i) delay_base.push_back(dl->stats(i));
@@ -527,6 +546,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     const LossRuns now = lab.wan.loss_runs(d == 0 ? "to-a" : "to-b");
     for (size_t i = 0; i < now.size(); ++i) p.wan_runs[d][i] = now[i] - runs_base[d][i];
     p.wan_dropped[d] = wan_roce_drops(lab.wan, d == 0 ? "to-a" : "to-b") - dropped_base[d];
+    const auto packets = wan_packets(lab.wan, d == 0 ? "to-a" : "to-b");
+    for (size_t c = 0; c < packets.size(); ++c) p.wan_packets[d][c] = packets[c] - packets_base[d][c];
   }
   // After measure_tunnel's wait, when it ran: nothing is left to come.
   const auto seq_now = wan_seq_loss(lab.wan);
@@ -544,8 +565,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
       p.delay_line.push_back(x);  // max_held and late_max_ns: over the whole run so far
     }
   if (with) {
-    p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA);
-    p.counters["gw_b"] = counter_rows(MapReader(gw_b->pin()).counters(), lab.topo, Node::kGatewayB);
+    p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA, lab.wan_if);
+    p.counters["gw_b"] = counter_rows(MapReader(gw_b->pin()).counters(), lab.topo, Node::kGatewayB, lab.wan_if);
     // The final scrape, while the maps are still pinned.
     for (auto [addr, name] : {std::pair{lab.settings.metrics_a, "prometheus-gw-a.txt"},
                               std::pair{lab.settings.metrics_b, "prometheus-gw-b.txt"}}) {
@@ -570,7 +591,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   if (with)
     for (size_t i = 0; i < lab.exporters.size(); ++i)
       for (const std::string& hook : {std::string("tc_egress"), ingress_series[i]})
-        lab.exporters[i]->set_attach_state("wan0", hook, false);
+        lab.exporters[i]->set_attach_state(lab.wan_if, hook, false);
   return p;
 }
 
@@ -626,8 +647,18 @@ int run_lab(const LabOptions& opts) {
   if (opts.retry_cnt > 7) throw Error("lab: --retry-cnt is 0..7", kExitUsage);
   if (opts.shield != "off" && opts.shield != "control" && opts.shield != "all" && opts.shield != "auto")
     throw Error("lab: --shield is off, control, all or auto", kExitUsage);
+  if (opts.tunnel_kind != "geneve" && opts.tunnel_kind != "vxlan")
+    throw Error("lab: --tunnel-kind is geneve or vxlan", kExitUsage);
+  const bool vxlan = opts.tunnel_kind == "vxlan";
+  if (vxlan && opts.tunnel)
+    throw Error("lab: --tunnel-kind vxlan puts the kernel's VXLAN in the place of roceguard's Geneve", kExitUsage);
   if (opts.shield != "off" && !opts.tunnel)
-    throw Error("lab: --shield needs the tunnel: the copies are Geneve packets (drop --no-tunnel)", kExitUsage);
+    throw Error(std::string("lab: --shield needs roceguard's tunnel: the copies are Geneve packets (drop ") +
+                    (vxlan ? "--tunnel-kind vxlan)" : "--no-tunnel)"),
+                kExitUsage);
+  if (vxlan && opts.xdp_forward)
+    throw Error("lab: --xdp-forward forwards between wan0 and lan0; with --tunnel-kind vxlan roceguard is on vx0",
+                kExitUsage);
   const auto retransmit = parse_retransmit(opts.retransmit);
   if (!retransmit) throw Error("lab: --retransmit is gbn or sr", kExitUsage);
   const auto transport = parse_transport(opts.transport);
@@ -667,6 +698,7 @@ int run_lab(const LabOptions& opts) {
   settings.retransmit = *retransmit;
   settings.transport = *transport;
   settings.tunnel = opts.tunnel;
+  settings.tunnel_kind = vxlan ? "vxlan" : opts.tunnel ? "geneve" : "none";
   settings.shield = opts.shield;
   settings.xdp_forward = opts.xdp_forward;
   settings.burst = opts.burst;
@@ -685,6 +717,15 @@ int run_lab(const LabOptions& opts) {
             << "-*)\n"
             << std::flush;
   Topology topo(opts.prefix, congestion);
+  // Before the path is proved: the proof then crosses the VXLAN too.
+  std::optional<KernelVxlan> kernel_vxlan;
+  if (vxlan) {
+    kernel_vxlan.emplace(topo, RG_DEFAULT_TUNNEL_MTU);
+    std::cout << "the kernel's VXLAN between the gateways: " << kVxlanDevice << ", VNI " << kLabVni << ", UDP "
+              << kVxlanPort << ", tos inherit, MTU " << kernel_vxlan->mtu() << " (" << RG_DEFAULT_TUNNEL_MTU
+              << " on the WAN), carrying host A to host B in both phases\n";
+  }
+  const std::string wan_if = vxlan ? kVxlanDevice : "wan0";
   topo.check_path();
   if (opts.xdp_forward) topo.accept_xdp_redirects();
   if (opts.gro_forwarding) {
@@ -724,16 +765,16 @@ int run_lab(const LabOptions& opts) {
   const unsigned port = static_cast<unsigned>(std::stoul(opts.metrics_listen.substr(colon + 1)));
   ExporterOptions eo;
   eo.per_qp = true;
-  eo.interfaces = {"wan0"};
+  eo.interfaces = {wan_if};
   eo.listen = opts.metrics_listen;
   eo.pin_path = pin_path(opts.prefix, Node::kGatewayA);
-  for (const char* ifname : {"wan0", "lan0"})
+  for (const std::string& ifname : {std::string("wan0"), std::string("lan0"), wan_if})
     eo.interface_names[static_cast<uint32_t>(topo.ifindex(Node::kGatewayA, ifname))] = ifname;
   Exporter exporter_a(eo);
   eo.listen = host + ":" + std::to_string(port ? port + 1 : 0);
   eo.pin_path = pin_path(opts.prefix, Node::kGatewayB);
   eo.interface_names.clear();
-  for (const char* ifname : {"wan0", "lan0"})
+  for (const std::string& ifname : {std::string("wan0"), std::string("lan0"), wan_if})
     eo.interface_names[static_cast<uint32_t>(topo.ifindex(Node::kGatewayB, ifname))] = ifname;
   Exporter exporter_b(eo);
   settings.metrics_a = exporter_a.listen_address();
@@ -746,8 +787,9 @@ int run_lab(const LabOptions& opts) {
             << std::flush;
 
   wan_cfg.ce_ppm = static_cast<uint32_t>(opts.ce_pct * RG_WAN_PPM / 100.0 + 0.5);
-  // Loss and CE only on RoCE and Geneve: the lab's control traffic (ARP,
-  // neighbour discovery) stays intact.
+  // Loss and CE only on RoCE and the tunnels (Geneve, VXLAN): the lab's
+  // control traffic (ARP, neighbour discovery) stays intact, but for what
+  // crosses inside the kernel's VXLAN, which the WAN sees as VXLAN only.
   wan_cfg.flags = RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY;
   // The sequence option as the gateways write it (gateway_config keeps the
   // defaults), so the WAN counts the numbers every copy of which it dropped.
@@ -768,7 +810,7 @@ int run_lab(const LabOptions& opts) {
     topo.check_path();
   }
 
-  Lab lab{opts, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}, scheduler ? &*scheduler : nullptr, {},
+  Lab lab{opts, wan_if, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}, scheduler ? &*scheduler : nullptr, {},
           uplink_scheduler ? &*uplink_scheduler : nullptr, {}};
   std::vector<bool> phases;
   if (opts.mode != "with") phases.push_back(false);

@@ -37,6 +37,11 @@ struct LabOptions {
   // once, no ACKs or resends, paced at sender_mbit; see lab/roce_gen.h).
   std::string transport = "rc";
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
+  // "geneve": roceguard's tunnel as tunnel says; "vxlan": the kernel's
+  // VXLAN device between the gateways (lab/kernel_vxlan.h) carries host A's
+  // traffic in both phases and roceguard, attached to it, re-marks and
+  // counts without its own tunnel (tunnel must be false).
+  std::string tunnel_kind = "geneve";
   // The gateways' loss shield (tunnel.shield): "off", "control" (a second
   // copy of what Go-Back-N waits for), "all" (of every RoCE packet) or
   // "auto" (all while the far gateway reports loss).

@@ -22,6 +22,7 @@
 //   WAN-B link   198.51.100.4/30    2001:db8:b::/64
 //   bulk-B link  198.51.100.8/30    2001:db8:c::/64
 //   bulk-A link  198.51.100.12/30   2001:db8:d::/64
+//   VXLAN link   198.51.100.16/30   (lab/kernel_vxlan.h, gateway to gateway)
 //   host B side  203.0.113.0/24     2001:db8:2::/64
 #pragma once
 
@@ -77,6 +78,8 @@ struct Addresses {
   const char* bulk_a4 = "198.51.100.14";
   const char* gw_a_bulk6 = "2001:db8:d::1";
   const char* bulk_a6 = "2001:db8:d::2";
+  const char* gw_a_vx4 = "198.51.100.17";
+  const char* gw_b_vx4 = "198.51.100.18";
 };
 
 class Topology {

@@ -27,6 +27,7 @@ const char* wan_class_name(rg_wan_class cls) {
   switch (cls) {
     case RG_WAN_ROCE: return "roce";
     case RG_WAN_GENEVE: return "geneve";
+    case RG_WAN_VXLAN: return "vxlan";
     case RG_WAN_UDP_OTHER: return "udp_other";
     case RG_WAN_NOT_UDP: return "not_udp";
     default: return "?";

@@ -197,6 +197,8 @@ static __always_inline __u32 wan_class(__be16 dport)
 		return RG_WAN_ROCE;
 	if (dport == bpf_htons(RG_GENEVE_UDP_PORT))
 		return RG_WAN_GENEVE;
+	if (dport == bpf_htons(RG_WAN_VXLAN_UDP_PORT))
+		return RG_WAN_VXLAN;
 	return RG_WAN_UDP_OTHER;
 }
 
@@ -282,7 +284,8 @@ account:
 		st->bytes += skb->len;
 	}
 	if (cls != RG_WAN_NOT_UDP &&
-	    (!(cfg->flags & RG_WAN_F_ROCE_ONLY) || cls == RG_WAN_ROCE || cls == RG_WAN_GENEVE)) {
+	    (!(cfg->flags & RG_WAN_F_ROCE_ONLY) || cls == RG_WAN_ROCE || cls == RG_WAN_GENEVE ||
+	     cls == RG_WAN_VXLAN)) {
 		int lost = wan_lose(cfg, wan_direction(skb->ifindex));
 
 		if (cls == RG_WAN_GENEVE && cfg->seq_opt_class)

@@ -13,17 +13,20 @@
 
 #define RG_WAN_PPM 1000000u /* loss and CE rates are parts per million */
 
+#define RG_WAN_VXLAN_UDP_PORT 4789
+
 /* What the WAN tells apart, by outer UDP destination port. */
 enum rg_wan_class {
 	RG_WAN_ROCE = 0,   /* UDP 4791 */
 	RG_WAN_GENEVE,     /* UDP 6081 */
+	RG_WAN_VXLAN,      /* UDP 4789: the kernel's VXLAN, the lab's other tunnel */
 	RG_WAN_UDP_OTHER,  /* any other UDP */
 	RG_WAN_NOT_UDP,    /* IP but not UDP, or not IP (ARP, ...) */
 	RG_WAN_CLASS_MAX,
 };
 
 #define RG_WAN_F_BLEACH (1u << 0)     /* zero DSCP of every IP packet, keep ECN */
-#define RG_WAN_F_ROCE_ONLY (1u << 1)  /* drop/mark only UDP 4791 and 6081 */
+#define RG_WAN_F_ROCE_ONLY (1u << 1)  /* drop/mark only UDP 4791, 6081 and 4789 */
 /* Every UDP packet that survives goes to the delay line (wan_hold) instead
  * of the kernel's forwarding. */
 #define RG_WAN_F_HOLD (1u << 2)
