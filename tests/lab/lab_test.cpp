@@ -34,6 +34,25 @@ std::string read(const std::string& path) {
   return ss.str();
 }
 
+// Gateway A's per-QP egress counters in its exporter's final scrape (the
+// report's prometheus-gw-a.txt): how many series, and their packets summed.
+struct QpEgress {
+  unsigned series = 0;
+  uint64_t packets = 0;
+};
+
+QpEgress gw_a_qp_egress(const std::string& report) {
+  std::istringstream lines(read(report + "/prometheus-gw-a.txt"));
+  std::string line;
+  QpEgress out;
+  while (std::getline(lines, line))
+    if (line.rfind("roceguard_qp_packets_total{", 0) == 0 && line.find("direction=\"egress\"") != std::string::npos) {
+      out.packets += static_cast<uint64_t>(std::stod(line.substr(line.rfind(' ') + 1)));
+      ++out.series;
+    }
+  return out;
+}
+
 class TempDir {
  public:
   TempDir() {
@@ -427,18 +446,9 @@ TEST_F(Lab, GsoBurstsAreDeliveredAndCountedPerDatagram) {
 
   // Gateway A's per-QP egress counters (its exporter's final scrape) add
   // up to the datagrams, as do its event counters.
-  const std::string prom = read(report + "/prometheus-gw-a.txt");
-  std::istringstream lines(prom);
-  std::string line;
-  uint64_t qp_packets = 0;
-  unsigned qp_series = 0;
-  while (std::getline(lines, line))
-    if (line.rfind("roceguard_qp_packets_total{", 0) == 0 && line.find("direction=\"egress\"") != std::string::npos) {
-      qp_packets += static_cast<uint64_t>(std::stod(line.substr(line.rfind(' ') + 1)));
-      ++qp_series;
-    }
-  EXPECT_EQ(qp_series, 4u) << "one series per QP of the lab's four";
-  EXPECT_EQ(qp_packets, sent) << "GSO skbs counted as their datagrams";
+  const QpEgress qp = gw_a_qp_egress(report);
+  EXPECT_EQ(qp.series, 4u) << "one series per QP of the lab's four";
+  EXPECT_EQ(qp.packets, sent) << "GSO skbs counted as their datagrams";
   EXPECT_EQ(with["totals"]["roceguard"]["encapsulated_gw_a"].get<uint64_t>(), sent) << with["totals"];
   EXPECT_EQ(with["totals"]["roceguard"]["decapsulated_gw_b"].get<uint64_t>(), sent) << with["totals"];
   expect_nothing_left(report);
@@ -512,18 +522,9 @@ TEST_F(Lab, VxlanTunnelKindCarriesTheHostsTrafficInTheKernelsVxlan) {
   EXPECT_EQ(with["totals"]["roceguard"]["decapsulated_gw_b"].get<uint64_t>(), 0u) << with["totals"];
   // Gateway A's per-QP egress counters (its exporter's final scrape, vx0)
   // add up to the packets host A sent.
-  const std::string prom = read(report + "/prometheus-gw-a.txt");
-  std::istringstream lines(prom);
-  std::string line;
-  uint64_t qp_packets = 0;
-  unsigned qp_series = 0;
-  while (std::getline(lines, line))
-    if (line.rfind("roceguard_qp_packets_total{", 0) == 0 && line.find("direction=\"egress\"") != std::string::npos) {
-      qp_packets += static_cast<uint64_t>(std::stod(line.substr(line.rfind(' ') + 1)));
-      ++qp_series;
-    }
-  EXPECT_EQ(qp_series, 4u) << "one series per QP of the lab's four";
-  EXPECT_EQ(qp_packets, sent);
+  const QpEgress qp = gw_a_qp_egress(report);
+  EXPECT_EQ(qp.series, 4u) << "one series per QP of the lab's four";
+  EXPECT_EQ(qp.packets, sent);
   bool on_vx0 = false;
   for (const json& row : with["gateway_counters"]["gw_a"]) on_vx0 |= row.value("interface", "") == "vx0";
   EXPECT_TRUE(on_vx0) << with["gateway_counters"]["gw_a"];
