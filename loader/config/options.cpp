@@ -383,7 +383,8 @@ std::vector<Option> make_options() {
                                                                               {"xdp", IngressHook::kXdp},
                                                                               {"tc", IngressHook::kTc}}},
                      "where the ingress program runs: xdp, tc (TC ingress), or auto: native XDP unless the "
-                     "device is a veth, xdp_mode is skb or the driver refuses native XDP, TC ingress then"));
+                     "device is a veth or the kernel's VXLAN or Geneve, xdp_mode is skb or the driver refuses "
+                     "native XDP, TC ingress then"));
   {
     Option forward = boolean("dataplane.xdp_forward", &Config::xdp_forward,
                              "the XDP gateway fast path: RoCE that would be forwarded from one attached interface "

@@ -582,8 +582,11 @@ std::optional<std::string> vlan_tags_unseen(int ifindex, const std::string& name
 
 bool xdp_runs_on_skb(const std::string& ifname) {
   // veth_xdp_rcv_skb(): a native program on veth gets each skb copied into
-  // a page with XDP headroom first, the skb then rebuilt around it.
-  return link_facts(ifname).driver == "veth";
+  // a page with XDP headroom first, the skb then rebuilt around it. The
+  // kernel's own tunnel devices have no native XDP at all: what they hand
+  // up is an skb, which only generic XDP would run on.
+  const std::string driver = link_facts(ifname).driver;
+  return driver == "veth" || driver == "vxlan" || driver == "geneve";
 }
 
 XdpAttachment attach_xdp(BpfObject& obj, const HookOwner& owner, int ifindex, const std::string& name,

@@ -371,10 +371,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   if (with) {
     // The lab measures the tunnel's exact loss against the WAN's drops: the
     // sequence option is on in both gateways (the loss shield needs it too).
-    // On the kernel's VXLAN device auto means TC ingress: the packets it
-    // hands up are skbs already, and it has no XDP of its own.
-    const std::string hook =
-        lab.wan_if != "wan0" && lab.opts.ingress_hook == "auto" ? std::string("tc") : lab.opts.ingress_hook;
+    // On the kernel's VXLAN device auto plans TC ingress, as on a veth.
+    const std::string& hook = lab.opts.ingress_hook;
     Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel, XdpMode::kNative,
                                   RG_DEFAULT_TUNNEL_MTU, hook, lab.opts.xdp_forward, true, lab.opts.shield,
                                   lab.wan_if);

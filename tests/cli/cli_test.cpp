@@ -834,6 +834,25 @@ TEST_F(LoaderNetns, IngressHookAutoTakesTcOnVethAndMovesBothWays) {
   EXPECT_TRUE(h.xdp.empty() && h.tc.empty() && h.tc_ingress.empty()) << r.out;
 }
 
+// dataplane.ingress_hook auto on the kernel's own VXLAN device: no native
+// XDP there, and what it hands up is an skb already, so auto plans TC
+// ingress from the start instead of trying XDP and falling back with a
+// warning.
+TEST_F(LoaderNetns, IngressHookAutoTakesTcOnAKernelVxlanWithoutTryingXdp) {
+  unsetenv("ROCEGUARD_DATAPLANE_INGRESS_HOOK");
+  must(in_a("ip link add kvx0 type vxlan id 77 dstport 4789 local 198.51.100.1 remote 198.51.100.2 dev veth0"));
+  must(in_a("ip link set kvx0 up"));
+  Result r = rg("attach --interface kvx0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("instead"), std::string::npos) << r.out;
+  json st = status();
+  EXPECT_EQ(st["interfaces"][0]["name"], "kvx0") << st.dump(2);
+  EXPECT_EQ(st["interfaces"][0]["ingress_hook"], "tc") << st.dump(2);
+  EXPECT_TRUE(st["interfaces"][0]["tc_ingress"]["attached"].get<bool>()) << st.dump(2);
+  EXPECT_FALSE(st["interfaces"][0]["xdp"]["attached"].get<bool>()) << st.dump(2);
+  ASSERT_EQ(rg("detach").rc, 0);
+}
+
 // Geneve from the far side is decapsulated by TC ingress as by XDP: a
 // packet through the real veth, not a test run.
 TEST_F(LoaderNetns, TcIngressDecapsulatesOnARealVeth) {
