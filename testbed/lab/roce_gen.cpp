@@ -462,7 +462,7 @@ SenderStats Sender::run() {
   auto next_report = start + std::chrono::seconds(1);
   auto next_sample = start;
   for (auto& qp : qps_) qp->last_progress = start;
-  // A QP its rate holds back, as of the time it was looked at.
+  // Whether a QP's DCQCN rate holds it back at this moment.
   auto paced_out = [](const Qp& qp) { return qp.rp && Clock::now() < qp.next_tx; };
 
   uint8_t buf[kMaxPacket];
@@ -478,7 +478,8 @@ SenderStats Sender::run() {
       next_sample += cfg_.rate_sample_interval;
       if (next_sample <= now) next_sample = now + cfg_.rate_sample_interval;  // the loop was away: no backlog
     }
-    // Pacing: until the earliest QP its rate holds back may send, at most 1 ms.
+    // How long the poll below may sleep: until the first QP its rate held
+    // back may send again, at most 1 ms.
     auto wake = now + std::chrono::milliseconds(1);
     bool active = false;
     for (auto& qp : qps_) {
