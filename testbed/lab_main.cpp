@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "lab/dcqcn.h"
 #include "lab/lab_run.h"
 #include "lab/roce_gen.h"
 
@@ -75,6 +76,21 @@ void add_lab_options(CLI::App* lab) {
                   "counts the PSN gaps)")
       ->check(CLI::IsMember({"rc", "uc"}))
       ->capture_default_str();
+  lab->add_option("--cc", o.cc,
+                  "host A's congestion control: dcqcn (each QP paced at its DCQCN rate, at most --host-rate, cut "
+                  "by the CNPs host B sends for CE marks; a model of ConnectX) or none (CNPs only counted)")
+      ->check(CLI::IsMember({"dcqcn", "none"}))
+      ->capture_default_str();
+  lab->add_option("--dcqcn", o.dcqcn,
+                  "DCQCN settings by their mlx5 names (ecn/roce_rp, and roce_np's min_time_between_cnps for host "
+                  "B), KEY=VALUE,...; defaults mlx5's; e.g. rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            lab::DcqcnSettings s;
+            return lab::apply_dcqcn_settings(text, s);
+          },
+          "KEY=VALUE,..."))
+      ->allow_extra_args(false);
   auto* no_tunnel_flag =
       lab->add_flag("--no-tunnel", no_tunnel, "roceguard re-marks and repairs DSCP only, no Geneve between the gateways");
   lab->add_option("--tunnel-kind", o.tunnel_kind,

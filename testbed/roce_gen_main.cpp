@@ -4,7 +4,8 @@
 //
 //   roce-gen recv [--netns NS] [--duration S]
 //   roce-gen send --peer ADDR [--netns NS] [--qps N] [--messages N] [--ack-timeout D]
-//                 [--retry-cnt N] [--retransmit gbn|sr] [--burst N] ...
+//                 [--retry-cnt N] [--retransmit gbn|sr] [--burst N] [--cc dcqcn|none]
+//                 [--dcqcn KEY=VALUE,...] [--line-rate MBIT] ...
 //   roce-gen wan --netns NS --interface IF [--interface IF] [--loss-ppm N]
 #include <signal.h>
 #include <unistd.h>
@@ -101,7 +102,22 @@ int main(int argc, char** argv) {
         ->capture_default_str();
   };
 
+  // DCQCN's settings by their mlx5 names, on both ends: the requester takes
+  // roce_rp's, the responder min_time_between_cnps.
+  std::vector<std::string> dcqcn_texts;
+  auto dcqcn_check = CLI::Validator(
+      [](std::string& text) {
+        DcqcnSettings s;
+        return apply_dcqcn_settings(text, s);
+      },
+      "KEY=VALUE,...");
+  auto add_dcqcn = [&](CLI::App* c, const char* what) {
+    c->add_option("--dcqcn", dcqcn_texts, what)->check(dcqcn_check)->allow_extra_args(false);
+  };
+
   SenderConfig scfg;
+  scfg.cc = CongestionControl::kDcqcn;
+  std::string cc = "dcqcn";
   std::string opcode = "send", ack_timeout = default_ack_timeout().text;
   unsigned dscp = 0, ecn = 0;
   scfg.retry_cnt = default_retry_cnt();
@@ -134,6 +150,16 @@ int main(int argc, char** argv) {
                    "datagram train; 1: one send per packet")
       ->check(CLI::Range(1u, kMaxBurst))
       ->capture_default_str();
+  send->add_option("--cc", cc,
+                   "congestion control: dcqcn (each QP paced at its DCQCN rate, at most --line-rate, cut by "
+                   "CNPs) or none (CNPs only counted)")
+      ->check(CLI::IsMember({"dcqcn", "none"}))
+      ->capture_default_str();
+  add_dcqcn(send, "DCQCN settings by their mlx5 names (roce_rp), e.g. rpg_time_reset=5000,rpg_min_dec_fac=95; "
+                  "defaults mlx5's");
+  send->add_option("--line-rate", scfg.line_mbit, "Mbit/s: the NIC's line rate, DCQCN's ceiling per QP")
+      ->check(CLI::Range(1u, 4000000u))
+      ->capture_default_str();
   send->add_option("--src-port", scfg.src_port_base, "UDP source port of QP 0 (QP i: +i)");
   send->add_option("--ack-port", scfg.ack_port, "port responses arrive on (default 4791)");
 
@@ -144,6 +170,8 @@ int main(int argc, char** argv) {
   recv->add_option("--reply-port", rcfg.reply_port, "port responses are sent to (default 4791)");
   bool no_cnp = false;
   recv->add_flag("--no-cnp", no_cnp, "do not answer ECN CE with CNPs");
+  add_dcqcn(recv, "min_time_between_cnps=US: at most one CNP per QP per this (default 4; the other DCQCN "
+                  "keys are the requester's)");
   add_retransmit(recv);
 
   rg_wan_config wcfg{};
@@ -172,6 +200,8 @@ int main(int argc, char** argv) {
       scfg.retransmit = *parse_retransmit(retransmit);
       scfg.transport = *parse_transport(transport);
       scfg.duration = std::chrono::seconds(duration_s);
+      parse_congestion_control(cc, &scfg.cc);
+      scfg.dcqcn = parse_dcqcn_settings(dcqcn_texts);
       if (!quiet)
         scfg.on_second = [](const SenderStats& s) {
           std::cerr << s.elapsed.count() / 1000 << "s sent=" << s.packets
@@ -190,6 +220,7 @@ int main(int argc, char** argv) {
     if (*recv) {
       rcfg.qps = plan;
       rcfg.cnp = !no_cnp;
+      rcfg.cnp_interval = std::chrono::microseconds(parse_dcqcn_settings(dcqcn_texts).min_time_between_cnps);
       rcfg.retransmit = *parse_retransmit(retransmit);
       rcfg.transport = *parse_transport(transport);
       auto receiver = in_netns(netns, [&] { return std::make_unique<Receiver>(rcfg); });

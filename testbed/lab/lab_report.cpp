@@ -184,6 +184,56 @@ std::string phase_title(const PhaseResult& p) {
   return p.roceguard ? "with roceguard" : "without roceguard";
 }
 
+// At most this many QPs' rates in a DCQCN chart; counters.json has all.
+constexpr size_t kDcqcnChartQps = 8;
+
+// Per phase: each QP's DCQCN rate over time (its samples, all QPs sampled
+// at the same instants), with the CNPs host B sent and the CE marks it saw
+// per second on the right-hand axis. Writes the data files into cdir;
+// returns the gnuplot commands and adds the charts to pngs.
+std::string dcqcn_charts(const std::string& cdir, const std::vector<PhaseResult>& phases,
+                         std::vector<std::string>& pngs) {
+  std::ostringstream gp;
+  for (const auto& p : phases) {
+    const auto& qps = p.sent.dcqcn;
+    if (qps.empty()) continue;
+    const size_t shown = std::min(qps.size(), kDcqcnChartQps);
+    std::ostringstream rates;
+    rates << "# second";
+    for (size_t q = 0; q < shown; ++q) rates << " qp" << q << "_mbps";
+    rates << "\n";
+    for (size_t i = 0; i < qps[0].samples.size(); ++i) {
+      rates << static_cast<double>(qps[0].samples[i].first) / 1000.0;
+      for (size_t q = 0; q < shown; ++q)
+        rates << " " << (i < qps[q].samples.size() ? static_cast<double>(qps[q].samples[i].second) / 1000.0 : 0.0);
+      rates << "\n";
+    }
+    std::ostringstream marks;
+    marks << "# second cnps_b ecn_ce_b\n";
+    Snapshot prev;
+    for (const auto& x : p.seconds) {
+      marks << x.second << " " << x.cnps_b - prev.cnps_b << " " << x.ecn_ce_b - prev.ecn_ce_b << "\n";
+      prev = x;
+    }
+    const std::string rates_data = cdir + "/dcqcn-" + p.name + ".dat";
+    const std::string marks_data = cdir + "/dcqcn-marks-" + p.name + ".dat";
+    write_file(rates_data, rates.str());
+    write_file(marks_data, marks.str());
+    const std::string png = "charts/dcqcn-rate-" + p.name + ".png";
+    gp << "set output " << quote_gp(cdir + "/dcqcn-rate-" + p.name + ".png") << "\n"
+       << "set title 'DCQCN rate per QP at host A, " << phase_title(p)
+       << "; CNPs sent and CE marks seen by host B'\nset xlabel 'second'\nset ylabel 'Mbit/s'\n"
+       << "set y2label 'packets per second'\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\nplot ";
+    for (size_t q = 0; q < shown; ++q)
+      gp << quote_gp(rates_data) << " using 1:" << q + 2 << " with lines title 'QP " << q << "', ";
+    gp << quote_gp(marks_data) << " using 1:2 axes x1y2 with impulses lw 3 title 'CNPs sent by host B (right axis)', "
+       << quote_gp(marks_data) << " using 1:3 axes x1y2 with points pt 7 title 'CE marks at host B (right axis)'\n"
+       << "unset y2tics\nunset y2label\n";
+    pngs.push_back(png);
+  }
+  return gp.str();
+}
+
 std::vector<std::string> draw_charts(const std::string& dir, const std::vector<PhaseResult>& phases,
                                      bool scheduler, Retransmit retransmit) {
   const std::string cdir = dir + "/charts";
@@ -251,6 +301,7 @@ std::vector<std::string> draw_charts(const std::string& dir, const std::vector<P
 
   std::vector<std::string> pngs{"charts/goodput.png", "charts/retransmits-vs-wan-drops.png",
                                  "charts/dscp-at-host-b.png"};
+  gp << dcqcn_charts(cdir, phases, pngs);
   if (scheduler) {
     // Drops per scheduler class, gateway A's uplink and gateway B's port to
     // host B: one cluster per class, one bar per phase.
@@ -341,10 +392,19 @@ std::string wan_text(const LabSettings& s) {
   return t + ", DSCP bleached";
 }
 
+// "DCQCN per QP ..." or "no congestion control ...": the last line of sender_text.
+std::string congestion_text(const LabSettings& s) {
+  if (s.cc == CongestionControl::kNone) return "no congestion control: CNPs counted, no rate changes";
+  const std::string changed = dcqcn_changed_text(s.dcqcn);
+  return fmt("DCQCN (a model of ConnectX), each QP paced at its rate, at most %u Mbit/s; ", s.window_mbit) +
+         (changed.empty() ? std::string("mlx5's defaults") : "mlx5's defaults but " + changed);
+}
+
 std::string sender_text(const LabSettings& s) {
   if (s.transport == Transport::kUc)
     return fmt("UC (Unreliable Connected): every PSN sent once, paced at %u Mbit/s, host A's line rate", s.window_mbit) +
-           "\n" + "no ACKs, NAKs or resends; host B drops what a PSN gap cut off and counts the gaps";
+           "\n" + "no ACKs, NAKs or resends; host B drops what a PSN gap cut off and counts the gaps" + "\n" +
+           congestion_text(s);
   // Concatenated, not one fmt: the texts together outgrow its buffer.
   return fmt("window %u packets per QP = bandwidth-delay product at %u Mbit/s and RTT %s (x%u headroom, %u..%u)",
              s.window, s.window_mbit, nic::format_us(static_cast<double>(s.rtt.count())).c_str(), kWindowHeadroom,
@@ -353,7 +413,7 @@ std::string sender_text(const LabSettings& s) {
          fmt("ACK timeout %s -> t = %u (%s), retry_cnt %u (a QP fails after %u timeouts in a row); ",
              s.ack_timeout.text.c_str(), s.ack_timeout.exponent, nic::format_us(s.ack_timeout.effective_us).c_str(),
              s.retry_cnt, s.retry_cnt + 1) +
-         retransmit_label(s.retransmit);
+         retransmit_label(s.retransmit) + "\n" + congestion_text(s);
 }
 
 // sender_text with its second line indented under the first, as the
@@ -485,6 +545,20 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   row("bleached by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_bleached); });
   row("CE marked by the WAN (both directions)", [&](const PhaseResult& p) { return num(p.final.wan_ce_marked); });
   row("CNPs sent by host B", [&](const PhaseResult& p) { return num(p.received.cnps); });
+  row("CNPs received at host A", [&](const PhaseResult& p) { return num(p.sent.cnps); });
+  if (s.cc == CongestionControl::kDcqcn) {
+    row("DCQCN rate cuts at host A (all QPs)", [&](const PhaseResult& p) {
+      uint64_t n = 0;
+      for (const auto& q : p.sent.dcqcn) n += q.counters.cuts;
+      return num(n);
+    });
+    row("DCQCN lowest rate of a QP, Mbit/s", [&](const PhaseResult& p) {
+      uint64_t lowest = 0;
+      for (const auto& q : p.sent.dcqcn)
+        if (q.lowest_kbps && (!lowest || q.lowest_kbps < lowest)) lowest = q.lowest_kbps;
+      return lowest ? fmt("%.1f", static_cast<double>(lowest) / 1000.0) : std::string("- (no cut)");
+    });
+  }
   if (s.scheduler) {
     const ClassStats SchedulerStats::*classes[] = {&SchedulerStats::priority, &SchedulerStats::best_effort};
     const char* sent_labels[] = {"gw B priority class (46): packets sent", "gw B best-effort class: packets sent"};
@@ -602,7 +676,11 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                        {"effective_us", s.ack_timeout.effective_us}}},
                      {"retry_cnt", s.retry_cnt},
                      {"retransmit", retransmit_name(s.retransmit)},
-                     {"retransmit_model", retransmit_label(s.retransmit)}}},
+                     {"retransmit_model", retransmit_label(s.retransmit)},
+                     {"congestion_control",
+                      {{"cc", congestion_control_name(s.cc)},
+                       {"line_mbit", s.window_mbit},
+                       {"dcqcn", to_json(s.dcqcn)}}}}},
                    {"metrics", {{"gw_a", s.metrics_a}, {"gw_b", s.metrics_b}}}};
   if (s.scheduler)
     j["settings"]["congestion"] = {{"link_mbit", s.scheduler->link_mbit},

@@ -138,6 +138,10 @@ struct LabSettings {
   Retransmit retransmit = Retransmit::kGoBackN;
   // RC, or UC: every PSN sent once, no ACKs, paced at window_mbit.
   Transport transport = Transport::kRc;
+  // Host A's congestion control; with kDcqcn each QP is paced at its rate,
+  // at most window_mbit, host A's line.
+  CongestionControl cc = CongestionControl::kNone;
+  DcqcnSettings dcqcn;
   bool tunnel = true;  // roceguard's Geneve between the gateways (with roceguard)
   // What carries host A's traffic across the WAN: "geneve" (roceguard's, with
   // roceguard only), "vxlan" (the kernel's device, both phases) or "none".

@@ -439,6 +439,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   rcfg.retransmit = lab.settings.retransmit;
   rcfg.transport = lab.settings.transport;
   rcfg.ooo_window = lab.settings.window;
+  rcfg.cnp_interval = std::chrono::microseconds(lab.settings.dcqcn.min_time_between_cnps);
   std::unique_ptr<Receiver> rx;
   {
     NetnsGuard in(lab.topo.netns(Node::kHostB));
@@ -462,6 +463,10 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   scfg.retransmit = lab.settings.retransmit;
   scfg.transport = lab.settings.transport;
   scfg.burst = lab.opts.burst;
+  // DCQCN's ceiling is host A's line: each QP may fill it, as on a NIC.
+  scfg.cc = lab.settings.cc;
+  scfg.dcqcn = lab.settings.dcqcn;
+  scfg.line_mbit = lab.settings.window_mbit;
   // UC waits on no window: host A's line rate paces it, as an RNIC's line does.
   if (lab.settings.transport == Transport::kUc)
     scfg.pace_pps = static_cast<double>(lab.settings.window_mbit) * 1e6 /
@@ -662,6 +667,9 @@ int run_lab(const LabOptions& opts) {
   const auto transport = parse_transport(opts.transport);
   if (!transport) throw Error("lab: --transport is rc or uc", kExitUsage);
   const AckTimeoutSetting ack_timeout = ack_timeout_setting(opts.ack_timeout);  // throws a usage error
+  CongestionControl cc;
+  if (!parse_congestion_control(opts.cc, &cc)) throw Error("lab: --cc is dcqcn or none", kExitUsage);
+  const DcqcnSettings dcqcn = parse_dcqcn_settings(opts.dcqcn);  // throws a usage error
   spdlog::set_level(opts.verbose ? spdlog::level::debug : spdlog::level::warn);
   setup_bpf_logging();
   g_stop = false;
@@ -695,6 +703,8 @@ int run_lab(const LabOptions& opts) {
   settings.retry_cnt = opts.retry_cnt;
   settings.retransmit = *retransmit;
   settings.transport = *transport;
+  settings.cc = cc;
+  settings.dcqcn = dcqcn;
   settings.tunnel = opts.tunnel;
   settings.tunnel_kind = vxlan ? "vxlan" : opts.tunnel ? "geneve" : "none";
   settings.shield = opts.shield;

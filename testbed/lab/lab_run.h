@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace rg::lab {
 
@@ -36,6 +37,12 @@ struct LabOptions {
   // The QPs' transport: "rc", or "uc" (Unreliable Connected: every PSN sent
   // once, no ACKs or resends, paced at sender_mbit; see lab/roce_gen.h).
   std::string transport = "rc";
+  // Host A's congestion control: "dcqcn" (each QP paced at its DCQCN rate,
+  // at most sender_mbit, lab/dcqcn.h) or "none" (CNPs only counted); the
+  // DCQCN settings as --dcqcn takes them, KEY=VALUE,... by mlx5 name, over
+  // mlx5's defaults (min_time_between_cnps goes to host B's responder).
+  std::string cc = "dcqcn";
+  std::vector<std::string> dcqcn;
   bool tunnel = true;         // Geneve between the gateways; false: DSCP only
   // "geneve": roceguard's tunnel as tunnel says; "vxlan": the kernel's
   // VXLAN device between the gateways (lab/kernel_vxlan.h) carries host A's

@@ -33,6 +33,10 @@ constexpr uint32_t kPsnHalf = RG_PSN_HALF;
 constexpr size_t kMaxPacket = 9000;
 // The largest request the sender builds: BTH, RETH, 4096 payload bytes, ICRC.
 constexpr size_t kMaxRequest = kBthLen + kRethLen + 4096 + kIcrcLen;
+// A paced QP may catch up this much of the time its loop was away (a
+// scheduling delay, a poll that slept), no more: beyond it the line was
+// idle and that time is gone, as on a NIC.
+constexpr auto kPaceSlack = std::chrono::microseconds(500);
 
 // (a - b) mod 2^24: how far a is ahead of b.
 uint32_t psn_diff(uint32_t a, uint32_t b) { return (a - b) & kPsnMask; }
@@ -218,6 +222,8 @@ struct Sender::Qp {
   bool failed = false;
   unsigned retries = 0;
   Clock::time_point last_progress;
+  std::optional<DcqcnRp> rp;  // CongestionControl::kDcqcn
+  Clock::time_point next_tx{};  // paced: not before
   std::deque<uint32_t> resend;  // selective repeat: NAKed PSNs, oldest request first
 
   bool done() const { return una == end; }
@@ -236,9 +242,12 @@ Sender::Sender(SenderConfig cfg) : cfg_(std::move(cfg)) {
   if (!(cfg_.pace_pps >= 0)) throw Error("roce-gen: the pace is at least 0 packets per second", kExitUsage);
   if (cfg_.burst < 1 || cfg_.burst > kMaxBurst)
     throw Error("roce-gen: a burst is 1 to " + std::to_string(kMaxBurst) + " packets", kExitUsage);
+  if (cfg_.cc == CongestionControl::kDcqcn && (cfg_.line_mbit == 0 || cfg_.rate_sample_interval.count() <= 0))
+    throw Error("roce-gen: DCQCN needs a line rate and a sample interval above 0", kExitUsage);
   cfg_.payload = (cfg_.payload + 3) & ~size_t{3};
   Sockaddr peer = make_sockaddr(cfg_.peer, cfg_.port);
   family_ = peer.ss.ss_family;
+  frame_overhead_ = 14 + (family_ == AF_INET ? 20 : 40) + 8;
   peer_sa_.assign(reinterpret_cast<uint8_t*>(&peer.ss), reinterpret_cast<uint8_t*>(&peer.ss) + peer.len);
   try {
     ack_fd_ = open_udp(family_, cfg_.ack_port, cfg_.tos);
@@ -249,6 +258,7 @@ Sender::Sender(SenderConfig cfg) : cfg_(std::move(cfg)) {
       qp->dest_qp = (cfg_.qps.responder_qpn + i) & kPsnMask;
       qp->una = qp->next = cfg_.qps.first_psn & kPsnMask;
       qp->end = (qp->una + static_cast<uint32_t>(cfg_.messages)) & kPsnMask;
+      if (cfg_.cc == CongestionControl::kDcqcn) qp->rp.emplace(cfg_.dcqcn, uint64_t{cfg_.line_mbit} * 1000);
       qps_.push_back(std::move(qp));
     }
   } catch (...) {
@@ -302,6 +312,14 @@ void Sender::sent_request(Qp& qp, uint32_t psn, size_t len, SenderStats& st) {
     qp.max_sent = psn;
     qp.sent_any = true;
     st.psn_span[qp.index] = psn_diff(psn, cfg_.qps.first_psn) + uint64_t{1};
+  }
+  if (qp.rp) {
+    // The frame's time on a line at the QP's rate, in ns: bits x 10^6 / kbit/s.
+    const auto now = Clock::now();
+    const uint64_t frame = len + frame_overhead_;
+    qp.rp->on_bytes_sent(frame, run_us(now));
+    qp.next_tx = std::max(qp.next_tx, now - kPaceSlack) +
+                 std::chrono::nanoseconds(frame * 8000000 / std::max<uint64_t>(1, qp.rp->rate_kbps()));
   }
   if (cfg_.transport == Transport::kUc) {
     // A UC send completes once it is on the wire: nothing will acknowledge it.
@@ -380,6 +398,7 @@ void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStat
   st.ack_dscp[tos >> 2]++;
   if (bth.opcode == kOpCnp) {
     st.cnps++;
+    if (qp.rp) qp.rp->on_cnp(run_us(Clock::now()));
     return;
   }
   if (cfg_.transport == Transport::kUc) return;  // a UC requester takes no ACK or NAK
@@ -416,19 +435,52 @@ void Sender::on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStat
   }
 }
 
+uint64_t Sender::run_us(Clock::time_point t) const {
+  return static_cast<uint64_t>(std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::microseconds>(t - start_).count()));
+}
+
+void Sender::report_dcqcn(SenderStats& st) const {
+  for (size_t i = 0; i < qps_.size() && i < st.dcqcn.size(); ++i) {
+    const DcqcnRp& rp = *qps_[i]->rp;
+    st.dcqcn[i].counters = rp.counters();
+    st.dcqcn[i].rate_kbps = rp.rate_kbps();
+    st.dcqcn[i].lowest_kbps = rp.lowest_kbps();
+    st.dcqcn[i].alpha = rp.alpha();
+  }
+}
+
 SenderStats Sender::run() {
   SenderStats st;
   st.psn_span.assign(qps_.size(), 0);
   const bool uc = cfg_.transport == Transport::kUc;
+  const bool dcqcn = cfg_.cc == CongestionControl::kDcqcn;
+  if (dcqcn) st.dcqcn.assign(qps_.size(), {});
   const auto start = Clock::now();
+  start_ = start;
   const auto deadline = start + cfg_.duration;
   auto next_report = start + std::chrono::seconds(1);
+  auto next_sample = start;
   for (auto& qp : qps_) qp->last_progress = start;
+  // Whether a QP's DCQCN rate holds it back at this moment.
+  auto paced_out = [](const Qp& qp) { return qp.rp && Clock::now() < qp.next_tx; };
 
   uint8_t buf[kMaxPacket];
   while (!stop_) {
     const auto now = Clock::now();
     if (now >= deadline) break;
+    if (dcqcn && now >= next_sample) {
+      for (size_t i = 0; i < qps_.size(); ++i) {
+        qps_[i]->rp->advance(run_us(now));
+        st.dcqcn[i].samples.emplace_back(
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(), qps_[i]->rp->rate_kbps());
+      }
+      next_sample += cfg_.rate_sample_interval;
+      if (next_sample <= now) next_sample = now + cfg_.rate_sample_interval;  // the loop was away: no backlog
+    }
+    // How long the poll below may sleep: until the first QP its rate held
+    // back may send again, at most 1 ms.
+    auto wake = now + std::chrono::milliseconds(1);
     bool active = false;
     for (auto& qp : qps_) {
       if (qp->done() || qp->failed) continue;
@@ -437,6 +489,10 @@ SenderStats Sender::run() {
       // Selective repeat: the NAKed PSNs first, those not acknowledged since.
       while (!qp->resend.empty()) {
         const uint32_t psn = qp->resend.front();
+        if (paced_out(*qp)) {
+          full = true;
+          break;
+        }
         if (psn_diff(psn, qp->una) < qp->inflight() && !send_one(*qp, psn, true, st)) {
           full = true;
           break;
@@ -453,7 +509,8 @@ SenderStats Sender::run() {
       // With bursts, as many PSNs at once as the window, the messages left
       // and the pace allow, up to cfg_.burst.
       for (unsigned pass = 0; !full && pass < cfg_.window && qp->next != qp->end &&
-                              qp->inflight() < cfg_.window && psn_diff(qp->next, cfg_.qps.first_psn) < allowed;) {
+                              qp->inflight() < cfg_.window && psn_diff(qp->next, cfg_.qps.first_psn) < allowed &&
+                              !paced_out(*qp);) {
         uint64_t n = std::min<uint64_t>({cfg_.burst, cfg_.window - qp->inflight(), psn_diff(qp->end, qp->next),
                                          cfg_.window - pass});
         if (allowed != UINT64_MAX) n = std::min<uint64_t>(n, allowed - psn_diff(qp->next, cfg_.qps.first_psn));
@@ -462,6 +519,7 @@ SenderStats Sender::run() {
         qp->next = (qp->next + count) & kPsnMask;
         pass += count;
       }
+      if (qp->rp && qp->next_tx > now) wake = std::min(wake, qp->next_tx);
       if (uc) continue;  // no timer: nothing is waited for
       if (now - qp->last_progress >= cfg_.timeout) {
         if (qp->retries >= cfg_.retry_cnt) {
@@ -480,7 +538,13 @@ SenderStats Sender::run() {
     if (!active) break;
 
     pollfd pfd{ack_fd_, POLLIN, 0};
-    poll(&pfd, 1, 1);
+    if (dcqcn) {
+      const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(wake - Clock::now());
+      const timespec ts{0, static_cast<long>(std::max<int64_t>(0, wait.count()))};
+      ppoll(&pfd, 1, &ts, nullptr);
+    } else {
+      poll(&pfd, 1, 1);
+    }
     for (int i = 0; i < 256; ++i) {
       uint8_t tos = 0;
       sockaddr_storage from{};
@@ -493,6 +557,7 @@ SenderStats Sender::run() {
     if (cfg_.on_second && Clock::now() >= next_report) {
       next_report += std::chrono::seconds(1);
       st.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+      if (dcqcn) report_dcqcn(st);
       cfg_.on_second(st);
     }
   }
@@ -502,6 +567,10 @@ SenderStats Sender::run() {
     else if (qp->failed) st.qps_failed++;
   }
   st.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  if (dcqcn) {
+    for (auto& qp : qps_) qp->rp->advance(run_us(Clock::now()));
+    report_dcqcn(st);
+  }
   return st;
 }
 
@@ -737,6 +806,28 @@ nlohmann::json dscp_histogram_json(const std::array<uint64_t, 64>& h) {
   return j;
 }
 
+nlohmann::json dcqcn_json(const std::vector<DcqcnQpStats>& qps) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < qps.size(); ++i) {
+    const DcqcnQpStats& q = qps[i];
+    nlohmann::json samples = nlohmann::json::array();
+    for (const auto& [ms, kbps] : q.samples) samples.push_back({ms, static_cast<double>(kbps) / 1000.0});
+    out.push_back({{"qp", i},
+                   {"cnps", q.counters.cnps},
+                   {"cuts", q.counters.cuts},
+                   {"limiter_allocations", q.counters.limiter_allocations},
+                   {"limiter_releases", q.counters.limiter_releases},
+                   {"fast_recovery", q.counters.fast_recovery},
+                   {"additive_increases", q.counters.additive},
+                   {"hyper_increases", q.counters.hyper},
+                   {"rate_mbps", static_cast<double>(q.rate_kbps) / 1000.0},
+                   {"lowest_mbps", static_cast<double>(q.lowest_kbps) / 1000.0},
+                   {"alpha", q.alpha},
+                   {"rate_samples_ms_mbps", samples}});
+  }
+  return out;
+}
+
 nlohmann::json to_json(const SenderStats& s) {
   return {{"packets", s.packets},       {"bytes", s.bytes},
           {"sends", s.sends},           {"gso_refused", s.gso_refused},
@@ -747,7 +838,8 @@ nlohmann::json to_json(const SenderStats& s) {
           {"qps_done", s.qps_done},     {"qps_failed", s.qps_failed},
           {"elapsed_ms", s.elapsed.count()},
           {"goodput_mbps", s.elapsed.count() ? 8.0 * s.goodput_bytes / 1000.0 / s.elapsed.count() : 0.0},
-          {"response_dscp", dscp_histogram_json(s.ack_dscp)}};
+          {"response_dscp", dscp_histogram_json(s.ack_dscp)},
+          {"dcqcn", dcqcn_json(s.dcqcn)}};
 }
 
 uint64_t psns_after_last_arrival(const SenderStats& s, const ReceiverStats& r) {

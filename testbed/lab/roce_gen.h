@@ -6,7 +6,9 @@
 // Optionally selective repeat instead of Go-Back-N (Retransmit below), a
 // model of what ConnectX-6 Dx and later NICs do with ROCE_ACCL. Or the UC
 // transport (Transport below): every PSN sent once, no ACK, no NAK, no
-// resend; the responder drops what a PSN gap cut off.
+// resend; the responder drops what a PSN gap cut off. Optionally DCQCN
+// (SenderConfig::cc, lab/dcqcn.h): each QP paced at its reaction point's
+// rate, cut by the CNPs the responder sends for CE-marked requests.
 //
 // Packets are UDP payloads to port 4791 in both directions, as on the wire:
 //   BTH (12) [+ RETH (16) for RDMA WRITE] + payload + ICRC (4)
@@ -37,6 +39,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "bth.hpp"
+#include "lab/dcqcn.h"
 
 namespace rg::lab {
 
@@ -148,6 +151,17 @@ struct QpPlan {
   uint32_t first_psn = 0;             // both ends start here (mod 2^24)
 };
 
+// One QP's reaction point over a run (CongestionControl::kDcqcn).
+struct DcqcnQpStats {
+  DcqcnCounters counters;
+  uint64_t rate_kbps = 0;    // at the end (or the last report)
+  uint64_t lowest_kbps = 0;  // the lowest a cut left it at, 0 before any cut
+  uint32_t alpha = 0;
+  // {milliseconds since the run started, rate in kbit/s}, every
+  // SenderConfig::rate_sample_interval.
+  std::vector<std::pair<uint64_t, uint64_t>> samples;
+};
+
 struct SenderStats {
   uint64_t packets = 0;      // request packets sent, first copies and resends
   uint64_t sends = 0;        // system calls that sent them (fewer with SenderConfig::burst)
@@ -167,6 +181,8 @@ struct SenderStats {
   std::array<uint64_t, 64> ack_dscp{};  // DSCP of ACK/NAK/CNP packets that arrived
   // Per QP of the plan: how many PSNs from its first up to the highest sent.
   std::vector<uint64_t> psn_span;
+  // Per QP of the plan with CongestionControl::kDcqcn, else empty.
+  std::vector<DcqcnQpStats> dcqcn;
 };
 
 struct SenderConfig {
@@ -197,6 +213,17 @@ struct SenderConfig {
   // one QP reaches the wire back to back. 1: one sendto per packet.
   // Resends (selective repeat's NAKed PSNs) always go alone.
   unsigned burst = 1;
+  // kDcqcn: every QP has a reaction point with these settings and sends at
+  // its rate, at most line_mbit (each QP alone, as a NIC's QPs each may
+  // fill the port), counting the frame's Ethernet, IP and UDP headers;
+  // the rate is sampled every rate_sample_interval. kNone: no pacing but
+  // pace_pps, CNPs only counted. `roce-gen` and `roceguard lab` default to
+  // kDcqcn; the struct keeps kNone, the generator of the tests that set
+  // nothing.
+  CongestionControl cc = CongestionControl::kNone;
+  DcqcnSettings dcqcn;
+  unsigned line_mbit = 100000;
+  std::chrono::milliseconds rate_sample_interval{10};
   std::chrono::milliseconds duration{30000};  // hard bound on run()
   std::function<void(const SenderStats&)> on_second;  // live view, called from run()
 };
@@ -226,6 +253,9 @@ class Sender {
   // What a request of len bytes just sent changes.
   void sent_request(Qp& qp, uint32_t psn, size_t len, SenderStats& st);
   void on_response(const uint8_t* buf, size_t len, uint8_t tos, SenderStats& st);
+  // Microseconds since run() started: the reaction points' clock.
+  uint64_t run_us(std::chrono::steady_clock::time_point t) const;
+  void report_dcqcn(SenderStats& st) const;
 
   SenderConfig cfg_;
   int family_ = 0;
@@ -234,6 +264,8 @@ class Sender {
   int ack_fd_ = -1;
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<uint8_t> burst_buf_;  // send_burst's datagrams
+  size_t frame_overhead_ = 0;       // Ethernet, IP and UDP headers of a request
+  std::chrono::steady_clock::time_point start_;
   std::atomic<bool> stop_{false};
 };
 
@@ -284,7 +316,8 @@ struct ReceiverConfig {
   unsigned ack_every = 4;  // ACK at least every n in-order packets, and on AckReq
   uint8_t tos = 0;         // of ACKs, NAKs and CNPs
   bool cnp = true;         // answer ECN CE with a CNP
-  std::chrono::microseconds cnp_interval{50};  // at most one CNP per QP per interval
+  // At most one CNP per QP per interval: DCQCN's min_time_between_cnps.
+  std::chrono::microseconds cnp_interval{DcqcnSettings{}.min_time_between_cnps};
   Retransmit retransmit = Retransmit::kGoBackN;  // as the sender's
   Transport transport = Transport::kRc;          // as the sender's
   unsigned ooo_window = kMaxWindow;  // selective repeat: kept at most this far ahead of the expected PSN
@@ -319,7 +352,10 @@ class Receiver {
 
 // JSON views of the statistics, for the lab's report and `roce-gen --json`.
 nlohmann::json dscp_histogram_json(const std::array<uint64_t, 64>& h);
-nlohmann::json to_json(const SenderStats& s);
+nlohmann::json to_json(const SenderStats& s);  // with dcqcn_json(s.dcqcn) as "dcqcn"
+// Per QP: its counters, rate, lowest rate, alpha, and the rate samples as
+// [milliseconds, Mbit/s] pairs ("rate_samples_ms_mbps").
+nlohmann::json dcqcn_json(const std::vector<DcqcnQpStats>& qps);
 nlohmann::json to_json(const ReceiverStats& r);
 
 }  // namespace rg::lab

@@ -675,6 +675,54 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   expect_nothing_left(report);
 }
 
+// The WAN CE-marks 5 % of host A's requests (ECT(0)); host B answers with
+// CNPs and host A's DCQCN (the default --cc) cuts its QPs' rates. The
+// report has each QP's reaction point, with its rate every 10 ms, the
+// settings by their mlx5 names, the chart, and the summary's rows. Counts
+// only: how far the rates fall depends on when the marks come.
+TEST_F(Lab, DcqcnCutsOnTheWansCeMarksAndTheReportShowsEachQpsRate) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto argv = base_argv(report, 3);
+  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "without", "--loss", "0", "--ce", "5", "--dcqcn",
+                           "rpg_time_reset=5000,clamp_tgt_rate=1"});
+  auto r = rg::lab::run(argv, 300s);
+  std::cout << r.out << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  const json& cc = j["settings"]["sender"]["congestion_control"];
+  EXPECT_EQ(cc["cc"], "dcqcn") << cc;
+  EXPECT_EQ(cc["dcqcn"]["rpg_time_reset"], 5000) << cc;
+  EXPECT_EQ(cc["dcqcn"]["clamp_tgt_rate"], 1) << cc;
+  EXPECT_EQ(cc["dcqcn"]["rpg_min_dec_fac"], 50) << cc;
+  const json& without = j["phases"]["without"];
+  const json& sender = without["sender"];
+  EXPECT_GT(without["receiver"]["ecn_ce"].get<uint64_t>(), 0u) << without["receiver"];
+  EXPECT_GT(without["receiver"]["cnps"].get<uint64_t>(), 0u) << without["receiver"];
+  EXPECT_LE(sender["cnps"].get<uint64_t>(), without["receiver"]["cnps"].get<uint64_t>());
+  ASSERT_EQ(sender["dcqcn"].size(), 4u) << sender["dcqcn"];
+  uint64_t cnps = 0, cuts = 0;
+  for (const json& q : sender["dcqcn"]) {
+    cnps += q["cnps"].get<uint64_t>();
+    cuts += q["cuts"].get<uint64_t>();
+    EXPECT_LE(q["cuts"].get<uint64_t>(), q["cnps"].get<uint64_t>()) << q["qp"];
+    ASSERT_FALSE(q["rate_samples_ms_mbps"].empty()) << q["qp"];
+    EXPECT_EQ(q["rate_samples_ms_mbps"][0][1], 100.0) << "host A's line rate before any CNP";
+    EXPECT_LE(q["lowest_mbps"].get<double>(), 100.0) << q["qp"];
+  }
+  EXPECT_EQ(cnps, sender["cnps"].get<uint64_t>());
+  EXPECT_GT(cuts, 0u);
+  EXPECT_EQ(read(report + "/charts/dcqcn-rate-without.png").substr(1, 3), "PNG");
+  const std::string summary = read(report + "/summary.txt");
+  for (const char* row : {"CNPs received at host A", "DCQCN rate cuts at host A (all QPs)",
+                          "DCQCN lowest rate of a QP, Mbit/s",
+                          "DCQCN (a model of ConnectX), each QP paced at its rate, at most 100 Mbit/s; mlx5's "
+                          "defaults but clamp_tgt_rate=1,rpg_time_reset=5000"})
+    EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
+  expect_nothing_left(report);
+}
+
 TEST_F(Lab, InterruptedRunLeavesNothingBehind) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";

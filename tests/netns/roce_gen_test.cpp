@@ -279,6 +279,78 @@ TEST(RoceGen, UcResponderCountsGapsAndNeverAnswers) {
   close(reply);
 }
 
+// DCQCN end to end over loopback: every request leaves CE-marked (the
+// sender's own ECN bits, where a marking switch would have set them), the
+// responder answers with CNPs, at most one per QP per
+// min_time_between_cnps, and each reaches the requester, whose reaction
+// points cut their QP's rate below the line. With CongestionControl::kNone
+// the same CNPs are only counted. Counts only: how far a rate falls
+// depends on when the CNPs arrive; the arithmetic is lab/Dcqcn.*'s.
+TEST(RoceGen, DcqcnCutsTheRateOnTheCnpsOfCeMarkedRequests) {
+  ASSERT_EQ(geteuid(), 0u) << "network namespaces need root";
+  LoopbackNetns ns;
+  lab::NetnsGuard in(ns.name());
+  constexpr unsigned kLineMbit = 1000;
+  for (auto cc : {lab::CongestionControl::kDcqcn, lab::CongestionControl::kNone}) {
+    SCOPED_TRACE(lab::congestion_control_name(cc));
+    const auto [cfg, s, r] = run_loopback_rc("127.0.0.1", 50, [cc](lab::SenderConfig& c) {
+      c.tos = RG_DEFAULT_DSCP << 2 | 0x03;  // ECN CE
+      c.cc = cc;
+      c.line_mbit = kLineMbit;
+    });
+    EXPECT_EQ(s.qps_done, 2u);
+    EXPECT_EQ(r.delivered, 100u);
+    EXPECT_EQ(r.ecn_ce, r.packets);
+    EXPECT_GE(r.cnps, 2u) << "each QP's first CE-marked request is answered";
+    EXPECT_LE(r.cnps, r.ecn_ce);
+    EXPECT_EQ(s.cnps, r.cnps) << "loopback loses no CNP";
+    if (cc == lab::CongestionControl::kNone) {
+      EXPECT_TRUE(s.dcqcn.empty());
+      continue;
+    }
+    ASSERT_EQ(s.dcqcn.size(), 2u);
+    uint64_t cnps = 0;
+    for (const auto& q : s.dcqcn) {
+      cnps += q.counters.cnps;
+      EXPECT_GE(q.counters.cnps, 1u);
+      EXPECT_GE(q.counters.limiter_allocations, 1u);
+      EXPECT_GE(q.counters.cuts, 1u);
+      EXPECT_LE(q.counters.cuts, q.counters.cnps) << "a cut needs a CNP in its period";
+      EXPECT_GT(q.lowest_kbps, 0u);
+      EXPECT_LT(q.lowest_kbps, kLineMbit * 1000u);
+      ASSERT_FALSE(q.samples.empty());
+      EXPECT_EQ(q.samples.front().second, kLineMbit * 1000u) << "no CNP before the first packet";
+    }
+    EXPECT_EQ(cnps, s.cnps);
+  }
+}
+
+// Bad values of the congestion-control options are usage errors naming
+// the option or the DCQCN key, in both commands.
+TEST(RoceGen, CongestionControlOptionsRejectBadValues) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{ROCEGUARD_BIN, "lab", "--cc", "reno"}, "--cc"},
+      {{ROCEGUARD_BIN, "lab", "--dcqcn", "rpg_gd=99"}, "rpg_gd=99: out of range 0..31"},
+      {{ROCEGUARD_BIN, "lab", "--dcqcn", "rpg_time_reset=5000,bogus=1"}, "unknown key \"bogus\""},
+      {{ROCE_GEN_BIN, "send", "--peer", "127.0.0.1", "--cc", "cubic"}, "--cc"},
+      {{ROCE_GEN_BIN, "send", "--peer", "127.0.0.1", "--dcqcn", "dce_tcp_g=abc"}, "dce_tcp_g=abc: not an integer"},
+      {{ROCE_GEN_BIN, "send", "--peer", "127.0.0.1", "--line-rate", "0"}, "--line-rate"},
+      {{ROCE_GEN_BIN, "recv", "--dcqcn", "min_time_between_cnps"}, "is not KEY=VALUE"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args[1] + " " + c.args[c.args.size() - 2] + " " + c.args.back());
+    RunResult r = lab::run(c.args, 20s);
+    EXPECT_NE(r.status, 0);
+    if (c.args[0] == ROCEGUARD_BIN) {
+      EXPECT_EQ(r.status, kExitUsage);
+    }
+    EXPECT_NE((r.out + r.err).find(c.message), std::string::npos) << r.out << r.err;
+  }
+}
+
 // A sender to loopback, where nothing answers: qps QPs of 10 messages,
 // window 4, 2 retries, timeout.
 lab::SenderConfig no_responder(unsigned qps, std::chrono::microseconds timeout,
