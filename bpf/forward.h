@@ -243,7 +243,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 		 * XDP frame cannot be cloned, so a shielded peer's frames take
 		 * the slow path.
 		 */
-		if (peer && rg_peer_shield(peer, bpf_map_lookup_elem(&rg_peer_ctl, &slot)))
+		if (peer && rg_peer_shield(peer, rg_peer_ctl_get(slot)))
 			return XDP_PASS;
 		if (peer) {
 			ps = rg_peer_stats_get(slot);

@@ -256,8 +256,19 @@ static __always_inline int rg_encap_tail(struct rg_geneve_tail *t, void *data_en
 }
 
 /*
+ * What `roceguard run` decided for the peer in slot (rg_peer_ctl) while
+ * the decision's lifetime runs; NULL once the daemon stopped renewing it.
+ */
+static __always_inline const struct rg_peer_ctl *rg_peer_ctl_get(__u32 slot)
+{
+	const struct rg_peer_ctl *ctl = bpf_map_lookup_elem(&rg_peer_ctl, &slot);
+
+	return ctl && ctl->until_ns > bpf_ktime_get_coarse_ns() ? ctl : NULL;
+}
+
+/*
  * The shield towards the peer in slot: the configuration's (peer->flags)
- * and what the "auto" mode turned on (rg_peer_ctl).
+ * and what the "auto" mode turned on (rg_peer_ctl_get).
  */
 static __always_inline __u32 rg_peer_shield(const struct rg_peer *peer, const struct rg_peer_ctl *ctl)
 {
@@ -294,7 +305,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 							  struct rg_encap_plan *e)
 {
 	int v6 = peer->family == AF_INET6;
-	const struct rg_peer_ctl *ctl = bpf_map_lookup_elem(&rg_peer_ctl, &slot);
+	const struct rg_peer_ctl *ctl = rg_peer_ctl_get(slot);
 	__u8 tos = rg_outer_tos(p);
 	const struct rg_nexthop *nh;
 	__u32 gen, seg_ip_len;

@@ -510,9 +510,13 @@ struct rg_peer_stats {
  * Per peer slot, what `roceguard run` decides while it runs (rg_peer_ctl):
  * the feedback this gateway sends the peer, and the shield the "auto"
  * mode turned on towards it (added to rg_peer.flags). Not pinned: both
- * belong to the process that writes them, and start at 0 with it.
+ * belong to the process that writes them, and start at 0 with it. Each
+ * holds until until_ns only, which the daemon renews as the next-hop
+ * lease: once it stops (killed, or stopped with the programs left
+ * attached), the programs send no measure and no "auto" shield.
  */
 struct rg_peer_ctl {
+	__u64 until_ns;  /* bpf_ktime_get_coarse_ns() clock; past it: as all 0 */
 	__u32 feedback;  /* RG_FEEDBACK_*, sent in the option's extension */
 	__u8 shield;     /* RG_PEER_F_SHIELD_*: on by tunnel.shield = "auto" */
 	__u8 reserved[3];
@@ -584,7 +588,7 @@ RG_STATIC_ASSERT(sizeof(struct rg_genevehdr) == 8, "rg_genevehdr layout");
 RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 12, "rg_tunnel_opt layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt_ext) == 8, "rg_tunnel_opt_ext layout");
-RG_STATIC_ASSERT(sizeof(struct rg_peer_ctl) == 8, "rg_peer_ctl layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_ctl) == 16, "rg_peer_ctl layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_rx) == 24, "rg_peer_rx layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX + 4 * RG_TUNNEL_LANES, "rg_peer_stats layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");

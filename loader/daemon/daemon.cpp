@@ -612,7 +612,7 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
   if (links.fd() < 0) spdlog::warn("next-hop cache off: no rtnetlink events to follow route changes by");
   auto start_leases = [&] {
     if (leases || links.fd() < 0 || dp.map_fd(kMapNexthopLease) < 0) return;
-    leases = std::make_unique<NexthopLeases>(dp.map_fd(kMapNexthopLease), cfg.peers);
+    leases = std::make_unique<NexthopLeases>(dp.map_fd(kMapNexthopLease), cfg.peers, dp.peer_slots());
     leases->invalidate();
     if (!cfg.peers.empty())
       spdlog::info("next-hop cache: {} of {} peer(s) on a single-path route, cached while this process runs",
@@ -631,7 +631,7 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
     if (fds != shield_auto_fds) shield_auto.reset();
     if (!shield_auto) {
       if (fds.first < 0 || fds.second < 0) return;
-      shield_auto = std::make_unique<ShieldAuto>(cfg, fds.first, fds.second, pin_path);
+      shield_auto = std::make_unique<ShieldAuto>(cfg, dp.peer_slots(), fds.first, fds.second, pin_path);
       shield_auto_fds = fds;
     }
     shield_auto->tick(monotonic_now_ns());

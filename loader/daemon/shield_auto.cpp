@@ -17,9 +17,6 @@
 namespace rg {
 namespace {
 
-// A report older than this is no report: the peer stopped sending, or
-// stopped numbering (a restart without the option).
-constexpr uint64_t kStaleNs = 5'000'000'000ull;
 constexpr uint64_t kTickNs = 1'000'000'000ull;
 
 std::string percent(double ratio) { return fmt::format("{:.3f} %", ratio * 100); }
@@ -27,7 +24,21 @@ std::string percent(double ratio) { return fmt::format("{:.3f} %", ratio * 100);
 }  // namespace
 
 bool report_fresh(uint64_t now_ns, uint64_t at_ns) {
-  return at_ns != 0 && (at_ns >= now_ns || now_ns - at_ns < kStaleNs);
+  return at_ns != 0 && (at_ns >= now_ns || now_ns - at_ns < kReportLifetimeNs);
+}
+
+PeerReport PeerReports::update(uint64_t now_ns, uint64_t at_ns, uint32_t feedback, uint32_t flags) {
+  // An extension without a measure (too few numbers, or a peer whose
+  // daemon stopped) leaves the last measure to age, not renewed.
+  if (at_ns && (feedback & RG_FEEDBACK_VALID) && at_ns >= measured_at_) {
+    measured_at_ = at_ns;
+    measure_ = feedback;
+  }
+  PeerReport r;
+  r.fresh = report_fresh(now_ns, measured_at_);
+  r.feedback = r.fresh ? measure_ : 0;
+  r.eliminates = report_fresh(now_ns, at_ns) && (flags & RG_TUNNEL_F_ELIMINATES);
+  return r;
 }
 
 double feedback_loss(uint32_t feedback) {
@@ -81,7 +92,6 @@ bool ShieldDecider::evaluate(const PeerReport& r, std::string& reason) {
   const uint32_t ppm = valid ? (r.feedback & RG_FEEDBACK_LOSS_MASK) : 0;
   const std::string loss = percent(ppm / 1e6);
 
-  stale_ = r.fresh ? 0 : stale_ + 1;
   if (hold_ > 0) --hold_;
   if (!on_) {
     above_ = valid && !congested && r.eliminates && ppm >= on_ppm_ && hold_ == 0 ? above_ + 1 : 0;
@@ -99,8 +109,8 @@ bool ShieldDecider::evaluate(const PeerReport& r, std::string& reason) {
     hold_ = kCongestionHold;
   } else if (r.fresh && !r.eliminates) {
     reason = "the peer no longer says it eliminates copies";
-  } else if (stale_ >= kStaleAfter) {
-    reason = "no report from the peer for " + std::to_string(kStaleAfter) + " s";
+  } else if (!r.fresh) {
+    reason = "no measure from the peer for " + std::to_string(kReportLifetimeNs / 1'000'000'000ull) + " s";
   } else {
     below_ = valid && ppm * 2 < on_ppm_ ? below_ + 1 : (valid ? 0 : below_);
     if (below_ < kOffAfter) return false;
@@ -112,29 +122,34 @@ bool ShieldDecider::evaluate(const PeerReport& r, std::string& reason) {
   return true;
 }
 
-ShieldAuto::ShieldAuto(const Config& cfg, int ctl_fd, int rx_fd, std::string pin_path)
+ShieldAuto::ShieldAuto(const Config& cfg, const std::vector<uint32_t>& slots, int ctl_fd, int rx_fd,
+                       std::string pin_path)
     : ctl_fd_(ctl_fd), rx_fd_(rx_fd), pin_path_(std::move(pin_path)) {
-  for (const auto& p : cfg.peers) {
-    if (peers_.size() >= RG_MAX_PEERS) break;
+  for (size_t i = 0; i < cfg.peers.size() && i < slots.size(); ++i) {
+    const auto& p = cfg.peers[i];
+    if (slots[i] >= RG_MAX_PEERS) continue;
     peers_.push_back(Peer{.name = p.name,
+                          .slot = slots[i],
                           .is_auto = p.shield == Shield::kAuto,
                           .meter = LossMeter{},
                           .decider = ShieldDecider(cfg.shield_auto_loss_ppm),
                           .sent = 0,
+                          .reports = PeerReports{},
                           .report = PeerReport{},
                           .turned_on = 0,
                           .turned_off = 0});
   }
   // Whatever a previous process left is not this one's decision.
-  for (uint32_t slot = 0; slot < peers_.size(); ++slot) write_ctl(slot, peers_[slot]);
+  for (const Peer& p : peers_) write_ctl(p, 0);
 }
 
-void ShieldAuto::write_ctl(uint32_t slot, const Peer& p) const {
+void ShieldAuto::write_ctl(const Peer& p, uint64_t until_ns) const {
   rg_peer_ctl v{};
+  v.until_ns = until_ns;
   v.feedback = p.sent;
   v.shield = p.is_auto && p.decider.on() ? RG_PEER_F_SHIELD_ALL : 0;
-  if (bpf_map_update_elem(ctl_fd_, &slot, &v, BPF_ANY) != 0)
-    spdlog::warn("cannot write {}[{}]: {}", kMapPeerCtl, slot, errno_text(errno));
+  if (bpf_map_update_elem(ctl_fd_, &p.slot, &v, BPF_ANY) != 0)
+    spdlog::warn("cannot write {}[{}]: {}", kMapPeerCtl, p.slot, errno_text(errno));
 }
 
 void ShieldAuto::tick(uint64_t now_ns) {
@@ -152,8 +167,8 @@ void ShieldAuto::tick(uint64_t now_ns) {
   const int ncpu = libbpf_num_possible_cpus();
   std::vector<rg_peer_rx> rx(ncpu > 0 ? static_cast<size_t>(ncpu) : 1);
 
-  for (uint32_t slot = 0; slot < peers_.size(); ++slot) {
-    Peer& p = peers_[slot];
+  for (Peer& p : peers_) {
+    const uint32_t slot = p.slot;
     const LogFields about({{"peer", p.name}});
     PeerRxCounts counts;
     for (const TunnelPeer& t : tunnels) {
@@ -165,20 +180,20 @@ void ShieldAuto::tick(uint64_t now_ns) {
       counts.delay_sum_ns = t.delay_sum_ns;
     }
     // What the peer's extensions said: the newest CPU's.
-    p.report = PeerReport{};
     std::fill(rx.begin(), rx.end(), rg_peer_rx{});
+    uint64_t newest = 0;
+    uint32_t feedback = 0, flags = 0;
     if (bpf_map_lookup_elem(rx_fd_, &slot, rx.data()) == 0) {
-      uint64_t newest = 0;
       for (const auto& r : rx) {
         counts.copied += r.copied;
         if (r.at_ns > newest) {
           newest = r.at_ns;
-          p.report.feedback = r.feedback;
-          p.report.eliminates = r.flags & RG_TUNNEL_F_ELIMINATES;
+          feedback = r.feedback;
+          flags = r.flags;
         }
       }
-      p.report.fresh = report_fresh(now_ns, newest);
     }
+    p.report = p.reports.update(now_ns, newest, feedback, flags);
 
     p.sent = p.meter.update(now_ns, counts);
     if (p.is_auto) {
@@ -188,7 +203,7 @@ void ShieldAuto::tick(uint64_t now_ns) {
         spdlog::info("peer {}: loss shield {} (auto): {}", p.name, p.decider.on() ? "on" : "off", reason);
       }
     }
-    write_ctl(slot, p);
+    write_ctl(p, now_ns + kCtlLifetimeNs);
   }
 }
 

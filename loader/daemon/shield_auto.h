@@ -8,7 +8,9 @@
 // while the peer reports a loss at or above tunnel.shield_auto_loss_ppm,
 // eliminates copies and sees no congestion, and off again with hysteresis.
 // The decision is written to rg_peer_ctl.shield, which the programs add to
-// the configured shield.
+// the configured shield, with a lifetime (kCtlLifetimeNs) that every tick
+// renews: without `roceguard run` the programs send no measure and no
+// "auto" shield.
 #pragma once
 
 #include <cstdint>
@@ -62,11 +64,32 @@ class LossMeter {
   std::deque<std::pair<uint64_t, uint64_t>> means_;  // (time, window's mean delay in ns)
 };
 
+// How long the decision written to rg_peer_ctl holds without a renewal:
+// three ticks, as the next-hop lease three renewals.
+inline constexpr uint64_t kCtlLifetimeNs = 3'000'000'000ull;
+// How long a peer's measure counts: one older than this is no report (the
+// peer stopped sending, stopped numbering, or its daemon stopped and its
+// programs send no measure).
+inline constexpr uint64_t kReportLifetimeNs = 10'000'000'000ull;
+
 // What the sending side knows of a peer at one evaluation.
 struct PeerReport {
-  bool fresh = false;       // an extension arrived in the last kStaleNs
+  bool fresh = false;       // a measure arrived in the last kReportLifetimeNs
   bool eliminates = false;  // the peer drops second copies (RG_TUNNEL_F_ELIMINATES)
-  uint32_t feedback = 0;    // its RG_FEEDBACK_* word
+  uint32_t feedback = 0;    // its RG_FEEDBACK_* word, the last measure
+};
+
+// A peer's reports over time: the newest extension of each tick (what
+// rg_peer_rx keeps), and the last one that carried a measure (VALID),
+// which counts for kReportLifetimeNs after it arrived.
+class PeerReports {
+ public:
+  // at_ns (0: none yet), feedback and flags: the newest extension's.
+  PeerReport update(uint64_t now_ns, uint64_t at_ns, uint32_t feedback, uint32_t flags);
+
+ private:
+  uint64_t measured_at_ = 0;
+  uint32_t measure_ = 0;
 };
 
 // The "auto" decision for one peer, evaluated once a second.
@@ -74,7 +97,6 @@ class ShieldDecider {
  public:
   static constexpr int kOnAfter = 3;            // evaluations at or above the threshold
   static constexpr int kOffAfter = 30;          // evaluations below half of it
-  static constexpr int kStaleAfter = 10;        // evaluations without a fresh report
   static constexpr int kCongestionHold = 60;    // evaluations off after congestion
 
   explicit ShieldDecider(uint32_t on_ppm) : on_ppm_(on_ppm) {}
@@ -86,14 +108,15 @@ class ShieldDecider {
  private:
   uint32_t on_ppm_;
   bool on_ = false;
-  int above_ = 0, below_ = 0, stale_ = 0, hold_ = 0;
+  int above_ = 0, below_ = 0, hold_ = 0;
 };
 
-// The mode for every peer of a loaded object: ctl_fd and rx_fd are its
+// The mode for every peer of a loaded object: slots[i] is cfg.peers[i]'s
+// rg_peers slot (as the map writer placed it), ctl_fd and rx_fd are its
 // rg_peer_ctl and rg_peer_rx, pin_path where its counters are pinned.
 class ShieldAuto {
  public:
-  ShieldAuto(const Config& cfg, int ctl_fd, int rx_fd, std::string pin_path);
+  ShieldAuto(const Config& cfg, const std::vector<uint32_t>& slots, int ctl_fd, int rx_fd, std::string pin_path);
 
   // At most once a second (earlier calls return at once).
   void tick(uint64_t now_ns);
@@ -104,15 +127,18 @@ class ShieldAuto {
  private:
   struct Peer {
     std::string name;
+    uint32_t slot = 0;
     bool is_auto = false;
     LossMeter meter;
     ShieldDecider decider;
     uint32_t sent = 0;  // the feedback written last
+    PeerReports reports;
     PeerReport report;
     uint64_t turned_on = 0, turned_off = 0;
   };
 
-  void write_ctl(uint32_t slot, const Peer& p) const;
+  // until_ns: when the decision lapses (0: at once).
+  void write_ctl(const Peer& p, uint64_t until_ns) const;
 
   int ctl_fd_, rx_fd_;
   std::string pin_path_;

@@ -1,6 +1,7 @@
 #include "dataplane/attach.h"
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <spdlog/spdlog.h>
@@ -8,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -124,13 +126,14 @@ void restore_iface_address(const std::string& pin_path, int ifindex, const std::
   close(fd);
 }
 
-// The four tunnel maps, opened from their pins.
+// The four tunnel maps, opened from their pins, and the per-peer state a
+// slot's change of occupant clears (absent pins of an earlier build: -1).
 class TunnelMaps {
  public:
   explicit TunnelMaps(const std::string& pin_path) {
     for (size_t i = 0; i < kNames.size(); ++i) {
       fds_[i] = bpf_obj_get((pin_path + "/" + kNames[i]).c_str());
-      if (fds_[i] < 0) {
+      if (fds_[i] < 0 && i < kRequired) {
         int err = errno;
         close_all();
         throw Error("cannot open " + pin_path + "/" + kNames[i] + ": " + errno_text(err));
@@ -141,15 +144,17 @@ class TunnelMaps {
   TunnelMaps(const TunnelMaps&) = delete;
   TunnelMaps& operator=(const TunnelMaps&) = delete;
 
-  MapWriter writer() const { return MapWriter(fds_[0], fds_[1], fds_[2], fds_[3]); }
+  MapWriter writer() const { return MapWriter(fds_[0], fds_[1], fds_[2], fds_[3], fds_[4], fds_[5]); }
 
  private:
-  static constexpr std::array<const char*, 4> kNames{kMapPeers, kMapRoute4, kMapRoute6, kMapDecap};
+  static constexpr size_t kRequired = 4;
+  static constexpr std::array<const char*, 6> kNames{kMapPeers,  kMapRoute4,    kMapRoute6,
+                                                     kMapDecap,  kMapPeerStats, kMapTunnelStreams};
   void close_all() {
     for (int& fd : fds_)
       if (fd >= 0) close(fd), fd = -1;
   }
-  std::array<int, 4> fds_{-1, -1, -1, -1};
+  std::array<int, 6> fds_{-1, -1, -1, -1, -1, -1};
 };
 
 // Every pin an attach may replace or create, held as it was before: a
@@ -394,7 +399,7 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
         TunnelMaps again(pin);
         again.writer().restore(*before);
       });
-      writer.write_tunnels(cfg_.peers);
+      place_peers(writer.write_tunnels(cfg_.peers));
     }
     for (const auto& name : cfg_.interfaces) {
       const LogFields about({{"interface", name}});
@@ -446,13 +451,36 @@ void Dataplane::replace_peers(const std::vector<PeerConfig>& peers) {
     MapWriter writer = maps.writer();
     const MapWriter::Snapshot before = writer.snapshot();
     try {
-      writer.write_tunnels(peers);
+      place_peers(writer.write_tunnels(peers));
     } catch (...) {
       writer.restore(before);
       throw;
     }
   }
   cfg_.peers = peers;
+}
+
+void Dataplane::place_peers(const MapWriter::Placement& placed) {
+  peer_slots_ = placed.slots;
+  // What the loaded object's own maps hold for a slot's previous occupant
+  // (its reports, the decision on it, its cached next hop) is not the new
+  // one's. A fresh object's are empty already.
+  struct Own {
+    const char* name;
+    bool per_cpu;
+  };
+  for (const Own& m : {Own{kMapPeerRx, true}, Own{kMapPeerCtl, false}, Own{kMapNexthops, true}}) {
+    const int fd = obj_.map_fd(m.name);
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
+    const int ncpu = m.per_cpu ? libbpf_num_possible_cpus() : 1;
+    std::vector<uint8_t> zero((info.value_size + 7) / 8 * 8 * static_cast<size_t>(std::max(ncpu, 1)));
+    for (uint32_t slot : placed.changed)
+      if (bpf_map_update_elem(fd, &slot, zero.data(), BPF_ANY) != 0)
+        spdlog::warn("cannot clear {}[{}]: {}", m.name, slot, errno_text(errno));
+  }
 }
 
 void Dataplane::recheck_fast_path() {

@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "dataplane/bpf_object.h"
 #include "dataplane/hooks.h"
+#include "dataplane/map_writer.h"
 #include "dataplane/netfilter.h"
 #include "dataplane/state.h"
 
@@ -86,6 +87,9 @@ class Dataplane {
   const NetfilterProbe& netfilter() const { return netfilter_; }
 
   const Config& config() const { return cfg_; }
+  // The rg_peers slot of each configured peer (config().peers[i]'s is
+  // peer_slots()[i]); empty before the tunnel maps are written.
+  const std::vector<uint32_t>& peer_slots() const { return peer_slots_; }
   // A map of the loaded object by name, or -1 (not loaded yet).
   int map_fd(const char* name) const { return obj_.map_fd(name); }
   const std::string& pin_path() const { return pin_path_; }
@@ -93,6 +97,9 @@ class Dataplane {
   const HookOwner& owner() const { return owner_; }
 
  private:
+  // Takes the slots the writer gave the peers, and clears this object's
+  // own per-slot state of the slots whose occupant changed.
+  void place_peers(const MapWriter::Placement& placed);
   // Attaches one interface; undo learns how to put back what was there.
   IfaceState attach_interface(const std::string& name, bool force, Rollback& undo);
   // Whether the TC programs attach with tcx (dataplane.tc_attach, and the
@@ -113,6 +120,7 @@ class Dataplane {
   bool configured(const std::string& name) const;
 
   Config cfg_;
+  std::vector<uint32_t> peer_slots_;
   std::string pin_path_;
   bool reset_state_;
   // Before obj_: the maps pinned when this command started own the hooks,

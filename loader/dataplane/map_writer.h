@@ -1,20 +1,35 @@
 // The one writer of roceguard's tunnel maps (rg_peers, rg_route4/6,
 // rg_decap), beside MapReader: the configuration's peers become map entries,
 // and the maps end up holding exactly what is configured.
+//
+// A peer's slot follows its identity (outer family, remote address, VNI),
+// not its place in the configuration: what the slot holds for it (its
+// sequence numbering and epoch, its counters, the streams tracked from it)
+// is the peer's, and stays its own across reorders and restarts. A slot
+// whose occupant changes is cleared (rg_peer_stats, rg_tunnel_streams) and
+// numbers in a new epoch, never as a continuation of another peer's.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "config/config.h"
+#include "roceguard/roceguard.h"
 
 namespace rg {
 
 class MapWriter {
  public:
   // Borrows the maps' fds; not closed.
-  MapWriter(int peers_fd, int route4_fd, int route6_fd, int decap_fd)
-      : peers_fd_(peers_fd), route4_fd_(route4_fd), route6_fd_(route6_fd), decap_fd_(decap_fd) {}
+  // peer_stats_fd and streams_fd (rg_peer_stats, rg_tunnel_streams): -1
+  // when absent, and then nothing is cleared.
+  MapWriter(int peers_fd, int route4_fd, int route6_fd, int decap_fd, int peer_stats_fd = -1, int streams_fd = -1)
+      : peers_fd_(peers_fd),
+        route4_fd_(route4_fd),
+        route6_fd_(route6_fd),
+        decap_fd_(decap_fd),
+        peer_stats_fd_(peer_stats_fd),
+        streams_fd_(streams_fd) {}
 
   // Every entry of the four maps, as raw key and value bytes.
   struct Snapshot {
@@ -23,18 +38,36 @@ class MapWriter {
   };
   Snapshot snapshot() const;
 
+  // Where write_tunnels put the peers: slots[i] is peers[i]'s; changed
+  // lists the slots whose occupant changed (given to another peer, or
+  // emptied), whose state was cleared.
+  struct Placement {
+    std::vector<uint32_t> slots;
+    std::vector<uint32_t> changed;
+  };
+
   // Writes every peer slot (unused ones zeroed), then the routes and decap
-  // keys. Keys the configuration no longer has go before new ones come,
+  // keys. A peer already in a slot keeps it, a new one takes the lowest
+  // free one. Keys the configuration no longer has go before new ones come,
   // so a map at max_entries (or left full by an earlier failure) still
   // takes the new configuration. Throws rg::Error naming the map the kernel
   // refused.
-  void write_tunnels(const std::vector<PeerConfig>& peers) const;
+  Placement write_tunnels(const std::vector<PeerConfig>& peers) const;
 
   // Puts the maps back exactly as snapshot() found them.
   void restore(const Snapshot& s) const;
 
  private:
-  int peers_fd_, route4_fd_, route6_fd_, decap_fd_;
+  // Empties what the slot's previous occupant left: its counters and
+  // numbering on every CPU (which restart in an epoch none of them had)
+  // and the streams tracked from it.
+  void clear_slot(uint32_t slot) const;
+
+  int peers_fd_, route4_fd_, route6_fd_, decap_fd_, peer_stats_fd_, streams_fd_;
 };
+
+// Whether two rg_peers values name the same peer: outer family, remote
+// address and VNI (0 family: an unused slot, the same as another one).
+bool same_peer(const rg_peer& a, const rg_peer& b);
 
 }  // namespace rg

@@ -40,6 +40,7 @@ inline constexpr const char* kMapDecap = "rg_decap";
 inline constexpr const char* kMapIfaces = "rg_ifaces";
 inline constexpr const char* kMapPeerStats = "rg_peer_stats";
 // Private to the process that loaded the object (see dataplane/nexthop_lease.h).
+inline constexpr const char* kMapNexthops = "rg_nexthops";
 inline constexpr const char* kMapNexthopLease = "rg_nh_leases";
 inline constexpr const char* kMapXdpTx = "rg_xdp_tx";  // unpinned: the fast path's targets
 // Private to the process that loaded the object: the shield's "auto" mode (daemon/shield_auto.h).

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 
@@ -59,11 +60,28 @@ bool single_path_route(const Address& local, const Address& remote) {
   return single;
 }
 
+NexthopLeases::NexthopLeases(int lease_fd, std::vector<PeerConfig> peers, std::vector<uint32_t> slots)
+    : fd_(lease_fd), peers_(std::move(peers)), slots_(std::move(slots)) {
+  if (slots_.empty())
+    for (uint32_t i = 0; i < peers_.size() && i < RG_MAX_PEERS; ++i) slots_.push_back(i);
+  std::vector<bool> held(RG_MAX_PEERS, false);
+  for (size_t i = 0; i < peers_.size() && i < slots_.size(); ++i)
+    if (slots_[i] < RG_MAX_PEERS) held[slots_[i]] = true;
+  for (uint32_t slot = 0; slot < RG_MAX_PEERS; ++slot) {
+    rg_nexthop_lease l{};
+    if (bpf_map_lookup_elem(fd_, &slot, &l) == 0) gen_ = std::max(gen_, l.gen);
+    if (held[slot] || !l.until_ns) continue;
+    const rg_nexthop_lease none{};
+    if (bpf_map_update_elem(fd_, &slot, &none, BPF_ANY) != 0)
+      spdlog::warn("cannot write {}[{}]: {}", "rg_nh_leases", slot, errno_text(errno));
+  }
+}
+
 void NexthopLeases::invalidate() {
   // 0 means "no lease" to the data plane: skipped when the counter wraps.
   if (++gen_ == 0) gen_ = 1;
   cacheable_.assign(peers_.size(), false);
-  for (size_t i = 0; i < peers_.size() && i < RG_MAX_PEERS; ++i)
+  for (size_t i = 0; i < peers_.size() && i < slots_.size(); ++i)
     cacheable_[i] = single_path_route(peers_[i].local, peers_[i].remote);
   write(monotonic_ns() + kLeaseNs);
 }
@@ -84,9 +102,10 @@ size_t NexthopLeases::granted() const {
 }
 
 void NexthopLeases::write(uint64_t until_ns) const {
-  for (uint32_t slot = 0; slot < cacheable_.size() && slot < RG_MAX_PEERS; ++slot) {
+  for (size_t i = 0; i < cacheable_.size() && i < slots_.size(); ++i) {
+    const uint32_t slot = slots_[i];
     rg_nexthop_lease l{};
-    if (cacheable_[slot] && until_ns) {
+    if (cacheable_[i] && until_ns) {
       l.until_ns = until_ns;
       l.gen = gen_;
     }

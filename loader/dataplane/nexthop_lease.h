@@ -27,8 +27,13 @@ class NexthopLeases {
   // revoke() leaves the cache unused after this.
   static constexpr uint64_t kLeaseNs = 3'000'000'000ull;
 
-  // Borrows lease_fd (rg_nh_leases of the loaded object).
-  NexthopLeases(int lease_fd, std::vector<PeerConfig> peers) : fd_(lease_fd), peers_(std::move(peers)) {}
+  // Borrows lease_fd (rg_nh_leases of the loaded object); slots[i] is
+  // peers[i]'s rg_peers slot (none given: their positions, as a test's
+  // maps written by hand have them). The generations go on from the highest the
+  // map holds, so that a slot's cached hop of an earlier holder of the map
+  // (a reload's previous peers) is never current again; slots no peer
+  // holds lose their lease.
+  NexthopLeases(int lease_fd, std::vector<PeerConfig> peers, std::vector<uint32_t> slots = {});
 
   // A new generation for every peer, each granted or refused by its route
   // as it is now; what the cache holds is no longer current. Call on every
@@ -47,6 +52,7 @@ class NexthopLeases {
 
   int fd_;
   std::vector<PeerConfig> peers_;
+  std::vector<uint32_t> slots_;
   std::vector<bool> cacheable_;
   uint32_t gen_ = 0;
 };

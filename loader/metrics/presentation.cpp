@@ -1,10 +1,12 @@
 #include "metrics/presentation.h"
 
 #include <arpa/inet.h>
+#include <bpf/bpf.h>
 #include <net/if.h>
 #include <sys/socket.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -12,6 +14,8 @@
 #include <optional>
 
 #include "common/text.h"
+#include "dataplane/map_writer.h"
+#include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "dataplane/state.h"
 
@@ -147,11 +151,37 @@ std::vector<std::string> peer_names(const std::string& pin_path) {
   if (tunnel == config.end() || !tunnel->is_object()) return names;
   const auto peers = tunnel->find("peer");
   if (peers == tunnel->end() || !peers->is_array()) return names;
+  std::vector<rg_peer> ids;
   for (const auto& p : *peers) {
     const auto name = p.is_object() ? p.find("name") : p.end();
     names.push_back(p.is_object() && name != p.end() && name->is_string() ? name->get<std::string>() : "");
+    rg_peer id{};
+    const auto remote = p.is_object() ? p.find("remote") : p.end();
+    const auto vni = p.is_object() ? p.find("vni") : p.end();
+    if (remote != p.end() && remote->is_string() && vni != p.end() && vni->is_number_integer())
+      if (const std::optional<Address> a = parse_address(remote->get<std::string>())) {
+        id.family = static_cast<__u8>(a->family);
+        std::memcpy(id.remote, a->bytes.data(), sizeof(id.remote));
+        id.vni = vni->get<uint32_t>();
+      }
+    ids.push_back(id);
   }
-  return names;
+  // A peer's slot follows its identity (dataplane/map_writer.h), which
+  // rg_peers holds; a record without that map names slots in order.
+  const int fd = bpf_obj_get((pin_path + "/" + kMapPeers).c_str());
+  if (fd < 0) return names;
+  std::vector<std::string> by_slot;
+  for (uint32_t slot = 0; slot < RG_MAX_PEERS; ++slot) {
+    rg_peer v{};
+    if (bpf_map_lookup_elem(fd, &slot, &v) != 0 || !v.family) continue;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (same_peer(v, ids[i])) {
+        by_slot.resize(std::max<size_t>(by_slot.size(), slot + 1));
+        by_slot[slot] = names[i];
+      }
+  }
+  close(fd);
+  return by_slot;
 }
 
 std::vector<std::string> recorded_shielded_peers(const std::string& pin_path) {

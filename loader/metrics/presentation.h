@@ -132,8 +132,9 @@ std::optional<double> tunnel_delay_quantile_us(const TunnelPeer& t, double q);
 inline constexpr double kTunnelRttQuantile = 0.99;
 std::optional<double> tunnel_rtt_us(const TunnelPeer& t);
 
-// The configured peer names by slot, from the attach record under pin_path
-// (empty when there is none).
+// The configured peer names by slot: the attach record's peers under
+// pin_path, each at the rg_peers slot that holds its identity (empty when
+// there is no record).
 std::vector<std::string> peer_names(const std::string& pin_path);
 
 // Peers with any counter or stream, by slot; now_ns is CLOCK_MONOTONIC.

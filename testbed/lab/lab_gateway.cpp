@@ -63,10 +63,11 @@ void Gateway::run_daemon_work(const Config& cfg) {
   for (const auto& p : cfg.peers) any_auto |= p.shield == Shield::kAuto;
   std::shared_ptr<ShieldAuto> shield;
   if (any_auto && cfg.tunnel_sequence)
-    shield = std::make_shared<ShieldAuto>(cfg, dp_->map_fd(kMapPeerCtl), dp_->map_fd(kMapPeerRx), pin_);
+    shield = std::make_shared<ShieldAuto>(cfg, dp_->peer_slots(), dp_->map_fd(kMapPeerCtl), dp_->map_fd(kMapPeerRx),
+                                          pin_);
   std::shared_ptr<NexthopLeases> leases;
   if (!cfg.peers.empty() && dp_->map_fd(kMapNexthopLease) >= 0) {
-    leases = std::make_shared<NexthopLeases>(dp_->map_fd(kMapNexthopLease), cfg.peers);
+    leases = std::make_shared<NexthopLeases>(dp_->map_fd(kMapNexthopLease), cfg.peers, dp_->peer_slots());
     NetnsGuard in(netns_);  // the routes asked about are the gateway's
     leases->invalidate();
   }

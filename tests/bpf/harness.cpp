@@ -446,8 +446,9 @@ void Dataplane::shield(uint32_t idx, uint8_t flags) {
     throw std::runtime_error("rg_peers update: " + std::string(std::strerror(errno)));
 }
 
-void Dataplane::peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield) {
+void Dataplane::peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield, uint64_t until_ns) {
   rg_peer_ctl c{};
+  c.until_ns = until_ns;
   c.feedback = feedback;
   c.shield = shield;
   if (bpf_map__update_elem(skel_->maps.rg_peer_ctl, &idx, sizeof(idx), &c, sizeof(c), 0))

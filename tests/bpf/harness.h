@@ -127,8 +127,9 @@ class Dataplane {
   // The loss shield towards peer idx (RG_PEER_F_SHIELD_*), as the loader writes it.
   void shield(uint32_t idx, uint8_t flags);
   // What `roceguard run` writes for peer idx (rg_peer_ctl): the feedback
-  // its option's extension carries, the shield "auto" turned on.
-  void peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield = 0);
+  // its option's extension carries, the shield "auto" turned on, until
+  // until_ns (bpf_ktime_get_coarse_ns(); by default, for good).
+  void peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield = 0, uint64_t until_ns = UINT64_MAX);
   // What peer idx's option said, summed (copied) or newest (the rest) over CPUs.
   rg_peer_rx peer_rx(uint32_t idx) const;
   // Geneve from remote on vni is decapsulated when sent to peer_idx's local address.

@@ -815,6 +815,26 @@ TEST_F(TunnelShield, AutoCopiesAndTheOptionSaysWhichNumbersAreCopied) {
   EXPECT_TRUE(tap.geneve_until_marker().empty());
 }
 
+// What `roceguard run` decides holds only while it renews it: past the
+// decision's lifetime (the daemon stopped, the programs stayed attached)
+// the programs copy nothing for "auto" and report no measure, so neither
+// gateway keeps a shield on that nobody decides on any more.
+TEST_F(TunnelShield, AnExpiredDecisionIsNeitherCopiedNorReported) {
+  const uint32_t feedback = RG_FEEDBACK_VALID | 10'590;
+  for (bool expired : {false, true}) {
+    SCOPED_TRACE(expired ? "the lifetime is over" : "the lifetime runs");
+    WireTap tap;
+    Dataplane dp(seq_config());
+    dp.tunnels();
+    dp.peer_ctl(kPeerSlot4, feedback, RG_PEER_F_SHIELD_ALL, expired ? 1 : UINT64_MAX);
+    const Bytes out = dp.tc(roce_to_peer(0x04).payload(64).build()).out;
+    ASSERT_EQ(parse(out).gnv_optlen, kOptLen + kExtLen) << "number 0 carries the extension";
+    EXPECT_EQ(numbered(out).stream & RG_TUNNEL_F_COPIED, expired ? 0u : RG_TUNNEL_F_COPIED);
+    EXPECT_EQ(tap.geneve_until_marker().size(), expired ? 0u : 1u) << "the copy";
+    EXPECT_EQ(be32_at(out, kOpt4 + 16), expired ? 0u : feedback) << "the feedback word";
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The loss shield: gateway B's elimination (both ingress hooks).
 

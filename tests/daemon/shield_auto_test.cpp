@@ -199,9 +199,10 @@ TEST(ShieldDecider, OffWhenThePeerStopsReportingOrEliminating) {
     feed(d, report(800), ShieldDecider::kOnAfter);
     PeerReport stale = report(800);
     stale.fresh = false;
-    EXPECT_EQ(feed(d, stale, ShieldDecider::kStaleAfter - 1), 0);
-    EXPECT_EQ(feed(d, stale, 1), 1);
+    std::string why;
+    EXPECT_EQ(feed(d, stale, 1, &why), 1) << "at the first evaluation without a current measure";
     EXPECT_FALSE(d.on());
+    EXPECT_NE(why.find("no measure from the peer for 10 s"), std::string::npos) << why;
   }
   {
     ShieldDecider d(500);
@@ -219,9 +220,42 @@ TEST(ShieldFeedback, AReportNewerThanTheTicksClockIsFresh) {
   const uint64_t now = 100 * kSecond;
   EXPECT_TRUE(report_fresh(now, now + 3'000'000)) << "stamped 3 ms after the tick read its clock";
   EXPECT_TRUE(report_fresh(now, now));
-  EXPECT_TRUE(report_fresh(now, now - 4 * kSecond));
-  EXPECT_FALSE(report_fresh(now, now - 5 * kSecond)) << "five seconds old";
+  EXPECT_TRUE(report_fresh(now, now - 9 * kSecond));
+  EXPECT_FALSE(report_fresh(now, now - 10 * kSecond)) << "ten seconds old";
   EXPECT_FALSE(report_fresh(now, 0)) << "no report yet";
+}
+
+// A's daemon stops with its shield on: its programs go on numbering, their
+// extensions say "no measure" once the decision lapsed. B's shield goes
+// off at the first evaluation 10 s after the last measure (the one rule:
+// a measure counts for 10 s), and B shows no report from then on.
+TEST(ShieldFeedback, AMeasureCountsForTenSecondsWhateverFollowsIt) {
+  ShieldDecider d(500);
+  PeerReports reports;
+  const uint32_t measure = RG_FEEDBACK_VALID | 10'590;
+  auto evaluate = [&](uint64_t s, uint32_t word) {
+    std::string why;
+    const PeerReport r = reports.update(s * kSecond, s * kSecond - 1'000'000, word, RG_TUNNEL_F_ELIMINATES);
+    d.evaluate(r, why);
+    return r;
+  };
+  uint64_t s = 1;
+  for (; s <= ShieldDecider::kOnAfter; ++s) evaluate(s, measure);
+  ASSERT_TRUE(d.on());
+  const uint64_t last_measure = s - 1;
+  for (; s < 100 && d.on(); ++s) {
+    const PeerReport r = evaluate(s, 0);
+    if (d.on()) {
+      EXPECT_TRUE(r.fresh) << s << " s";
+      EXPECT_EQ(r.feedback, measure) << "the last measure stands in for a report without one";
+    }
+  }
+  EXPECT_FALSE(d.on());
+  EXPECT_EQ(s - 1 - last_measure, kReportLifetimeNs / kSecond) << "off 10 s after the last measure";
+  const PeerReport after = reports.update(s * kSecond, s * kSecond, 0, RG_TUNNEL_F_ELIMINATES);
+  EXPECT_FALSE(after.fresh);
+  EXPECT_EQ(after.feedback, 0u) << "no report shown";
+  EXPECT_TRUE(after.eliminates) << "the newest extension's flags are current";
 }
 
 TEST(ShieldFeedback, WordAsARatio) {

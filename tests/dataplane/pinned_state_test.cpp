@@ -1057,6 +1057,126 @@ shield = "off"
   }
 }
 
+// A peer's slot, and what the slot holds (its numbering, epoch, counters,
+// the streams tracked from it), follow the peer's identity (remote address
+// and VNI), not its place in the configuration: reordered, the peers keep
+// theirs, as a restart on the same pins does (the writer only sees the
+// pinned maps). A slot given to another peer is cleared, and its numbering
+// restarts in an epoch its previous occupant's never had.
+TEST_F(PinnedState, APeerKeepsItsSlotAndNumberingAcrossReorders) {
+  ASSERT_EQ(geteuid(), 0u) << "needs root: creates the BPF object's maps";
+  auto peers_of = [](const std::vector<std::string>& which) {
+    std::string text = "[tunnel]\nsequence = true\n";
+    for (const auto& n : which)
+      text += "[[tunnel.peer]]\nname = \"" + n + "\"\nlocal = \"192.0.2.1\"\nremote = \"203.0.113." +
+              std::to_string(n[0] - 'a' + 1) + "\"\nvni = " + std::to_string(n[0] - 'a' + 1) +
+              "\nroutes = [\"198.51.100." + std::to_string(16 * (n[0] - 'a' + 1)) + "/28\"]\n";
+    rg::ConfigProblems p;
+    rg::Config cfg = rg::parse_config_string(text, p);
+    EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.errors.front());
+    return cfg;
+  };
+  const rg::Config ab = peers_of({"a", "b"});
+  rg::BpfObject obj(ab, pin_, false);
+  obj.pin_maps();
+  auto open = [&](const char* name) { return fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())); };
+  const int peers = open(rg::kMapPeers), route4 = open(rg::kMapRoute4), stats = open(rg::kMapPeerStats),
+            streams = open(rg::kMapTunnelStreams);
+  const rg::MapWriter writer(peers, route4, open(rg::kMapRoute6), open(rg::kMapDecap), stats, streams);
+  const int ncpu = libbpf_num_possible_cpus();
+  ASSERT_GT(ncpu, 0);
+  auto remote_at = [&](uint32_t slot) {
+    rg_peer v{};
+    EXPECT_EQ(bpf_map_lookup_elem(peers, &slot, &v), 0) << strerror(errno);
+    return v.family ? static_cast<int>(v.remote[3]) : 0;
+  };
+  auto route_of = [&](int net) {
+    rg_route4_key k{};
+    k.prefixlen = 32;
+    const uint8_t addr[4] = {198, 51, 100, static_cast<uint8_t>(16 * net + 1)};
+    std::memcpy(k.addr, addr, 4);
+    uint32_t slot = 0;
+    return bpf_map_lookup_elem(route4, &k, &slot) == 0 ? static_cast<int>(slot) : -1;
+  };
+  auto stats_of = [&](uint32_t slot) {
+    std::vector<rg_peer_stats> v(static_cast<size_t>(ncpu));
+    EXPECT_EQ(bpf_map_lookup_elem(stats, &slot, v.data()), 0) << strerror(errno);
+    return v;
+  };
+  auto has_stream = [&](uint32_t slot) {
+    rg_tunnel_stream_key k{slot, 5};
+    std::vector<uint8_t> v(sizeof(rg_tunnel_stream));
+    return bpf_map_lookup_elem(streams, &k, v.data()) == 0;
+  };
+
+  writer.write_tunnels(ab.peers);
+  ASSERT_EQ(remote_at(0), 1);
+  ASSERT_EQ(remote_at(1), 2);
+  // What the data path made of each slot: a's numbers at 500, b's at 900,
+  // in the load's epoch, and a stream tracked from each.
+  constexpr uint16_t kEpoch = 0x123;
+  for (uint32_t slot : {0u, 1u}) {
+    std::vector<rg_peer_stats> v(static_cast<size_t>(ncpu));
+    for (auto& c : v) {
+      c.epoch = kEpoch;
+      c.tx_seq[0] = slot ? 900 : 500;
+      c.ev[RG_PEER_EV_ENCAPSULATED].packets = slot ? 9 : 5;
+    }
+    ASSERT_EQ(bpf_map_update_elem(stats, &slot, v.data(), BPF_ANY), 0) << strerror(errno);
+    rg_tunnel_stream_key k{slot, 5};
+    std::vector<uint8_t> st(sizeof(rg_tunnel_stream));
+    ASSERT_EQ(bpf_map_update_elem(streams, &k, st.data(), BPF_ANY), 0) << strerror(errno);
+  }
+
+  // Reordered (a SIGHUP, or a restart on these pins): nothing moves.
+  writer.write_tunnels(peers_of({"b", "a"}).peers);
+  EXPECT_EQ(remote_at(0), 1) << "a keeps slot 0";
+  EXPECT_EQ(remote_at(1), 2) << "b keeps slot 1";
+  EXPECT_EQ(route_of(1), 0) << "a's routes lead to a's slot";
+  EXPECT_EQ(route_of(2), 1);
+  for (uint32_t slot : {0u, 1u})
+    for (const auto& c : stats_of(slot)) {
+      EXPECT_EQ(c.epoch, kEpoch) << "slot " << slot;
+      EXPECT_EQ(c.tx_seq[0], slot ? 900u : 500u) << "slot " << slot << " goes on with its own peer's numbers";
+      EXPECT_EQ(c.ev[RG_PEER_EV_ENCAPSULATED].packets, slot ? 9u : 5u);
+    }
+  EXPECT_TRUE(has_stream(0));
+  EXPECT_TRUE(has_stream(1));
+  {
+    rg::State st;
+    st.config = peers_of({"b", "a"}).to_json();
+    pin_record(st.to_json().dump());
+    EXPECT_EQ(rg::peer_names(pin_), (std::vector<std::string>{"a", "b"})) << "the exporter names slots by who holds them";
+  }
+
+  // a removed, c added: c takes the slot a left, which starts over.
+  const rg::MapWriter::Placement placed = writer.write_tunnels(peers_of({"b", "c"}).peers);
+  EXPECT_EQ(placed.slots, (std::vector<uint32_t>{1, 0}));
+  EXPECT_EQ(placed.changed, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(remote_at(0), 3);
+  EXPECT_EQ(remote_at(1), 2);
+  EXPECT_EQ(route_of(1), -1) << "a's routes are gone";
+  EXPECT_EQ(route_of(3), 0);
+  const std::vector<rg_peer_stats> fresh = stats_of(0);
+  for (const auto& c : fresh) {
+    EXPECT_NE(c.epoch & RG_TUNNEL_EPOCH_MASK, 0) << "set, not left to the load's, which a had";
+    EXPECT_NE(c.epoch, kEpoch) << "c's numbering is never a continuation of a's";
+    EXPECT_EQ(c.epoch, fresh[0].epoch) << "one epoch on every CPU";
+    EXPECT_EQ(c.tx_seq[0], 0u);
+    EXPECT_EQ(c.ev[RG_PEER_EV_ENCAPSULATED].packets, 0u) << "a's counters are not c's";
+  }
+  EXPECT_FALSE(has_stream(0)) << "what was tracked from a";
+  EXPECT_TRUE(has_stream(1));
+  for (const auto& c : stats_of(1)) EXPECT_EQ(c.tx_seq[0], 900u);
+
+  // Every peer removed: the slots are emptied and cleared too.
+  writer.write_tunnels({});
+  EXPECT_EQ(remote_at(0), 0);
+  EXPECT_EQ(remote_at(1), 0);
+  for (const auto& c : stats_of(1)) EXPECT_EQ(c.tx_seq[0], 0u);
+  EXPECT_FALSE(has_stream(1));
+}
+
 // --- Pruning counters of interfaces that are gone --------------------------
 
 TEST_F(PinnedState, StaleInterfacesArePrunedSoANewOneStillCounts) {

@@ -8,6 +8,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -24,6 +25,7 @@
 
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
+#include "metrics/presentation.h"
 #include "lab_fixture.h"
 #include "roceguard_proc.h"
 
@@ -44,8 +46,11 @@ struct Peer {
   uint32_t vni;
 };
 
-std::string gateway_config(const std::vector<Peer>& peers, const std::string& metrics_listen) {
+// tunnel: keys of the [tunnel] table ("" for none).
+std::string gateway_config(const std::vector<Peer>& peers, const std::string& metrics_listen,
+                           const std::string& tunnel = "") {
   std::string t = "interfaces = [\"wan0\"]\n";
+  if (!tunnel.empty()) t += "\n[tunnel]\n" + tunnel;
   int i = 0;
   for (const auto& p : peers)
     t += "\n[[tunnel.peer]]\n"
@@ -519,6 +524,78 @@ TEST_F(RoceguardBinary, SoakRestartsAndScrapesUnderLoss) {
 
 // The IPv6 tunnel: IPv6 RoCE inside IPv6 Geneve, the traffic class bleached
 // outside and 46 inside.
+// Gateway A's two peers (gateway B over IPv4 and over IPv6, each a tunnel
+// of its own) reordered in A's configuration: applied by SIGHUP, then by a
+// restart on the same pins. A peer's numbering is its own, whatever its
+// place: gateway B takes every numbered packet of both tunnels as new, none
+// eliminated as a duplicate, none missing (the WAN loses nothing here), and
+// host B gets every message. (When numbering followed the place, each
+// tunnel went on with the other's numbers in the same epoch, and B dropped
+// them as duplicates or counted losses that never were.)
+TEST_F(RoceguardBinary, ReorderedPeersKeepTheirNumbering) {
+  const auto& a = topo_->addr();
+  const std::vector<Peer> a_peers{{a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", kVni},
+                                  {a.gw_a_wan6, a.gw_b_wan6, "2001:db8:2::/64", kVni6}};
+  const std::vector<Peer> a_reordered{a_peers[1], a_peers[0]};
+  const std::string numbered = "sequence = true\n";
+  const std::string listen_a = "127.0.0.1:" + std::to_string(kMetricsPort);
+  gw_a_.reset();
+  gw_b_.reset();
+  gw_a_ = std::make_unique<RoceguardRun>(*topo_, Node::kGatewayA, gateway_config(a_peers, listen_a, numbered),
+                                         tmp_->path());
+  gw_b_ = std::make_unique<RoceguardRun>(
+      *topo_, Node::kGatewayB,
+      gateway_config({{a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", kVni},
+                      {a.gw_b_wan6, a.gw_a_wan6, "2001:db8:1::/64", kVni6}},
+                     std::string(a.gw_b_wan4) + ":" + std::to_string(kMetricsPort), numbered),
+      tmp_->path());
+  gw_a_->start();
+  gw_b_->start();
+
+  constexpr uint32_t kMessages = 100;
+  uint32_t phase = 0;
+  auto traffic = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    for (bool v6 : {false, true}) {
+      lab::SenderConfig cfg;
+      cfg.peer = receiver_addr(v6);
+      cfg.messages = kMessages;
+      cfg.qps.first_psn = phase * kMessages;  // the QPs carry on where they stopped
+      cfg.duration = 60s;
+      cfg.timeout = 100ms;
+      const Traffic t = run_traffic(cfg, {}, [](const lab::SenderStats& s) { return s.packets; });
+      EXPECT_EQ(t.sent.qps_done, cfg.qps.count) << (v6 ? "IPv6" : "IPv4");
+      EXPECT_EQ(t.received.delivered, cfg.qps.count * cfg.messages) << (v6 ? "IPv6" : "IPv4");
+    }
+    ++phase;
+    // What B counted of each tunnel from A, against what A numbered.
+    uint64_t sent = 0, received = 0;
+    for (const auto& t : tunnel_peers(MapReader(gw_a_->pin_path()).peer_stats(), {}, {}, monotonic_now_ns()))
+      sent += t.ev[RG_PEER_EV_SEQ_SENT].packets;
+    const MapReader b(gw_b_->pin_path());
+    for (const auto& t : tunnel_peers(b.peer_stats(), b.tunnel_streams(), {}, monotonic_now_ns())) {
+      EXPECT_EQ(t.ev[RG_PEER_EV_SHIELD_ELIMINATED].packets, 0u) << "B's slot " << t.slot << ": taken for copies";
+      EXPECT_EQ(t.lost + t.unsettled, 0u) << "B's slot " << t.slot << ": numbers missing that were never lost";
+      EXPECT_EQ(t.duplicated, 0u) << "B's slot " << t.slot;
+      received += t.received;
+    }
+    EXPECT_GT(sent, 0u);
+    EXPECT_EQ(received, sent) << "every number A sent arrived once, as a new one";
+  };
+
+  traffic("before");
+  std::ofstream(gw_a_->config_path()) << gateway_config(a_reordered, listen_a, numbered);
+  ASSERT_EQ(kill(gw_a_->pid(), SIGHUP), 0) << strerror(errno);
+  for (int i = 0; i < 200 && gw_a_->log().find("SIGHUP: tunnel.peer applied") == std::string::npos; ++i)
+    std::this_thread::sleep_for(50ms);  // bounded: 10 s
+  ASSERT_NE(gw_a_->log().find("SIGHUP: tunnel.peer applied"), std::string::npos) << gw_a_->log();
+  traffic("reordered by SIGHUP");
+
+  std::ofstream(gw_a_->config_path()) << gateway_config(a_peers, listen_a, numbered);
+  gw_a_->start();  // stops the running one first; the same pins
+  traffic("reordered back by a restart");
+}
+
 TEST_F(RoceguardBinary, Ipv6TunnelCarriesTrafficClass) {
   Capture cap(*topo_, true, tmp_->path());
   wan_->configure({20000, 0, RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY, 0, 0, 0, 0, 0});
