@@ -542,7 +542,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
 
-	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, skb->gso_segs <= 1, ps,
+	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, rg_skb_one_packet(skb), ps,
 			  &fib, &e);
 	if (r == RG_ENCAP_SKIPPED) {
 		rg_count(c, RG_EV_FIB_MISS, inner_len);
@@ -881,7 +881,7 @@ static __always_inline enum rg_decap_result rg_skb_geneve_decap(struct __sk_buff
 	iface = rg_decap_iface(ifindex, c, len);
 	if (!iface)
 		return RG_DECAP_LEFT;
-	if (skb->gso_segs > 1) {
+	if (!rg_skb_one_packet(skb)) {
 		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;
 	}
