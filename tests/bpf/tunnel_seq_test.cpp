@@ -354,22 +354,36 @@ TEST(TunnelSeqStreams, StreamsOfOnePeerAreApart) {
   EXPECT_EQ(p->duplicated, 0u);
 }
 
-// The delay histogram: a timestamp d in the past lands in the first bucket
-// whose bound (2^k us) is at least d; one from the future counts as 0.
-TEST(TunnelSeqStreams, DelayLandsInItsBucket) {
-  Dataplane dp(seq_config());
-  dp.tunnels();
-  const Bytes inner = towards_peer(false).build();
-  uint32_t seq = 0;
-  dp.xdp(geneve_with(seq_option(1, seq++, tai_now_ns() - 3000000000ull), inner));  // 3 s ago
-  dp.xdp(geneve_with(seq_option(1, seq++, tai_now_ns() + 60000000000ull), inner));  // clock ahead
-  const TunnelPeer* p = peer_at(peers_of(dp), kPeerSlot4);
-  ASSERT_NE(p, nullptr);
-  // 3 s is over 2^21 us (2.1 s) and at most 2^22 us (4.2 s): bucket 22.
-  EXPECT_EQ(p->delay[22], 1u);
-  EXPECT_EQ(p->delay[0], 1u);
-  EXPECT_GE(p->delay_sum_ns, 3000000000ull);
-  EXPECT_LT(p->delay_sum_ns, 4194304000ull);
+// The delay histogram holds the queueing delay: what a stamped arrival
+// spent above its stream's floor (the lowest arrival minus send stamp, the
+// path's delay plus the offset between the two gateways' clocks), in the
+// first bucket whose bound (2^k us) is at least that. A difference, so the
+// same whether the sender's clock is the receiver's, 37 s ahead (its stamps
+// arrive from the future) or 37 s behind; the floor shows the offset.
+TEST(TunnelSeqStreams, QueueingDelayAboveTheFloorWhateverTheClocks) {
+  for (int64_t ahead_s : {0, 37, -37}) {
+    SCOPED_TRACE("the sender's clock " + std::to_string(ahead_s) + " s ahead");
+    Dataplane dp(seq_config());
+    dp.tunnels();
+    const Bytes inner = towards_peer(false).build();
+    const int64_t ahead_ns = ahead_s * 1000000000ll;
+    auto stamp = [&](int64_t ago_ns) { return static_cast<uint64_t>(static_cast<int64_t>(tai_now_ns()) + ahead_ns - ago_ns); };
+    uint32_t seq = 0;
+    dp.xdp(geneve_with(seq_option(1, seq++, stamp(100000000)), inner));   // 100 ms on the way: the floor
+    dp.xdp(geneve_with(seq_option(1, seq++, stamp(3000000000)), inner));  // 3 s: 2.9 s above the floor
+    dp.xdp(geneve_with(seq_option(1, seq++, stamp(0)), inner));           // below the floor: the new one
+    const TunnelPeer* p = peer_at(peers_of(dp), kPeerSlot4);
+    ASSERT_NE(p, nullptr);
+    // 2.9 s is over 2^21 us (2.1 s) and at most 2^22 us (4.2 s): bucket 22.
+    EXPECT_EQ(p->delay[22], 1u);
+    EXPECT_EQ(p->delay[0], 2u) << "each floor spent nothing above itself";
+    EXPECT_GT(p->delay_sum_ns, 2097152000ull);
+    EXPECT_LE(p->delay_sum_ns, 4194304000ull);
+    ASSERT_EQ(p->floor_streams, 1u);
+    EXPECT_GE(p->floor_min_us, -ahead_s * 1000000) << "the last stamp's arrival: a floor of the offset";
+    EXPECT_LT(p->floor_min_us, -ahead_s * 1000000 + 1000000);
+    EXPECT_EQ(tunnel_clocks(*p), ahead_s ? TunnelClocks::kNotComparable : TunnelClocks::kComparable);
+  }
   EXPECT_DOUBLE_EQ(tunnel_delay_bucket_le(22), 4.194304);
 }
 
