@@ -484,6 +484,53 @@ static __always_inline int rg_shield_wants(const struct rg_pkt *p, void *data_en
 	return (op >= 0x0c && op <= 0x14 && op != 0x0d && op != 0x0e) || op == 0x1c || op == 0x1d;
 }
 
+/* Where the outer headers written into an skb put a field (f, of struct rg_encap4 or rg_encap6). */
+#define RG_ENCAP_OFF(type, f) (__builtin_offsetof(struct type, f) - __builtin_offsetof(struct type, eth))
+
+/*
+ * The copy's outer entropy differs from the original's only in bits the
+ * 2-byte stores of rg_shield_entropy write: the port's low 14, the flow
+ * label's low 16.
+ */
+_Static_assert(RG_SHIELD_PORT_FLIP <= RG_ENTROPY_PORT_MASK, "the flip stays in the entropy range");
+
+/*
+ * Writes the outer entropy of hash into the frame rg_encap_write built:
+ * the UDP source port and, on an IPv6 outer, the flow label, which
+ * Linux's multipath hash for IPv6 takes instead of the ports (its default
+ * policy hashes addresses, label and next header): a copy that changed
+ * only its port would take the original's path there. The UDP checksum is
+ * zero (rg_encap_udp_geneve) and covers neither field anyway.
+ */
+static __always_inline int rg_shield_entropy(struct __sk_buff *skb, const struct rg_peer *peer, __u32 hash)
+{
+	__be16 sport = rg_entropy_port(hash), label = bpf_htons((__u16)hash);
+
+	if (peer->family != AF_INET6)
+		return bpf_skb_store_bytes(skb, RG_ENCAP_OFF(rg_encap4, tail.udp.source), &sport, sizeof(sport), 0);
+	if (bpf_skb_store_bytes(skb, RG_ENCAP_OFF(rg_encap6, tail.udp.source), &sport, sizeof(sport), 0))
+		return -1;
+	return bpf_skb_store_bytes(skb, RG_ENCAP_OFF(rg_encap6, ip6.flow_lbl[1]), &label, sizeof(label), 0);
+}
+
+/*
+ * The original leaves without its copy: its option must not say COPIED,
+ * or the far gateway takes each such number, arrived once, for a copy
+ * lost on the way, and "auto" reads a loss that is only the copy's.
+ */
+static __always_inline void rg_shield_not_copied(struct __sk_buff *skb, const struct rg_peer *peer)
+{
+	/* The stream field is big-endian: its flags are the top bits of its first byte. */
+	__u32 off = peer->family == AF_INET6 ? RG_ENCAP_OFF(rg_encap6, tail.seq.opt.stream) :
+					       RG_ENCAP_OFF(rg_encap4, tail.seq.opt.stream);
+	__u8 flags;
+
+	if (bpf_skb_load_bytes(skb, off, &flags, sizeof(flags)))
+		return;
+	flags &= ~(__u8)(RG_TUNNEL_F_COPIED >> 24);
+	bpf_skb_store_bytes(skb, off, &flags, sizeof(flags), 0);
+}
+
 /*
  * Sends the shield's second copy of the frame just encapsulated as e
  * planned, out of the device the original leaves by, before it. The copy
@@ -492,30 +539,29 @@ static __always_inline int rg_shield_wants(const struct rg_pkt *p, void *data_en
  * would carry one number) cannot be told apart from its copy there and is
  * sent once, as is one whose next hop still needs its neighbour resolved.
  * The copy meets this device's egress program again, as Geneve: left alone.
+ * With the "port" path the copy's entropy is the flow hash XOR
+ * RG_SHIELD_PORT_FLIP, port and flow label alike.
  */
 static __always_inline void rg_shield_copy(struct __sk_buff *skb, const struct rg_encap_plan *e,
 					   const struct rg_peer *peer, struct rg_peer_stats *ps)
 {
 	__u32 len = skb->len;
-	/* The outer UDP source port; its checksum is zero (rg_encap_udp_geneve). */
-	__u32 sport_off = sizeof(struct ethhdr) +
-			  (peer->family == AF_INET6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
-	__be16 sport = rg_entropy_port(e->hash), other = sport ^ bpf_htons(RG_SHIELD_PORT_FLIP);
 	int other_port = peer->flags & RG_PEER_F_SHIELD_OTHER_PORT, err;
 
 	if (!e->seq || e->fr != RG_FIB_OK) {
 		rg_peer_count(ps, RG_PEER_EV_SHIELD_UNCOPIED, len);
 		return;
 	}
-	/* The copy is the frame as it is when cloned; the original gets its port back. */
-	if (other_port && bpf_skb_store_bytes(skb, sport_off, &other, sizeof(other), 0)) {
-		rg_peer_count(ps, RG_PEER_EV_SHIELD_COPY_ERROR, len);
-		return;
+	/* The copy is the frame as it is when cloned; the original gets its entropy back. */
+	if (other_port && rg_shield_entropy(skb, peer, e->hash ^ RG_SHIELD_PORT_FLIP)) {
+		err = -1;
+	} else {
+		err = bpf_clone_redirect(skb, e->hop->ifindex, 0);
+		if (other_port)
+			rg_shield_entropy(skb, peer, e->hash);
 	}
-	err = bpf_clone_redirect(skb, e->hop->ifindex, 0);
-	if (other_port)
-		bpf_skb_store_bytes(skb, sport_off, &sport, sizeof(sport), 0);
 	if (err) {
+		rg_shield_not_copied(skb, peer);
 		rg_peer_count(ps, RG_PEER_EV_SHIELD_COPY_ERROR, len);
 		return;
 	}
@@ -553,7 +599,7 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
 
-	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, skb->gso_segs <= 1, ps,
+	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, rg_skb_one_packet(skb), ps,
 			  &fib, &e);
 	if (r == RG_ENCAP_SKIPPED) {
 		rg_count(c, RG_EV_FIB_MISS, inner_len);
@@ -892,7 +938,7 @@ static __always_inline enum rg_decap_result rg_skb_geneve_decap(struct __sk_buff
 	iface = rg_decap_iface(ifindex, c, len);
 	if (!iface)
 		return RG_DECAP_LEFT;
-	if (skb->gso_segs > 1) {
+	if (!rg_skb_one_packet(skb)) {
 		rg_count(c, RG_EV_PARSE_GENEVE, len);
 		return RG_DECAP_LEFT;
 	}

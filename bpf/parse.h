@@ -371,6 +371,17 @@ static __always_inline void rg_skb_segments(struct __sk_buff *skb, struct rg_pkt
 }
 
 /*
+ * Does the skb leave as one packet? gso_size says whether it is a GSO skb;
+ * gso_segs may be 0 on one (not counted yet: virtio_net_hdr_to_skb from a
+ * tap or a packet socket, bpf_skb_adjust_room on the way), so it cannot
+ * say so alone.
+ */
+static __always_inline int rg_skb_one_packet(const struct __sk_buff *skb)
+{
+	return !skb->gso_size || skb->gso_segs == 1;
+}
+
+/*
  * rg_parse at TC egress. Headers can sit in paged data (GRO and TSO skbs
  * keep little in the linear part), and bpf_skb_pull_data reallocates and
  * copies the head of a cloned skb, which every TCP skb is. So the linear

@@ -4,7 +4,7 @@
  * gateway A numbers each packet it sends into a tunnel and stamps one in
  * RG_TUNNEL_EXT_EVERY with its CLOCK_TAI; gateway B counts, per stream,
  * what arrived, what never did, what came late or twice, and the one-way
- * delay of the stamped ones.
+ * delay of the stamped ones as a floor and the queueing delay above it.
  */
 #ifndef RG_BPF_TUNNEL_SEQ_H
 #define RG_BPF_TUNNEL_SEQ_H
@@ -39,9 +39,10 @@ static __always_inline void rg_peer_count(struct rg_peer_stats *ps, __u32 ev, __
 /*
  * The send stamp's clock: CLOCK_TAI, so that gateways whose clocks are
  * synchronised (PTP, NTP) measure one-way delay. bpf_ktime_get_tai_ns() came
- * with Linux 6.2; before, both ends use CLOCK_MONOTONIC, which only gateways
+ * with Linux 6.1; before, both ends use CLOCK_MONOTONIC, which only gateways
  * sharing one kernel (namespaces) can compare. The choice is made at load
  * from the kernel's own list of helpers, and the verifier drops the other.
+ * Either way the queueing delay (rg_tunnel_floor) needs no shared clock.
  */
 static __always_inline __u64 rg_tunnel_clock_ns(void)
 {
@@ -309,6 +310,25 @@ static __always_inline enum rg_seq_verdict rg_tunnel_stream_update(struct rg_tun
 	return RG_SEQ_LATE;
 }
 
+/*
+ * One stamped arrival of the stream: d is its arrival time minus its send
+ * stamp (us), the one-way delay plus the offset between the two gateways'
+ * clocks, which may be negative. Moves the floor (see
+ * RG_TUNNEL_FLOOR_WINDOW) and returns what d spent above it: the queueing
+ * delay, the same whatever the offset. Called under st->lock.
+ */
+static __always_inline __u32 rg_tunnel_floor(struct rg_tunnel_stream *st, __s32 d, __u64 now)
+{
+	__u16 at = RG_TUNNEL_FLOOR_SET | ((now >> RG_TUNNEL_FLOOR_UNIT_SHIFT) & RG_TUNNEL_FLOOR_AT_MASK);
+
+	if (!st->delay_floor_at || d < st->delay_floor_us ||
+	    ((at - st->delay_floor_at) & RG_TUNNEL_FLOOR_AT_MASK) >= RG_TUNNEL_FLOOR_WINDOW) {
+		st->delay_floor_us = d;
+		st->delay_floor_at = at;
+	}
+	return (__u32)d - (__u32)st->delay_floor_us;
+}
+
 /* What gateway B read from one packet's option (rg_geneve_match). */
 struct rg_tunnel_arrival {
 	__u32 stream;   /* as on the wire: flags, epoch, CPU, lane */
@@ -356,9 +376,7 @@ static __always_inline int rg_tunnel_track(__u32 slot, const struct rg_tunnel_ar
 	 * through the window's loops.
 	 */
 	if (v != RG_SEQ_DUPLICATE && a->has_ext) {
-		__s32 d = (__s32)(arrived_us - a->sent_us);
-		/* Behind the sender's clock (unsynchronised clocks): counted as 0. */
-		__u64 delay = d > 0 ? (__u64)d * 1000 : 0;
+		__u64 delay = (__u64)rg_tunnel_floor(st, (__s32)(arrived_us - a->sent_us), now) * 1000;
 		__u32 bucket = rg_delay_bucket(delay);
 
 		/*

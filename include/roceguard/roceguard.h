@@ -469,8 +469,19 @@ struct rg_tunnel_opt_ext {
 #define RG_TUNNEL_WINDOW_WORDS (RG_TUNNEL_WINDOW / 64)
 #define RG_TUNNEL_SETTLE_NS 1000000000ull
 #define RG_TUNNEL_SEQ_JUMP_MAX (1u << 20)
-/* One-way delay buckets: bucket k holds delays up to 2^k microseconds, the last one the rest. */
+/* Queueing delay buckets: bucket k holds delays up to 2^k microseconds, the last one the rest. */
 #define RG_TUNNEL_DELAY_BUCKETS 24
+/*
+ * The one-way delay's floor is a windowed minimum, as BBR keeps its minimum
+ * round trip: a sample below it, or any once it is RG_TUNNEL_FLOOR_WINDOW
+ * units (2^30 ns, so 10.7 s) old, takes its place. A route change, or a
+ * step of either gateway's clock, moves it within a window; a queue that
+ * stands longer becomes part of it.
+ */
+#define RG_TUNNEL_FLOOR_UNIT_SHIFT 30
+#define RG_TUNNEL_FLOOR_WINDOW 10
+#define RG_TUNNEL_FLOOR_SET 0x8000u
+#define RG_TUNNEL_FLOOR_AT_MASK 0x7fffu
 /*
  * Loss run buckets: bucket k counts gaps of 2^k to 2^(k+1) - 1 consecutive
  * numbers as they open (1, 2-3, 4-7, ...), the last one the rest.
@@ -540,8 +551,21 @@ struct rg_tunnel_stream {
 	struct bpf_spin_lock lock;
 	__u32 max_seq;     /* highest sequence number arrived */
 	__u16 epoch;       /* the sender's epoch of the numbers tracked */
-	__u16 reserved0;
-	__u32 reserved1;
+	/*
+	 * When delay_floor_us was taken: RG_TUNNEL_FLOOR_SET | CLOCK_MONOTONIC
+	 * in units of 2^RG_TUNNEL_FLOOR_UNIT_SHIFT ns, modulo 2^15; 0: no floor yet.
+	 */
+	__u16 delay_floor_at;
+	/*
+	 * The floor of the one-way delay: the smallest arrival time minus send
+	 * stamp (us, signed) over the last RG_TUNNEL_FLOOR_WINDOW units, that
+	 * is the path's propagation delay plus the offset between the two
+	 * gateways' clocks. delay and delay_sum_ns hold what each stamped
+	 * arrival spent above it: the queueing delay, a difference of two
+	 * readings of the sender's clock and two of the receiver's, which
+	 * needs no clock shared.
+	 */
+	__s32 delay_floor_us;
 	/*
 	 * A ring: bit (s % RG_TUNNEL_WINDOW) says whether s arrived (or
 	 * precedes the stream), for s in (max_seq - RG_TUNNEL_WINDOW, max_seq].
@@ -553,8 +577,8 @@ struct rg_tunnel_stream {
 	__u64 reordered;   /* arrivals behind max_seq that filled a hole */
 	__u64 duplicated;
 	__u64 resyncs;
-	__u64 delay_sum_ns;
-	__u64 delay[RG_TUNNEL_DELAY_BUCKETS]; /* per bucket, not cumulative */
+	__u64 delay_sum_ns; /* queueing delays summed */
+	__u64 delay[RG_TUNNEL_DELAY_BUCKETS]; /* queueing delays per bucket, not cumulative */
 	/*
 	 * Gaps by length when they opened (a later arrival may still fill
 	 * one): the loss runs. Runs of 2 or more are correlated loss, which

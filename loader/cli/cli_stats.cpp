@@ -115,7 +115,7 @@ void cmd_stats(const std::string& pin_path, const std::string& config, bool qp, 
     // sequence columns what arrived here from it.
     std::printf("\ntunnels: per peer\n");
     std::printf("%-20s %12s %12s %10s %12s %10s %10s %10s %10s %12s\n", "PEER", "ENCAP", "SENT", "OVERSIZE",
-                "RECEIVED", "LOST", "REORDERED", "DUPS", "FIB_MISS", "DELAY_AVG_US");
+                "RECEIVED", "LOST", "REORDERED", "DUPS", "FIB_MISS", "QUEUE_AVG_US");
     for (const auto& t : tunnels) {
       uint64_t arrivals = 0;
       for (uint64_t n : t.delay) arrivals += n;
@@ -150,6 +150,12 @@ void cmd_stats(const std::string& pin_path, const std::string& config, bool qp, 
                 nic_profile.source.c_str(), p.ack_timeout_text.c_str(), unsigned(p.ack_timeout.exponent),
                 nic::format_us(p.ack_timeout.effective_us).c_str());
     for (size_t i = 0; i < tunnels.size(); ++i) {
+      std::string clocks;
+      if (tunnel_clocks(tunnels[i], &clocks) == TunnelClocks::kNotComparable) {
+        std::printf("  %-20s clocks not comparable: %s; no round trip from the one-way delay, no advice\n",
+                    tunnels[i].name.c_str(), clocks.c_str());
+        continue;
+      }
       const auto rtt = tunnel_rtt_us(tunnels[i]);
       if (!rtt) {
         std::printf("  %-20s no delay measured (tunnel.sequence off, or nothing arrived from the peer)\n",

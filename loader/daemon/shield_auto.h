@@ -43,7 +43,8 @@ struct PeerRxCounts {
 // p = (C - E) / (C + E): the loss each copy met, measured while the shield
 // hides it from the host. That is what lets the sender turn it off again.
 //
-// Congestion: the window's mean one-way delay above the lowest window mean
+// Congestion: the window's mean queueing delay (the one-way delay above its
+// floor, a difference that holds across two clocks) above the lowest window mean
 // of the last kBaselineNs by more than a quarter of it and at least
 // kCongestionMinRiseNs (a queue that fills).
 class LossMeter {

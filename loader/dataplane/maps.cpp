@@ -729,6 +729,7 @@ class MapBtf {
     u16 = check(btf__add_int(types_, "__u16", 2, 0));
     u32 = check(btf__add_int(types_, "__u32", 4, 0));
     u64 = check(btf__add_int(types_, "__u64", 8, 0));
+    s32 = check(btf__add_int(types_, "__s32", 4, BTF_INT_SIGNED));
   }
   ~MapBtf() { btf__free(types_); }
   MapBtf(const MapBtf&) = delete;
@@ -760,7 +761,7 @@ class MapBtf {
     return btf__fd(types_);
   }
 
-  int u8 = 0, u16 = 0, u32 = 0, u64 = 0;
+  int u8 = 0, u16 = 0, u32 = 0, u64 = 0, s32 = 0;
 
  private:
   int check(int id) {
@@ -894,8 +895,8 @@ int create_tunnel_streams_map(uint32_t max_entries, uint32_t map_flags) {
                                  {{"lock", lock, offsetof(rg_tunnel_stream, lock)},
                                   {"max_seq", b.u32, offsetof(rg_tunnel_stream, max_seq)},
                                   {"epoch", b.u16, offsetof(rg_tunnel_stream, epoch)},
-                                  {"reserved0", b.u16, offsetof(rg_tunnel_stream, reserved0)},
-                                  {"reserved1", b.u32, offsetof(rg_tunnel_stream, reserved1)},
+                                  {"delay_floor_at", b.u16, offsetof(rg_tunnel_stream, delay_floor_at)},
+                                  {"delay_floor_us", b.s32, offsetof(rg_tunnel_stream, delay_floor_us)},
                                   {"window", window, offsetof(rg_tunnel_stream, window)},
                                   {"last_ns", b.u64, offsetof(rg_tunnel_stream, last_ns)},
                                   {"received", b.u64, offsetof(rg_tunnel_stream, received)},

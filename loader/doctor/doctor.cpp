@@ -500,6 +500,16 @@ class Doctor {
       }
     bool measured = false;
     for (const auto& t : tunnels) {
+      std::string clocks;
+      if (tunnel_clocks(t, &clocks) == TunnelClocks::kNotComparable) {
+        measured = true;
+        add(check, t.name, Verdict::kWarn,
+            "clocks not comparable: " + clocks + "; the one-way delay is unknown, so no round trip to hold the "
+            "ACK timeout against (the queueing delay is measured all the same)",
+            "synchronise both gateways' clocks (PTP or NTP) with the same TAI offset on both (the time daemon "
+            "sets it, chrony with `leapsectz right/UTC`; `adjtimex --print` shows it as tai)");
+        continue;
+      }
       const auto rtt = tunnel_rtt_us(t);
       if (!rtt) continue;
       measured = true;

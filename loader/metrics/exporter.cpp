@@ -317,6 +317,17 @@ class MetricsCollector : public prometheus::Collectable {
               "second copies, so this gateway may shield the tunnel towards it; 0 when it does not (an older "
               "roceguard would hand both copies to its host)",
               MetricType::Gauge, peer, t.epoch_streams ? 1.0 : 0.0);
+      if (t.floor_streams) {
+        out.add("roceguard_tunnel_delay_floor_seconds",
+                "Floor of the one-way delay from the peer (the lowest of its streams'): the path's propagation "
+                "delay when the two gateways' clocks agree, offset by their difference otherwise" + std::string(from),
+                MetricType::Gauge, peer, static_cast<double>(t.floor_min_us) * 1e-6);
+        out.add("roceguard_tunnel_clocks_comparable",
+                "1 when the peer's send stamps and this gateway's clock can be compared (no stamp arrived before "
+                "it was sent, a floor under 1 s): the floor is then the one-way delay, and the ACK timeout is "
+                "fitted to it; 0 when not",
+                MetricType::Gauge, peer, tunnel_clocks(t) == TunnelClocks::kComparable ? 1.0 : 0.0);
+      }
       for (size_t k = 0; k < RG_TUNNEL_RUN_BUCKETS; ++k) {
         Labels run{{"peer", t.name}, {"length", tunnel_loss_run_label(k)}};
         out.add("roceguard_tunnel_loss_runs_total",
@@ -333,12 +344,12 @@ class MetricsCollector : public prometheus::Collectable {
                                                               : std::numeric_limits<double>::infinity(),
                              cumulative);
       }
-      out.add_histogram("roceguard_tunnel_delay_seconds",
-                        "One-way delay from the peer, from the send timestamp one packet in " +
-                            std::to_string(RG_TUNNEL_EXT_EVERY) + " of each stream carries (CLOCK_TAI; CLOCK_MONOTONIC on "
-                        "kernels before 6.2, comparable within one host only): exact when both "
-                        "gateways share a clock, offset by the difference of their clocks otherwise (a delay "
-                        "that comes out negative counts as 0)",
+      out.add_histogram("roceguard_tunnel_queueing_delay_seconds",
+                        "Queueing delay from the peer: the one-way delay above its floor (the lowest of the "
+                        "last 10 s of its stream), from the send timestamp one packet in " +
+                            std::to_string(RG_TUNNEL_EXT_EVERY) +
+                            " of each stream carries; a difference of two readings of each gateway's clock, "
+                            "so right whether the two clocks agree or not",
                         peer, buckets, cumulative, static_cast<double>(t.delay_sum_ns) * 1e-9);
     }
   }

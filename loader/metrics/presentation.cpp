@@ -13,6 +13,8 @@
 #include <cstring>
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "common/text.h"
 #include "dataplane/map_writer.h"
 #include "dataplane/maps.h"
@@ -252,8 +254,14 @@ std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
     t.reordered += s.reordered;
     t.duplicated += s.duplicated;
     t.resyncs += s.resyncs;
-    for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) t.delay[k] += s.delay[k];
-    t.delay_sum_ns += s.delay_sum_ns;
+    TunnelPeer one;
+    for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) one.delay[k] = s.delay[k];
+    one.delay_sum_ns = s.delay_sum_ns;
+    if (s.delay_floor_at) {
+      one.floor_streams = 1;
+      one.floor_min_us = one.floor_max_us = s.delay_floor_us;
+    }
+    add_tunnel_delays(t, one);
     for (size_t k = 0; k < RG_TUNNEL_RUN_BUCKETS; ++k) t.loss_runs[k] += s.loss_runs[k];
     if (s.epoch)
       ++t.epoch_streams;
@@ -296,10 +304,45 @@ std::optional<double> tunnel_delay_quantile_us(const TunnelPeer& t, double q) {
   return tunnel_delay_bucket_le(RG_TUNNEL_DELAY_BUCKETS - 2) * 1e6;  // not reached: q <= 1
 }
 
+void add_tunnel_delays(TunnelPeer& sum, const TunnelPeer& t) {
+  for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) sum.delay[k] += t.delay[k];
+  sum.delay_sum_ns += t.delay_sum_ns;
+  if (!t.floor_streams) return;
+  sum.floor_min_us = sum.floor_streams ? std::min(sum.floor_min_us, t.floor_min_us) : t.floor_min_us;
+  sum.floor_max_us = sum.floor_streams ? std::max(sum.floor_max_us, t.floor_max_us) : t.floor_max_us;
+  sum.floor_streams += t.floor_streams;
+}
+
+// Streams without a floor were written by a build before floors, whose
+// histogram holds the one-way delay itself: a floor of 0 reads them so.
+std::optional<double> tunnel_one_way_mean_us(const TunnelPeer& t) {
+  const uint64_t count = tunnel_delay_count(t);
+  if (!count || tunnel_clocks(t) == TunnelClocks::kNotComparable) return std::nullopt;
+  return static_cast<double>(t.floor_min_us) + static_cast<double>(t.delay_sum_ns) / 1e3 / static_cast<double>(count);
+}
+
+TunnelClocks tunnel_clocks(const TunnelPeer& t, std::string* why) {
+  if (!t.floor_streams) return TunnelClocks::kUnknown;
+  auto seconds = [](int64_t us) { return fmt::format("{:.6f} s", static_cast<double>(us) * 1e-6); };
+  if (t.floor_min_us < 0) {
+    if (why)
+      *why = "stamps from the peer arrive " + seconds(-t.floor_min_us) +
+             " before they were sent: its clock is ahead of this gateway's";
+    return TunnelClocks::kNotComparable;
+  }
+  if (t.floor_max_us > kTunnelFloorPlausibleUs) {
+    if (why)
+      *why = "the one-way delay's floor is " + seconds(t.floor_max_us) +
+             ", longer than any path: the peer's clock is behind this gateway's";
+    return TunnelClocks::kNotComparable;
+  }
+  return TunnelClocks::kComparable;
+}
+
 std::optional<double> tunnel_rtt_us(const TunnelPeer& t) {
-  const auto one_way = tunnel_delay_quantile_us(t, kTunnelRttQuantile);
-  if (!one_way) return std::nullopt;
-  return 2 * *one_way;
+  const auto queueing = tunnel_delay_quantile_us(t, kTunnelRttQuantile);
+  if (!queueing || tunnel_clocks(t) == TunnelClocks::kNotComparable) return std::nullopt;
+  return 2 * (static_cast<double>(t.floor_max_us) + *queueing);
 }
 
 nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
@@ -315,8 +358,20 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
                                                                 : nlohmann::json("+Inf")},
                        {"count", cumulative}});
   }
-  // The round trip and the ACK timeout fitting it; null without delays.
-  nlohmann::json p99 = nullptr, rtt = nullptr, fit = nullptr;
+  // The round trip and the ACK timeout fitting it; null without delays or
+  // comparable clocks.
+  nlohmann::json p99 = nullptr, rtt = nullptr, fit = nullptr, floor = nullptr, clocks_why = nullptr;
+  std::string why;
+  const TunnelClocks clocks = tunnel_clocks(t, &why);
+  nlohmann::json clocks_json = nullptr;
+  if (clocks == TunnelClocks::kComparable) clocks_json = "comparable";
+  if (clocks == TunnelClocks::kNotComparable) {
+    clocks_json = "not comparable";
+    clocks_why = why;
+  }
+  if (t.floor_streams)
+    floor = {{"min_seconds", static_cast<double>(t.floor_min_us) * 1e-6},
+             {"max_seconds", static_cast<double>(t.floor_max_us) * 1e-6}};
   if (const auto q = tunnel_delay_quantile_us(t, kTunnelRttQuantile)) p99 = *q * 1e-6;
   if (const auto r = tunnel_rtt_us(t)) {
     rtt = *r * 1e-6;
@@ -347,7 +402,8 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
           {"peer_eliminates", t.epoch_streams > 0},
           {"duplicates_delivered", t.duplicates_delivered},
           {"delay", {{"count", cumulative}, {"sum_seconds", static_cast<double>(t.delay_sum_ns) * 1e-9},
-                     {"buckets", buckets}, {"p99_seconds", p99}}},
+                     {"buckets", buckets}, {"p99_seconds", p99}, {"floor", floor},
+                     {"clocks", clocks_json}, {"clocks_why", clocks_why}}},
           {"rtt_estimate_seconds", rtt},
           {"ack_timeout_fit", fit}};
 }

@@ -75,8 +75,16 @@ struct TunnelPeer {
   uint64_t reordered = 0;
   uint64_t duplicated = 0;
   uint64_t resyncs = 0;
-  std::array<uint64_t, RG_TUNNEL_DELAY_BUCKETS> delay{};  // per bucket, not cumulative
+  // The queueing delay (the one-way delay above its stream's floor), per
+  // bucket, not cumulative, and summed.
+  std::array<uint64_t, RG_TUNNEL_DELAY_BUCKETS> delay{};
   uint64_t delay_sum_ns = 0;
+  // The floors of the streams that have one (floor_streams): the one-way
+  // delay plus the offset between the two gateways' clocks, lowest and
+  // highest, in microseconds.
+  uint64_t floor_streams = 0;
+  int64_t floor_min_us = 0;
+  int64_t floor_max_us = 0;
   std::array<uint64_t, RG_TUNNEL_RUN_BUCKETS> loss_runs{};  // gaps by length as they opened
   // Streams the peer numbers in an epoch: a roceguard that knows the loss
   // shield, and so drops the second copy of what this gateway sends it.
@@ -115,20 +123,41 @@ uint64_t tunnel_stream_lost(const rg_tunnel_stream& s, uint64_t now_ns);
 // Upper bound of delay bucket k in seconds; the last bucket has none (+Inf).
 double tunnel_delay_bucket_le(size_t k);
 
-// Delays that arrived from the peer (the histogram's count).
+// Stamped arrivals from the peer (the queueing delay histogram's count).
 uint64_t tunnel_delay_count(const TunnelPeer& t);
-// The q-quantile (0 < q <= 1) of the one-way delay from the peer, in
+
+// Whether the peer's send stamps and this gateway's clock can be compared,
+// so that the floor is the path's one-way delay: not when a stamp arrived
+// before it was sent (a negative floor), nor when the floor is longer than
+// any path (kTunnelFloorPlausibleUs): the two clocks differ (a TAI offset
+// set on one gateway only, CLOCK_MONOTONIC on kernels before 6.1). The
+// queueing delay is a difference and holds either way; the one-way delay,
+// the round trip and the ACK timeout advice from it do not.
+enum class TunnelClocks { kUnknown, kComparable, kNotComparable };
+inline constexpr int64_t kTunnelFloorPlausibleUs = 1'000'000;
+// why: for kNotComparable, what shows it, with the floor.
+TunnelClocks tunnel_clocks(const TunnelPeer& t, std::string* why = nullptr);
+
+// The q-quantile (0 < q <= 1) of the queueing delay from the peer, in
 // microseconds, read from the histogram as Prometheus's histogram_quantile
 // reads one: linearly within the bucket the rank falls in (bucket k spans
 // 2^(k-1) to 2^k us, bucket 0 from 0); in the last bucket, its lower bound.
 // nullopt when no delay arrived.
 std::optional<double> tunnel_delay_quantile_us(const TunnelPeer& t, double q);
+// The mean one-way delay from the peer, in microseconds: the lowest floor
+// plus the mean queueing delay. nullopt when no delay arrived or the clocks
+// are not comparable.
+std::optional<double> tunnel_one_way_mean_us(const TunnelPeer& t);
+// t's delays (histogram, sum and floors) added to sum's: several peers as one.
+void add_tunnel_delays(TunnelPeer& sum, const TunnelPeer& t);
 // The round trip of the path through the tunnel, for fitting the NIC's ACK
 // timeout to it (nic::ack_timeout_for_rtt): twice the 99th percentile of the
-// one-way delay from the peer. A gateway measures only the way in, so the
-// way back is taken to be as long; a high percentile rather than the mean,
-// since a timeout must cover the slow ACKs, not the typical one. nullopt
-// when no delay arrived.
+// one-way delay from the peer, the highest floor plus the 99th percentile of
+// the queueing delay. A gateway measures only the way in, so the way back is
+// taken to be as long; a high percentile rather than the mean, since a
+// timeout must cover the slow ACKs, not the typical one. nullopt when no
+// delay arrived or the clocks are not comparable (tunnel_clocks). Without a
+// floor (streams of a build before floors) the histogram is the one-way delay.
 inline constexpr double kTunnelRttQuantile = 0.99;
 std::optional<double> tunnel_rtt_us(const TunnelPeer& t);
 

@@ -131,6 +131,19 @@ bool same(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// What an unknown user's password is checked against: a hash of the
+// highest cost among the configured users (the cost is the work, so a
+// fixed one would tell a user of another cost from a name that is none).
+// Its salt and digest match no password's; bcrypt spends the cost anyway.
+std::string unknown_user_hash(const WebConfig& config) {
+  constexpr size_t kSettingLen = 7;  // "$2b$10$": variant, cost, separator
+  std::string setting;
+  for (const auto& [name, hash] : config.users)
+    if (setting.empty() || hash.compare(4, 2, setting, 4, 2) > 0) setting = hash.substr(0, kSettingLen);
+  if (setting.empty()) setting = "$2b$10$";
+  return setting + std::string(53, 'A');
+}
+
 }  // namespace
 
 std::string WebTls::priorities() const {
@@ -188,11 +201,8 @@ WebConfig load_web_config(const std::string& path) {
 }
 
 bool basic_auth_matches(const WebConfig& config, const std::string& user, const std::string& password) {
-  // An unknown user is checked against a hash of the same cost, so that the
-  // answer takes as long as for a known one.
-  static const std::string kDummy = "$2b$10$" + std::string(53, 'A');
   const auto it = config.users.find(user);
-  const std::string& hash = it == config.users.end() ? kDummy : it->second;
+  const std::string hash = it == config.users.end() ? unknown_user_hash(config) : it->second;
   const std::string got = bcrypt(password, hash);
   return same(got, hash) && it != config.users.end() && !got.empty();
 }

@@ -45,8 +45,9 @@ struct WebConfig {
 // Throws rg::Error (kExitUsage) "metrics.web_config: <path>: <key>: why".
 WebConfig load_web_config(const std::string& path);
 
-// True when user and password match one of users' bcrypt hashes. The
-// comparison takes as long for an unknown user as for a wrong password.
+// True when user and password match one of users' bcrypt hashes. An
+// unknown user costs a bcrypt of the highest cost among users, so the
+// answer takes as long as a wrong password's (of a user of that cost).
 bool basic_auth_matches(const WebConfig& config, const std::string& user, const std::string& password);
 
 }  // namespace rg

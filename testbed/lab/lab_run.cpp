@@ -295,8 +295,7 @@ TunnelPeer one_peer(const std::string& pin) {
     sum.unsettled += p.unsettled;
     sum.reordered += p.reordered;
     sum.duplicated += p.duplicated;
-    for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) sum.delay[k] += p.delay[k];
-    sum.delay_sum_ns += p.delay_sum_ns;
+    add_tunnel_delays(sum, p);
   }
   return sum;
 }
@@ -331,8 +330,11 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     d.reordered = to.reordered;
     d.duplicated = to.duplicated;
     d.wan_dropped = dropped;
-    for (uint64_t n : to.delay) d.delay_arrivals += n;
-    if (d.delay_arrivals) d.delay_avg_s = static_cast<double>(to.delay_sum_ns) * 1e-9 / static_cast<double>(d.delay_arrivals);
+    // The lab's gateways share one clock: the floor is the one-way delay.
+    if (const auto mean = tunnel_one_way_mean_us(to)) {
+      d.delay_arrivals = tunnel_delay_count(to);
+      d.delay_avg_s = *mean * 1e-6;
+    }
     d.tunnel_bytes = wan_bytes;
     // The copies as the sending gateway counts them, their elimination as the receiving one does.
     const TunnelShield sent = tunnel_shield(from);

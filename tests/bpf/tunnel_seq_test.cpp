@@ -354,22 +354,36 @@ TEST(TunnelSeqStreams, StreamsOfOnePeerAreApart) {
   EXPECT_EQ(p->duplicated, 0u);
 }
 
-// The delay histogram: a timestamp d in the past lands in the first bucket
-// whose bound (2^k us) is at least d; one from the future counts as 0.
-TEST(TunnelSeqStreams, DelayLandsInItsBucket) {
-  Dataplane dp(seq_config());
-  dp.tunnels();
-  const Bytes inner = towards_peer(false).build();
-  uint32_t seq = 0;
-  dp.xdp(geneve_with(seq_option(1, seq++, tai_now_ns() - 3000000000ull), inner));  // 3 s ago
-  dp.xdp(geneve_with(seq_option(1, seq++, tai_now_ns() + 60000000000ull), inner));  // clock ahead
-  const TunnelPeer* p = peer_at(peers_of(dp), kPeerSlot4);
-  ASSERT_NE(p, nullptr);
-  // 3 s is over 2^21 us (2.1 s) and at most 2^22 us (4.2 s): bucket 22.
-  EXPECT_EQ(p->delay[22], 1u);
-  EXPECT_EQ(p->delay[0], 1u);
-  EXPECT_GE(p->delay_sum_ns, 3000000000ull);
-  EXPECT_LT(p->delay_sum_ns, 4194304000ull);
+// The delay histogram holds the queueing delay: what a stamped arrival
+// spent above its stream's floor (the lowest arrival minus send stamp, the
+// path's delay plus the offset between the two gateways' clocks), in the
+// first bucket whose bound (2^k us) is at least that. A difference, so the
+// same whether the sender's clock is the receiver's, 37 s ahead (its stamps
+// arrive from the future) or 37 s behind; the floor shows the offset.
+TEST(TunnelSeqStreams, QueueingDelayAboveTheFloorWhateverTheClocks) {
+  for (int64_t ahead_s : {0, 37, -37}) {
+    SCOPED_TRACE("the sender's clock " + std::to_string(ahead_s) + " s ahead");
+    Dataplane dp(seq_config());
+    dp.tunnels();
+    const Bytes inner = towards_peer(false).build();
+    const int64_t ahead_ns = ahead_s * 1000000000ll;
+    auto stamp = [&](int64_t ago_ns) { return static_cast<uint64_t>(static_cast<int64_t>(tai_now_ns()) + ahead_ns - ago_ns); };
+    uint32_t seq = 0;
+    dp.xdp(geneve_with(seq_option(1, seq++, stamp(100000000)), inner));   // 100 ms on the way: the floor
+    dp.xdp(geneve_with(seq_option(1, seq++, stamp(3000000000)), inner));  // 3 s: 2.9 s above the floor
+    dp.xdp(geneve_with(seq_option(1, seq++, stamp(0)), inner));           // below the floor: the new one
+    const TunnelPeer* p = peer_at(peers_of(dp), kPeerSlot4);
+    ASSERT_NE(p, nullptr);
+    // 2.9 s is over 2^21 us (2.1 s) and at most 2^22 us (4.2 s): bucket 22.
+    EXPECT_EQ(p->delay[22], 1u);
+    EXPECT_EQ(p->delay[0], 2u) << "each floor spent nothing above itself";
+    EXPECT_GT(p->delay_sum_ns, 2097152000ull);
+    EXPECT_LE(p->delay_sum_ns, 4194304000ull);
+    ASSERT_EQ(p->floor_streams, 1u);
+    EXPECT_GE(p->floor_min_us, -ahead_s * 1000000) << "the last stamp's arrival: a floor of the offset";
+    EXPECT_LT(p->floor_min_us, -ahead_s * 1000000 + 1000000);
+    EXPECT_EQ(tunnel_clocks(*p), ahead_s ? TunnelClocks::kNotComparable : TunnelClocks::kComparable);
+  }
   EXPECT_DOUBLE_EQ(tunnel_delay_bucket_le(22), 4.194304);
 }
 
@@ -724,9 +738,11 @@ TEST_F(TunnelShield, ControlCopiesTheHeadOfEachResendBurst) {
   }
 }
 
-// tunnel.shield_path = "port": the copy leaves with the outer source port
-// XOR RG_SHIELD_PORT_FLIP (another ECMP path), byte for byte the original
-// otherwise; the original keeps its own port.
+// tunnel.shield_path = "port": the copy leaves with the outer entropy of
+// the flow hash XOR RG_SHIELD_PORT_FLIP (another ECMP path): its source
+// port, and on an IPv6 outer its flow label, which Linux's multipath hash
+// for IPv6 takes instead of the ports. Byte for byte the original
+// otherwise; the original keeps its own.
 TEST_F(TunnelShield, PortPathSendsTheCopyWithAnotherSourcePort) {
   for (bool v6 : {false, true}) {
     SCOPED_TRACE(v6 ? "IPv6 peer" : "IPv4 peer");
@@ -745,16 +761,84 @@ TEST_F(TunnelShield, PortPathSendsTheCopyWithAnotherSourcePort) {
     ASSERT_TRUE(copy.geneve);
     EXPECT_EQ(copy.sport, orig.sport ^ RG_SHIELD_PORT_FLIP);
     EXPECT_GE(copy.sport, RG_ENTROPY_PORT_MIN) << "still in the entropy range";
+    if (v6) {
+      EXPECT_EQ(copy.flow_label, orig.flow_label ^ RG_SHIELD_PORT_FLIP) << "the label varies with the port";
+      EXPECT_EQ(copy.tos, orig.tos) << "the traffic class around it is the original's";
+    }
     // Everything else is the original's, the sequence number included.
     ASSERT_EQ(got[0].size(), r.out.size());
     const size_t sport_at = 14 + (v6 ? 40 : 20);
     Bytes same = got[0];
     same[sport_at] = r.out[sport_at];
     same[sport_at + 1] = r.out[sport_at + 1];
+    if (v6) {
+      same[14 + 2] = r.out[14 + 2];
+      same[14 + 3] = r.out[14 + 3];
+    }
     EXPECT_EQ(hex(same), hex(r.out));
+    // The original's entropy is its flow's, as if unshielded.
+    Dataplane plain(seq_config());
+    plain.tunnels();
+    const View unshielded = parse(plain.tc(towards_peer(v6).build()).out);
+    EXPECT_EQ(orig.sport, unshielded.sport);
+    EXPECT_EQ(orig.flow_label, unshielded.flow_label);
     const TunnelPeer* p = peer_at(peers_of(dp), slot);
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_COPIES].packets, 1u);
+  }
+}
+
+// The device's queue behind the hook drops everything while it lives (a
+// pfifo of no room): a full queue, where bpf_clone_redirect fails.
+class FullQueue {
+ public:
+  FullQueue() { run_command(std::string("tc qdisc replace dev ") + kDev + " root pfifo limit 0"); }
+  ~FullQueue() {
+    try {
+      run_command(std::string("tc qdisc del dev ") + kDev + " root");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+  FullQueue(const FullQueue&) = delete;
+  FullQueue& operator=(const FullQueue&) = delete;
+};
+
+// A copy the kernel refuses leaves the original to go alone, and then it
+// must not say COPIED: the far gateway would take each such number,
+// arrived once, for a copy lost on the way (100 % loss to "auto", which
+// then keeps copying into the full queue). Its entropy is its own, on
+// either path.
+TEST_F(TunnelShield, AFailedCopyLeavesTheOriginalSayingSo) {
+  for (bool v6 : {false, true}) {
+    for (uint8_t path : {uint8_t{0}, uint8_t{RG_PEER_F_SHIELD_OTHER_PORT}}) {
+      SCOPED_TRACE(std::string(v6 ? "IPv6 peer" : "IPv4 peer") + (path ? ", port path" : ", same path"));
+      Dataplane dp(seq_config());
+      dp.tunnels();
+      const uint32_t slot = v6 ? kPeerSlot6 : kPeerSlot4;
+      dp.shield(slot, RG_PEER_F_SHIELD_ALL | path);
+      Verdict r;
+      {
+        FullQueue full;
+        r = dp.tc(towards_peer(v6).build());
+      }
+      ASSERT_EQ(r.ret, kTcPass);
+      const View v = parse(r.out);
+      ASSERT_TRUE(v.geneve);
+      const size_t opt = 14 + (v6 ? 40 : 20) + 8 + 8;
+      const uint32_t stream = be32_at(r.out, opt + 4);
+      EXPECT_EQ(stream & RG_TUNNEL_F_MASK, RG_TUNNEL_F_ELIMINATES) << "not COPIED: it went once";
+      EXPECT_EQ((stream >> RG_TUNNEL_EPOCH_SHIFT) & RG_TUNNEL_EPOCH_MASK, kTestEpoch) << "the rest as written";
+      Dataplane plain(seq_config());
+      plain.tunnels();
+      const View unshielded = parse(plain.tc(towards_peer(v6).build()).out);
+      EXPECT_EQ(v.sport, unshielded.sport);
+      EXPECT_EQ(v.flow_label, unshielded.flow_label);
+      const TunnelPeer* p = peer_at(peers_of(dp), slot);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_COPY_ERROR].packets, 1u);
+      EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_COPIES].packets, 0u);
+    }
   }
 }
 

@@ -269,7 +269,7 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
   const std::string prom_b = read(report + "/prometheus-gw-b.txt");
   EXPECT_NE(prom_b.find("roceguard_tunnel_lost_packets_total{peer=\"far-gateway\"}"), std::string::npos)
       << prom_b;
-  EXPECT_NE(prom_b.find("roceguard_tunnel_delay_seconds_bucket{peer=\"far-gateway\",le=\"+Inf\"}"),
+  EXPECT_NE(prom_b.find("roceguard_tunnel_queueing_delay_seconds_bucket{peer=\"far-gateway\",le=\"+Inf\"}"),
             std::string::npos);
   expect_nothing_left(report);
 }

@@ -412,11 +412,11 @@ TEST_F(ExporterBpf, TunnelSeriesPerPeerByConfiguredName) {
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_loss_runs_total", {{"peer", "gw-b"}, {"length", "2-3"}}), 0);
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_loss_runs_total", {{"peer", "gw-b"}, {"length", "128+"}}), 2);
   EXPECT_EQ(find(s.samples, "roceguard_tunnel_loss_runs_total").size(), static_cast<size_t>(RG_TUNNEL_RUN_BUCKETS));
-  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_count", peer), 20);
-  EXPECT_NEAR(*value_of(s.samples, "roceguard_tunnel_delay_seconds_sum", peer), 100e-6, 1e-12);
-  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_delay_seconds_bucket", {{"peer", "gw-b"}, {"le", "+Inf"}}), 20);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_queueing_delay_seconds_count", peer), 20);
+  EXPECT_NEAR(*value_of(s.samples, "roceguard_tunnel_queueing_delay_seconds_sum", peer), 100e-6, 1e-12);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_queueing_delay_seconds_bucket", {{"peer", "gw-b"}, {"le", "+Inf"}}), 20);
   size_t buckets = 0;
-  for (const auto& sample : find(s.samples, "roceguard_tunnel_delay_seconds_bucket")) {
+  for (const auto& sample : find(s.samples, "roceguard_tunnel_queueing_delay_seconds_bucket")) {
     ++buckets;
     const double le = sample.labels.at("le") == "+Inf" ? 1e9 : std::stod(sample.labels.at("le"));
     EXPECT_EQ(sample.value, le >= 8e-6 * (1 - 1e-9) ? 20 : 0) << "le " << sample.labels.at("le");
@@ -551,6 +551,43 @@ TEST(TunnelRtt, TwiceTheP99OfTheOneWayDelay) {
   EXPECT_DOUBLE_EQ(*tunnel_delay_quantile_us(t, 0.99), 4194304);
 }
 
+// Two clocks apart: the floor (the lowest arrival minus send stamp) carries
+// their offset. A negative floor (stamps from the future) or one longer
+// than any path says they are not comparable: no one-way delay, no round
+// trip, so no ACK timeout advice; the queueing delay holds all the same.
+TEST(TunnelRtt, ClocksApartGiveNoRoundTrip) {
+  TunnelPeer t;
+  t.delay[13] = 100;  // queueing 4.096 ms to 8.192 ms
+  EXPECT_EQ(tunnel_clocks(t), TunnelClocks::kUnknown);
+  t.floor_streams = 2;
+  t.floor_min_us = 2000;  // two paths, 2 and 3 ms
+  t.floor_max_us = 3000;
+  EXPECT_EQ(tunnel_clocks(t), TunnelClocks::kComparable);
+  EXPECT_NEAR(*tunnel_rtt_us(t), 2 * (3000 + 4096 + 0.99 * 4096), 1e-6) << "the highest floor, the p99 above it";
+  t.delay_sum_ns = 100 * 6000000ull;
+  EXPECT_NEAR(*tunnel_one_way_mean_us(t), 2000 + 6000, 1e-6);
+  struct Apart {
+    int64_t floor_us;
+    const char* why;
+  };
+  for (const Apart& a : {Apart{-37'000'000 + 2000, "stamps from the peer arrive 36.998000 s before they were sent"},
+                         Apart{37'000'000 + 2000, "the one-way delay's floor is 37.002000 s, longer than any path"}}) {
+    SCOPED_TRACE(a.floor_us);
+    t.floor_min_us = t.floor_max_us = a.floor_us;
+    std::string why;
+    EXPECT_EQ(tunnel_clocks(t, &why), TunnelClocks::kNotComparable);
+    EXPECT_EQ(why.rfind(a.why, 0), 0u) << why;
+    EXPECT_FALSE(tunnel_rtt_us(t));
+    EXPECT_FALSE(tunnel_one_way_mean_us(t));
+    EXPECT_NEAR(*tunnel_delay_quantile_us(t, 0.99), 4096 + 0.99 * 4096, 1e-6) << "the queueing delay holds";
+    const nlohmann::json j = tunnel_peer_json(t);
+    EXPECT_TRUE(j["rtt_estimate_seconds"].is_null()) << j.dump(2);
+    EXPECT_TRUE(j["ack_timeout_fit"].is_null()) << j.dump(2);
+    EXPECT_EQ(j["delay"]["clocks"], "not comparable");
+    EXPECT_EQ(j["delay"]["clocks_why"], why);
+  }
+}
+
 // stats and doctor hold each tunnel's round trip against the NIC profile:
 // the running configuration's (the attach record), or that of -c FILE.
 TEST_F(ExporterBpf, StatsAndDoctorFitTheAckTimeoutToTheTunnelRoundTrip) {
@@ -646,6 +683,58 @@ TEST_F(ExporterBpf, StatsAndDoctorFitTheAckTimeoutToTheTunnelRoundTrip) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].verdict, Verdict::kInfo);
   EXPECT_EQ(f[0].what.rfind("skipped: no tunnel has delay samples", 0), 0u) << f[0].what;
+}
+
+// A peer whose clock is 37 s ahead (TAI offset set on it only): its stamps
+// arrive before they were sent. stats and doctor say the clocks are not
+// comparable and give no ACK timeout advice from the delay.
+TEST_F(ExporterBpf, StatsAndDoctorSayWhenTheClocksAreNotComparable) {
+  const std::string pin = dp_->pin_path();
+  const RecordedConfig recorded(pin, R"({"tunnel": {"peer": [{"name": "gw-b"}]},
+                                        "nic": {"ack_timeout": "500us", "gid_index": null}})");
+  const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
+  ASSERT_GE(streams, 0);
+  rg_tunnel_stream_key k{0, 0};
+  rg_tunnel_stream v{};
+  v.received = 100;
+  v.max_seq = 99;
+  std::fill(std::begin(v.window), std::end(v.window), ~0ull);
+  v.last_ns = monotonic_now_ns();
+  v.delay[3] = 100;  // up to 8 us above the floor
+  v.delay_sum_ns = 100 * 5000ull;
+  v.delay_floor_us = -37'000'000 + 2000;
+  v.delay_floor_at = RG_TUNNEL_FLOOR_SET | 1;
+  ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
+  close(streams);
+
+  const std::string stats = std::string(ROCEGUARD_BIN) + " stats --pin-path " + pin;
+  CommandResult r = run_command({"sh", "-c", stats + " --json 2>/dev/null"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json t = nlohmann::json::parse(r.output)["tunnels"][0];
+  EXPECT_EQ(t["delay"]["clocks"], "not comparable") << t.dump(2);
+  EXPECT_NEAR(t["delay"]["floor"]["min_seconds"].get<double>(), -36.998, 1e-9);
+  EXPECT_TRUE(t["rtt_estimate_seconds"].is_null()) << t.dump(2);
+  EXPECT_TRUE(t["ack_timeout_fit"].is_null()) << t.dump(2);
+  EXPECT_FALSE(t["ack_timeout_warning"].is_string()) << t.dump(2);
+  r = run_command({"sh", "-c", stats + " 2>&1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gw-b                 clocks not comparable: stamps from the peer arrive 36.998000 s before "
+                          "they were sent"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("ACK timeout fitting this path"), std::string::npos) << r.output;
+
+  DoctorInput in;
+  in.pin_path = pin;
+  std::vector<Finding> found;
+  for (const auto& f : run_doctor(in))
+    if (f.check == "nic.ack_timeout") found.push_back(f);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].subject, "gw-b");
+  EXPECT_EQ(found[0].verdict, Verdict::kWarn);
+  EXPECT_EQ(found[0].what.rfind("clocks not comparable: stamps from the peer arrive 36.998000 s before", 0), 0u)
+      << found[0].what;
+  EXPECT_EQ(found[0].what.find("too short"), std::string::npos) << found[0].what;
 }
 
 // doctor's tunnel.shield: a shielded peer eliminates when its own numbers
