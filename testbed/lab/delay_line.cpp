@@ -8,13 +8,16 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "common/error.h"
@@ -34,8 +37,17 @@ using namespace std::chrono_literals;
 constexpr size_t kVnet = 10;
 constexpr size_t kFrameMax = kVnet + 9216;
 constexpr unsigned kBatch = 64;
+// Room for the receive timestamp's control message (struct timespec).
+constexpr size_t kControl = 64;
 // The longest a thread sleeps without looking at its stop flag.
 constexpr auto kMaxSleep = 20ms;
+std::chrono::nanoseconds paced_gap(std::chrono::nanoseconds gap) { return std::min<std::chrono::nanoseconds>(gap, kPacedGap); }
+// The longest pacing wait spun rather than slept: a longer one outlasts a
+// timer's wake-up several times over.
+constexpr auto kMaxSpin = 100us;
+// A receive timestamp further back than this is the realtime clock stepped,
+// not a frame that waited: the socket's buffer holds about a second.
+constexpr auto kMaxStampAge = 1s;
 
 // A raw socket bound to ifname, seeing every protocol; the caller is in the
 // right namespace.
@@ -54,6 +66,10 @@ int packet_socket(const std::string& ifname, bool receive) {
   bool ok = bind(fd, reinterpret_cast<sockaddr*>(&sll), sizeof(sll)) == 0;
   ok = ok && setsockopt(fd, SOL_SOCKET, receive ? SO_RCVBUFFORCE : SO_SNDBUFFORCE, &buf, sizeof(buf)) == 0;
   if (ok && receive) ok = setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) == 0;
+  // Each frame's own arrival time: a batch read together arrived over the
+  // whole time the thread was away, and one stamp for all of it would send
+  // it on as a burst.
+  if (ok && receive) ok = setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) == 0;
   // Each frame travels with its skb's offload state (a virtio-net header):
   // a local sender's UDP checksum is still unfinished (CHECKSUM_PARTIAL)
   // when it reaches the WAN, and only that state says where to finish it.
@@ -67,7 +83,70 @@ int packet_socket(const std::string& ifname, bool receive) {
   return fd;
 }
 
+// The frame's receive timestamp (CLOCK_REALTIME), if the kernel gave one.
+std::optional<std::chrono::nanoseconds> receive_stamp(msghdr& h) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS && c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
+      timespec t;
+      std::memcpy(&t, CMSG_DATA(c), sizeof(t));
+      return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+    }
+  return std::nullopt;
+}
+
+std::chrono::nanoseconds realtime_now() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+}
+
 }  // namespace
+
+namespace {
+
+size_t gap_bucket(std::chrono::nanoseconds gap) {
+  const uint64_t g = static_cast<uint64_t>(std::max<int64_t>(gap.count(), 0));
+  if (g < 16) return g;
+  const unsigned octave = std::bit_width(g) - 1;  // >= 4
+  return std::min<size_t>(16 + (octave - 4) * 8 + ((g >> (octave - 3)) & 7), GapHistogram::kBuckets - 1);
+}
+
+std::chrono::nanoseconds gap_bucket_floor(size_t i) {
+  if (i < 16) return std::chrono::nanoseconds(i);
+  const size_t octave = 4 + (i - 16) / 8, sub = (i - 16) % 8;
+  return std::chrono::nanoseconds(static_cast<int64_t>((8 + sub) << (octave - 3)));
+}
+
+}  // namespace
+
+void GapHistogram::add(std::chrono::nanoseconds gap) { count[gap_bucket(gap)]++; }
+
+std::chrono::nanoseconds GapHistogram::floor(std::chrono::nanoseconds gap) { return gap_bucket_floor(gap_bucket(gap)); }
+
+uint64_t GapHistogram::total() const {
+  uint64_t n = 0;
+  for (uint64_t c : count) n += c;
+  return n;
+}
+
+std::chrono::nanoseconds GapHistogram::quantile(double q) const {
+  const uint64_t n = total();
+  if (n == 0) return std::chrono::nanoseconds(0);
+  // The smallest bucket with more than q of the gaps at or below it.
+  const auto rank = static_cast<uint64_t>(std::clamp(q, 0.0, 1.0) * static_cast<double>(n - 1));
+  uint64_t seen = 0;
+  size_t i = 0;
+  for (; i < kBuckets - 1; ++i) {
+    seen += count[i];
+    if (seen > rank) break;
+  }
+  return gap_bucket_floor(i);
+}
+
+GapHistogram& GapHistogram::operator-=(const GapHistogram& base) {
+  for (size_t i = 0; i < kBuckets; ++i) count[i] -= std::min(count[i], base.count[i]);
+  return *this;
+}
 
 Mac parse_mac(const std::string& text) {
   ether_addr a{};
@@ -82,6 +161,7 @@ struct DelayLine::Direction {
   int rx = -1, tx = -1;
   struct Frame {
     Clock::time_point due;
+    std::chrono::nanoseconds gap{0};  // after the frame that arrived before it
     std::vector<uint8_t> data;
     bool passed = false;  // already let the frame behind it go first
   };
@@ -136,33 +216,48 @@ void DelayLine::run(Direction& d) {
   std::vector<std::vector<uint8_t>> spare;  // buffers of frames sent, for reuse
   std::array<std::vector<uint8_t>, kBatch> bufs;
   for (auto& b : bufs) b.resize(kFrameMax);
+  std::array<std::array<uint8_t, kControl>, kBatch> control{};
   std::array<iovec, kBatch> iov{};
   std::array<mmsghdr, kBatch> msgs{};
-  Clock::time_point last_due{};
+  Clock::time_point last_due{}, last_arrival{};
+  std::optional<Clock::time_point> last_sent;
   DelayLineStats local;  // published under the lock after each round
   auto next_stats = Clock::now();
 
+  // The pacing rule: a frame leaves at its due time, and no sooner than half
+  // its arrival gap (at most kPacedGap, delay_line.h) after the frame sent before it. Late
+  // frames catch up at twice the rate they arrived; no gap closes by more
+  // than half.
+  auto release_at = [&](const Direction::Frame& f) {
+    return last_sent ? std::max(f.due, *last_sent + paced_gap(f.gap) / 2) : f.due;
+  };
+
   while (!stop_) {
-    // Sleep until the first frame is due or another arrives.
+    // Sleep until the first frame may leave or another arrives.
     auto now = Clock::now();
     std::chrono::nanoseconds wait = kMaxSleep;
-    if (!held.empty()) wait = std::min<std::chrono::nanoseconds>(kMaxSleep, std::max(held.front().due - now, 0ns));
+    if (!held.empty()) wait = std::min<std::chrono::nanoseconds>(kMaxSleep, std::max(release_at(held.front()) - now, 0ns));
     pollfd p{d.rx, POLLIN, 0};
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
     if (wait > 0ns) ppoll(&p, 1, &ts, nullptr);
 
-    // Everything that arrived, stamped with its due time.
+    // Everything that arrived, each frame stamped with its own due time.
     for (;;) {
       for (unsigned i = 0; i < kBatch; ++i) {
         iov[i] = {bufs[i].data(), bufs[i].size()};
         msgs[i] = {};
         msgs[i].msg_hdr.msg_iov = &iov[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_control = control[i].data();
+        msgs[i].msg_hdr.msg_controllen = control[i].size();
       }
       int n = recvmmsg(d.rx, msgs.data(), kBatch, MSG_DONTWAIT, nullptr);
       if (n <= 0) break;
-      const auto arrived = Clock::now();
+      // The kernel stamps in CLOCK_REALTIME, the line runs on the steady
+      // clock: both read here, each stamp becomes "this long before now".
+      const auto read_at = Clock::now();
+      const auto read_at_real = realtime_now();
       for (int i = 0; i < n; ++i) {
         const size_t len = msgs[i].msg_len;
         if (len < kVnet + sizeof(ether_header) || (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||
@@ -174,6 +269,15 @@ void DelayLine::run(Direction& d) {
           spare.pop_back();
         }
         f.data.assign(bufs[i].begin(), bufs[i].begin() + static_cast<long>(len));
+        auto arrived = read_at;
+        if (const auto stamp = receive_stamp(msgs[i].msg_hdr))
+          arrived -= std::clamp<std::chrono::nanoseconds>(read_at_real - *stamp, 0ns, kMaxStampAge);
+        arrived = std::max(arrived, last_arrival);  // one clock's step back is no reason to reorder
+        if (last_arrival != Clock::time_point{}) {
+          f.gap = arrived - last_arrival;
+          local.gap_in.add(f.gap);
+        }
+        last_arrival = arrived;
         auto due = arrived + cfg_.delay;
         if (cfg_.jitter.count()) due += std::chrono::nanoseconds(jitter(rng));
         // Never ahead of the frame in front: jitter keeps the order.
@@ -186,7 +290,7 @@ void DelayLine::run(Direction& d) {
       if (n < static_cast<int>(kBatch)) break;
     }
 
-    // Everything due, in order.
+    // Everything that may leave, in order, paced.
     now = Clock::now();
     while (!held.empty() && held.front().due <= now) {
       if (cfg_.reorder_ppm && held.size() > 1 && !held[0].passed && ppm(rng) < cfg_.reorder_ppm) {
@@ -199,6 +303,17 @@ void DelayLine::run(Direction& d) {
         continue;
       }
       auto& f = held.front();
+      if (const auto at = release_at(f); at > now) {
+        // Due but too close behind the frame sent last: the line is behind
+        // and catching up. Sleeping the wait would add a timer's wake-up
+        // (tens of microseconds on this host, bench/README.md section 8) to
+        // every frame, as long as the gaps being paced: the line would never
+        // catch up. Short waits are spun; on time (waiting for the due time)
+        // the line sleeps as before.
+        if (at - now > kMaxSpin) break;
+        while ((now = Clock::now()) < at) {
+        }
+      }
       std::memcpy(f.data.data() + kVnet, d.where.next_hop_mac.data(), 6);
       std::memcpy(f.data.data() + kVnet + 6, d.where.out_mac.data(), 6);
       ssize_t sent = send(d.tx, f.data.data(), f.data.size(), MSG_DONTWAIT);
@@ -209,6 +324,11 @@ void DelayLine::run(Direction& d) {
         const auto late = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - f.due).count());
         local.late_sum_ns += late;
         local.late_max_ns = std::max(local.late_max_ns, late);
+        if (last_sent) {
+          local.gap_out.add(now - *last_sent);
+          if (now - *last_sent < paced_gap(f.gap) / 2) local.squeezed++;
+        }
+        last_sent = now;
       } else {
         local.send_errors++;
       }

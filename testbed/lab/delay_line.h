@@ -4,11 +4,21 @@
 // The WAN program (testbed/wan/wan.bpf.c) hands every UDP packet that
 // survived its loss and bleaching to a "hold" veth of its direction
 // (RG_WAN_F_HOLD). A thread per direction reads the far end of that veth
-// with an AF_PACKET socket, stamps each frame with its due time (arrival +
-// delay, + a uniform jitter sample, never before the frame ahead of it),
-// and at that time writes it with the outgoing interface's MAC and the next
-// hop's MAC on the outgoing interface, through a second AF_PACKET socket:
-// the WAN is a layer-2 circuit for these packets (TTL unchanged).
+// with an AF_PACKET socket, stamps each frame with its due time (its own
+// arrival, the kernel's receive timestamp, + delay, + a uniform jitter
+// sample, never before the frame ahead of it), and at that time writes it
+// with the outgoing interface's MAC and the next hop's MAC on the outgoing
+// interface, through a second AF_PACKET socket: the WAN is a layer-2
+// circuit for these packets (TTL unchanged).
+//
+// The line keeps the spacing it received: a frame leaves at its due time,
+// but never sooner after the frame sent before it than half the gap it
+// arrived with (gaps above kPacedGap count as kPacedGap). After a late wake-up the overdue frames go out paced, not
+// back to back, and the line catches up at twice the rate they came in.
+// Without that a batch of frames read together, or overdue together, left
+// as a burst that the next hop's small queues dropped (a WAN that compresses
+// the gaps makes loss of its own). Both gaps are counted (gap_in, gap_out)
+// and so is every frame that left closer than half its gap (squeezed: 0).
 //
 // This host's kernel has no netem; a userspace delay line is what the lab
 // can build. Its timers sleep in ppoll with a 1 ns timer slack; what it
@@ -26,6 +36,12 @@
 #include <vector>
 
 namespace rg::lab {
+
+// The longest arrival gap the line keeps (half of it at least, see below):
+// a longer one is a pause, not the spacing of a burst, and the line, when
+// behind, needs it to catch up (a send costs it tens of microseconds on a
+// busy host, more than the gaps within a burst).
+inline constexpr std::chrono::microseconds kPacedGap{200};
 
 struct DelayLineConfig {
   std::chrono::nanoseconds delay{0};   // one way, each direction
@@ -47,6 +63,22 @@ struct DelayDirection {
   Mac next_hop_mac{};       // the frames' destination
 };
 
+// Inter-frame gaps in nanoseconds: below 16 ns one bucket per nanosecond,
+// above eight per octave (each 12.5 % wide), the last holding everything
+// from about 8.6 s up. Counts only: a phase's is the difference of two.
+struct GapHistogram {
+  static constexpr size_t kBuckets = 256;
+  std::array<uint64_t, kBuckets> count{};
+
+  void add(std::chrono::nanoseconds gap);
+  uint64_t total() const;
+  // The lower bound of the bucket holding quantile q in [0, 1]; 0 when empty.
+  std::chrono::nanoseconds quantile(double q) const;
+  // The lower bound of the bucket gap falls in.
+  static std::chrono::nanoseconds floor(std::chrono::nanoseconds gap);
+  GapHistogram& operator-=(const GapHistogram& base);
+};
+
 struct DelayLineStats {
   uint64_t frames = 0;     // sent on
   uint64_t bytes = 0;
@@ -58,6 +90,15 @@ struct DelayLineStats {
   // outgoing interface.
   uint64_t late_sum_ns = 0;
   uint64_t late_max_ns = 0;
+  // Gaps between consecutive frames of the direction as they arrived (the
+  // kernel's receive timestamps) and as they were sent (the clock read just
+  // before each send).
+  GapHistogram gap_in;
+  GapHistogram gap_out;
+  // Frames sent less than half their arrival gap (at most kPacedGap) after
+  // the frame sent before them: the pacing rule forbids it, so any is a
+  // fault.
+  uint64_t squeezed = 0;
 };
 
 class DelayLine {

@@ -81,6 +81,16 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
   return j;
 }
 
+// p10, p50 and p90 of a delay line's inter-frame gaps, in microseconds
+// (each the lower bound of a bucket 12.5 % wide).
+json gap_quantiles(const GapHistogram& h) {
+  json j = json::object();
+  for (auto [name, q] : {std::pair{"p10", 0.1}, std::pair{"p50", 0.5}, std::pair{"p90", 0.9}})
+    j[name] = h.quantile(q).count() / 1e3;
+  j["gaps"] = h.total();
+  return j;
+}
+
 json wan_json(const PhaseResult& p) {
   json j = {{"loss_runs", json::object()}, {"dropped", {{"a_to_b", p.wan_dropped[0]}, {"b_to_a", p.wan_dropped[1]}}}};
   const char* names[] = {"a_to_b", "b_to_a"};
@@ -108,7 +118,10 @@ json wan_json(const PhaseResult& p) {
                                    {"max_held", x.max_held},
                                    {"reordered", x.reordered},
                                    {"send_errors", x.send_errors},
-                                   {"rx_dropped", x.rx_dropped}};
+                                   {"rx_dropped", x.rx_dropped},
+                                   {"gap_in_us", gap_quantiles(x.gap_in)},
+                                   {"gap_out_us", gap_quantiles(x.gap_out)},
+                                   {"squeezed", x.squeezed}};
     }
   }
   return j;
@@ -521,6 +534,17 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
                ? std::string("-")
                : fmt("%.0f", p.delay_line[0].late_sum_ns / 1e3 / p.delay_line[0].frames);
   });
+  // The spacing the line received against the one it sent: a WAN that
+  // closes the gaps makes bursts the next hop's queues drop.
+  for (size_t d = 0; d < 2; ++d)
+    row(d == 0 ? "delay line A->B: gap in -> out, p10/p50, us" : "delay line B->A: gap in -> out, p10/p50, us",
+        [d](const PhaseResult& p) {
+          if (d >= p.delay_line.size() || !p.delay_line[d].gap_out.total()) return std::string("-");
+          const auto& x = p.delay_line[d];
+          auto us = [](const GapHistogram& h, double q) { return h.quantile(q).count() / 1e3; };
+          return fmt("%.1f/%.1f -> %.1f/%.1f", us(x.gap_in, 0.1), us(x.gap_in, 0.5), us(x.gap_out, 0.1),
+                     us(x.gap_out, 0.5));
+        });
   out << "\n";
   row("goodput at host B, Mbit/s", [&](const PhaseResult& p) {
     return fmt("%.1f", mbps(p.received.goodput_bytes, phase_seconds(p)));

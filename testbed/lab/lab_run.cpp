@@ -567,6 +567,9 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
       x.send_errors -= b.send_errors;
       x.rx_dropped -= b.rx_dropped;
       x.late_sum_ns -= b.late_sum_ns;
+      x.gap_in -= b.gap_in;
+      x.gap_out -= b.gap_out;
+      x.squeezed -= b.squeezed;
       p.delay_line.push_back(x);  // max_held and late_max_ns: over the whole run so far
     }
   if (with) {

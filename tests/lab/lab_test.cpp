@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lab/delay_line.h"
 #include "lab/proc.h"
 
 namespace {
@@ -258,8 +259,21 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
     EXPECT_LE(runs, wan["dropped"][dir].get<uint64_t>()) << wan;
     EXPECT_GT(wan["delay_line"][dir]["frames"].get<uint64_t>(), 0u) << wan;
     EXPECT_EQ(wan["delay_line"][dir]["send_errors"].get<uint64_t>(), 0u) << wan;
+    // It kept the spacing it received: no frame left closer than half the
+    // gap it arrived with (up to lab::kPacedGap) behind the one before it,
+    // so no quantile of the gaps out is below half the same quantile in.
+    const json& line = wan["delay_line"][dir];
+    // Quantiles are bucket floors: half a gap falls in half its bucket.
+    const double kept_us = rg::lab::GapHistogram::floor(rg::lab::kPacedGap).count() / 1e3;
+    EXPECT_EQ(line["squeezed"].get<uint64_t>(), 0u) << line;
+    EXPECT_GT(line["gap_out_us"]["gaps"].get<uint64_t>(), 0u) << line;
+    for (const char* q : {"p10", "p50", "p90"})
+      EXPECT_GE(2 * line["gap_out_us"][q].get<double>(),
+                std::min(line["gap_in_us"][q].get<double>(), kept_us))
+          << q << " " << line;
   }
   for (const char* row : {"goodput, share of host A's line rate", "resends per WAN drop",
+                          "delay line A->B: gap in -> out, p10/p50, us",
                           "retransmit timeouts at host A", "QPs failed (retry count exceeded)",
                           "tunnel one-way delay A->B, mean, ms", "WAN loss run A->B, mean packets"})
     EXPECT_NE(read(report + "/summary.txt").find(row), std::string::npos) << row;

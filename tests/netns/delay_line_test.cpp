@@ -75,6 +75,62 @@ TEST_F(DelayLine, HoldsEveryPacketForTheDelayAndKeepsTheirOrder) {
   EXPECT_EQ(st.rx_dropped, 0u);
 }
 
+// Datagrams 50 us apart: the line's own stamps of each frame's arrival
+// (the kernel's) and departure say whether it kept their spacing. The
+// bound is the line's rule, not this host's speed: no frame leaves less
+// than half its arrival gap (up to lab::kPacedGap) after the one sent before
+// it, however late the line woke up. A line that stamps a batch read together with one time, or
+// sends what became due while it slept back to back, closes those gaps.
+TEST_F(DelayLine, KeepsTheSpacingItReceived) {
+  start(2ms);
+  const auto r = lab::probe_path(*topo_, {.count = 3000, .interval = 50us});
+  const auto st = wan_->delay_line()->stats(0);
+  auto us = [](const lab::GapHistogram& h, double q) { return static_cast<uint64_t>(h.quantile(q).count() / 1000); };
+  report("spacing A->B", {{"frames", st.frames},
+                          {"gap_in_p10_us", us(st.gap_in, 0.1)},
+                          {"gap_in_p50_us", us(st.gap_in, 0.5)},
+                          {"gap_out_p10_us", us(st.gap_out, 0.1)},
+                          {"gap_out_p50_us", us(st.gap_out, 0.5)},
+                          {"squeezed", st.squeezed},
+                          {"late_max_us", st.late_max_ns / 1000}});
+  EXPECT_EQ(r.received, r.sent);
+  EXPECT_GE(st.frames, 3000u);
+  // Every frame but the first has a gap on each side.
+  EXPECT_EQ(st.gap_in.total(), st.frames - 1);
+  EXPECT_EQ(st.gap_out.total(), st.frames - 1);
+  EXPECT_EQ(st.squeezed, 0u) << "frames sent closer than half the gap they arrived with";
+  // Hence each quantile of what left is at least half the same quantile of
+  // what came in (of gaps up to the longest the line keeps; quantiles are
+  // bucket floors, and half a gap falls in half its bucket).
+  const auto kept = lab::GapHistogram::floor(lab::kPacedGap);
+  for (double q : {0.01, 0.1, 0.5})
+    EXPECT_GE(st.gap_out.quantile(q) * 2, std::min(st.gap_in.quantile(q), kept)) << "q " << q;
+}
+
+TEST(DelayLineGaps, BucketsAreAnEighthOfAnOctave) {
+  lab::GapHistogram h;
+  EXPECT_EQ(h.quantile(0.5).count(), 0);
+  for (int64_t g : {3, 16, 17, 18, 82'000, 7'000}) h.add(std::chrono::nanoseconds(g));
+  h.add(std::chrono::nanoseconds(-5));  // a clock's step back counts as no gap
+  EXPECT_EQ(h.total(), 7u);
+  EXPECT_EQ(h.count[0], 1u);
+  EXPECT_EQ(h.count[3], 1u);
+  EXPECT_EQ(h.count[16], 2u);  // 16 and 17: one bucket [16, 18)
+  EXPECT_EQ(h.count[17], 1u);
+  EXPECT_EQ(h.quantile(0).count(), 0);
+  // 82 us is in [81 920, 90 112): 2^16 * 10 / 8.
+  EXPECT_EQ(h.quantile(1).count(), 81'920);
+  EXPECT_EQ(h.quantile(0.5).count(), 16);
+  lab::GapHistogram base;
+  base.add(std::chrono::nanoseconds(82'000));
+  h -= base;
+  EXPECT_EQ(h.total(), 6u);
+  EXPECT_EQ(h.quantile(1).count(), 6'656);  // 7 000 in [6 656, 7 168)
+  EXPECT_EQ(lab::GapHistogram::floor(std::chrono::microseconds(200)).count(), 196'608);
+  h.add(std::chrono::hours(1));
+  EXPECT_EQ(h.count[lab::GapHistogram::kBuckets - 1], 1u);
+}
+
 TEST_F(DelayLine, JitterVariesTheDelayButNeverTheOrder) {
   start(4ms, 2ms);
   const auto r = lab::probe_path(*topo_, {.count = 1500, .interval = 1ms});
