@@ -41,7 +41,9 @@ constexpr unsigned kBatch = 64;
 constexpr size_t kControl = 64;
 // The longest a thread sleeps without looking at its stop flag.
 constexpr auto kMaxSleep = 20ms;
-std::chrono::nanoseconds paced_gap(std::chrono::nanoseconds gap) { return std::min<std::chrono::nanoseconds>(gap, kPacedGap); }
+std::chrono::nanoseconds paced_gap(std::chrono::nanoseconds gap) {
+  return std::min<std::chrono::nanoseconds>(gap, kPacedGap);
+}
 // The longest pacing wait spun rather than slept: a longer one outlasts a
 // timer's wake-up several times over.
 constexpr auto kMaxSpin = 100us;
@@ -236,7 +238,8 @@ void DelayLine::run(Direction& d) {
     // Sleep until the first frame may leave or another arrives.
     auto now = Clock::now();
     std::chrono::nanoseconds wait = kMaxSleep;
-    if (!held.empty()) wait = std::min<std::chrono::nanoseconds>(kMaxSleep, std::max(release_at(held.front()) - now, 0ns));
+    if (!held.empty())
+      wait = std::min<std::chrono::nanoseconds>(kMaxSleep, std::max(release_at(held.front()) - now, 0ns));
     pollfd p{d.rx, POLLIN, 0};
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};

@@ -13,12 +13,14 @@
 //
 // The line keeps the spacing it received: a frame leaves at its due time,
 // but never sooner after the frame sent before it than half the gap it
-// arrived with (gaps above kPacedGap count as kPacedGap). After a late wake-up the overdue frames go out paced, not
-// back to back, and the line catches up at twice the rate they came in.
-// Without that a batch of frames read together, or overdue together, left
-// as a burst that the next hop's small queues dropped (a WAN that compresses
-// the gaps makes loss of its own). Both gaps are counted (gap_in, gap_out)
-// and so is every frame that left closer than half its gap (squeezed: 0).
+// arrived with (gaps above kPacedGap count as kPacedGap). After a late
+// wake-up the overdue frames go out paced, not back to back, and the line
+// catches up at twice the rate they came in. Without that a batch of frames
+// read together, or overdue together, left as a burst that the next hop's
+// small queues dropped (a WAN that compresses the gaps makes loss of its
+// own). Both gaps are counted (gap_in, gap_out) and so is every frame that
+// left closer than the rule allows (squeezed: 0). On a busy host the paced
+// line falls further behind the delay asked (docs/design.md, section 12).
 //
 // This host's kernel has no netem; a userspace delay line is what the lab
 // can build. Its timers sleep in ppoll with a 1 ns timer slack; what it

@@ -537,14 +537,15 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
   // The spacing the line received against the one it sent: a WAN that
   // closes the gaps makes bursts the next hop's queues drop.
   for (size_t d = 0; d < 2; ++d)
-    row(d == 0 ? "delay line A->B: gap in -> out, p10/p50, us" : "delay line B->A: gap in -> out, p10/p50, us",
-        [d](const PhaseResult& p) {
-          if (d >= p.delay_line.size() || !p.delay_line[d].gap_out.total()) return std::string("-");
-          const auto& x = p.delay_line[d];
-          auto us = [](const GapHistogram& h, double q) { return h.quantile(q).count() / 1e3; };
-          return fmt("%.1f/%.1f -> %.1f/%.1f", us(x.gap_in, 0.1), us(x.gap_in, 0.5), us(x.gap_out, 0.1),
-                     us(x.gap_out, 0.5));
-        });
+    for (bool in : {true, false}) {
+      const std::string label = std::string("delay line ") + (d == 0 ? "A->B" : "B->A") + ": gaps " +
+                                (in ? "in" : "out") + ", p10/p50, us";
+      row(label.c_str(), [d, in](const PhaseResult& p) {
+        if (d >= p.delay_line.size() || !p.delay_line[d].gap_out.total()) return std::string("-");
+        const GapHistogram& h = in ? p.delay_line[d].gap_in : p.delay_line[d].gap_out;
+        return fmt("%.1f/%.1f", h.quantile(0.1).count() / 1e3, h.quantile(0.5).count() / 1e3);
+      });
+    }
   out << "\n";
   row("goodput at host B, Mbit/s", [&](const PhaseResult& p) {
     return fmt("%.1f", mbps(p.received.goodput_bytes, phase_seconds(p)));

@@ -273,7 +273,7 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
           << q << " " << line;
   }
   for (const char* row : {"goodput, share of host A's line rate", "resends per WAN drop",
-                          "delay line A->B: gap in -> out, p10/p50, us",
+                          "delay line A->B: gaps in, p10/p50, us", "delay line B->A: gaps out, p10/p50, us",
                           "retransmit timeouts at host A", "QPs failed (retry count exceeded)",
                           "tunnel one-way delay A->B, mean, ms", "WAN loss run A->B, mean packets"})
     EXPECT_NE(read(report + "/summary.txt").find(row), std::string::npos) << row;
