@@ -23,6 +23,7 @@
 #include "common/pause_point.h"
 #include "dataplane/map_writer.h"
 #include "dataplane/maps.h"
+#include "dataplane/tunnel_auth.h"
 
 namespace rg {
 namespace {
@@ -394,6 +395,8 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
         TunnelMaps again(pin);
         again.writer().restore(*before);
       });
+      // The keys first: a peer never runs keyless once its slot is written.
+      if (const int auth = obj_.map_fd(kMapPeerAuth); auth >= 0) write_peer_auth(auth, cfg_.peers);
       writer.write_tunnels(cfg_.peers);
     }
     for (const auto& name : cfg_.interfaces) {
@@ -441,6 +444,10 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
 }
 
 void Dataplane::replace_peers(const std::vector<PeerConfig>& peers) {
+  // A key rotation is a reload: the key files are read again. A slot whose
+  // peer changes may check the new peer's options with the old keys until
+  // its entry is written: those count as bad, none is taken.
+  if (const int auth = obj_.map_fd(kMapPeerAuth); auth >= 0 && obj_.loaded()) write_peer_auth(auth, peers);
   if (access((pin_path_ + "/" + kMapPeers).c_str(), F_OK) == 0) {
     TunnelMaps maps(pin_path_);
     MapWriter writer = maps.writer();
