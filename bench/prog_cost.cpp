@@ -35,6 +35,7 @@
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "dataplane/nexthop_lease.h"
+#include "dataplane/tunnel_auth.h"
 #include "empty.skel.h"
 #include "lab/proc.h"
 #include "roceguard.skel.h"
@@ -60,9 +61,20 @@ Bytes roce_frame(uint8_t tos, size_t payload) {
       .build();
 }
 
+// The key of the rows that authenticate the option.
+constexpr rg::TunnelKey kBenchKey{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+// The MAC the bench peer (kPeer4 to kLocal4) gives number seq of stream.
+uint64_t bench_peer_mac(uint32_t stream, uint32_t seq) {
+  const auto src = rg::parse_address(kPeer4)->bytes, dst = rg::parse_address(kLocal4)->bytes;
+  return rg::tunnel_option_mac(kBenchKey, src.data(), dst.data(), kVni, stream, seq, std::nullopt);
+}
+
 // With seq_option, the tunnel sequence option as gateway A writes it (its
-// number is advanced per run like the PSN), in stream (epoch, CPU, lane).
-Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false, uint32_t stream = 0) {
+// number is advanced per run like the PSN), in stream (epoch, CPU, lane);
+// with mac, signed with kBenchKey.
+Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false, uint32_t stream = 0,
+                   bool mac = false) {
   rg::test::Bth bth;
   bth.dest_qp = 0x000201;
   Bytes inner = PacketBuilder()
@@ -75,8 +87,9 @@ Bytes geneve_frame(uint8_t inner_tos, size_t payload, bool seq_option = false, u
   return PacketBuilder()
       .ipv4(kPeer4, kLocal4)
       .udp(50000, rg::test::kGenevePort)
-      .geneve(kVni, seq_option ? rg::test::tunnel_seq_option(stream, 0, std::nullopt, RG_TUNNEL_OPT_CLASS_DEFAULT,
-                                                               RG_TUNNEL_OPT_TYPE_DEFAULT)
+      .geneve(kVni, seq_option ? rg::test::tunnel_seq_option(
+                                     stream, 0, std::nullopt, RG_TUNNEL_OPT_CLASS_DEFAULT, RG_TUNNEL_OPT_TYPE_DEFAULT,
+                                     mac ? std::optional<uint64_t>(bench_peer_mac(stream, 0)) : std::nullopt)
                              : Bytes{})
       .payload(inner)
       .build();
@@ -100,6 +113,7 @@ struct Case {
   double repeat_ns = -1;  // repeat > 1, only where the input is not modified
   size_t seq_at = 0;      // offset of the tunnel sequence number in frame, if any
   bool seq_fixed = false;  // every run the same number: after the first, each is a second copy
+  bool seq_mac = false;    // the option's MAC follows the number (kBenchKey), made anew for each
   std::function<void()> before;  // before each run, untimed
 
   Case(std::string n, std::string h, int fd, Bytes f, bool is_roce, bool is_geneve, int change, bool is_floor = false)
@@ -138,6 +152,17 @@ int main(int argc, char** argv) {
                                zero.size() * sizeof(rg_peer_stats), 0))
         throw std::runtime_error("rg_peer_stats update: " + std::string(std::strerror(errno)));
     };
+    // The option authenticated: the bench peer's tunnel has a key (kBenchKey).
+    Object full_seq_key(config(RG_CFG_F_DEFAULT | RG_CFG_F_TUNNEL_SEQ));
+    {
+      const uint32_t slot = 0;
+      rg_peer p{};
+      if (bpf_map__lookup_elem(full_seq_key.skel()->maps.rg_peers, &slot, sizeof(slot), &p, sizeof(p), 0))
+        throw std::runtime_error("rg_peers lookup: " + std::string(std::strerror(errno)));
+      const rg_peer_auth a = rg::peer_auth_of(p.local, p.remote, p.vni, {kBenchKey});
+      if (bpf_map__update_elem(full_seq_key.skel()->maps.rg_peer_auth, &slot, sizeof(slot), &a, sizeof(a), 0))
+        throw std::runtime_error("rg_peer_auth update: " + std::string(std::strerror(errno)));
+    }
     // The loss shield: every RoCE packet copied (bpf_clone_redirect, the
     // copy sent through the device for real), and the receiving side's
     // elimination of the second copy.
@@ -213,6 +238,15 @@ int main(int argc, char** argv) {
     cases.back().seq_at = rg::test::parse(cases.back().frame).l4 + 8 + 8 + 8;
     for (auto& c : cases)
       if (c.prog_fd == full_seq_ext.tc_fd()) c.before = restart_numbering;
+    // The MAC's rows: each minus its row without a key above.
+    cases.push_back({"tc egress: DSCP + accounting + Geneve encap + sequence option + MAC (key)", "tc",
+                     full_seq_key.tc_fd(), roce_frame(host_tos, payload), true, false,
+                     50 + static_cast<int>(sizeof(rg_tunnel_opt) + sizeof(rg_tunnel_opt_mac))});
+    cases.push_back({"xdp ingress: Geneve decap (sequence option tracked, MAC checked) + DSCP repair + accounting",
+                     "xdp", full_seq_key.xdp_fd(), geneve_frame(0, payload, true, 0, true), true, true,
+                     -50 - static_cast<int>(sizeof(rg_tunnel_opt) + sizeof(rg_tunnel_opt_mac))});
+    cases.back().seq_at = rg::test::parse(cases.back().frame).l4 + 8 + 8 + 8;
+    cases.back().seq_mac = true;
     // The shield's rows: each minus its row without the shield above.
     cases.push_back({"tc egress: DSCP + accounting + Geneve encap + sequence option + shield copy (all)", "tc",
                      shielded.tc_fd(), roce_frame(host_tos, payload), true, false,
@@ -228,7 +262,11 @@ int main(int argc, char** argv) {
       if (c.before) c.before();
       if (c.seq_at && !c.seq_fixed)
         for (int b = 0; b < 4; ++b) c.frame[c.seq_at + b] = static_cast<uint8_t>(c.psn >> (24 - 8 * b));
-      const size_t options = c.seq_at ? sizeof(rg_tunnel_opt) : 0;
+      if (c.seq_mac) {
+        const uint64_t mac = bench_peer_mac(0, c.psn);
+        for (int b = 0; b < 8; ++b) c.frame[c.seq_at + 4 + b] = static_cast<uint8_t>(mac >> (56 - 8 * b));
+      }
+      const size_t options = c.seq_at ? sizeof(rg_tunnel_opt) + (c.seq_mac ? sizeof(rg_tunnel_opt_mac) : 0) : 0;
       if (c.roce) set_psn(c.frame, bth_offset(c.geneve) + options, c.psn++ & RG_PSN_MASK);
       return c.hook == "tc" ? test_run_tc(c.prog_fd, ifindex, c.frame) : test_run_xdp(c.prog_fd, ifindex, c.frame);
     };
@@ -259,6 +297,13 @@ int main(int argc, char** argv) {
     for (const auto& row : rg::read_peer_stats(bpf_map__fd(shielded.skel()->maps.rg_peer_stats)))
       copies += row.ev[RG_PEER_EV_SHIELD_COPIES].packets;
     if (copies == 0) throw std::runtime_error("the shielded encapsulation sent no copy");
+    // The MAC's rows: the option taken, not ignored.
+    for (const auto& row : rg::read_peer_stats(bpf_map__fd(full_seq_key.skel()->maps.rg_peer_stats),
+                                               bpf_map__fd(full_seq_key.skel()->maps.rg_peer_guard), -1))
+      if (row.guard.auth_bad || row.guard.auth_missing)
+        throw std::runtime_error("the keyed decapsulation refused the bench peer's MAC");
+    if (rg::read_tunnel_streams(bpf_map__fd(full_seq_key.skel()->maps.rg_tunnel_streams)).empty())
+      throw std::runtime_error("the keyed decapsulation tracked no stream");
     for (unsigned r = 0; r < rounds; ++r)
       for (auto& c : cases) {
         leases.renew();

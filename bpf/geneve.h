@@ -37,8 +37,8 @@
 /*
  * Everything after the outer IP header; the same for both outer families.
  * The sequence option, when sent, goes first in the option area, with or
- * without its extension, so the inner Ethernet header sits at one of three
- * places.
+ * without its extension, and with or without the MAC of a tunnel with a
+ * key, so the inner Ethernet header sits at one of five places.
  */
 struct rg_geneve_tail {
 	struct udphdr udp;
@@ -53,6 +53,15 @@ struct rg_geneve_tail {
 					struct rg_tunnel_opt_ext ext;
 					struct ethhdr inner_eth;
 				} ext;
+				struct {
+					struct rg_tunnel_opt_mac mac;
+					struct ethhdr inner_eth;
+				} mac;
+				struct {
+					struct rg_tunnel_opt_ext ext;
+					struct rg_tunnel_opt_mac mac;
+					struct ethhdr inner_eth;
+				} ext_mac;
 			};
 		} seq;
 	};
@@ -91,6 +100,7 @@ _Static_assert(__builtin_offsetof(struct rg_encap6, ip6) % 4 == 0, "outer IPv6 a
 #define RG_ENCAP6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + RG_GENEVE_TAIL_LEN)
 #define RG_TUNNEL_OPT_LEN sizeof(struct rg_tunnel_opt)
 #define RG_TUNNEL_OPT_EXT_LEN sizeof(struct rg_tunnel_opt_ext)
+#define RG_TUNNEL_OPT_MAC_LEN sizeof(struct rg_tunnel_opt_mac)
 /* Room inserted after the original Ethernet header, which becomes the inner one. */
 #define RG_ENCAP4_ROOM (RG_ENCAP4_LEN - sizeof(struct ethhdr))
 #define RG_ENCAP6_ROOM (RG_ENCAP6_LEN - sizeof(struct ethhdr))
@@ -183,6 +193,7 @@ struct rg_encap_plan {
 	const struct rg_nexthop *hop;
 	struct rg_nexthop found;
 	struct rg_peer_stats *seq;
+	const struct rg_peer_auth *auth; /* the tunnel's keys: the option carries a MAC; NULL: none */
 	__u32 hash, lane, udp_len, ip_len;
 	__u32 feedback;   /* for the extension (rg_peer_ctl) */
 	enum rg_fib_result fr;
@@ -191,12 +202,13 @@ struct rg_encap_plan {
 	__u8 shield;      /* RG_PEER_F_SHIELD_*: the configuration's and "auto"'s */
 	__u8 ext;         /* the option carries its extension */
 	__u8 copied;      /* the number is sent twice (RG_TUNNEL_F_COPIED) */
+	__u8 eliminates;  /* this gateway drops the peer's second copies (rg_tunnel_eliminates) */
 };
 
 /* The option's stream flags (RG_TUNNEL_F_*) of what e plans. */
 static __always_inline __u32 rg_encap_opt_flags(const struct rg_encap_plan *e)
 {
-	return ((rg_cfg.flags & RG_CFG_F_DECAP) ? RG_TUNNEL_F_ELIMINATES : 0) |
+	return (e->eliminates ? RG_TUNNEL_F_ELIMINATES : 0) |
 	       (e->copied ? RG_TUNNEL_F_COPIED : 0);
 }
 
@@ -229,13 +241,33 @@ static __always_inline int rg_encap_tail(struct rg_geneve_tail *t, void *data_en
 					 __u32 head_len, const struct rg_peer *peer,
 					 const struct rg_encap_plan *e, const struct ethhdr *inner_eth)
 {
-	if (e->seq && e->ext) {
+	if (e->seq && e->ext && e->auth) {
+		if ((void *)(&t->seq.ext_mac.inner_eth + 1) > data_end)
+			return -1;
+		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
+					    sizeof(t->seq.ext_mac.ext) + sizeof(t->seq.ext_mac.mac) +
+					    sizeof(struct ethhdr));
+		rg_encap_udp_geneve(t, peer, e);
+		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext_mac.ext, &t->seq.ext_mac.mac, e->auth, e->seq, e->lane,
+				   rg_encap_opt_flags(e), e->feedback);
+		t->seq.ext_mac.inner_eth = *inner_eth;
+	} else if (e->seq && e->auth) {
+		if ((void *)(&t->seq.mac.inner_eth + 1) > data_end)
+			return -1;
+		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
+					    sizeof(t->seq.mac.mac) + sizeof(struct ethhdr));
+		rg_encap_udp_geneve(t, peer, e);
+		rg_tunnel_opt_fill(&t->seq.opt, NULL, &t->seq.mac.mac, e->auth, e->seq, e->lane,
+				   rg_encap_opt_flags(e), 0);
+		t->seq.mac.inner_eth = *inner_eth;
+	} else if (e->seq && e->ext) {
 		if ((void *)(&t->seq.ext.inner_eth + 1) > data_end)
 			return -1;
 		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
 					    sizeof(t->seq.ext.ext) + sizeof(struct ethhdr));
 		rg_encap_udp_geneve(t, peer, e);
-		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext.ext, e->seq, e->lane, rg_encap_opt_flags(e), e->feedback);
+		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext.ext, NULL, NULL, e->seq, e->lane, rg_encap_opt_flags(e),
+				   e->feedback);
 		t->seq.ext.inner_eth = *inner_eth;
 	} else if (e->seq) {
 		if ((void *)(&t->seq.inner_eth + 1) > data_end)
@@ -243,7 +275,7 @@ static __always_inline int rg_encap_tail(struct rg_geneve_tail *t, void *data_en
 		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
 					    sizeof(struct ethhdr));
 		rg_encap_udp_geneve(t, peer, e);
-		rg_tunnel_opt_fill(&t->seq.opt, NULL, e->seq, e->lane, rg_encap_opt_flags(e), 0);
+		rg_tunnel_opt_fill(&t->seq.opt, NULL, NULL, NULL, e->seq, e->lane, rg_encap_opt_flags(e), 0);
 		t->seq.inner_eth = *inner_eth;
 	} else {
 		if ((void *)(&t->inner_eth + 1) > data_end)
@@ -319,15 +351,23 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	if (rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ)
 		e->hash = rg_lane_hash(e->lane);
 	e->seq = NULL;
+	e->auth = NULL;
 	e->opt_len = 0;
 	e->ext = 0;
 	e->shield = rg_peer_shield(peer, ctl);
 	e->feedback = ctl ? ctl->feedback : 0;
 	e->copied = 0;
+	e->eliminates = 0;
+	if (rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ)
+		e->eliminates = rg_tunnel_eliminates(slot);
 	if ((rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ) && ps && numbered) {
 		e->seq = ps;
 		e->opt_len = RG_TUNNEL_OPT_LEN;
 		e->ext = rg_tunnel_next_has_ext(ps, e->lane);
+		/* The MAC counts against the MTU like the option: in every packet. */
+		e->auth = rg_peer_auth_get(slot);
+		if (e->auth)
+			e->opt_len += RG_TUNNEL_OPT_MAC_LEN;
 	}
 	e->room = (v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM) + e->opt_len;
 	e->udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + e->opt_len + inner_len;
@@ -653,6 +693,56 @@ struct rg_outer {
 	struct rg_tunnel_arrival seq;
 };
 
+/*
+ * Gateway B: may the option of the peer in slot (at opt, len bytes, read
+ * into a) touch any state? Yes when the tunnel has no key (nothing to
+ * check: the option is as trustworthy as the outer addresses), or when its
+ * MAC is the one either key gives. An option without a MAC, or with a
+ * wrong one, is counted and ignored; its packet is still decapsulated, as
+ * a peer without the option would have it (its outer addresses are not
+ * authenticated anyway). A MAC not in the linear part cannot be checked
+ * and counts as wrong.
+ */
+static __always_inline int rg_tunnel_opt_authentic(__u32 slot, const struct rg_tunnel_opt *opt,
+						   __u8 has_mac, const struct rg_tunnel_arrival *a, void *data_end)
+{
+	const struct rg_peer_auth *auth = rg_peer_auth_get(slot);
+	struct rg_tunnel_arrival_ext x = { .sent_us = a->sent_us, .feedback = a->feedback };
+	const struct rg_tunnel_opt_mac *mac;
+	struct rg_peer_guard *g;
+	__u64 want;
+
+	if (!auth)
+		return 1;
+	g = bpf_map_lookup_elem(&rg_peer_guard, &slot);
+	if (!has_mac) {
+		if (g)
+			g->auth_missing++;
+		return 0;
+	}
+	/* Right after the option's words: those of the extension, when it was read. */
+	if (a->has_ext)
+		mac = (const void *)(opt + 1) + sizeof(struct rg_tunnel_opt_ext);
+	else
+		mac = (const void *)(opt + 1);
+	if ((void *)(mac + 1) > data_end) {
+		if (g)
+			g->auth_bad++;
+		return 0;
+	}
+	want = ((__u64)bpf_ntohl(mac->hi) << 32) | bpf_ntohl(mac->lo);
+	if (rg_tunnel_mac(&auth->rx[0], a->stream, a->seq, a->has_ext ? &x : NULL) == want)
+		return 1;
+	if (auth->keys > 1 && rg_tunnel_mac(&auth->rx[1], a->stream, a->seq, a->has_ext ? &x : NULL) == want) {
+		if (g)
+			g->auth_next++;
+		return 1;
+	}
+	if (g)
+		g->auth_bad++;
+	return 0;
+}
+
 /* Addresses as the ABI stores them: 16 bytes, IPv4 in the first 4, the rest zero. */
 static __always_inline int rg_addr_equal(const __u8 *a, const __u8 *b)
 {
@@ -764,17 +854,21 @@ static __always_inline enum rg_decap_result rg_geneve_match(const struct rg_pkt 
 	if (optlen >= RG_TUNNEL_OPT_LEN) {
 		struct rg_tunnel_opt *opt = (void *)(g + 1);
 		struct rg_tunnel_opt_ext *ext = (void *)(opt + 1);
-		__u32 ours = (void *)(opt + 1) <= data_end ? rg_tunnel_opt_is_ours(opt) : 0;
+		__u8 mac = 0;
+		__u32 ours = (void *)(opt + 1) <= data_end ? rg_tunnel_opt_is_ours(opt, &mac) : 0;
 
 		if (ours && ours <= optlen) {
 			o->has_seq = 1;
 			o->seq.stream = bpf_ntohl(opt->stream);
 			o->seq.seq = bpf_ntohl(opt->seq);
-			if (ours > RG_TUNNEL_OPT_LEN && (void *)(ext + 1) <= data_end) {
+			if (ours - (mac ? RG_TUNNEL_OPT_MAC_LEN : 0) > RG_TUNNEL_OPT_LEN &&
+			    (void *)(ext + 1) <= data_end) {
 				o->seq.has_ext = 1;
 				o->seq.sent_us = bpf_ntohl(ext->sent_us);
 				o->seq.feedback = bpf_ntohl(ext->feedback);
 			}
+			if (!rg_tunnel_opt_authentic(*idx, opt, mac, &o->seq, data_end))
+				o->has_seq = 0;
 		}
 	}
 	return RG_DECAP_DONE;

@@ -150,8 +150,10 @@ struct {
 /*
  * Streams arriving from the peers. One stream's packets reach this gateway
  * on any CPU (RSS spreads them by inner flow), hence the lock; a spin-locked
- * value cannot live in an LRU map, so a full table leaves new streams
- * untracked (RG_PEER_EV_SEQ_UNTRACKED) rather than evicting old ones.
+ * value cannot live in an LRU map, so the data path never evicts: a full
+ * table leaves new streams untracked (RG_PEER_EV_SEQ_UNTRACKED,
+ * rg_peer_untracked), and `roceguard run` evicts the idle ones
+ * (rg_tunnel_retired).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -159,6 +161,43 @@ struct {
 	__type(key, struct rg_tunnel_stream_key);
 	__type(value, struct rg_tunnel_stream);
 } rg_tunnel_streams SEC(".maps");
+
+/* Per peer slot: see struct rg_peer_guard, struct rg_tunnel_retired. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_peer_guard);
+} rg_peer_guard SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_tunnel_retired);
+} rg_tunnel_retired SEC(".maps");
+
+/*
+ * Per peer slot: bpf_ktime_get_ns() of the last arrival from the peer whose
+ * stream could not be tracked; 0 = none. Shared by all CPUs, as the egress
+ * that reads it runs on any of them (rg_tunnel_eliminates). Not pinned: a
+ * new process starts by saying it eliminates, until an arrival says again
+ * that it cannot.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} rg_peer_untracked SEC(".maps");
+
+/* Per peer slot: the tunnel's keys (struct rg_peer_auth). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_peer_auth);
+} rg_peer_auth SEC(".maps");
 
 /*
  * All-zero rg_tunnel_stream used to create a stream from the packet path.

@@ -16,6 +16,12 @@
 
 #include "maps.h"
 
+/* An option's extension, in host order. */
+struct rg_tunnel_arrival_ext {
+	__u32 sent_us;
+	__u32 feedback;
+};
+
 /* This CPU's counters and sequence stream for a peer slot, or NULL. */
 static __always_inline struct rg_peer_stats *rg_peer_stats_get(__u32 slot)
 {
@@ -89,44 +95,119 @@ static __always_inline int rg_tunnel_next_has_ext(const struct rg_peer_stats *ps
 	return !(ps->tx_seq[lane & (RG_TUNNEL_LANES - 1)] & (RG_TUNNEL_EXT_EVERY - 1));
 }
 
+/* SipHash-2-4 (Aumasson and Bernstein, 2012) from a state the loader prepared. */
+#define RG_ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+
+static __always_inline void rg_sipround(__u64 *v0, __u64 *v1, __u64 *v2, __u64 *v3)
+{
+	*v0 += *v1; *v1 = RG_ROTL64(*v1, 13); *v1 ^= *v0; *v0 = RG_ROTL64(*v0, 32);
+	*v2 += *v3; *v3 = RG_ROTL64(*v3, 16); *v3 ^= *v2;
+	*v0 += *v3; *v3 = RG_ROTL64(*v3, 21); *v3 ^= *v0;
+	*v2 += *v1; *v1 = RG_ROTL64(*v1, 17); *v1 ^= *v2; *v2 = RG_ROTL64(*v2, 32);
+}
+
+static __always_inline void rg_sip_word(__u64 *v0, __u64 *v1, __u64 *v2, __u64 *v3, __u64 m)
+{
+	*v3 ^= m;
+	rg_sipround(v0, v1, v2, v3);
+	rg_sipround(v0, v1, v2, v3);
+	*v0 ^= m;
+}
+
+/*
+ * The MAC of an option: its words ((seq << 32) | stream, then with the
+ * extension (feedback << 32) | sent_us, all as numbers) taken after the
+ * tunnel's prefix (pre), then SipHash's last word (the message's length
+ * in bytes, a multiple of 8, in the top byte) and its finalisation.
+ */
+static __always_inline __u64 rg_tunnel_mac(const struct rg_sip_state *pre, __u32 stream, __u32 seq,
+					   const struct rg_tunnel_arrival_ext *ext)
+{
+	__u64 v0 = pre->v[0], v1 = pre->v[1], v2 = pre->v[2], v3 = pre->v[3];
+	/* The prefix: 16 + 16 bytes of addresses, 8 of VNI. */
+	__u64 len = 40 + 8;
+
+	rg_sip_word(&v0, &v1, &v2, &v3, ((__u64)seq << 32) | stream);
+	if (ext) {
+		rg_sip_word(&v0, &v1, &v2, &v3, ((__u64)ext->feedback << 32) | ext->sent_us);
+		len += 8;
+	}
+	rg_sip_word(&v0, &v1, &v2, &v3, len << 56);
+	v2 ^= 0xff;
+	rg_sipround(&v0, &v1, &v2, &v3);
+	rg_sipround(&v0, &v1, &v2, &v3);
+	rg_sipround(&v0, &v1, &v2, &v3);
+	rg_sipround(&v0, &v1, &v2, &v3);
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The tunnel's keys towards the peer in slot, or NULL when it has none. */
+static __always_inline const struct rg_peer_auth *rg_peer_auth_get(__u32 slot)
+{
+	const struct rg_peer_auth *a = bpf_map_lookup_elem(&rg_peer_auth, &slot);
+
+	return a && a->keys ? a : NULL;
+}
+
 /*
  * Takes the next sequence number of this CPU's stream on lane towards the
  * peer. flags are the stream field's (RG_TUNNEL_F_*); with ext (as
  * rg_tunnel_next_has_ext said), the extension follows with the send time
- * and feedback.
+ * and feedback; with auth (the tunnel's keys), the MAC follows at mac.
  */
 static __always_inline void rg_tunnel_opt_fill(struct rg_tunnel_opt *o, struct rg_tunnel_opt_ext *ext,
+					       struct rg_tunnel_opt_mac *mac, const struct rg_peer_auth *auth,
 					       struct rg_peer_stats *ps, __u32 lane, __u32 flags,
 					       __u32 feedback)
 {
 	__u32 stream = (flags & RG_TUNNEL_F_MASK) | (rg_tunnel_epoch(ps) << RG_TUNNEL_EPOCH_SHIFT) |
 		       ((bpf_get_smp_processor_id() & RG_TUNNEL_CPU_MASK) << RG_TUNNEL_LANE_BITS) |
 		       (lane & (RG_TUNNEL_LANES - 1));
+	__u32 seq = ps->tx_seq[lane & (RG_TUNNEL_LANES - 1)]++;
+	struct rg_tunnel_arrival_ext x = {};
 
 	o->opt_class = bpf_htons(rg_cfg.tunnel_opt_class);
 	o->type = rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL;
 	o->length = ext ? RG_TUNNEL_OPT_EXT_WORDS : RG_TUNNEL_OPT_WORDS;
 	o->stream = bpf_htonl(stream);
-	o->seq = bpf_htonl(ps->tx_seq[lane & (RG_TUNNEL_LANES - 1)]++);
+	o->seq = bpf_htonl(seq);
 	if (ext) {
-		ext->sent_us = bpf_htonl((__u32)(rg_tunnel_clock_ns() / 1000));
-		ext->feedback = bpf_htonl(feedback);
+		x.sent_us = (__u32)(rg_tunnel_clock_ns() / 1000);
+		x.feedback = feedback;
+		ext->sent_us = bpf_htonl(x.sent_us);
+		ext->feedback = bpf_htonl(x.feedback);
+	}
+	if (mac && auth) {
+		__u64 m = rg_tunnel_mac(&auth->tx, stream, seq, ext ? &x : NULL);
+
+		o->type |= RG_TUNNEL_OPT_TYPE_AUTH;
+		o->length += RG_TUNNEL_OPT_MAC_WORDS;
+		mac->hi = bpf_htonl((__u32)(m >> 32));
+		mac->lo = bpf_htonl((__u32)m);
 	}
 }
 
 /*
  * Is the Geneve option at o (bounds checked by the caller) ours? Returns
- * 0, or its length in bytes: with or without the extension.
+ * 0, or its length in bytes: with or without the extension, and with the
+ * MAC when *auth says it carries one.
  */
-static __always_inline __u32 rg_tunnel_opt_is_ours(const struct rg_tunnel_opt *o)
+static __always_inline __u32 rg_tunnel_opt_is_ours(const struct rg_tunnel_opt *o, __u8 *auth)
 {
-	if (o->opt_class != bpf_htons(rg_cfg.tunnel_opt_class) ||
-	    o->type != (rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL))
+	__u8 type = rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL;
+	__u32 words = o->length & 0x1f, mac = 0;
+
+	if (o->opt_class != bpf_htons(rg_cfg.tunnel_opt_class))
 		return 0;
-	if ((o->length & 0x1f) == RG_TUNNEL_OPT_WORDS)
-		return sizeof(struct rg_tunnel_opt);
-	if ((o->length & 0x1f) == RG_TUNNEL_OPT_EXT_WORDS)
-		return sizeof(struct rg_tunnel_opt) + sizeof(struct rg_tunnel_opt_ext);
+	if (o->type == (type | RG_TUNNEL_OPT_TYPE_AUTH))
+		mac = RG_TUNNEL_OPT_MAC_WORDS;
+	else if (o->type != type)
+		return 0;
+	*auth = mac != 0;
+	if (words == RG_TUNNEL_OPT_WORDS + mac)
+		return sizeof(struct rg_tunnel_opt) + mac * 4;
+	if (words == RG_TUNNEL_OPT_EXT_WORDS + mac)
+		return sizeof(struct rg_tunnel_opt) + sizeof(struct rg_tunnel_opt_ext) + mac * 4;
 	return 0;
 }
 
@@ -339,6 +420,45 @@ struct rg_tunnel_arrival {
 };
 
 /*
+ * Gateway B: an arrival whose stream the table had no room for. Nothing
+ * eliminates its copies, so both reach the host: counted, and this gateway
+ * stops saying it eliminates to the peer for a while (rg_tunnel_eliminates).
+ */
+static __always_inline void rg_tunnel_untracked(__u32 slot, const struct rg_tunnel_arrival *a,
+						struct rg_peer_stats *ps, __u64 bytes, __u64 now)
+{
+	struct rg_peer_guard *g;
+	__u64 *at;
+
+	rg_peer_count(ps, RG_PEER_EV_SEQ_UNTRACKED, bytes);
+	at = bpf_map_lookup_elem(&rg_peer_untracked, &slot);
+	/* Shared by all CPUs: written about once a millisecond, not per packet. */
+	if (at && now - *at >= (1u << 20))
+		*at = now;
+	g = bpf_map_lookup_elem(&rg_peer_guard, &slot);
+	if (g && (a->stream & RG_TUNNEL_F_COPIED))
+		g->untracked_copied++;
+}
+
+/*
+ * Gateway A: does this gateway eliminate the second copies the peer in slot
+ * sends it? Not while one of the peer's streams went untracked in the last
+ * RG_TUNNEL_UNTRACKED_HOLD_NS: that peer's copies reach the host twice.
+ */
+static __always_inline int rg_tunnel_eliminates(__u32 slot)
+{
+	__u64 *at;
+
+	if (!(rg_cfg.flags & RG_CFG_F_DECAP))
+		return 0;
+	at = bpf_map_lookup_elem(&rg_peer_untracked, &slot);
+	/* The common case, never untracked, reads no clock. */
+	if (!at || !*at)
+		return 1;
+	return bpf_ktime_get_ns() - *at >= RG_TUNNEL_UNTRACKED_HOLD_NS;
+}
+
+/*
  * Gateway B: one numbered packet of the peer in slot. Returns whether to
  * drop it as the second copy of a number that arrived. Counts the peer's
  * copied numbers, and keeps what its extension says (rg_peer_rx).
@@ -364,7 +484,7 @@ static __always_inline int rg_tunnel_track(__u32 slot, const struct rg_tunnel_ar
 			bpf_map_update_elem(&rg_tunnel_streams, &key, zero, BPF_NOEXIST);
 		st = bpf_map_lookup_elem(&rg_tunnel_streams, &key);
 		if (!st) {
-			rg_peer_count(ps, RG_PEER_EV_SEQ_UNTRACKED, bytes);
+			rg_tunnel_untracked(slot, a, ps, bytes, now);
 			return 0;
 		}
 	}

@@ -428,8 +428,46 @@ struct rg_tunnel_opt_ext {
 	__be32 sent_us;  /* send time at gateway A, rg_tunnel_clock_ns() / 1000, low 32 bits */
 	__be32 feedback; /* RG_FEEDBACK_*: gateway A's measure of what it receives from B */
 };
+/*
+ * Last in the option (after the extension, if any) when the tunnel has a
+ * key: SipHash-2-4 of the option's fields and the tunnel's outer addresses
+ * and VNI under the key (docs/design.md section 14, "Authentication"), its
+ * 64-bit result high word first. Such an option's type is the configured
+ * one with RG_TUNNEL_OPT_TYPE_AUTH set, so a build that knows no keys
+ * skips it as someone else's option.
+ */
+struct rg_tunnel_opt_mac {
+	__be32 hi;
+	__be32 lo;
+};
+#define RG_TUNNEL_OPT_TYPE_AUTH 0x40
 #define RG_TUNNEL_OPT_WORDS ((sizeof(struct rg_tunnel_opt) - 4) / 4)
 #define RG_TUNNEL_OPT_EXT_WORDS (RG_TUNNEL_OPT_WORDS + sizeof(struct rg_tunnel_opt_ext) / 4)
+#define RG_TUNNEL_OPT_MAC_WORDS (sizeof(struct rg_tunnel_opt_mac) / 4)
+
+/*
+ * SipHash-2-4's state (v0..v3) once it has taken the words every option of
+ * one direction of a tunnel starts with: the outer source and destination
+ * addresses and the VNI. The loader computes it per key; the programs take
+ * the option's own words from there.
+ */
+struct rg_sip_state {
+	__u64 v[4];
+};
+
+/* Keys a receiving gateway accepts from one peer: the current one and the next (a rotation). */
+#define RG_TUNNEL_MAX_KEYS 2
+
+/*
+ * Per peer slot, the tunnel's keys (rg_peer_auth), written by the loader.
+ * Not pinned: the keys live no longer than the programs that use them.
+ */
+struct rg_peer_auth {
+	struct rg_sip_state tx;                     /* the key this gateway signs with, from (local, remote, VNI) */
+	struct rg_sip_state rx[RG_TUNNEL_MAX_KEYS]; /* each key it accepts, from (remote, local, VNI) */
+	__u32 keys;                                 /* keys in rx; 0 = no key: options unauthenticated */
+	__u32 reserved;
+};
 #define RG_TUNNEL_EXT_EVERY 16
 
 #define RG_TUNNEL_LANE_BITS 4
@@ -469,6 +507,19 @@ struct rg_tunnel_opt_ext {
 #define RG_TUNNEL_WINDOW_WORDS (RG_TUNNEL_WINDOW / 64)
 #define RG_TUNNEL_SETTLE_NS 1000000000ull
 #define RG_TUNNEL_SEQ_JUMP_MAX (1u << 20)
+/*
+ * A stream silent this long is evicted by `roceguard run`, its counts kept
+ * per peer (rg_tunnel_retired): far past the settling of its holes, so
+ * only a sender that stopped (or a stream forged once) goes.
+ */
+#define RG_TUNNEL_STREAM_IDLE_NS (10 * RG_TUNNEL_SETTLE_NS)
+/*
+ * A receiving gateway that could not track one of a peer's streams (the
+ * table full) does not say it eliminates (RG_TUNNEL_F_ELIMINATES) in what
+ * it sends that peer until this long after the last such arrival: the
+ * peer's shield copies only to a gateway that drops the second copies.
+ */
+#define RG_TUNNEL_UNTRACKED_HOLD_NS RG_TUNNEL_SETTLE_NS
 /* Queueing delay buckets: bucket k holds delays up to 2^k microseconds, the last one the rest. */
 #define RG_TUNNEL_DELAY_BUCKETS 24
 /*
@@ -539,6 +590,45 @@ struct rg_peer_rx {
 	__u64 at_ns;     /* CLOCK_MONOTONIC of the last extension; 0 = none yet */
 	__u32 feedback;  /* the last extension's feedback */
 	__u32 flags;     /* the last extension's stream flags (RG_TUNNEL_F_*) */
+};
+
+/*
+ * Per peer slot and CPU, what the receiving gateway could not do for the
+ * peer's numbered packets (rg_peer_guard). A map of its own: rg_peer_stats
+ * keeps its sequence numbers after its events, so a new event there would
+ * move them.
+ */
+struct rg_peer_guard {
+	/*
+	 * Arrivals of numbers the peer sent twice (RG_TUNNEL_F_COPIED) whose
+	 * stream found the table full: delivered without elimination, so
+	 * both copies of each reached the host.
+	 */
+	__u64 untracked_copied;
+	/* Options of a peer with a key, ignored (the packet decapsulated without them): */
+	__u64 auth_bad;     /* a MAC that none of the peer's keys gives */
+	__u64 auth_missing; /* no MAC */
+	/* Options the peer's second key verified: a rotation under way. */
+	__u64 auth_next;
+};
+
+/*
+ * Per peer slot, the streams `roceguard run` evicted from rg_tunnel_streams
+ * (silent RG_TUNNEL_STREAM_IDLE_NS) and their counts, so the peer's totals
+ * do not fall when a stream goes (rg_tunnel_retired; written by the daemon
+ * alone).
+ */
+struct rg_tunnel_retired {
+	__u64 evicted;
+	__u64 received;
+	__u64 lost;        /* holes included: a stream this silent has settled them */
+	__u64 reordered;
+	__u64 duplicated;
+	__u64 duplicates_delivered; /* the duplicated of streams without an epoch */
+	__u64 resyncs;
+	__u64 delay_sum_ns;
+	__u64 delay[RG_TUNNEL_DELAY_BUCKETS];
+	__u64 loss_runs[RG_TUNNEL_RUN_BUCKETS];
 };
 
 struct rg_tunnel_stream_key {
@@ -616,6 +706,12 @@ RG_STATIC_ASSERT(sizeof(struct rg_peer_ctl) == 16, "rg_peer_ctl layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_rx) == 24, "rg_peer_rx layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX + 4 * RG_TUNNEL_LANES, "rg_peer_stats layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_guard) == 32, "rg_peer_guard layout");
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt_mac) == 8, "rg_tunnel_opt_mac layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_auth) == 32 * (1 + RG_TUNNEL_MAX_KEYS) + 8, "rg_peer_auth layout");
+RG_STATIC_ASSERT(sizeof(struct rg_tunnel_retired) ==
+			 8 * 8 + 8 * RG_TUNNEL_DELAY_BUCKETS + 8 * RG_TUNNEL_RUN_BUCKETS,
+		 "rg_tunnel_retired layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream) ==
 			 64 + 8 + 8 * RG_TUNNEL_WINDOW_WORDS + 8 * RG_TUNNEL_DELAY_BUCKETS + 8 * RG_TUNNEL_RUN_BUCKETS,
 		 "rg_tunnel_stream layout");

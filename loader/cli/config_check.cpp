@@ -15,6 +15,7 @@
 #include "cli/config_check.h"
 #include "common/error.h"
 #include "dataplane/state.h"
+#include "dataplane/tunnel_auth.h"
 #include "metrics/web_config.h"
 
 namespace rg {
@@ -138,6 +139,18 @@ void check_config(const Config& cfg, bool offline, ConfigProblems& p) {
     if (if_nametoindex(cfg.interfaces[i].c_str()) == 0)
       p.absent_interfaces.push_back("interfaces[" + std::to_string(i) + "]: interface " + cfg.interfaces[i] +
                           " does not exist (check `ip link`; in a container, use the host network)");
+
+  // Read as the attach will, so that a key file it cannot use stops the
+  // configuration here.
+  for (size_t i = 0; i < cfg.peers.size(); ++i) {
+    const std::string& file = cfg.peers[i].key_file;
+    if (file.empty()) continue;
+    try {
+      read_key_file(file);
+    } catch (const Error& e) {
+      p.errors.push_back("tunnel.peer[" + std::to_string(i) + "].key_file: " + e.what() + " (" + file + ")");
+    }
+  }
 
   const std::vector<Address> local = host_addresses();
   for (size_t i = 0; i < cfg.peers.size(); ++i) {

@@ -396,6 +396,12 @@ void read_config_file(const std::string& path, Config& cfg, ConfigProblems& p) {
   } catch (const toml::parse_error& e) {
     report_syntax(e, p);
   }
+  // A key file beside the configuration is named relative to it, whatever
+  // the directory the loader runs in.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  for (PeerConfig& peer : cfg.peers)
+    if (!peer.key_file.empty() && peer.key_file.front() != '/') peer.key_file = dir + peer.key_file;
 }
 
 Config parse_config(const toml::table& doc, ConfigProblems& p) {

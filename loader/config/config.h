@@ -68,6 +68,9 @@ struct PeerConfig {
   bool shield_given = false;  // otherwise tunnel.shield, whichever source set it
   ShieldPath shield_path = ShieldPath::kSame;
   bool shield_path_given = false;  // otherwise tunnel.shield_path
+  // The tunnel's keys (dataplane/tunnel_auth.h); empty: the option is not
+  // authenticated. A relative path is the configuration file's directory's.
+  std::string key_file;
 };
 
 enum class XdpMode { kNative, kSkb };

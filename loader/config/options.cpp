@@ -276,6 +276,16 @@ std::vector<PeerField> make_peer_fields() {
                [](const PeerConfig& peer) {
                  return nlohmann::json(std::string(shield_path_name(peer.shield_path)));
                }});
+  f.push_back({"key_file", spec_of(OptionType::kString), "",
+               "file of the tunnel's key (32 hex digits; a second line: the next key, accepted too) that "
+               "authenticates the sequence option; the far gateway needs the same; none: unauthenticated",
+               [](PeerConfig& peer, const OptionValue& v, const std::string& key, ConfigProblems& p) {
+                 peer.key_file = std::get<std::string>(v);
+                 if (peer.key_file.empty()) p.errors.push_back(key + ": empty; leave it out for no key");
+               },
+               [](const PeerConfig& peer) {
+                 return peer.key_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(peer.key_file);
+               }});
   f.push_back({"routes", spec_of(OptionType::kStringList), "", "inner destination prefixes sent through this peer",
                [](PeerConfig& peer, const OptionValue& v, const std::string& key, ConfigProblems& p) {
                  const auto& list = std::get<std::vector<std::string>>(v);

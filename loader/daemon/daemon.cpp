@@ -33,6 +33,7 @@
 #include "dataplane/maps.h"
 #include "dataplane/nexthop_lease.h"
 #include "daemon/shield_auto.h"
+#include "daemon/stream_eviction.h"
 #include "metrics/presentation.h"
 #include "dataplane/pin_scope.h"
 #include "metrics/exporter.h"
@@ -385,6 +386,20 @@ class Runner {
   std::map<std::string, uint32_t> mtu_seen_;
 };
 
+// Makes room in the stream table: streams silent RG_TUNNEL_STREAM_IDLE_NS
+// go, their counts kept (daemon/stream_eviction.h).
+void evict_streams(Dataplane& dp) {
+  const int streams = dp.map_fd(kMapTunnelStreams), retired = dp.map_fd(kMapTunnelRetired);
+  if (streams < 0 || retired < 0) return;
+  try {
+    if (const size_t n = evict_idle_streams(streams, retired, monotonic_now_ns()))
+      spdlog::info("evicted {} tunnel sequence stream(s) silent for {} s", n,
+                   RG_TUNNEL_STREAM_IDLE_NS / 1000000000ull);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot evict idle tunnel sequence streams: {}", e.what());
+  }
+}
+
 void log_health(const Exporter& exporter) {
   if (!exporter.health_address().empty())
     spdlog::info("serving liveness and readiness on http://{0}/livez and http://{0}/readyz", exporter.health_address());
@@ -707,6 +722,7 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
     runner.note_links(d.links);
     runner.watch();
     start_leases();
+    evict_streams(dp);
   }
 }
 

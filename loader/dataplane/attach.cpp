@@ -25,6 +25,7 @@
 #include "common/pause_point.h"
 #include "dataplane/map_writer.h"
 #include "dataplane/maps.h"
+#include "dataplane/tunnel_auth.h"
 
 namespace rg {
 namespace {
@@ -144,17 +145,20 @@ class TunnelMaps {
   TunnelMaps(const TunnelMaps&) = delete;
   TunnelMaps& operator=(const TunnelMaps&) = delete;
 
-  MapWriter writer() const { return MapWriter(fds_[0], fds_[1], fds_[2], fds_[3], fds_[4], fds_[5]); }
+  MapWriter writer() const {
+    return MapWriter(fds_[0], fds_[1], fds_[2], fds_[3], fds_[4], fds_[5], fds_[6], fds_[7]);
+  }
 
  private:
   static constexpr size_t kRequired = 4;
-  static constexpr std::array<const char*, 6> kNames{kMapPeers,  kMapRoute4,    kMapRoute6,
-                                                     kMapDecap,  kMapPeerStats, kMapTunnelStreams};
+  static constexpr std::array<const char*, 8> kNames{kMapPeers,     kMapRoute4,        kMapRoute6,
+                                                     kMapDecap,     kMapPeerStats,     kMapTunnelStreams,
+                                                     kMapPeerGuard, kMapTunnelRetired};
   void close_all() {
     for (int& fd : fds_)
       if (fd >= 0) close(fd), fd = -1;
   }
-  std::array<int, 6> fds_{-1, -1, -1, -1, -1, -1};
+  std::array<int, 8> fds_{-1, -1, -1, -1, -1, -1, -1, -1};
 };
 
 // Every pin an attach may replace or create, held as it was before: a
@@ -399,6 +403,10 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
         TunnelMaps again(pin);
         again.writer().restore(*before);
       });
+      // The keys first, each at the slot its peer is given: a peer never
+      // runs keyless once its slot is written.
+      if (const int auth = obj_.map_fd(kMapPeerAuth); auth >= 0)
+        write_peer_auth(auth, cfg_.peers, writer.place(cfg_.peers).slots);
       place_peers(writer.write_tunnels(cfg_.peers));
     }
     for (const auto& name : cfg_.interfaces) {
@@ -446,10 +454,15 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
 }
 
 void Dataplane::replace_peers(const std::vector<PeerConfig>& peers) {
+  // A key rotation is a reload: the key files are read again. A slot whose
+  // peer changes may check the new peer's options with the old keys until
+  // its entry is written: those count as bad, none is taken.
+  const int auth = obj_.loaded() ? obj_.map_fd(kMapPeerAuth) : -1;
   if (access((pin_path_ + "/" + kMapPeers).c_str(), F_OK) == 0) {
     TunnelMaps maps(pin_path_);
     MapWriter writer = maps.writer();
     const MapWriter::Snapshot before = writer.snapshot();
+    if (auth >= 0) write_peer_auth(auth, peers, writer.place(peers).slots);
     try {
       place_peers(writer.write_tunnels(peers));
     } catch (...) {
@@ -463,13 +476,15 @@ void Dataplane::replace_peers(const std::vector<PeerConfig>& peers) {
 void Dataplane::place_peers(const MapWriter::Placement& placed) {
   peer_slots_ = placed.slots;
   // What the loaded object's own maps hold for a slot's previous occupant
-  // (its reports, the decision on it, its cached next hop) is not the new
+  // (its reports, the decision on it, its cached next hop, its untracked
+  // arrivals) is not the new
   // one's. A fresh object's are empty already.
   struct Own {
     const char* name;
     bool per_cpu;
   };
-  for (const Own& m : {Own{kMapPeerRx, true}, Own{kMapPeerCtl, false}, Own{kMapNexthops, true}}) {
+  for (const Own& m : {Own{kMapPeerRx, true}, Own{kMapPeerCtl, false}, Own{kMapNexthops, true},
+                       Own{kMapPeerUntracked, false}}) {
     const int fd = obj_.map_fd(m.name);
     if (fd < 0) continue;
     bpf_map_info info{};

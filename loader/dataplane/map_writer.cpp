@@ -139,9 +139,38 @@ void MapWriter::clear_slot(uint32_t slot) const {
         throw Error(std::string("cannot delete a stream of ") + kMapTunnelStreams + ": " + errno_text(errno));
     }
   }
+  // What the slot's receiving side kept of its previous occupant: the
+  // counts of its evicted streams, its untracked copies and rejected options.
+  for (const auto& [fd, name] : {std::pair{guard_fd_, kMapPeerGuard}, std::pair{retired_fd_, kMapTunnelRetired}}) {
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0)
+      throw Error(std::string("cannot read map ") + name + ": " + errno_text(errno));
+    const bool per_cpu = info.type == BPF_MAP_TYPE_PERCPU_ARRAY;
+    const int ncpu = per_cpu ? libbpf_num_possible_cpus() : 1;
+    Bytes zero((info.value_size + 7) / 8 * 8 * static_cast<size_t>(std::max(ncpu, 1)));
+    if (bpf_map_update_elem(fd, &slot, zero.data(), BPF_ANY) != 0)
+      throw Error(std::string("cannot clear ") + name + "[" + std::to_string(slot) + "]: " + errno_text(errno));
+  }
 }
 
-MapWriter::Placement MapWriter::write_tunnels(const std::vector<PeerConfig>& peers) const {
+namespace {
+
+rg_peer peer_value(const PeerConfig& p) {
+  rg_peer v{};
+  v.vni = p.vni;
+  v.mtu = static_cast<__u16>(p.mtu);
+  v.family = static_cast<__u8>(p.remote.family);
+  v.flags = shield_flags(p.shield, p.shield_path);
+  std::memcpy(v.local, p.local.bytes.data(), 16);
+  std::memcpy(v.remote, p.remote.bytes.data(), 16);
+  return v;
+}
+
+}  // namespace
+
+MapWriter::Placement MapWriter::place(const std::vector<PeerConfig>& peers) const {
   std::vector<rg_peer> had(RG_MAX_PEERS), want(RG_MAX_PEERS);
   for (uint32_t s = 0; s < RG_MAX_PEERS; ++s)
     if (bpf_map_lookup_elem(peers_fd_, &s, &had[s]) != 0) had[s] = rg_peer{};
@@ -151,16 +180,7 @@ MapWriter::Placement MapWriter::write_tunnels(const std::vector<PeerConfig>& pee
   out.slots.assign(peers.size(), RG_MAX_PEERS);
   std::vector<bool> taken(RG_MAX_PEERS, false);
   std::vector<rg_peer> values;
-  for (const auto& p : peers) {
-    rg_peer v{};
-    v.vni = p.vni;
-    v.mtu = static_cast<__u16>(p.mtu);
-    v.family = static_cast<__u8>(p.remote.family);
-    v.flags = shield_flags(p.shield, p.shield_path);
-    std::memcpy(v.local, p.local.bytes.data(), 16);
-    std::memcpy(v.remote, p.remote.bytes.data(), 16);
-    values.push_back(v);
-  }
+  for (const auto& p : peers) values.push_back(peer_value(p));
   for (size_t i = 0; i < values.size(); ++i)
     for (uint32_t s = 0; s < RG_MAX_PEERS; ++s)
       if (!taken[s] && had[s].family && same_peer(had[s], values[i])) {
@@ -178,6 +198,13 @@ MapWriter::Placement MapWriter::write_tunnels(const std::vector<PeerConfig>& pee
   for (size_t i = 0; i < values.size(); ++i) want[out.slots[i]] = values[i];
   for (uint32_t s = 0; s < RG_MAX_PEERS; ++s)
     if (!same_peer(had[s], want[s])) out.changed.push_back(s);
+  return out;
+}
+
+MapWriter::Placement MapWriter::write_tunnels(const std::vector<PeerConfig>& peers) const {
+  const Placement out = place(peers);
+  std::vector<rg_peer> want(RG_MAX_PEERS);
+  for (size_t i = 0; i < peers.size(); ++i) want[out.slots[i]] = peer_value(peers[i]);
   std::set<uint32_t> changed(out.changed.begin(), out.changed.end());
 
   Entries r4, r6, decap;

@@ -23,13 +23,17 @@ class MapWriter {
   // Borrows the maps' fds; not closed.
   // peer_stats_fd and streams_fd (rg_peer_stats, rg_tunnel_streams): -1
   // when absent, and then nothing is cleared.
-  MapWriter(int peers_fd, int route4_fd, int route6_fd, int decap_fd, int peer_stats_fd = -1, int streams_fd = -1)
+  // guard_fd and retired_fd (rg_peer_guard, rg_tunnel_retired): likewise.
+  MapWriter(int peers_fd, int route4_fd, int route6_fd, int decap_fd, int peer_stats_fd = -1, int streams_fd = -1,
+            int guard_fd = -1, int retired_fd = -1)
       : peers_fd_(peers_fd),
         route4_fd_(route4_fd),
         route6_fd_(route6_fd),
         decap_fd_(decap_fd),
         peer_stats_fd_(peer_stats_fd),
-        streams_fd_(streams_fd) {}
+        streams_fd_(streams_fd),
+        guard_fd_(guard_fd),
+        retired_fd_(retired_fd) {}
 
   // Every entry of the four maps, as raw key and value bytes.
   struct Snapshot {
@@ -46,6 +50,10 @@ class MapWriter {
     std::vector<uint32_t> changed;
   };
 
+  // Where write_tunnels would put the peers now, writing nothing: what the
+  // slots' keys (rg_peer_auth) are written by before the slots themselves.
+  Placement place(const std::vector<PeerConfig>& peers) const;
+
   // Writes every peer slot (unused ones zeroed), then the routes and decap
   // keys. A peer already in a slot keeps it, a new one takes the lowest
   // free one. Keys the configuration no longer has go before new ones come,
@@ -60,10 +68,11 @@ class MapWriter {
  private:
   // Empties what the slot's previous occupant left: its counters and
   // numbering on every CPU (which restart in an epoch none of them had)
-  // and the streams tracked from it.
+  // and the streams tracked from it, the counts of its evicted streams and
+  // its untracked copies.
   void clear_slot(uint32_t slot) const;
 
-  int peers_fd_, route4_fd_, route6_fd_, decap_fd_, peer_stats_fd_, streams_fd_;
+  int peers_fd_, route4_fd_, route6_fd_, decap_fd_, peer_stats_fd_, streams_fd_, guard_fd_, retired_fd_;
 };
 
 // Whether two rg_peers values name the same peer: outer family, remote

@@ -179,7 +179,13 @@ const MapLayout* pinned_map_layout(const std::string& name) {
                                     sizeof(rg_peer_stats), 1};
   static const MapLayout streams{BPF_MAP_TYPE_HASH, sizeof(rg_tunnel_stream_key), sizeof(rg_tunnel_stream),
                                  sizeof(rg_tunnel_stream), 1};
+  static const MapLayout peer_guard{BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(uint32_t), sizeof(rg_peer_guard),
+                                    sizeof(rg_peer_guard), 1};
+  static const MapLayout retired{BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_tunnel_retired),
+                                 sizeof(rg_tunnel_retired), 1};
   if (name == kMapPeerStats) return &peer_stats;
+  if (name == kMapPeerGuard) return &peer_guard;
+  if (name == kMapTunnelRetired) return &retired;
   if (name == kMapTunnelStreams) return &streams;
   if (name == kMapCounters) return &counters;
   if (name == kMapQp4) return &qp4;
@@ -458,12 +464,12 @@ std::vector<QpRow> MapReader::top_qps(size_t top, bool (*ranks_before)(const QpR
   return out;
 }
 
-std::vector<PeerStatsRow> read_peer_stats(int fd) {
+std::vector<PeerStatsRow> read_peer_stats(int fd, int guard_fd, int retired_fd) {
   check_map_layout(fd, kMapPeerStats, *pinned_map_layout(kMapPeerStats));
   const MapUsage u = map_info(fd, kMapPeerStats);
   const int ncpu = possible_cpus();
   const uint32_t stride = round8(u.value_size);
-  std::vector<PeerStatsRow> rows;
+  std::map<uint32_t, PeerStatsRow> rows;
   walk_map(fd, sizeof(uint32_t), stride * static_cast<uint32_t>(ncpu), u.max_entries,
            [&](const uint8_t* k, const uint8_t* v) {
              PeerStatsRow row;
@@ -478,9 +484,44 @@ std::vector<PeerStatsRow> read_peer_stats(int fd) {
                  any |= s.ev[e].packets != 0;
                }
              }
-             if (any) rows.push_back(row);
+             if (any) rows[row.slot] = row;
            });
-  return rows;
+  auto row_of = [&](const uint8_t* k) -> PeerStatsRow& {
+    uint32_t slot;
+    std::memcpy(&slot, k, sizeof(slot));
+    PeerStatsRow& row = rows[slot];
+    row.slot = slot;
+    return row;
+  };
+  if (guard_fd >= 0) {
+    check_map_layout(guard_fd, kMapPeerGuard, *pinned_map_layout(kMapPeerGuard));
+    const uint32_t gstride = round8(sizeof(rg_peer_guard));
+    walk_map(guard_fd, sizeof(uint32_t), gstride * static_cast<uint32_t>(ncpu), map_info(guard_fd, kMapPeerGuard).max_entries,
+             [&](const uint8_t* k, const uint8_t* v) {
+               rg_peer_guard sum{};
+               for (int cpu = 0; cpu < ncpu; ++cpu) {
+                 rg_peer_guard g;
+                 std::memcpy(&g, v + static_cast<size_t>(cpu) * gstride, sizeof(g));
+                 sum.untracked_copied += g.untracked_copied;
+                 sum.auth_bad += g.auth_bad;
+                 sum.auth_missing += g.auth_missing;
+                 sum.auth_next += g.auth_next;
+               }
+               if (sum.untracked_copied || sum.auth_bad || sum.auth_missing || sum.auth_next) row_of(k).guard = sum;
+             });
+  }
+  if (retired_fd >= 0) {
+    check_map_layout(retired_fd, kMapTunnelRetired, *pinned_map_layout(kMapTunnelRetired));
+    walk_map(retired_fd, sizeof(uint32_t), sizeof(rg_tunnel_retired),
+             map_info(retired_fd, kMapTunnelRetired).max_entries, [&](const uint8_t* k, const uint8_t* v) {
+               rg_tunnel_retired r;
+               std::memcpy(&r, v, sizeof(r));
+               if (r.evicted) row_of(k).retired = r;
+             });
+  }
+  std::vector<PeerStatsRow> out;
+  for (auto& [slot, row] : rows) out.push_back(row);
+  return out;
 }
 
 std::vector<TunnelStreamRow> read_tunnel_streams(int fd) {
@@ -507,7 +548,10 @@ std::vector<TunnelStreamRow> read_tunnel_streams(int fd) {
 std::vector<PeerStatsRow> MapReader::peer_stats() const {
   if (pin_path_.empty()) return {};
   Owned map{bpf_obj_get((pin_path_ + "/" + kMapPeerStats).c_str())};
-  return map.fd < 0 ? std::vector<PeerStatsRow>{} : read_peer_stats(map.fd);
+  // Absent under the pins of a build before them: nothing to add.
+  Owned guard{bpf_obj_get((pin_path_ + "/" + kMapPeerGuard).c_str())};
+  Owned retired{bpf_obj_get((pin_path_ + "/" + kMapTunnelRetired).c_str())};
+  return map.fd < 0 ? std::vector<PeerStatsRow>{} : read_peer_stats(map.fd, guard.fd, retired.fd);
 }
 
 std::vector<TunnelStreamRow> MapReader::tunnel_streams() const {

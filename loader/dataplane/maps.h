@@ -47,6 +47,12 @@ inline constexpr const char* kMapXdpTx = "rg_xdp_tx";  // unpinned: the fast pat
 inline constexpr const char* kMapPeerCtl = "rg_peer_ctl";
 inline constexpr const char* kMapPeerRx = "rg_peer_rx";
 inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
+inline constexpr const char* kMapPeerGuard = "rg_peer_guard";
+inline constexpr const char* kMapTunnelRetired = "rg_tunnel_retired";
+// Private to the process that loaded the object: when a peer's stream last went untracked.
+inline constexpr const char* kMapPeerUntracked = "rg_peer_untracked";
+// Private to the process that loaded the object: the tunnels' keys (dataplane/tunnel_auth.h).
+inline constexpr const char* kMapPeerAuth = "rg_peer_auth";
 // The ingress program's tail call into the fast path. Each load has its
 // own (a program array takes the type and flags of the first program that
 // uses it, so one reused across loads would tie every later load to the
@@ -54,9 +60,9 @@ inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
 // attach's, because the kernel empties a program array that no file
 // descriptor or pin holds.
 inline constexpr const char* kMapXdpNext = "rg_xdp_next";
-inline constexpr std::array<const char*, 10> kPinnedMaps{
-    kMapCounters, kMapQp4,    kMapQp6,       kMapPeers,        kMapRoute4,
-    kMapRoute6,   kMapDecap,  kMapIfaces,    kMapPeerStats,    kMapTunnelStreams};
+inline constexpr std::array<const char*, 12> kPinnedMaps{
+    kMapCounters, kMapQp4,    kMapQp6,       kMapPeers,        kMapRoute4,     kMapRoute6,
+    kMapDecap,    kMapIfaces, kMapPeerStats, kMapTunnelStreams, kMapPeerGuard, kMapTunnelRetired};
 
 struct CounterRow {
   uint32_t ifindex = 0;
@@ -86,10 +92,14 @@ struct QpEntries {
   uint32_t v6 = 0;
 };
 
-// One peer slot's counters, summed over CPUs.
+// One peer slot's counters, summed over CPUs, with what the receiving
+// side could not track (rg_peer_guard) and the streams evicted
+// (rg_tunnel_retired).
 struct PeerStatsRow {
   uint32_t slot = 0;
   std::array<rg_counter, RG_PEER_EV_MAX> ev{};
+  rg_peer_guard guard{};
+  rg_tunnel_retired retired{};
 };
 
 // One sequence stream a receiving gateway tracks, read under its lock.
@@ -193,10 +203,13 @@ class MapReader {
   std::string pin_path_;
 };
 
-// The same from open fds (rg_peer_stats, rg_tunnel_streams); each checks
-// the map's layout first. Slots whose counters are all zero are left out.
-std::vector<PeerStatsRow> read_peer_stats(int fd);
+// The same from open fds (rg_peer_stats with rg_peer_guard and
+// rg_tunnel_retired when their fds are given, rg_tunnel_streams); each
+// checks the map's layout first. Slots whose counters are all zero are left
+// out.
+std::vector<PeerStatsRow> read_peer_stats(int fd, int guard_fd = -1, int retired_fd = -1);
 std::vector<TunnelStreamRow> read_tunnel_streams(int fd);
+
 
 // Sum of one event over all rows with the given direction (any interface).
 uint64_t sum_packets(const std::vector<CounterRow>& rows, rg_direction dir, rg_event ev);

@@ -185,6 +185,7 @@ class Doctor {
     check_scrape();
     check_ack_timeout();
     check_shield_peers();
+    check_tunnel_keys();
     return std::move(out_);
   }
 
@@ -566,6 +567,33 @@ class Doctor {
             "the loss shield is on towards this peer, but its own numbers carry no epoch: a roceguard before the "
             "shield, which hands both copies of every shielded packet to its host",
             "upgrade roceguard on the peer, or set shield = \"off\" for it");
+    }
+  }
+
+  // What acts on the peer's option must know the option is the peer's:
+  // the shield's "auto" mode turns copies on from the loss the option
+  // reports. Without a key anyone who can send UDP 6081 from the peer's
+  // address writes that report (docs/design.md section 14,
+  // "Authentication").
+  void check_tunnel_keys() {
+    const char* check = "tunnel.key";
+    std::vector<std::pair<std::string, bool>> peers;  // shielded "auto": name, keyed
+    if (in_.config_given) {
+      for (const auto& p : in_.config.peers)
+        if (p.shield == Shield::kAuto) peers.emplace_back(p.name, !p.key_file.empty());
+    } else {
+      peers = recorded_auto_shield_peers(in_.pin_path);
+    }
+    for (const auto& [name, keyed] : peers) {
+      if (keyed)
+        add(check, name, Verdict::kOk,
+            "the loss shield's auto mode acts on the peer's loss reports, which the tunnel's key authenticates");
+      else
+        add(check, name, Verdict::kWarn,
+            "the loss shield's auto mode acts on the peer's loss reports, and the tunnel has no key: anyone who "
+            "can send UDP 6081 from the peer's address can forge them (turning the copies on), fill the stream "
+            "table, and mark sequence numbers as arrived (the genuine packets are then dropped as copies)",
+            "give the peer a key_file, the same key at both gateways (docs/design.md section 14)");
     }
   }
 

@@ -293,9 +293,28 @@ class MetricsCollector : public prometheus::Collectable {
           out.add(std::string(n.bytes_metric), std::string(n.bytes_help), MetricType::Counter, labels,
                   static_cast<double>(t.ev[e].bytes));
       }
-      if (!t.streams) continue;
+      {
+        const char* help =
+            "Sequence options from the peer ignored because the tunnel has a key and the option's MAC is not one "
+            "of its keys' (bad_mac) or it carries none (no_mac); the packets were decapsulated without them";
+        out.add("roceguard_tunnel_auth_rejected_total", help, MetricType::Counter,
+                {{"peer", t.name}, {"reason", "bad_mac"}}, static_cast<double>(t.auth_bad));
+        out.add("roceguard_tunnel_auth_rejected_total", help, MetricType::Counter,
+                {{"peer", t.name}, {"reason", "no_mac"}}, static_cast<double>(t.auth_missing));
+        out.add("roceguard_tunnel_auth_next_key_total",
+                "Sequence options from the peer that the second key of its key_file verified: the peer signs with "
+                "the next key (a rotation under way)",
+                MetricType::Counter, {{"peer", t.name}}, static_cast<double>(t.auth_next));
+      }
+      // A peer whose streams all went untracked or evicted still has them.
+      if (!t.streams && !t.evicted && !t.ev[RG_PEER_EV_SEQ_UNTRACKED].packets) continue;
       const Labels peer{{"peer", t.name}};
       const char* from = " from the peer's tunnel sequence option (receiving gateway)";
+      out.add("roceguard_tunnel_streams_evicted_total",
+              "Sequence streams from the peer evicted from the stream table after " +
+                  std::to_string(RG_TUNNEL_STREAM_IDLE_NS / 1000000000ull) +
+                  " s of silence (their counts stay in the peer's totals)",
+              MetricType::Counter, peer, static_cast<double>(t.evicted));
       out.add("roceguard_tunnel_received_packets_total", std::string("Packets that arrived") + from,
               MetricType::Counter, peer, static_cast<double>(t.received));
       out.add("roceguard_tunnel_lost_packets_total",
@@ -310,7 +329,8 @@ class MetricsCollector : public prometheus::Collectable {
               MetricType::Counter, peer, static_cast<double>(t.duplicated));
       out.add("roceguard_tunnel_duplicates_delivered_packets_total",
               std::string("Duplicates handed to the host: from streams without an epoch (a sender that does not "
-                          "know the loss shield), which are never eliminated") + from,
+                          "know the loss shield), which are never eliminated, and second copies of streams the "
+                          "stream table had no room for") + from,
               MetricType::Counter, peer, static_cast<double>(t.duplicates_delivered));
       out.add("roceguard_tunnel_peer_eliminates",
               "1 when the peer numbers its streams in an epoch: a roceguard that eliminates the loss shield's "

@@ -205,6 +205,23 @@ std::vector<std::string> recorded_shielded_peers(const std::string& pin_path) {
   return out;
 }
 
+std::vector<std::pair<std::string, bool>> recorded_auto_shield_peers(const std::string& pin_path) {
+  std::vector<std::pair<std::string, bool>> out;
+  const nlohmann::json config = recorded_config(pin_path);
+  if (!config.is_object() || !config.contains("tunnel") || !config["tunnel"].is_object()) return out;
+  const nlohmann::json& tunnel = config["tunnel"];
+  const auto peers = tunnel.find("peer");
+  if (peers == tunnel.end() || !peers->is_array()) return out;
+  for (const auto& p : *peers) {
+    if (!p.is_object()) continue;
+    const auto shield = p.find("shield");
+    if (shield == p.end() || !shield->is_string() || *shield != "auto") continue;
+    const auto key = p.find("key_file");
+    out.emplace_back(p.value("name", std::string()), key != p.end() && key->is_string());
+  }
+  return out;
+}
+
 std::optional<nic::Profile> recorded_nic_profile(const std::string& pin_path) {
   const nlohmann::json config = recorded_config(pin_path);
   if (!config.is_object()) return std::nullopt;
@@ -242,7 +259,28 @@ std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
     }
     return it->second;
   };
-  for (const auto& row : stats) peer(row.slot).ev = row.ev;
+  for (const auto& row : stats) {
+    TunnelPeer& t = peer(row.slot);
+    t.ev = row.ev;
+    // Evicted streams count on as they were.
+    const rg_tunnel_retired& r = row.retired;
+    t.evicted = r.evicted;
+    t.received += r.received;
+    t.lost += r.lost;
+    t.reordered += r.reordered;
+    t.duplicated += r.duplicated;
+    t.resyncs += r.resyncs;
+    for (size_t k = 0; k < RG_TUNNEL_DELAY_BUCKETS; ++k) t.delay[k] += r.delay[k];
+    t.delay_sum_ns += r.delay_sum_ns;
+    for (size_t k = 0; k < RG_TUNNEL_RUN_BUCKETS; ++k) t.loss_runs[k] += r.loss_runs[k];
+    // Each copied number of an untracked stream reaches the host once per
+    // copy that arrives: half of those arrivals are second copies (all of
+    // them when no copy was lost).
+    t.duplicates_delivered += r.duplicates_delivered + row.guard.untracked_copied / 2;
+    t.auth_bad = row.guard.auth_bad;
+    t.auth_missing = row.guard.auth_missing;
+    t.auth_next = row.guard.auth_next;
+  }
   for (const auto& row : streams) {
     TunnelPeer& t = peer(row.key.peer);
     const rg_tunnel_stream& s = row.state;
@@ -392,6 +430,8 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
                       {"uncopied", shield.uncopied},
                       {"residual_lost", shield.residual_lost}}},
           {"streams", t.streams},
+          {"streams_evicted", t.evicted},
+          {"auth", {{"bad_mac", t.auth_bad}, {"no_mac", t.auth_missing}, {"next_key", t.auth_next}}},
           {"received", t.received},
           {"lost", t.lost},
           {"unsettled", t.unsettled},

@@ -69,6 +69,7 @@ struct TunnelPeer {
   std::string name;  // the configured name, else the slot number
   std::array<rg_counter, RG_PEER_EV_MAX> ev{};
   uint64_t streams = 0;
+  uint64_t evicted = 0;  // streams evicted idle; their counts stay in the rest
   uint64_t received = 0;
   uint64_t lost = 0;       // settled, and holes of streams silent RG_TUNNEL_SETTLE_NS
   uint64_t unsettled = 0;  // holes of the other streams: late, or lost once settled
@@ -89,9 +90,15 @@ struct TunnelPeer {
   // Streams the peer numbers in an epoch: a roceguard that knows the loss
   // shield, and so drops the second copy of what this gateway sends it.
   uint64_t epoch_streams = 0;
-  // Duplicates of streams without an epoch: not eliminated, they reached
-  // the host behind this gateway.
+  // Duplicates that reached the host behind this gateway, not eliminated:
+  // of streams without an epoch, and second copies of streams the table
+  // had no room for.
   uint64_t duplicates_delivered = 0;
+  // Options of a peer with a key that were ignored (rg_peer_guard): a MAC
+  // no key gives, no MAC; and those the second key verified (a rotation).
+  uint64_t auth_bad = 0;
+  uint64_t auth_missing = 0;
+  uint64_t auth_next = 0;
 };
 
 // The lengths bucket k of TunnelPeer::loss_runs counts: "1", "2-3", ..., "128+".
@@ -179,6 +186,9 @@ std::optional<nic::Profile> recorded_nic_profile(const std::string& pin_path);
 // The running configuration's peers (the attach record) whose loss shield
 // is on, by name.
 std::vector<std::string> recorded_shielded_peers(const std::string& pin_path);
+// The peers of the running configuration shielded "auto", each with
+// whether it has a key_file.
+std::vector<std::pair<std::string, bool>> recorded_auto_shield_peers(const std::string& pin_path);
 
 nlohmann::json tunnel_peer_json(const TunnelPeer& t);
 

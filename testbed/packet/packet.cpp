@@ -484,11 +484,13 @@ View parse_inner(const Bytes& f) {
 }
 
 Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, std::optional<TunnelOptExt> ext, uint16_t opt_class,
-                        uint8_t type) {
-  static_assert(RG_TUNNEL_OPT_WORDS == 2 && RG_TUNNEL_OPT_EXT_WORDS == 4,
-                "stream and seq; with the extension, the send time and the feedback");
-  const auto words = static_cast<uint8_t>(ext ? RG_TUNNEL_OPT_EXT_WORDS : RG_TUNNEL_OPT_WORDS);
-  Bytes o = {static_cast<uint8_t>(opt_class >> 8), static_cast<uint8_t>(opt_class), type, words};
+                        uint8_t type, std::optional<uint64_t> mac) {
+  static_assert(RG_TUNNEL_OPT_WORDS == 2 && RG_TUNNEL_OPT_EXT_WORDS == 4 && RG_TUNNEL_OPT_MAC_WORDS == 2,
+                "stream and seq; with the extension, the send time and the feedback; the MAC's 64 bits");
+  const auto words = static_cast<uint8_t>((ext ? RG_TUNNEL_OPT_EXT_WORDS : RG_TUNNEL_OPT_WORDS) +
+                                          (mac ? RG_TUNNEL_OPT_MAC_WORDS : 0));
+  Bytes o = {static_cast<uint8_t>(opt_class >> 8), static_cast<uint8_t>(opt_class),
+             static_cast<uint8_t>(mac ? type | RG_TUNNEL_OPT_TYPE_AUTH : type), words};
   auto be32 = [&o](uint32_t v) {
     for (int shift = 24; shift >= 0; shift -= 8) o.push_back(static_cast<uint8_t>(v >> shift));
   };
@@ -497,6 +499,10 @@ Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, std::optional<TunnelOptEx
   if (ext) {
     be32(ext->sent_us);
     be32(ext->feedback);
+  }
+  if (mac) {
+    be32(static_cast<uint32_t>(*mac >> 32));
+    be32(static_cast<uint32_t>(*mac));
   }
   return o;
 }

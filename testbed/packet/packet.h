@@ -137,9 +137,10 @@ struct TunnelOptExt {
 // roceguard's tunnel sequence option (struct rg_tunnel_opt in
 // roceguard/roceguard.h) as gateway A writes it, for geneve()'s options:
 // stream is the whole field (flags | epoch | sending CPU | lane), with the
-// extension when ext is given.
+// extension when ext is given, and with mac (struct rg_tunnel_opt_mac: a
+// tunnel with a key; the type then has RG_TUNNEL_OPT_TYPE_AUTH set) last.
 Bytes tunnel_seq_option(uint32_t stream, uint32_t seq, std::optional<TunnelOptExt> ext, uint16_t opt_class,
-                        uint8_t type);
+                        uint8_t type, std::optional<uint64_t> mac = std::nullopt);
 
 // RoCE v2 ICRC (IBA Annex A17.3.3) of the IP packet at [ip, ip + len) whose
 // last 4 bytes are the ICRC slot: CRC32 over 8 bytes of 1s (the masked LRH)

@@ -455,6 +455,15 @@ void Dataplane::peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield, uint64
     throw std::runtime_error("rg_peer_ctl update: " + std::string(std::strerror(errno)));
 }
 
+void Dataplane::auth(uint32_t idx, const std::vector<TunnelKey>& keys) {
+  rg_peer peer{};
+  if (bpf_map__lookup_elem(skel_->maps.rg_peers, &idx, sizeof(idx), &peer, sizeof(peer), 0))
+    throw std::runtime_error("rg_peers lookup: " + std::string(std::strerror(errno)));
+  const rg_peer_auth a = peer_auth_of(peer.local, peer.remote, peer.vni, keys);
+  if (bpf_map__update_elem(skel_->maps.rg_peer_auth, &idx, sizeof(idx), &a, sizeof(a), 0))
+    throw std::runtime_error("rg_peer_auth update: " + std::string(std::strerror(errno)));
+}
+
 rg_peer_rx Dataplane::peer_rx(uint32_t idx) const {
   const int ncpu = libbpf_num_possible_cpus();
   std::vector<rg_peer_rx> per_cpu(static_cast<size_t>(ncpu));

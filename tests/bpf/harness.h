@@ -18,6 +18,7 @@
 
 #include "config/config.h"
 #include "dataplane/maps.h"
+#include "dataplane/tunnel_auth.h"
 #include "packet.h"
 #include "roceguard.skel.h"
 
@@ -130,6 +131,9 @@ class Dataplane {
   // its option's extension carries, the shield "auto" turned on, until
   // until_ns (bpf_ktime_get_coarse_ns(); by default, for good).
   void peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield = 0, uint64_t until_ns = UINT64_MAX);
+  // The tunnel keys of peer idx (rg_peer_auth) as the loader writes them
+  // from its key_file, for the addresses and VNI its slot holds; none: no key.
+  void auth(uint32_t idx, const std::vector<TunnelKey>& keys);
   // What peer idx's option said, summed (copied) or newest (the rest) over CPUs.
   rg_peer_rx peer_rx(uint32_t idx) const;
   // Geneve from remote on vni is decapsulated when sent to peer_idx's local address.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <bpf/bpf.h>
 #include <fcntl.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -15,6 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 
 #include <set>
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "daemon/stream_eviction.h"
 #include "dataplane/names.h"
 #include "metrics/presentation.h"
 
@@ -100,7 +105,9 @@ Bytes geneve_with(const Bytes& options, const Bytes& inner) {
 
 // The peers this gateway counts, by slot, as `stats` and /metrics see them.
 std::vector<TunnelPeer> peers_of(const Dataplane& dp) {
-  return tunnel_peers(read_peer_stats(bpf_map__fd(dp.skel()->maps.rg_peer_stats)),
+  return tunnel_peers(read_peer_stats(bpf_map__fd(dp.skel()->maps.rg_peer_stats),
+                                     bpf_map__fd(dp.skel()->maps.rg_peer_guard),
+                                     bpf_map__fd(dp.skel()->maps.rg_tunnel_retired)),
                       read_tunnel_streams(bpf_map__fd(dp.skel()->maps.rg_tunnel_streams)), {},
                       monotonic_now_ns());
 }
@@ -1028,6 +1035,276 @@ TEST_P(TunnelShieldElimination, DropsExactlyTheSecondArrivals) {
 
 INSTANTIATE_TEST_SUITE_P(, TunnelShieldElimination, ::testing::ValuesIn(elimination_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// Fills the stream table with streams of the peer in slot, as packets
+// forged from its address would: epoch 1, number 0 arrived, last at last_ns
+// (CLOCK_MONOTONIC). Their ids are below RG_MAX_TUNNEL_STREAMS.
+void fill_streams(const Dataplane& dp, uint32_t slot, uint64_t last_ns) {
+  const int fd = bpf_map__fd(dp.skel()->maps.rg_tunnel_streams);
+  rg_tunnel_stream st{};
+  st.epoch = 1;
+  std::fill(std::begin(st.window), std::end(st.window), ~0ull);
+  st.received = 1;
+  st.last_ns = last_ns;
+  for (uint32_t id = 0; id < RG_MAX_TUNNEL_STREAMS; ++id) {
+    const rg_tunnel_stream_key key{slot, id};
+    ASSERT_EQ(bpf_map_update_elem(fd, &key, &st, BPF_NOEXIST), 0) << "stream " << id << ": " << std::strerror(errno);
+  }
+}
+
+// A stream id no filler uses: CPU 0x7ff, lane 0.
+constexpr uint32_t kGenuineCpu = 0x7ff;
+
+// The stream table full (of streams forged from the peer's address, say):
+// a new genuine stream of the peer goes untracked, and both copies of each
+// of its shielded numbers reach the host. They count as delivered
+// duplicates, and what this gateway sends that peer stops saying it
+// eliminates, so the peer's shield ("auto") stops copying to it.
+TEST(TunnelSeqDecap, FullTableStopsEliminatingAndCountsDeliveredDuplicates) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  ASSERT_NO_FATAL_FAILURE(fill_streams(dp, kPeerSlot4, monotonic_now_ns()));
+  const uint32_t before = numbered(dp.tc(towards_peer(false).build()).out).stream;
+  ASSERT_EQ(before & RG_TUNNEL_F_ELIMINATES, RG_TUNNEL_F_ELIMINATES) << "nothing untracked yet";
+  const Bytes inner = towards_peer(false).build();
+  const uint32_t copied = stream_of(5, kGenuineCpu, 0, RG_TUNNEL_F_COPIED | RG_TUNNEL_F_ELIMINATES);
+  constexpr uint32_t kNumbers = 200;
+  for (uint32_t n = 0; n < kNumbers; ++n) {
+    const Bytes both = geneve_with(seq_option_short(copied, n), inner);
+    ASSERT_EQ(dp.xdp(both).ret, kXdpPass) << n;
+    ASSERT_EQ(dp.xdp(both).ret, kXdpPass) << n << ": no stream, nothing eliminates the copy";
+  }
+  // Right after the arrivals: the option says it for RG_TUNNEL_UNTRACKED_HOLD_NS after the last.
+  const uint32_t after = numbered(dp.tc(towards_peer(false).build()).out).stream;
+  EXPECT_EQ(after & RG_TUNNEL_F_ELIMINATES, 0u) << "it does not eliminate that peer's copies";
+  // The other peer's streams are tracked: towards it, it still does.
+  const Bytes v6 = dp.tc(towards_peer(true).build()).out;
+  ASSERT_GE(v6.size(), size_t{14 + 40 + 8 + 8 + 8});
+  EXPECT_EQ(be32_at(v6, 14 + 40 + 8 + 8 + 4) & RG_TUNNEL_F_ELIMINATES, RG_TUNNEL_F_ELIMINATES);
+  const std::vector<TunnelPeer> peers = peers_of(dp);
+  const TunnelPeer* p = peer_at(peers, kPeerSlot4);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->ev[RG_PEER_EV_SEQ_UNTRACKED].packets, 2 * kNumbers);
+  EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_ELIMINATED].packets, 0u);
+  EXPECT_EQ(p->duplicates_delivered, kNumbers) << "the second copy of every number reached the host";
+}
+
+// Streams silent for RG_TUNNEL_STREAM_IDLE_NS are evicted (`roceguard run`
+// does it on its periodic pass), a busy one stays: a table that streams
+// sent once filled makes room for the genuine one, whose copies are then
+// eliminated again, and the peer's totals keep the evicted streams' counts.
+TEST(TunnelSeqStreams, IdleStreamsMakeRoomAndKeepTheirCounts) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  const int streams = bpf_map__fd(dp.skel()->maps.rg_tunnel_streams);
+  const int retired = bpf_map__fd(dp.skel()->maps.rg_tunnel_retired);
+  const uint64_t now = monotonic_now_ns();
+  ASSERT_GT(now, RG_TUNNEL_STREAM_IDLE_NS);
+  ASSERT_NO_FATAL_FAILURE(fill_streams(dp, kPeerSlot4, now - RG_TUNNEL_STREAM_IDLE_NS));
+  rg_tunnel_stream busy{};
+  const rg_tunnel_stream_key busy_key{kPeerSlot4, 7};
+  ASSERT_EQ(bpf_map_lookup_elem_flags(streams, &busy_key, &busy, BPF_F_LOCK), 0);
+  busy.last_ns = now;
+  ASSERT_EQ(bpf_map_update_elem(streams, &busy_key, &busy, BPF_EXIST | BPF_F_LOCK), 0);
+
+  const Bytes inner = towards_peer(false).build();
+  const uint32_t genuine = stream_of(5, kGenuineCpu, 0, RG_TUNNEL_F_COPIED | RG_TUNNEL_F_ELIMINATES);
+  const Bytes first = geneve_with(seq_option_short(genuine, 0), inner);
+  ASSERT_EQ(dp.xdp(first).ret, kXdpPass);
+  ASSERT_EQ(dp.xdp(first).ret, kXdpPass) << "the table is full: untracked";
+
+  EXPECT_EQ(evict_idle_streams(streams, retired, monotonic_now_ns()), RG_MAX_TUNNEL_STREAMS - 1u);
+  EXPECT_EQ(evict_idle_streams(streams, retired, monotonic_now_ns()), 0u) << "nothing idle is left";
+  const Bytes next = geneve_with(seq_option_short(genuine, 1), inner);
+  ASSERT_EQ(dp.xdp(next).ret, kXdpPass);
+  EXPECT_EQ(dp.xdp(next).ret, kXdpDrop) << "tracked again: its copy is eliminated";
+
+  const std::vector<TunnelPeer> peers = peers_of(dp);
+  const TunnelPeer* p = peer_at(peers, kPeerSlot4);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->streams, 2u) << "the busy one and the genuine one";
+  EXPECT_EQ(p->evicted, RG_MAX_TUNNEL_STREAMS - 1u);
+  EXPECT_EQ(p->received, RG_MAX_TUNNEL_STREAMS + 1u) << "the evicted streams' arrivals count on";
+  EXPECT_EQ(p->lost, 0u);
+  EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_ELIMINATED].packets, 1u);
+  EXPECT_EQ(p->duplicates_delivered, 1u) << "number 0, delivered twice while untracked";
+}
+
+// ---------------------------------------------------------------------------
+// The option's authentication: a tunnel with a key.
+
+constexpr TunnelKey kKey{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+                         0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f};
+constexpr TunnelKey kNextKey{0xf0, 0xe1, 0xd2, 0xc3, 0xb4, 0xa5, 0x96, 0x87,
+                             0x78, 0x69, 0x5a, 0x4b, 0x3c, 0x2d, 0x1e, 0x0f};
+
+// The ABI's 16 bytes of an address (IPv4 in the first 4).
+std::array<uint8_t, 16> addr16(const char* text) { return parse_address(text)->bytes; }
+
+// The option the IPv4 peer (kPeer4 to kLocal4) sends with key: its MAC over
+// the option's words and the tunnel's addresses and VNI.
+Bytes signed_option(const TunnelKey& key, uint32_t stream, uint32_t seq, std::optional<TunnelOptExt> ext = {}) {
+  const auto src = addr16(kPeer4), dst = addr16(kLocal4);
+  std::optional<TunnelOptWords> words;
+  if (ext) words = TunnelOptWords{ext->sent_us, ext->feedback};
+  const uint64_t mac = tunnel_option_mac(key, src.data(), dst.data(), kVni4, stream, seq, words);
+  return tunnel_seq_option(stream, seq, ext, RG_TUNNEL_OPT_CLASS_DEFAULT, RG_TUNNEL_OPT_TYPE_DEFAULT, mac);
+}
+
+rg_peer_guard guard_of(const Dataplane& dp, uint32_t slot) {
+  for (const auto& row : read_peer_stats(bpf_map__fd(dp.skel()->maps.rg_peer_stats),
+                                         bpf_map__fd(dp.skel()->maps.rg_peer_guard), -1))
+    if (row.slot == slot) return row.guard;
+  return {};
+}
+
+// SipHash-2-4 itself: the reference vectors of its paper (key 00..0f; the
+// empty message, and the 15 bytes 00..0e).
+TEST(TunnelAuth, SipHashGivesTheReferenceVectors) {
+  EXPECT_EQ(siphash24(kKey, nullptr, 0), 0x726fdb47dd0e0e31ull);
+  uint8_t m[15];
+  for (uint8_t i = 0; i < sizeof(m); ++i) m[i] = i;
+  EXPECT_EQ(siphash24(kKey, m, sizeof(m)), 0xa129ca6149be45e5ull);
+}
+
+// With a key, what gateway A sends carries the MAC (the type says so), and
+// the far end with the same key takes it: a stream, its numbers, its
+// copies eliminated.
+TEST(TunnelAuth, SignedOptionsRoundTrip) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  dp.auth(kPeerSlot4, {kKey});
+  dp.auth(kFarEnd4, {kKey});
+  const Bytes in = towards_peer(false).build();
+  for (uint32_t n = 0; n < 2; ++n) {
+    const Bytes out = dp.tc(in).out;
+    const View v = parse(out);
+    ASSERT_TRUE(v.geneve);
+    ASSERT_EQ(v.gnv_optlen, opt_len_of(n) + sizeof(rg_tunnel_opt_mac)) << "8 bytes of MAC";
+    EXPECT_EQ(out[kOpt4 + 2], RG_TUNNEL_OPT_TYPE_DEFAULT | RG_TUNNEL_OPT_TYPE_AUTH);
+    const uint32_t stream = be32_at(out, kOpt4 + 4), seq = be32_at(out, kOpt4 + 8);
+    std::optional<TunnelOptWords> ext;
+    if (n == 0) ext = TunnelOptWords{be32_at(out, kOpt4 + 12), be32_at(out, kOpt4 + 16)};
+    const auto src = addr16(kLocal4), dst = addr16(kPeer4);
+    const uint64_t want = tunnel_option_mac(kKey, src.data(), dst.data(), kVni4, stream, seq, ext);
+    const size_t mac_at = kOpt4 + opt_len_of(n);
+    EXPECT_EQ((uint64_t{be32_at(out, mac_at)} << 32) | be32_at(out, mac_at + 4), want);
+    EXPECT_EQ(hex(slice(out, v.inner)), hex(in)) << "the inner frame follows the MAC";
+    ASSERT_EQ(dp.xdp(out).ret, kXdpPass);
+    EXPECT_EQ(dp.xdp(out).ret, kXdpDrop) << "its copy, eliminated";
+  }
+  const std::vector<TunnelPeer> peers = peers_of(dp);
+  const TunnelPeer* far = peer_at(peers, kFarEnd4);
+  ASSERT_NE(far, nullptr);
+  EXPECT_EQ(far->received, 2u);
+  EXPECT_EQ(far->ev[RG_PEER_EV_SHIELD_ELIMINATED].packets, 2u);
+  EXPECT_EQ(far->auth_bad + far->auth_missing, 0u);
+}
+
+// With a key, an option whose MAC is wrong (forged from the peer's address
+// without the key) touches nothing: no stream, no number marked as
+// arrived (the genuine packet with that number is delivered afterwards),
+// no feedback taken. An option without a MAC is ignored the same way. The
+// packet itself is decapsulated, as a peer without the option would have it.
+TEST(TunnelAuth, AForgedOptionTouchesNoState) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  dp.auth(kPeerSlot4, {kKey});
+  const Bytes inner = towards_peer(false).build();
+  const uint32_t stream = stream_of(5, 1, 2, RG_TUNNEL_F_COPIED | RG_TUNNEL_F_ELIMINATES);
+  const uint32_t forged_feedback = RG_FEEDBACK_VALID | 999999;
+  const TunnelOptExt ext{static_cast<uint32_t>(tai_now_ns() / 1000), forged_feedback};
+  const TunnelKey wrong{};
+  for (const Bytes& forged : {signed_option(wrong, stream, 0, ext),
+                              seq_option(stream, 0, tai_now_ns(), RG_TUNNEL_OPT_CLASS_DEFAULT, forged_feedback)}) {
+    const Verdict r = dp.xdp(geneve_with(forged, inner));
+    ASSERT_EQ(r.ret, kXdpPass);
+    EXPECT_EQ(r.out.size(), inner.size()) << "decapsulated";
+  }
+  {
+    const std::vector<TunnelPeer> before = peers_of(dp);
+    ASSERT_NE(peer_at(before, kPeerSlot4), nullptr);
+    EXPECT_EQ(peer_at(before, kPeerSlot4)->streams, 0u) << "no stream";
+  }
+  const rg_peer_rx rx = dp.peer_rx(kPeerSlot4);
+  EXPECT_EQ(rx.feedback, 0u) << "the forged loss report is not taken";
+  EXPECT_EQ(rx.at_ns, 0u);
+  rg_peer_guard g = guard_of(dp, kPeerSlot4);
+  EXPECT_EQ(g.auth_bad, 1u);
+  EXPECT_EQ(g.auth_missing, 1u);
+
+  // The genuine number 0 (feedback 0) and its copy; then a forged 1 before the genuine 1.
+  const TunnelOptExt genuine_ext{ext.sent_us, 0};
+  const Bytes first = geneve_with(signed_option(kKey, stream, 0, genuine_ext), inner);
+  ASSERT_EQ(dp.xdp(first).ret, kXdpPass) << "number 0 was never marked as arrived";
+  ASSERT_EQ(dp.xdp(first).ret, kXdpDrop) << "its copy";
+  ASSERT_EQ(dp.xdp(geneve_with(signed_option(wrong, stream, 1), inner)).ret, kXdpPass);
+  const Bytes second = geneve_with(signed_option(kKey, stream, 1), inner);
+  ASSERT_EQ(dp.xdp(second).ret, kXdpPass) << "number 1 was never marked as arrived";
+  ASSERT_EQ(dp.xdp(second).ret, kXdpDrop);
+  const std::vector<TunnelPeer> peers = peers_of(dp);
+  const TunnelPeer* p = peer_at(peers, kPeerSlot4);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->streams, 1u);
+  EXPECT_EQ(p->received, 2u);
+  EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_ELIMINATED].packets, 2u);
+  EXPECT_EQ(dp.peer_rx(kPeerSlot4).feedback, 0u) << "the genuine report";
+  EXPECT_EQ(dp.peer_rx(kPeerSlot4).copied, 2u);
+  g = guard_of(dp, kPeerSlot4);
+  EXPECT_EQ(g.auth_bad, 2u);
+  EXPECT_EQ(p->auth_bad, 2u);
+}
+
+// A rotation: the receiver holds the current key and the next one and
+// accepts either (the next counted apart); a key it does not hold is
+// refused. The sender signs with its file's first key.
+TEST(TunnelAuth, TheNextKeyIsAcceptedDuringARotation) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  dp.auth(kPeerSlot4, {kKey, kNextKey});
+  const Bytes inner = towards_peer(false).build();
+  const uint32_t stream = stream_of(5, 1, 2);
+  EXPECT_EQ(dp.xdp(geneve_with(signed_option(kKey, stream, 0), inner)).ret, kXdpPass);
+  EXPECT_EQ(dp.xdp(geneve_with(signed_option(kNextKey, stream, 1), inner)).ret, kXdpPass);
+  EXPECT_EQ(dp.xdp(geneve_with(signed_option(kNextKey, stream, 1), inner)).ret, kXdpDrop) << "a copy";
+  TunnelKey other = kNextKey;
+  other[0] ^= 1;
+  EXPECT_EQ(dp.xdp(geneve_with(signed_option(other, stream, 2), inner)).ret, kXdpPass);
+  const rg_peer_guard g = guard_of(dp, kPeerSlot4);
+  EXPECT_EQ(g.auth_next, 2u);
+  EXPECT_EQ(g.auth_bad, 1u);
+  const std::vector<TunnelPeer> peers = peers_of(dp);
+  const TunnelPeer* p = peer_at(peers, kPeerSlot4);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->received, 2u) << "numbers 0 and 1; the unknown key's 2 never counted";
+
+  // The other way: with the next key first, the sender signs with it.
+  dp.auth(kPeerSlot4, {kNextKey, kKey});
+  const Bytes out = dp.tc(towards_peer(false).build()).out;
+  const uint32_t s = be32_at(out, kOpt4 + 4), n = be32_at(out, kOpt4 + 8);
+  ASSERT_EQ(n, 0u);
+  const auto src = addr16(kLocal4), dst = addr16(kPeer4);
+  const uint64_t want = tunnel_option_mac(kNextKey, src.data(), dst.data(), kVni4, s, n,
+                                          TunnelOptWords{be32_at(out, kOpt4 + 12), be32_at(out, kOpt4 + 16)});
+  const size_t mac_at = kOpt4 + opt_len_of(0);
+  EXPECT_EQ((uint64_t{be32_at(out, mac_at)} << 32) | be32_at(out, mac_at + 4), want);
+}
+
+// A tunnel without a key takes the option as before, signed or not: an
+// older peer, or one whose key this gateway was not given.
+TEST(TunnelAuth, WithoutAKeyTheMacIsNotRequired) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  const Bytes inner = towards_peer(false).build();
+  const uint32_t stream = stream_of(5, 1, 2);
+  EXPECT_EQ(dp.xdp(geneve_with(signed_option(kKey, stream, 0), inner)).ret, kXdpPass);
+  EXPECT_EQ(dp.xdp(geneve_with(seq_option_short(stream, 1), inner)).ret, kXdpPass);
+  EXPECT_EQ(dp.xdp(geneve_with(seq_option_short(stream, 1), inner)).ret, kXdpDrop);
+  const std::vector<TunnelPeer> peers = peers_of(dp);
+  const TunnelPeer* p = peer_at(peers, kPeerSlot4);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->received, 2u);
+}
 
 // A new epoch's numbers are new packets, even those the old epoch used.
 TEST(TunnelShieldDecap, ARestartIsNoCopy) {

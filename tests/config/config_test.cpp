@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -18,6 +20,7 @@
 #include "config/config.h"
 #include "config/options.h"
 #include "dataplane/attach.h"
+#include "dataplane/tunnel_auth.h"
 
 namespace rg {
 namespace {
@@ -582,6 +585,73 @@ vni = 2
   EXPECT_EQ(p.missing[0].rfind("tunnel.peer[1].local: 192.0.2.77 is not an address of this host", 0), 0u) << p.missing[0];
   ConfigProblems offline;
   check_config(cfg, true, offline);
+  EXPECT_TRUE(offline.ok());
+}
+
+// A peer's key_file: named relative to the configuration's directory, and
+// refused by the checks (as by run) unless it holds one or two 128-bit keys
+// in hex and no one but its owner may read or write it.
+TEST(Validation, PeerKeyFileMustHoldKeysOnlyItsOwnerReads) {
+  char dir_template[] = "/tmp/rg-keyfile-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
+    std::ofstream(dir + "/" + name) << text;
+    ASSERT_EQ(chmod((dir + "/" + name).c_str(), mode), 0);
+  };
+  write("one.key", "000102030405060708090a0b0c0d0e0f\n", 0600);
+  write("two.key", "000102030405060708090a0b0c0d0e0f\nF0E1D2C3B4A5968778695A4B3C2D1E0F\n", 0400);
+  write("shared.key", "000102030405060708090a0b0c0d0e0f\n", 0640);
+  write("short.key", "000102030405060708090a0b0c0d0e\n", 0600);
+  write("three.key",
+        "000102030405060708090a0b0c0d0e0f\n000102030405060708090a0b0c0d0e0f\n000102030405060708090a0b0c0d0e0f\n",
+        0600);
+  write("not-hex.key", "000102030405060708090a0b0c0d0eXY\n", 0600);
+  write("empty.key", "", 0600);
+  auto check = [&](const std::string& file) {
+    std::ofstream(dir + "/roceguard.toml") << "interfaces = [\"lo\"]\n[[tunnel.peer]]\nname = \"west\"\n"
+                                              "local = \"127.0.0.1\"\nremote = \"203.0.113.1\"\nvni = 1\n"
+                                              "key_file = \"" << file << "\"\n";
+    ConfigProblems p;
+    Config cfg = parse_config_file(dir + "/roceguard.toml", p);
+    check_config(cfg, false, p);
+    return std::make_pair(cfg, p);
+  };
+  auto [one, ok] = check("one.key");
+  EXPECT_TRUE(ok.ok()) << (ok.errors.empty() ? "" : ok.errors.front());
+  ASSERT_EQ(one.peers.size(), 1u);
+  EXPECT_EQ(one.peers[0].key_file, dir + "/one.key") << "relative to the configuration's directory";
+  EXPECT_EQ(read_key_file(dir + "/one.key").size(), 1u);
+  const std::vector<TunnelKey> both = read_key_file(dir + "/two.key");
+  ASSERT_EQ(both.size(), 2u) << "the current key and the next";
+  EXPECT_EQ(both[1][0], 0xf0);
+  EXPECT_EQ(both[1][15], 0x0f);
+  EXPECT_TRUE(check(dir + "/two.key").second.ok()) << "an absolute path";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"absent.key", "tunnel.peer[0].key_file: cannot be read: No such file or directory"},
+      {"shared.key", "tunnel.peer[0].key_file: may be read or written by group or others (mode 0640): chmod 600 it"},
+      {"short.key", "tunnel.peer[0].key_file: must hold one or two keys of 32 hexadecimal digits"},
+      {"three.key", "tunnel.peer[0].key_file: must hold one or two keys of 32 hexadecimal digits"},
+      {"not-hex.key", "tunnel.peer[0].key_file: must hold one or two keys of 32 hexadecimal digits"},
+      {"empty.key", "tunnel.peer[0].key_file: must hold one or two keys of 32 hexadecimal digits"},
+  };
+  for (const auto& [file, want] : refused) {
+    const ConfigProblems p = check(file).second;
+    EXPECT_TRUE(has_error(p, want)) << file << ": " << (p.errors.empty() ? "no error" : p.errors.front());
+  }
+  ConfigProblems empty;
+  parse_config_string("[[tunnel.peer]]\nname = \"west\"\nkey_file = \"\"\n", empty);
+  EXPECT_TRUE(has_error(empty, "tunnel.peer[0].key_file: empty")) << "no key is said by leaving it out";
+  // Offline (config check --offline) looks at no file of this machine.
+  ConfigProblems offline;
+  check_config(check("absent.key").first, true, offline);
   EXPECT_TRUE(offline.ok());
 }
 

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/pause_point.h"
@@ -766,6 +767,37 @@ TEST_F(ExporterBpf, DoctorSaysWhetherAShieldedPeerEliminates) {
     if (f.check == "tunnel.shield") verdicts[f.subject] = f.verdict;
   EXPECT_EQ(verdicts, (std::map<std::string, Verdict>{
                           {"gw-new", Verdict::kOk}, {"gw-old", Verdict::kWarn}, {"gw-quiet", Verdict::kInfo}}));
+}
+
+// The shield's "auto" mode acts on what the peer's option reports: doctor
+// warns about a peer shielded "auto" whose tunnel has no key, from the
+// configuration given or the running one's record.
+TEST_F(ExporterBpf, DoctorWarnsOfAutoShieldWithoutAKey) {
+  auto findings = [](const DoctorInput& in) {
+    std::map<std::string, Verdict> verdicts;
+    for (const auto& f : run_doctor(in))
+      if (f.check == "tunnel.key") verdicts[f.subject] = f.verdict;
+    return verdicts;
+  };
+  DoctorInput in;
+  in.config_given = true;
+  in.pin_path = dp_->pin_path();
+  for (const auto& [name, shield, key] : {std::tuple{"gw-open", Shield::kAuto, ""},
+                                          std::tuple{"gw-keyed", Shield::kAuto, "/etc/roceguard/gw.key"},
+                                          std::tuple{"gw-static", Shield::kAll, ""}}) {
+    PeerConfig& p = in.config.peers.emplace_back();
+    p.name = name;
+    p.shield = shield;
+    p.key_file = key;
+  }
+  EXPECT_EQ(findings(in), (std::map<std::string, Verdict>{{"gw-open", Verdict::kWarn}, {"gw-keyed", Verdict::kOk}}));
+
+  const RecordedConfig recorded(in.pin_path, R"({"tunnel": {"peer": [
+      {"name": "gw-open", "shield": "auto", "key_file": null},
+      {"name": "gw-keyed", "shield": "auto", "key_file": "/etc/roceguard/gw.key"},
+      {"name": "gw-off", "shield": "off", "key_file": null}]}})");
+  in.config_given = false;
+  EXPECT_EQ(findings(in), (std::map<std::string, Verdict>{{"gw-open", Verdict::kWarn}, {"gw-keyed", Verdict::kOk}}));
 }
 
 TEST_F(ExporterBpf, RestartNeitherResetsNorDoubleCounts) {
