@@ -118,7 +118,9 @@ static __always_inline void rg_sip_word(__u64 *v0, __u64 *v1, __u64 *v2, __u64 *
  * The MAC of an option: its words ((seq << 32) | stream, then with the
  * extension (feedback << 32) | sent_us, all as numbers) taken after the
  * tunnel's prefix (pre), then SipHash's last word (the message's length
- * in bytes, a multiple of 8, in the top byte) and its finalisation.
+ * in bytes, a multiple of 8, in the top byte) and its finalisation. The
+ * stream's COPIED flag is left out: the sender clears it after signing
+ * when the kernel refuses the copy (rg_shield_not_copied).
  */
 static __always_inline __u64 rg_tunnel_mac(const struct rg_sip_state *pre, __u32 stream, __u32 seq,
 					   const struct rg_tunnel_arrival_ext *ext)
@@ -127,7 +129,7 @@ static __always_inline __u64 rg_tunnel_mac(const struct rg_sip_state *pre, __u32
 	/* The prefix: 16 + 16 bytes of addresses, 8 of VNI. */
 	__u64 len = 40 + 8;
 
-	rg_sip_word(&v0, &v1, &v2, &v3, ((__u64)seq << 32) | stream);
+	rg_sip_word(&v0, &v1, &v2, &v3, ((__u64)seq << 32) | (stream & ~RG_TUNNEL_F_COPIED));
 	if (ext) {
 		rg_sip_word(&v0, &v1, &v2, &v3, ((__u64)ext->feedback << 32) | ext->sent_us);
 		len += 8;

@@ -147,7 +147,8 @@ uint64_t tunnel_option_mac(const TunnelKey& key, const uint8_t* src, const uint8
   auto le64 = [&m](uint64_t v) {
     for (int i = 0; i < 8; ++i) m.push_back(static_cast<uint8_t>(v >> (8 * i)));
   };
-  le64(static_cast<uint64_t>(seq) << 32 | stream);
+  // COPIED is outside the MAC, as in the data path (rg_tunnel_mac).
+  le64(static_cast<uint64_t>(seq) << 32 | (stream & ~uint32_t{RG_TUNNEL_F_COPIED}));
   if (ext) le64(static_cast<uint64_t>(ext->feedback) << 32 | ext->sent_us);
   return siphash24(key, m.data(), m.size());
 }

@@ -39,7 +39,9 @@ struct TunnelOptWords {
 };
 
 // The MAC a gateway with key puts into the option it sends from src to dst
-// (16 bytes each) on vni, computed over the whole message at once.
+// (16 bytes each) on vni, computed over the whole message at once; the
+// stream's COPIED flag is not covered (the sender clears it after signing
+// when the copy could not be sent).
 uint64_t tunnel_option_mac(const TunnelKey& key, const uint8_t* src, const uint8_t* dst, uint32_t vni,
                            uint32_t stream, uint32_t seq, std::optional<TunnelOptWords> ext);
 

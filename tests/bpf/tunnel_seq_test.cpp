@@ -816,13 +816,23 @@ class FullQueue {
 // arrived once, for a copy lost on the way (100 % loss to "auto", which
 // then keeps copying into the full queue). Its entropy is its own, on
 // either path.
+// A key for the failed-copy case (the authentication tests below have their own).
+constexpr TunnelKey kFailedCopyKey{0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87,
+                                   0x98, 0xa9, 0xba, 0xcb, 0xdc, 0xed, 0xfe, 0x0f};
+
 TEST_F(TunnelShield, AFailedCopyLeavesTheOriginalSayingSo) {
+  for (bool keyed : {false, true})
   for (bool v6 : {false, true}) {
     for (uint8_t path : {uint8_t{0}, uint8_t{RG_PEER_F_SHIELD_OTHER_PORT}}) {
-      SCOPED_TRACE(std::string(v6 ? "IPv6 peer" : "IPv4 peer") + (path ? ", port path" : ", same path"));
+      SCOPED_TRACE(std::string(v6 ? "IPv6 peer" : "IPv4 peer") + (path ? ", port path" : ", same path") +
+                   (keyed ? ", with a key" : ""));
       Dataplane dp(seq_config());
       dp.tunnels();
-      const uint32_t slot = v6 ? kPeerSlot6 : kPeerSlot4;
+      const uint32_t slot = v6 ? kPeerSlot6 : kPeerSlot4, far = v6 ? kFarEnd6 : kFarEnd4;
+      if (keyed) {
+        dp.auth(slot, {kFailedCopyKey});
+        dp.auth(far, {kFailedCopyKey});
+      }
       dp.shield(slot, RG_PEER_F_SHIELD_ALL | path);
       Verdict r;
       {
@@ -841,10 +851,21 @@ TEST_F(TunnelShield, AFailedCopyLeavesTheOriginalSayingSo) {
       const View unshielded = parse(plain.tc(towards_peer(v6).build()).out);
       EXPECT_EQ(v.sport, unshielded.sport);
       EXPECT_EQ(v.flow_label, unshielded.flow_label);
-      const TunnelPeer* p = peer_at(peers_of(dp), slot);
+      const std::vector<TunnelPeer> peers = peers_of(dp);
+      const TunnelPeer* p = peer_at(peers, slot);
       ASSERT_NE(p, nullptr);
       EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_COPY_ERROR].packets, 1u);
       EXPECT_EQ(p->ev[RG_PEER_EV_SHIELD_COPIES].packets, 0u);
+      if (keyed) {
+        // The flag cleared after signing leaves the MAC good: the far end
+        // takes the number.
+        ASSERT_EQ(dp.xdp(r.out).ret, kXdpPass);
+        const std::vector<TunnelPeer> after = peers_of(dp);
+        const TunnelPeer* f = peer_at(after, far);
+        ASSERT_NE(f, nullptr);
+        EXPECT_EQ(f->auth_bad, 0u);
+        EXPECT_EQ(f->received, 1u);
+      }
     }
   }
 }
