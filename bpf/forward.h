@@ -209,9 +209,10 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	struct bpf_fib_lookup *fib;
 	const struct rg_peer *peer = NULL;
 	struct rg_peer_stats *ps = NULL;
+	const struct rg_peer_ctl *ctl = NULL;
 	struct rg_encap_plan e;
 	struct rg_counters *c;
-	struct ethhdr inner_eth;
+	struct ethhdr *inner_eth;
 	__u32 slot = 0, dev, out;
 	struct rg_qp_key *qp;
 	struct rg_pkt pkt, *p = &pkt;
@@ -221,6 +222,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 		return XDP_PASS;
 	fib = &scratch->fib;
 	qp = &scratch->qp;
+	inner_eth = &scratch->inner_eth;
 	if (p->vlan_depth || (void *)(eth + 1) > data_end)
 		return XDP_PASS;
 	if (rg_forward_admissible(ctx, p, eth, data_end, fib))
@@ -233,9 +235,9 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	/* Only for a frame that goes this way: the plan's hash and the accounting. */
 	rg_qp_key_fill(qp, p, data_end);
 	/* What TC egress on out would do to the frame the stack forwarded there. */
-	__builtin_memcpy(inner_eth.h_dest, fib->dmac, ETH_ALEN);
-	__builtin_memcpy(inner_eth.h_source, fib->smac, ETH_ALEN);
-	inner_eth.h_proto = eth->h_proto;
+	__builtin_memcpy(inner_eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(inner_eth->h_source, fib->smac, ETH_ALEN);
+	inner_eth->h_proto = eth->h_proto;
 	if (rg_cfg.flags & RG_CFG_F_ENCAP) {
 		peer = rg_route_lookup(p, data_end, &slot);
 		/*
@@ -243,12 +245,20 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 		 * XDP frame cannot be cloned, so a shielded peer's frames take
 		 * the slow path.
 		 */
-		if (peer && rg_peer_shield(peer, rg_peer_ctl_get(slot)))
+		ctl = peer ? rg_peer_ctl_get(slot) : NULL;
+		if (peer && rg_peer_shield(peer, ctl))
+			return XDP_PASS;
+		/*
+		 * A keyed peer's option carries a MAC: TC egress signs it. The
+		 * SipHash state does not fit this program's stack beside the
+		 * rest on Linux 6.1 (512 bytes for the program and its calls).
+		 */
+		if (peer && (rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ) && rg_peer_auth_get(slot))
 			return XDP_PASS;
 		if (peer) {
 			ps = rg_peer_stats_get(slot);
 			/* An unresolved neighbour needs bpf_redirect_neigh: TC only. */
-			if (rg_encap_plan(ctx, p, peer, slot, qp, len, len, 1, ps, fib, &e) != RG_ENCAP_DONE ||
+			if (rg_encap_plan(ctx, p, peer, slot, qp, len, len, 1, 0, ctl, ps, fib, &e) != RG_ENCAP_DONE ||
 			    e.fr != RG_FIB_OK || !rg_forward_target(e.hop->ifindex))
 				return XDP_PASS;
 			out = e.hop->ifindex;
@@ -258,7 +268,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	/* Committed: from here on the frame leaves through rg_xdp_tx or not at all. */
 	c = rg_counters_get(dev, RG_DIR_EGRESS);
 	rg_forward_ttl(p, data_end);
-	__builtin_memcpy(eth, &inner_eth, sizeof(inner_eth));
+	__builtin_memcpy(eth, inner_eth, sizeof(*inner_eth));
 	if ((rg_cfg.flags & RG_CFG_F_REMARK) &&
 	    rg_remark(p, data_end, rg_target_dscp(p, rg_cfg.dscp, rg_cfg.cnp_dscp)))
 		rg_count(c, RG_EV_DSCP_REWRITTEN, len);
@@ -269,7 +279,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 			rg_peer_count(ps, RG_PEER_EV_ENCAP_ERROR, len);
 			return XDP_DROP;
 		}
-		if (rg_encap_write((void *)(long)ctx->data, (void *)(long)ctx->data_end, &e, p, peer, &inner_eth)) {
+		if (rg_encap_write((void *)(long)ctx->data, (void *)(long)ctx->data_end, &e, p, peer, inner_eth)) {
 			rg_encap_failed(c, ps, len);
 			return XDP_DROP;
 		}

@@ -194,11 +194,15 @@ struct rg_encap_plan {
 	struct rg_nexthop found;
 	struct rg_peer_stats *seq;
 	const struct rg_peer_auth *auth; /* the tunnel's keys: the option carries a MAC; NULL: none */
-	__u32 hash, lane, udp_len, ip_len;
+	__u32 hash, udp_len, ip_len;
 	__u32 feedback;   /* for the extension (rg_peer_ctl) */
-	enum rg_fib_result fr;
-	/* Small, for the stack the fast path shares with its checks. */
+	/*
+	 * Small, for the stack the fast path shares with its checks: Linux
+	 * 6.1 allows rg_xdp_forward and rg_account 512 bytes together.
+	 */
 	__u16 room, opt_len;
+	__u8 lane;        /* rg_tunnel_lane(): below RG_TUNNEL_LANES */
+	__u8 fr;          /* enum rg_fib_result */
 	__u8 shield;      /* RG_PEER_F_SHIELD_*: the configuration's and "auto"'s */
 	__u8 ext;         /* the option carries its extension */
 	__u8 copied;      /* the number is sent twice (RG_TUNNEL_F_COPIED) */
@@ -324,7 +328,10 @@ static __always_inline void rg_encap_plan_ext(struct rg_encap_plan *e)
  * this CPU's slot of its counters and stream). seg_len is the largest
  * inner frame on the wire (a GSO skb leaves as segments, each in its own
  * outer headers), numbered whether the frame may carry a sequence number
- * (not a GSO skb: its segments would all carry one copy). ctx is the
+ * (not a GSO skb: its segments would all carry one copy), signs whether
+ * the option may carry the tunnel key's MAC (a constant: the XDP fast path
+ * never signs, so its program holds no SipHash), ctl the peer's
+ * rg_peer_ctl_get() (looked up once by the caller, whose stack is tight). ctx is the
  * program's, for bpf_fib_lookup, which fib is scratch for. RG_ENCAP_DONE:
  * e is ready; RG_ENCAP_SKIPPED: no route to the peer (nothing counted).
  */
@@ -332,12 +339,12 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 							  const struct rg_peer *peer, __u32 slot,
 							  const struct rg_qp_key *flow,
 							  __u32 inner_len, __u32 seg_len, int numbered,
+							  int signs, const struct rg_peer_ctl *ctl,
 							  struct rg_peer_stats *ps,
 							  struct bpf_fib_lookup *fib,
 							  struct rg_encap_plan *e)
 {
 	int v6 = peer->family == AF_INET6;
-	const struct rg_peer_ctl *ctl = rg_peer_ctl_get(slot);
 	__u8 tos = rg_outer_tos(p);
 	const struct rg_nexthop *nh;
 	__u32 gen, seg_ip_len;
@@ -365,7 +372,7 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 		e->opt_len = RG_TUNNEL_OPT_LEN;
 		e->ext = rg_tunnel_next_has_ext(ps, e->lane);
 		/* The MAC counts against the MTU like the option: in every packet. */
-		e->auth = rg_peer_auth_get(slot);
+		e->auth = signs ? rg_peer_auth_get(slot) : NULL;
 		if (e->auth)
 			e->opt_len += RG_TUNNEL_OPT_MAC_LEN;
 	}
@@ -419,10 +426,14 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	return RG_ENCAP_DONE;
 }
 
-/* A lookup and a QP key for a caller whose stack is full (forward.h). */
+/*
+ * A lookup, a QP key and the inner Ethernet header for a caller whose stack
+ * is full (forward.h: Linux 6.1 allows it and rg_account 512 bytes together).
+ */
 struct rg_encap_scratch {
 	struct bpf_fib_lookup fib;
 	struct rg_qp_key qp;
+	struct ethhdr inner_eth;
 };
 
 struct {
@@ -639,7 +650,8 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
 
-	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, rg_skb_one_packet(skb), ps,
+	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, rg_skb_one_packet(skb), 1,
+			  rg_peer_ctl_get(slot), ps,
 			  &fib, &e);
 	if (r == RG_ENCAP_SKIPPED) {
 		rg_count(c, RG_EV_FIB_MISS, inner_len);

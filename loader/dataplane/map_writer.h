@@ -75,8 +75,5 @@ class MapWriter {
   int peers_fd_, route4_fd_, route6_fd_, decap_fd_, peer_stats_fd_, streams_fd_, guard_fd_, retired_fd_;
 };
 
-// Whether two rg_peers values name the same peer: outer family, remote
-// address and VNI (0 family: an unused slot, the same as another one).
-bool same_peer(const rg_peer& a, const rg_peer& b);
 
 }  // namespace rg

@@ -450,4 +450,9 @@ std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path,
 std::unique_ptr<QpMigration> migrate_qp_table(const std::string& pin_path, uint32_t entries);
 void remove_legacy_qp_table(const std::string& pin_path);
 
+// Whether two rg_peers values name the same peer: outer family, remote
+// address and VNI (0 family: an unused slot, the same as another one). A
+// peer's slot follows that identity (MapWriter), so readers name slots by it.
+bool same_peer(const rg_peer& a, const rg_peer& b);
+
 }  // namespace rg

@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 
 #include "common/text.h"
-#include "dataplane/map_writer.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "dataplane/state.h"
@@ -160,16 +159,22 @@ std::vector<std::string> peer_names(const std::string& pin_path) {
     rg_peer id{};
     const auto remote = p.is_object() ? p.find("remote") : p.end();
     const auto vni = p.is_object() ? p.find("vni") : p.end();
-    if (remote != p.end() && remote->is_string() && vni != p.end() && vni->is_number_integer())
-      if (const std::optional<Address> a = parse_address(remote->get<std::string>())) {
-        id.family = static_cast<__u8>(a->family);
-        std::memcpy(id.remote, a->bytes.data(), sizeof(id.remote));
-        id.vni = vni->get<uint32_t>();
-      }
+    // The recorded address as the loader wrote it: IPv4 in the first 4 bytes.
+    if (remote != p.end() && remote->is_string() && vni != p.end() && vni->is_number_integer()) {
+      const std::string text = remote->get<std::string>();
+      if (inet_pton(AF_INET, text.c_str(), id.remote) == 1)
+        id.family = AF_INET;
+      else if (inet_pton(AF_INET6, text.c_str(), id.remote) == 1)
+        id.family = AF_INET6;
+      id.vni = vni->get<uint32_t>();
+    }
     ids.push_back(id);
   }
-  // A peer's slot follows its identity (dataplane/map_writer.h), which
-  // rg_peers holds; a record without that map names slots in order.
+  // A peer's slot follows its identity (same_peer), which rg_peers holds;
+  // without that map, or a record that names no identity (written before
+  // slots followed it), slots are named in order.
+  const bool identified = std::any_of(ids.begin(), ids.end(), [](const rg_peer& id) { return id.family != 0; });
+  if (!identified) return names;
   const int fd = bpf_obj_get((pin_path + "/" + kMapPeers).c_str());
   if (fd < 0) return names;
   std::vector<std::string> by_slot;
