@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
         throw std::runtime_error("rg_peer_stats update: " + std::string(std::strerror(errno)));
     };
     // The option authenticated: the bench peer's tunnel has a key (kBenchKey).
-    Object full_seq_key(config(RG_CFG_F_DEFAULT | RG_CFG_F_TUNNEL_SEQ));
+    Object full_seq_key(config(RG_CFG_F_DEFAULT | RG_CFG_F_TUNNEL_SEQ | RG_CFG_F_TUNNEL_AUTH));
     {
       const uint32_t slot = 0;
       rg_peer p{};

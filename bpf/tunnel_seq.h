@@ -146,8 +146,11 @@ static __always_inline __u64 rg_tunnel_mac(const struct rg_sip_state *pre, __u32
 /* The tunnel's keys towards the peer in slot, or NULL when it has none. */
 static __always_inline const struct rg_peer_auth *rg_peer_auth_get(__u32 slot)
 {
-	const struct rg_peer_auth *a = bpf_map_lookup_elem(&rg_peer_auth, &slot);
+	const struct rg_peer_auth *a;
 
+	if (!(rg_cfg.flags & RG_CFG_F_TUNNEL_AUTH))
+		return NULL;
+	a = bpf_map_lookup_elem(&rg_peer_auth, &slot);
 	return a && a->keys ? a : NULL;
 }
 

@@ -319,6 +319,12 @@ enum rg_mtu_policy {
  * verifier prunes the branch then (rg_cfg is frozen read-only data).
  */
 #define RG_CFG_F_POISON (1u << 7)
+/*
+ * A tunnel peer has a key (rg_peer_auth): the programs sign and check the
+ * option's MAC. Without it the verifier prunes that code, which Linux 6.1
+ * cannot verify beside the rest of TC egress (its 1M instruction limit).
+ */
+#define RG_CFG_F_TUNNEL_AUTH (1u << 8)
 #define RG_CFG_F_DEFAULT                                                      \
 	(RG_CFG_F_REMARK | RG_CFG_F_REPAIR | RG_CFG_F_ACCOUNT | RG_CFG_F_ENCAP | \
 	 RG_CFG_F_DECAP)

@@ -451,6 +451,8 @@ rg_config Config::rodata() const {
   if (accounting) c.flags |= RG_CFG_F_ACCOUNT;
   if (tunnel_sequence) c.flags |= RG_CFG_F_TUNNEL_SEQ;
   if (xdp_forward) c.flags |= RG_CFG_F_XDP_FORWARD;
+  if (std::any_of(peers.begin(), peers.end(), [](const PeerConfig& p) { return !p.key_file.empty(); }))
+    c.flags |= RG_CFG_F_TUNNEL_AUTH;
   c.tunnel_opt_class = static_cast<__u16>(tunnel_opt_class);
   c.tunnel_opt_type = RG_TUNNEL_OPT_TYPE_DEFAULT;
   return c;

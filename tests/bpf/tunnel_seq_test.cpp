@@ -39,9 +39,11 @@ constexpr size_t kExtLen = sizeof(rg_tunnel_opt_ext);
 // The option of number n of a stream: the extension on one in RG_TUNNEL_EXT_EVERY.
 constexpr size_t opt_len_of(uint32_t n) { return kOptLen + (n % RG_TUNNEL_EXT_EVERY ? 0 : kExtLen); }
 
+// With the tunnel key's code loaded: a slot without a key (rg_peer_auth)
+// sends and takes options unsigned, as a configuration without keys does.
 rg_config seq_config() {
   rg_config c = test_config();
-  c.flags |= RG_CFG_F_TUNNEL_SEQ;
+  c.flags |= RG_CFG_F_TUNNEL_SEQ | RG_CFG_F_TUNNEL_AUTH;
   return c;
 }
 
