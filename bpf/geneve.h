@@ -193,7 +193,6 @@ struct rg_encap_plan {
 	const struct rg_nexthop *hop;
 	struct rg_nexthop found;
 	struct rg_peer_stats *seq;
-	const struct rg_peer_auth *auth; /* the tunnel's keys: the option carries a MAC; NULL: none */
 	__u32 hash, udp_len, ip_len;
 	__u32 feedback;   /* for the extension (rg_peer_ctl) */
 	/*
@@ -203,17 +202,21 @@ struct rg_encap_plan {
 	__u16 room, opt_len;
 	__u8 lane;        /* rg_tunnel_lane(): below RG_TUNNEL_LANES */
 	__u8 fr;          /* enum rg_fib_result */
-	__u8 shield;      /* RG_PEER_F_SHIELD_*: the configuration's and "auto"'s */
 	__u8 ext;         /* the option carries its extension */
 	__u8 copied;      /* the number is sent twice (RG_TUNNEL_F_COPIED) */
 	__u8 eliminates;  /* this gateway drops the peer's second copies (rg_tunnel_eliminates) */
+	__u8 keyed;       /* the option carries the MAC's room (rg_peer_keyed) */
 };
 
 /* The option's stream flags (RG_TUNNEL_F_*) of what e plans. */
 static __always_inline __u32 rg_encap_opt_flags(const struct rg_encap_plan *e)
 {
-	return (e->eliminates ? RG_TUNNEL_F_ELIMINATES : 0) |
-	       (e->copied ? RG_TUNNEL_F_COPIED : 0);
+	/*
+	 * Shifted, not branched on: the verifier would otherwise follow the
+	 * rest of TC egress once for each value (Linux 6.1's million
+	 * instructions).
+	 */
+	return ((__u32)e->eliminates * RG_TUNNEL_F_ELIMINATES) | ((__u32)e->copied * RG_TUNNEL_F_COPIED);
 }
 
 /* UDP checksum zero: allowed for IPv4 (RFC 8926 §3.3), for IPv6 by RFC 6935/6936. */
@@ -245,23 +248,23 @@ static __always_inline int rg_encap_tail(struct rg_geneve_tail *t, void *data_en
 					 __u32 head_len, const struct rg_peer *peer,
 					 const struct rg_encap_plan *e, const struct ethhdr *inner_eth)
 {
-	if (e->seq && e->ext && e->auth) {
+	if (e->seq && e->ext && e->keyed) {
 		if ((void *)(&t->seq.ext_mac.inner_eth + 1) > data_end)
 			return -1;
 		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
 					    sizeof(t->seq.ext_mac.ext) + sizeof(t->seq.ext_mac.mac) +
 					    sizeof(struct ethhdr));
 		rg_encap_udp_geneve(t, peer, e);
-		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext_mac.ext, &t->seq.ext_mac.mac, e->auth, e->seq, e->lane,
+		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext_mac.ext, &t->seq.ext_mac.mac, e->seq, e->lane,
 				   rg_encap_opt_flags(e), e->feedback);
 		t->seq.ext_mac.inner_eth = *inner_eth;
-	} else if (e->seq && e->auth) {
+	} else if (e->seq && e->keyed) {
 		if ((void *)(&t->seq.mac.inner_eth + 1) > data_end)
 			return -1;
 		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
 					    sizeof(t->seq.mac.mac) + sizeof(struct ethhdr));
 		rg_encap_udp_geneve(t, peer, e);
-		rg_tunnel_opt_fill(&t->seq.opt, NULL, &t->seq.mac.mac, e->auth, e->seq, e->lane,
+		rg_tunnel_opt_fill(&t->seq.opt, NULL, &t->seq.mac.mac, e->seq, e->lane,
 				   rg_encap_opt_flags(e), 0);
 		t->seq.mac.inner_eth = *inner_eth;
 	} else if (e->seq && e->ext) {
@@ -270,7 +273,7 @@ static __always_inline int rg_encap_tail(struct rg_geneve_tail *t, void *data_en
 		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
 					    sizeof(t->seq.ext.ext) + sizeof(struct ethhdr));
 		rg_encap_udp_geneve(t, peer, e);
-		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext.ext, NULL, NULL, e->seq, e->lane, rg_encap_opt_flags(e),
+		rg_tunnel_opt_fill(&t->seq.opt, &t->seq.ext.ext, NULL, e->seq, e->lane, rg_encap_opt_flags(e),
 				   e->feedback);
 		t->seq.ext.inner_eth = *inner_eth;
 	} else if (e->seq) {
@@ -279,7 +282,7 @@ static __always_inline int rg_encap_tail(struct rg_geneve_tail *t, void *data_en
 		rg_encap_headers_init(head, head_len + sizeof(t->udp) + sizeof(t->gnv) + sizeof(t->seq.opt) +
 					    sizeof(struct ethhdr));
 		rg_encap_udp_geneve(t, peer, e);
-		rg_tunnel_opt_fill(&t->seq.opt, NULL, NULL, NULL, e->seq, e->lane, rg_encap_opt_flags(e), 0);
+		rg_tunnel_opt_fill(&t->seq.opt, NULL, NULL, e->seq, e->lane, rg_encap_opt_flags(e), 0);
 		t->seq.inner_eth = *inner_eth;
 	} else {
 		if ((void *)(&t->inner_eth + 1) > data_end)
@@ -329,8 +332,9 @@ static __always_inline void rg_encap_plan_ext(struct rg_encap_plan *e)
  * inner frame on the wire (a GSO skb leaves as segments, each in its own
  * outer headers), numbered whether the frame may carry a sequence number
  * (not a GSO skb: its segments would all carry one copy), signs whether
- * the option may carry the tunnel key's MAC (a constant: the XDP fast path
- * never signs, so its program holds no SipHash), ctl the peer's
+ * the option may carry the room of the tunnel key's MAC (a constant: the
+ * XDP fast path never signs; TC egress writes the MAC in a step of its
+ * own, rg_tc_sign), ctl the peer's
  * rg_peer_ctl_get() (looked up once by the caller, whose stack is tight). ctx is the
  * program's, for bpf_fib_lookup, which fib is scratch for. RG_ENCAP_DONE:
  * e is ready; RG_ENCAP_SKIPPED: no route to the peer (nothing counted).
@@ -358,12 +362,11 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 	if (rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ)
 		e->hash = rg_lane_hash(e->lane);
 	e->seq = NULL;
-	e->auth = NULL;
 	e->opt_len = 0;
 	e->ext = 0;
-	e->shield = rg_peer_shield(peer, ctl);
 	e->feedback = ctl ? ctl->feedback : 0;
 	e->copied = 0;
+	e->keyed = 0;
 	e->eliminates = 0;
 	if (rg_cfg.flags & RG_CFG_F_TUNNEL_SEQ)
 		e->eliminates = rg_tunnel_eliminates(slot);
@@ -372,9 +375,8 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 		e->opt_len = RG_TUNNEL_OPT_LEN;
 		e->ext = rg_tunnel_next_has_ext(ps, e->lane);
 		/* The MAC counts against the MTU like the option: in every packet. */
-		e->auth = signs ? rg_peer_auth_get(slot) : NULL;
-		if (e->auth)
-			e->opt_len += RG_TUNNEL_OPT_MAC_LEN;
+		e->keyed = signs ? rg_peer_keyed(slot) : 0;
+		e->opt_len += e->keyed * RG_TUNNEL_OPT_MAC_LEN;
 	}
 	e->room = (v6 ? RG_ENCAP6_ROOM : RG_ENCAP4_ROOM) + e->opt_len;
 	e->udp_len = sizeof(struct udphdr) + sizeof(struct rg_genevehdr) + e->opt_len + inner_len;
@@ -429,11 +431,23 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 /*
  * A lookup, a QP key and the inner Ethernet header for a caller whose stack
  * is full (forward.h: Linux 6.1 allows it and rg_account 512 bytes together).
+ * At TC egress, also what the encapsulation (rg_tc_encap) leaves for the
+ * steps after it, each a global function of its own (roceguard.bpf.c): the
+ * shield's copy (rg_tc_shield) and the verdict (rg_tc_send, with fib). This
+ * CPU's, and TC egress runs with bottom halves off: nothing else on the CPU
+ * comes in between (the copy's own pass through TC egress is Geneve, which
+ * never reaches the encapsulation).
  */
 struct rg_encap_scratch {
 	struct bpf_fib_lookup fib;
 	struct rg_qp_key qp;
 	struct ethhdr inner_eth;
+	__u32 slot;       /* the peer's */
+	__u32 ifindex;    /* the next hop's device */
+	__u32 hash;       /* the flow's outer entropy */
+	__u8 fr;          /* enum rg_fib_result */
+	__u8 v6;          /* the outer family is IPv6 */
+	__u8 other_port;  /* RG_PEER_F_SHIELD_OTHER_PORT */
 };
 
 struct {
@@ -553,11 +567,11 @@ _Static_assert(RG_SHIELD_PORT_FLIP <= RG_ENTROPY_PORT_MASK, "the flip stays in t
  * only its port would take the original's path there. The UDP checksum is
  * zero (rg_encap_udp_geneve) and covers neither field anyway.
  */
-static __always_inline int rg_shield_entropy(struct __sk_buff *skb, const struct rg_peer *peer, __u32 hash)
+static __always_inline int rg_shield_entropy(struct __sk_buff *skb, int v6, __u32 hash)
 {
 	__be16 sport = rg_entropy_port(hash), label = bpf_htons((__u16)hash);
 
-	if (peer->family != AF_INET6)
+	if (!v6)
 		return bpf_skb_store_bytes(skb, RG_ENCAP_OFF(rg_encap4, tail.udp.source), &sport, sizeof(sport), 0);
 	if (bpf_skb_store_bytes(skb, RG_ENCAP_OFF(rg_encap6, tail.udp.source), &sport, sizeof(sport), 0))
 		return -1;
@@ -569,11 +583,10 @@ static __always_inline int rg_shield_entropy(struct __sk_buff *skb, const struct
  * or the far gateway takes each such number, arrived once, for a copy
  * lost on the way, and "auto" reads a loss that is only the copy's.
  */
-static __always_inline void rg_shield_not_copied(struct __sk_buff *skb, const struct rg_peer *peer)
+static __always_inline void rg_shield_not_copied(struct __sk_buff *skb, int v6)
 {
 	/* The stream field is big-endian: its flags are the top bits of its first byte. */
-	__u32 off = peer->family == AF_INET6 ? RG_ENCAP_OFF(rg_encap6, tail.seq.opt.stream) :
-					       RG_ENCAP_OFF(rg_encap4, tail.seq.opt.stream);
+	__u32 off = v6 ? RG_ENCAP_OFF(rg_encap6, tail.seq.opt.stream) : RG_ENCAP_OFF(rg_encap4, tail.seq.opt.stream);
 	__u8 flags;
 
 	if (bpf_skb_load_bytes(skb, off, &flags, sizeof(flags)))
@@ -583,41 +596,76 @@ static __always_inline void rg_shield_not_copied(struct __sk_buff *skb, const st
 }
 
 /*
- * Sends the shield's second copy of the frame just encapsulated as e
- * planned, out of the device the original leaves by, before it. The copy
- * carries the original's sequence number, so the far gateway keeps
- * whichever arrives first. An unnumbered frame (a GSO skb: every segment
- * would carry one number) cannot be told apart from its copy there and is
- * sent once, as is one whose next hop still needs its neighbour resolved.
- * The copy meets this device's egress program again, as Geneve: left alone.
- * With the "port" path the copy's entropy is the flow hash XOR
- * RG_SHIELD_PORT_FLIP, port and flow label alike.
+ * Signs the option of the frame just encapsulated towards the peer in slot
+ * (v6: over IPv6) with the tunnel's key: the encapsulation left the MAC's
+ * room zero (rg_tunnel_opt_fill). The words are read back from the frame,
+ * as the far gateway reads them (rg_tunnel_opt_authentic). Keys gone since
+ * the encapsulation, the MAC stays zero and the far end counts it wrong.
  */
-static __always_inline void rg_shield_copy(struct __sk_buff *skb, const struct rg_encap_plan *e,
-					   const struct rg_peer *peer, struct rg_peer_stats *ps)
+static __always_inline void rg_tunnel_sign(struct __sk_buff *skb, __u32 slot, int v6)
+{
+	const struct rg_peer_auth *auth = rg_peer_auth_get(slot);
+	__u32 off = v6 ? RG_ENCAP_OFF(rg_encap6, tail.seq.opt) : RG_ENCAP_OFF(rg_encap4, tail.seq.opt);
+	struct rg_tunnel_arrival_ext x = {};
+	struct rg_tunnel_opt_ext ext;
+	struct rg_tunnel_opt_mac mac;
+	struct rg_tunnel_opt opt;
+	int has_ext;
+	__u64 m;
+
+	if (!auth || bpf_skb_load_bytes(skb, off, &opt, sizeof(opt)))
+		return;
+	off += sizeof(opt);
+	has_ext = (opt.length & 0x1f) == RG_TUNNEL_OPT_EXT_WORDS + RG_TUNNEL_OPT_MAC_WORDS;
+	if (has_ext) {
+		if (bpf_skb_load_bytes(skb, off, &ext, sizeof(ext)))
+			return;
+		x.sent_us = bpf_ntohl(ext.sent_us);
+		x.feedback = bpf_ntohl(ext.feedback);
+		off += sizeof(ext);
+	}
+	m = rg_tunnel_mac(&auth->tx, bpf_ntohl(opt.stream), bpf_ntohl(opt.seq), has_ext ? &x : NULL);
+	mac.hi = bpf_htonl((__u32)(m >> 32));
+	mac.lo = bpf_htonl((__u32)m);
+	bpf_skb_store_bytes(skb, off, &mac, sizeof(mac), 0);
+}
+
+/*
+ * Sends the shield's second copy of the frame just encapsulated (as s
+ * says: rg_geneve_encap), out of the device the original leaves by, before
+ * it. The copy carries the original's sequence number, so the far gateway
+ * keeps whichever arrives first. The copy meets this device's egress
+ * program again, as Geneve: left alone. With the "port" path the copy's
+ * entropy is the flow hash XOR RG_SHIELD_PORT_FLIP, port and flow label
+ * alike. ps: this CPU's slot of the peer's counters.
+ */
+static __always_inline void rg_shield_copy(struct __sk_buff *skb, const struct rg_encap_scratch *s,
+					   struct rg_peer_stats *ps)
 {
 	__u32 len = skb->len;
-	int other_port = peer->flags & RG_PEER_F_SHIELD_OTHER_PORT, err;
+	int err;
 
-	if (!e->seq || e->fr != RG_FIB_OK) {
-		rg_peer_count(ps, RG_PEER_EV_SHIELD_UNCOPIED, len);
-		return;
-	}
 	/* The copy is the frame as it is when cloned; the original gets its entropy back. */
-	if (other_port && rg_shield_entropy(skb, peer, e->hash ^ RG_SHIELD_PORT_FLIP)) {
+	if (s->other_port && rg_shield_entropy(skb, s->v6, s->hash ^ RG_SHIELD_PORT_FLIP)) {
 		err = -1;
 	} else {
-		err = bpf_clone_redirect(skb, e->hop->ifindex, 0);
-		if (other_port)
-			rg_shield_entropy(skb, peer, e->hash);
+		err = bpf_clone_redirect(skb, s->ifindex, 0);
+		if (s->other_port)
+			rg_shield_entropy(skb, s->v6, s->hash);
 	}
 	if (err) {
-		rg_shield_not_copied(skb, peer);
+		rg_shield_not_copied(skb, s->v6);
 		rg_peer_count(ps, RG_PEER_EV_SHIELD_COPY_ERROR, len);
 		return;
 	}
 	rg_peer_count(ps, RG_PEER_EV_SHIELD_COPIES, len);
 }
+
+/* What TC egress does after rg_geneve_encap said RG_ENCAP_DONE (*next). */
+#define RG_TC_NEXT_SHOT 1 /* drop the frame */
+#define RG_TC_NEXT_SEND 2 /* send it as s says (rg_tc_send) */
+#define RG_TC_NEXT_COPY 4 /* and, before, the shield's copy (rg_tc_shield) */
+#define RG_TC_NEXT_SIGN 8 /* and, before both, the option's MAC (rg_tc_sign) */
 
 /*
  * TC egress: Geneve-encapsulates the frame (p parsed from it, flow its QP
@@ -627,43 +675,52 @@ static __always_inline void rg_shield_copy(struct __sk_buff *skb, const struct r
  * are written into it (rg_encap_write). slot is the peer's; ps is this
  * CPU's slot of the peer's counters and stream; resend_head says the
  * accounting found the frame the head of a resend burst (rg_shield_wants).
+ * What is left to do goes in *next (RG_TC_NEXT_*) and s.
+ *
+ * The shield copies a frame only when it is numbered: an unnumbered one (a
+ * GSO skb: every segment would carry one number) cannot be told apart from
+ * its copy at the far end, and is sent once, as is one whose next hop
+ * still needs its neighbour resolved.
  */
 static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *skb,
 							    const struct rg_pkt *p,
 							    const struct rg_peer *peer, __u32 slot,
-							    const struct rg_qp_key *flow,
+							    struct rg_encap_scratch *s,
 							    struct rg_counters *c,
 							    struct rg_peer_stats *ps, __u32 resend_head,
-							    int *verdict)
+							    int *next)
 {
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
-	struct bpf_fib_lookup fib;
 	__u32 inner_len = skb->len;
 	enum rg_encap_result r;
 	struct rg_encap_plan e;
 	struct ethhdr inner_eth;
+	const struct rg_peer_ctl *ctl;
 	__u64 flags;
 	int shield;
 
 	if ((void *)(eth + 1) > data_end)
 		return RG_ENCAP_SKIPPED;
 	__builtin_memcpy(&inner_eth, eth, sizeof(inner_eth));
+	/*
+	 * Decided on the inner headers, which the encapsulation moves, and
+	 * first: from here on nothing reads the parse's pointers, so the
+	 * verifier follows the rest once for all the frame's layouts, not once
+	 * for each.
+	 */
+	ctl = rg_peer_ctl_get(slot);
+	shield = rg_shield_wants(p, data_end, rg_peer_shield(peer, ctl), resend_head);
 
-	r = rg_encap_plan(skb, p, peer, slot, flow, inner_len, p->seg_len, rg_skb_one_packet(skb), 1,
-			  rg_peer_ctl_get(slot), ps,
-			  &fib, &e);
+	r = rg_encap_plan(skb, p, peer, slot, &s->qp, inner_len, p->seg_len, rg_skb_one_packet(skb), 1,
+			  ctl, ps, &s->fib, &e);
 	if (r == RG_ENCAP_SKIPPED) {
 		rg_count(c, RG_EV_FIB_MISS, inner_len);
 		rg_peer_count(ps, RG_PEER_EV_FIB_MISS, inner_len);
 	}
 	if (r != RG_ENCAP_DONE)
 		return r;
-	/*
-	 * Decided on the inner headers, which the encapsulation moves; the
-	 * option says the number is sent twice when the copy can be made.
-	 */
-	shield = rg_shield_wants(p, data_end, e.shield, resend_head);
+	/* The option says the number is sent twice when the copy can be made. */
 	if (shield && e.seq && e.fr == RG_FIB_OK)
 		e.copied = 1;
 
@@ -678,13 +735,22 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	if (rg_encap_write((void *)(long)skb->data, (void *)(long)skb->data_end, &e, p, peer, &inner_eth)) {
 		/* Sending it would put garbage on the wire. */
 		rg_encap_failed(c, ps, inner_len);
-		*verdict = TC_ACT_SHOT;
+		*next = RG_TC_NEXT_SHOT;
 		return RG_ENCAP_DONE;
 	}
 	rg_encap_count(&e, c, ps, p->segs, p->wire_len);
-	if (shield)
-		rg_shield_copy(skb, &e, peer, ps);
-	*verdict = rg_fib_verdict(skb, &fib, e.fr, e.hop->ifindex);
+	s->slot = slot;
+	s->ifindex = e.hop->ifindex;
+	s->hash = e.hash;
+	s->fr = e.fr;
+	s->v6 = peer->family == AF_INET6;
+	s->other_port = !!(peer->flags & RG_PEER_F_SHIELD_OTHER_PORT);
+	/* Shifted, not branched on, as rg_encap_opt_flags. */
+	*next = RG_TC_NEXT_SEND | ((__u32)e.keyed * RG_TC_NEXT_SIGN);
+	if (shield && !e.copied)
+		rg_peer_count(ps, RG_PEER_EV_SHIELD_UNCOPIED, skb->len);
+	else if (shield)
+		*next |= RG_TC_NEXT_COPY;
 	return RG_ENCAP_DONE;
 }
 

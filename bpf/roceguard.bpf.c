@@ -50,7 +50,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /*
  * TC egress's encapsulation, for a RoCE frame rg_tc_egress re-marked and
  * accounted: the frame is parsed again, and the peer, the next hop and the
- * Geneve headers are decided here.
+ * Geneve headers are decided here. Returns 0 (pass the frame as it is) or
+ * what is left to do (RG_TC_NEXT_*), as the per-CPU scratch says.
  */
 __noinline int rg_tc_encap(struct __sk_buff *skb, __u32 resend_head)
 {
@@ -61,34 +62,66 @@ __noinline int rg_tc_encap(struct __sk_buff *skb, __u32 resend_head)
 	void *data_end;
 	__u32 slot = 0;
 	struct rg_pkt p;
-	int verdict = RG_TC_PASS;
+	int next = 0;
 
 	if (!skb || rg_skb_parse(skb, &p) != RG_PKT_ROCE)
-		return RG_TC_PASS;
+		return 0;
 	data_end = (void *)(long)skb->data_end;
 	peer = rg_route_lookup(&p, data_end, &slot);
 	scratch = rg_encap_buffer();
 	if (!peer || !scratch)
-		return RG_TC_PASS;
+		return 0;
 	c = rg_counters_get(skb->ifindex, RG_DIR_EGRESS);
 	ps = rg_peer_stats_get(slot);
 	rg_qp_key_fill(&scratch->qp, &p, data_end);
 
-	switch (rg_geneve_encap(skb, &p, peer, slot, &scratch->qp, c, ps, resend_head, &verdict)) {
+	switch (rg_geneve_encap(skb, &p, peer, slot, scratch, c, ps, resend_head, &next)) {
 	case RG_ENCAP_DONE:
-		return verdict;
+		return next;
 	case RG_ENCAP_OVERSIZE:
 		if (rg_cfg.mtu_policy == RG_MTU_DROP) {
 			rg_count_n(c, RG_EV_OVERSIZE_DROPPED, p.segs, p.wire_len);
 			rg_peer_count_n(ps, RG_PEER_EV_OVERSIZE_DROPPED, p.segs, p.wire_len);
-			return TC_ACT_SHOT;
+			return RG_TC_NEXT_SHOT;
 		}
 		rg_count_n(c, RG_EV_OVERSIZE_PASSED, p.segs, p.wire_len);
 		rg_peer_count_n(ps, RG_PEER_EV_OVERSIZE_PASSED, p.segs, p.wire_len);
-		return RG_TC_PASS;
+		return 0;
 	default:
-		return RG_TC_PASS;
+		return 0;
 	}
+}
+
+/* The MAC of the option rg_tc_encap wrote (RG_TC_NEXT_SIGN). */
+__noinline int rg_tc_sign(struct __sk_buff *skb)
+{
+	struct rg_encap_scratch *s = rg_encap_buffer();
+
+	if (!skb || !s)
+		return 0;
+	rg_tunnel_sign(skb, s->slot, s->v6);
+	return 0;
+}
+
+/* The loss shield's copy of the frame rg_tc_encap encapsulated (RG_TC_NEXT_COPY). */
+__noinline int rg_tc_shield(struct __sk_buff *skb)
+{
+	struct rg_encap_scratch *s = rg_encap_buffer();
+
+	if (!skb || !s)
+		return 0;
+	rg_shield_copy(skb, s, rg_peer_stats_get(s->slot));
+	return 0;
+}
+
+/* The verdict on the frame rg_tc_encap encapsulated (RG_TC_NEXT_SEND): where it goes. */
+__noinline int rg_tc_send(struct __sk_buff *skb)
+{
+	struct rg_encap_scratch *s = rg_encap_buffer();
+
+	if (!skb || !s)
+		return RG_TC_PASS;
+	return rg_fib_verdict(skb, &s->fib, s->fr, s->ifindex);
 }
 
 /*
@@ -145,20 +178,29 @@ __noinline int rg_tc_mark(struct __sk_buff *skb)
 }
 
 /*
- * Re-mark and account (rg_tc_mark), then encapsulate (rg_tc_encap). Two
- * global functions: the verifier checks each once on its own, where
- * inlined it would follow the encapsulation along every path of the
- * accounting and pass its budget of a million instructions, and their
- * stacks are not added up.
+ * Re-mark and account (rg_tc_mark), encapsulate (rg_tc_encap), sign the
+ * option (rg_tc_sign), copy for the shield (rg_tc_shield) and send
+ * (rg_tc_send). Global functions: the
+ * verifier checks each once on its own, where inlined it would follow
+ * each step along every path of the ones before it and pass its budget of
+ * a million instructions (the copy alone after the encapsulation did, on
+ * Linux 6.1), and their stacks are not added up.
  */
 SEC("tc")
 int rg_tc_egress(struct __sk_buff *skb)
 {
-	int m = rg_tc_mark(skb);
+	int m = rg_tc_mark(skb), next;
 
 	if (!m)
 		return RG_TC_PASS;
-	return rg_tc_encap(skb, m & RG_TC_MARK_RESEND_HEAD);
+	next = rg_tc_encap(skb, m & RG_TC_MARK_RESEND_HEAD);
+	if (next & RG_TC_NEXT_SIGN)
+		rg_tc_sign(skb);
+	if (next & RG_TC_NEXT_COPY)
+		rg_tc_shield(skb);
+	if (next & RG_TC_NEXT_SEND)
+		return rg_tc_send(skb);
+	return next & RG_TC_NEXT_SHOT ? TC_ACT_SHOT : RG_TC_PASS;
 }
 
 /*

@@ -143,6 +143,25 @@ static __always_inline __u64 rg_tunnel_mac(const struct rg_sip_state *pre, __u32
 	return v0 ^ v1 ^ v2 ^ v3;
 }
 
+/*
+ * Whether the tunnel towards the peer in slot has a key, as an unknown 0 or
+ * 1 (arithmetic, not a comparison: the verifier follows what comes after
+ * once for both). The encapsulation sizes the option by it and leaves the
+ * MAC to TC egress's last steps (rg_tunnel_sign), which look the keys up.
+ */
+static __always_inline __u32 rg_peer_keyed(__u32 slot)
+{
+	const struct rg_peer_auth *a;
+	__u64 keys = 0;
+
+	if (!(rg_cfg.flags & RG_CFG_F_TUNNEL_AUTH))
+		return 0;
+	a = bpf_map_lookup_elem(&rg_peer_auth, &slot);
+	if (a)
+		keys = a->keys;
+	return (keys | -keys) >> 63;
+}
+
 /* The tunnel's keys towards the peer in slot, or NULL when it has none. */
 static __always_inline const struct rg_peer_auth *rg_peer_auth_get(__u32 slot)
 {
@@ -158,37 +177,31 @@ static __always_inline const struct rg_peer_auth *rg_peer_auth_get(__u32 slot)
  * Takes the next sequence number of this CPU's stream on lane towards the
  * peer. flags are the stream field's (RG_TUNNEL_F_*); with ext (as
  * rg_tunnel_next_has_ext said), the extension follows with the send time
- * and feedback; with auth (the tunnel's keys), the MAC follows at mac.
+ * and feedback; with mac, the MAC's room follows, zero until TC egress
+ * signs the option (rg_tunnel_sign).
  */
 static __always_inline void rg_tunnel_opt_fill(struct rg_tunnel_opt *o, struct rg_tunnel_opt_ext *ext,
-					       struct rg_tunnel_opt_mac *mac, const struct rg_peer_auth *auth,
-					       struct rg_peer_stats *ps, __u32 lane, __u32 flags,
-					       __u32 feedback)
+					       struct rg_tunnel_opt_mac *mac, struct rg_peer_stats *ps,
+					       __u32 lane, __u32 flags, __u32 feedback)
 {
 	__u32 stream = (flags & RG_TUNNEL_F_MASK) | (rg_tunnel_epoch(ps) << RG_TUNNEL_EPOCH_SHIFT) |
 		       ((bpf_get_smp_processor_id() & RG_TUNNEL_CPU_MASK) << RG_TUNNEL_LANE_BITS) |
 		       (lane & (RG_TUNNEL_LANES - 1));
-	__u32 seq = ps->tx_seq[lane & (RG_TUNNEL_LANES - 1)]++;
-	struct rg_tunnel_arrival_ext x = {};
 
 	o->opt_class = bpf_htons(rg_cfg.tunnel_opt_class);
 	o->type = rg_cfg.tunnel_opt_type & ~RG_GENEVE_OPT_TYPE_CRITICAL;
 	o->length = ext ? RG_TUNNEL_OPT_EXT_WORDS : RG_TUNNEL_OPT_WORDS;
 	o->stream = bpf_htonl(stream);
-	o->seq = bpf_htonl(seq);
+	o->seq = bpf_htonl(ps->tx_seq[lane & (RG_TUNNEL_LANES - 1)]++);
 	if (ext) {
-		x.sent_us = (__u32)(rg_tunnel_clock_ns() / 1000);
-		x.feedback = feedback;
-		ext->sent_us = bpf_htonl(x.sent_us);
-		ext->feedback = bpf_htonl(x.feedback);
+		ext->sent_us = bpf_htonl((__u32)(rg_tunnel_clock_ns() / 1000));
+		ext->feedback = bpf_htonl(feedback);
 	}
-	if (mac && auth) {
-		__u64 m = rg_tunnel_mac(&auth->tx, stream, seq, ext ? &x : NULL);
-
+	if (mac) {
 		o->type |= RG_TUNNEL_OPT_TYPE_AUTH;
 		o->length += RG_TUNNEL_OPT_MAC_WORDS;
-		mac->hi = bpf_htonl((__u32)(m >> 32));
-		mac->lo = bpf_htonl((__u32)m);
+		mac->hi = 0;
+		mac->lo = 0;
 	}
 }
 
@@ -452,15 +465,21 @@ static __always_inline void rg_tunnel_untracked(__u32 slot, const struct rg_tunn
  */
 static __always_inline int rg_tunnel_eliminates(__u32 slot)
 {
-	__u64 *at;
+	__u64 *at, t = 0, held;
 
 	if (!(rg_cfg.flags & RG_CFG_F_DECAP))
 		return 0;
 	at = bpf_map_lookup_elem(&rg_peer_untracked, &slot);
-	/* The common case, never untracked, reads no clock. */
-	if (!at || !*at)
-		return 1;
-	return bpf_ktime_get_ns() - *at >= RG_TUNNEL_UNTRACKED_HOLD_NS;
+	if (at)
+		t = *at;
+	/*
+	 * Arithmetic, not comparisons: every path leaves one unknown 0 or 1,
+	 * so the verifier follows the rest of TC egress once, not once per
+	 * value (Linux 6.1's million instructions). held: t is set and less
+	 * than the hold old (both differences are far below 2^63).
+	 */
+	held = ((t | -t) >> 63) & ((bpf_ktime_get_ns() - t - RG_TUNNEL_UNTRACKED_HOLD_NS) >> 63);
+	return 1 - (int)held;
 }
 
 /*

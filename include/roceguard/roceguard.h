@@ -321,8 +321,8 @@ enum rg_mtu_policy {
 #define RG_CFG_F_POISON (1u << 7)
 /*
  * A tunnel peer has a key (rg_peer_auth): the programs sign and check the
- * option's MAC. Without it the verifier prunes that code, which Linux 6.1
- * cannot verify beside the rest of TC egress (its 1M instruction limit).
+ * option's MAC. Without it the verifier prunes that code: a configuration
+ * without keys pays nothing for them, in instructions or in checks.
  */
 #define RG_CFG_F_TUNNEL_AUTH (1u << 8)
 #define RG_CFG_F_DEFAULT                                                      \
