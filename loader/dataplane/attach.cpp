@@ -261,6 +261,7 @@ IfaceState Dataplane::attach_interface(const std::string& name, bool force, Roll
   }
   obj_.load();
   obj_.ensure_loaded();
+  write_keys();
   if (cfg_.xdp_forward) {
     if (fast_path_open_) link_forward(st, name);
     set_forward_target(st.ifindex, name, ingress == IngressHook::kXdp, undo);
@@ -403,12 +404,11 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
         TunnelMaps again(pin);
         again.writer().restore(*before);
       });
-      // The keys first, each at the slot its peer is given: a peer never
-      // runs keyless once its slot is written.
-      if (const int auth = obj_.map_fd(kMapPeerAuth); auth >= 0)
-        write_peer_auth(auth, cfg_.peers, writer.place(cfg_.peers).slots);
       place_peers(writer.write_tunnels(cfg_.peers));
     }
+    // Loaded by an earlier step (a reattach of a loaded object): the keys
+    // now; else each interface's attach writes them once it loads.
+    write_keys();
     for (const auto& name : cfg_.interfaces) {
       const LogFields about({{"interface", name}});
       if (absent(name)) {
@@ -451,6 +451,12 @@ State Dataplane::attach_all(bool force, bool skip_absent) {
   warn_if_not_forwarding(cfg_);
   detach_unconfigured();
   return st;
+}
+
+void Dataplane::write_keys() {
+  if (keys_written_ || !obj_.loaded()) return;
+  if (const int auth = obj_.map_fd(kMapPeerAuth); auth >= 0) write_peer_auth(auth, cfg_.peers, peer_slots_);
+  keys_written_ = true;
 }
 
 void Dataplane::replace_peers(const std::vector<PeerConfig>& peers) {

@@ -100,6 +100,10 @@ class Dataplane {
   // Takes the slots the writer gave the peers, and clears this object's
   // own per-slot state of the slots whose occupant changed.
   void place_peers(const MapWriter::Placement& placed);
+  // Writes the tunnels' keys (rg_peer_auth) at the slots the peers were
+  // given, once the object is loaded (its maps exist only then) and before
+  // TC egress is attached anywhere; once per attach.
+  void write_keys();
   // Attaches one interface; undo learns how to put back what was there.
   IfaceState attach_interface(const std::string& name, bool force, Rollback& undo);
   // Whether the TC programs attach with tcx (dataplane.tc_attach, and the
@@ -131,6 +135,7 @@ class Dataplane {
   // The last probe, and whether the slot is (to be) filled accordingly.
   NetfilterProbe netfilter_;
   bool fast_path_open_ = false;
+  bool keys_written_ = false;
 };
 
 }  // namespace rg

@@ -5,7 +5,8 @@
 # the kernel's device, without options, is decapsulated by roceguard's XDP
 # program (one RC ping-pong needs both). With the loss shield on towards
 # the IPv4 peer, the kernel's device accepts the copies too: it receives
-# exactly what roceguard encapsulated plus its copies.
+# exactly what roceguard encapsulated plus its copies. The IPv6 tunnel has a
+# key, so Linux 6.1 must verify TC egress with the code that signs.
 set -euo pipefail
 . "$(dirname "$0")/vm.sh"
 rgvm_setup
@@ -30,6 +31,12 @@ echo "shielded peer b: encapsulated $(res encapsulated_b), copies $(res copies_b
 numbered=$(tshark -r "$b/b_eth0.pcap" -Y "geneve && geneve.option.class == 0xff52" 2>/dev/null | wc -l)
 echo "geneve on b with roceguard's sequence option: $numbered"
 [ "$numbered" -gt 0 ] || { echo "FAIL: roceguard's Geneve carried no sequence option"; fail=1; }
+# The keyed IPv6 tunnel's options carry the MAC (type 0x42), the IPv4 one's not.
+signed=$(tshark -r "$b/b_eth0.pcap" -Y "ipv6 && geneve.option.class == 0xff52 && geneve.option.type == 0x42" 2>/dev/null | wc -l)
+unsigned4=$(tshark -r "$b/b_eth0.pcap" -Y "!ipv6 && geneve.option.class == 0xff52 && geneve.option.type == 0x42" 2>/dev/null | wc -l)
+echo "geneve on b with a signed option: over IPv6 (keyed) $signed, over IPv4 (no key) $unsigned4"
+[ "$signed" -gt 0 ] || { echo "FAIL: the keyed tunnel's options carried no MAC"; fail=1; }
+[ "$unsigned4" -eq 0 ] || { echo "FAIL: the tunnel without a key signed its options"; fail=1; }
 tshark -r "$a/a_eth0.pcap" -Y "geneve" -T fields -e ip.version -e ipv6.src -e ip.src -e geneve.vni 2>/dev/null |
 	sort | uniq -c | sed 's/^/geneve seen on a (count, ip version, src6, src4, vni): /'
 tshark -r "$b/b_eth0.pcap" -Y "geneve" -T fields -e ip.version -e ipv6.src -e ip.src -e geneve.vni 2>/dev/null |

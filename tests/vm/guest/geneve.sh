@@ -53,6 +53,10 @@ ip neigh add 203.0.113.2 lladdr 02:00:00:00:01:02 dev eth0 nud permanent
 ip neigh add 198.51.100.2 lladdr 02:00:00:00:02:02 dev eth0 nud permanent
 # The encapsulation's next-hop lookup needs the underlay neighbour resolved.
 busybox ping -6 -c1 -W2 "$PEER6" >/dev/null || die "no IPv6 underlay to $PEER6"
+# The IPv6 tunnel has a key: its option carries a MAC (type 0x42), which
+# the kernel's device skips as an option it does not know, and TC egress
+# must verify on this kernel with the code that signs it.
+(umask 077 && echo 000102030405060708090a0b0c0d0e0f >/tmp/b6.key)
 cat >/tmp/roceguard.toml <<CFG
 interfaces = ["eth0"]
 
@@ -74,6 +78,7 @@ local = "$SELF6"
 remote = "$PEER6"
 vni = $((VNI + 1))
 routes = ["198.51.100.2/32"]
+key_file = "/tmp/b6.key"
 CFG
 rg_attach -c /tmp/roceguard.toml
 gid=$(roce_v2_gid_index 203.0.113.1) || die "no RoCE v2 GID for 203.0.113.1"
