@@ -103,7 +103,7 @@ bool ShieldDecider::evaluate(const PeerReport& r, std::string& reason) {
     return true;
   }
   if (congested) {
-    reason = "the peer's one-way delay rose with its " + loss +
+    reason = "the peer's queueing delay rose with its " + loss +
              " loss: congestion, which copies make worse; off for at least " + std::to_string(kCongestionHold) +
              " s";
     hold_ = kCongestionHold;

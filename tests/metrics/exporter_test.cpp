@@ -52,6 +52,17 @@ void ensure_bpffs() {
       << "bpffs is not mounted on /sys/fs/bpf and mounting it failed: " << strerror(errno);
 }
 
+// A stream that received every number up to max_seq (its window all
+// set), received packets in all, the last just now.
+rg_tunnel_stream stream_received(uint64_t received, uint32_t max_seq) {
+  rg_tunnel_stream v{};
+  v.received = received;
+  v.max_seq = max_seq;
+  std::fill(std::begin(v.window), std::end(v.window), ~0ull);
+  v.last_ns = monotonic_now_ns();
+  return v;
+}
+
 // The BPF object loaded with its maps pinned under /sys/fs/bpf/rgex-<pid>-<n>,
 // removed again (programs, maps, pins, directory) on destruction.
 class PinnedDataPlane {
@@ -458,13 +469,9 @@ TEST_F(ExporterBpf, ShieldFiguresPerPeerInMetricsAndStats) {
   ASSERT_GE(streams, 0);
   for (uint32_t lane : {0u, 1u}) {
     rg_tunnel_stream_key k{1, (3u << RG_TUNNEL_LANE_BITS) | lane};
-    rg_tunnel_stream v{};
+    rg_tunnel_stream v = stream_received(100, 101);
     v.epoch = 0x4321;
-    v.received = 100;
-    v.max_seq = 101;
     v.lost = 2;
-    std::fill(std::begin(v.window), std::end(v.window), ~0ull);
-    v.last_ns = monotonic_now_ns();
     ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
   }
   close(streams);
@@ -603,11 +610,7 @@ TEST_F(ExporterBpf, StatsAndDoctorFitTheAckTimeoutToTheTunnelRoundTrip) {
   const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
   ASSERT_GE(streams, 0);
   rg_tunnel_stream_key k{0, 0};
-  rg_tunnel_stream v{};
-  v.received = 100;
-  v.max_seq = 99;
-  std::fill(std::begin(v.window), std::end(v.window), ~0ull);
-  v.last_ns = monotonic_now_ns();
+  rg_tunnel_stream v = stream_received(100, 99);
   v.delay[13] = 100;
   v.delay_sum_ns = 100 * 6000000ull;
   ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
@@ -696,11 +699,7 @@ TEST_F(ExporterBpf, StatsAndDoctorSayWhenTheClocksAreNotComparable) {
   const int streams = bpf_obj_get((pin + "/" + kMapTunnelStreams).c_str());
   ASSERT_GE(streams, 0);
   rg_tunnel_stream_key k{0, 0};
-  rg_tunnel_stream v{};
-  v.received = 100;
-  v.max_seq = 99;
-  std::fill(std::begin(v.window), std::end(v.window), ~0ull);
-  v.last_ns = monotonic_now_ns();
+  rg_tunnel_stream v = stream_received(100, 99);
   v.delay[3] = 100;  // up to 8 us above the floor
   v.delay_sum_ns = 100 * 5000ull;
   v.delay_floor_us = -37'000'000 + 2000;
@@ -751,11 +750,8 @@ TEST_F(ExporterBpf, DoctorSaysWhetherAShieldedPeerEliminates) {
   ASSERT_GE(streams, 0);
   for (uint32_t slot : {0u, 1u}) {
     rg_tunnel_stream_key k{slot, 0};
-    rg_tunnel_stream v{};
-    v.received = 10;
+    rg_tunnel_stream v = stream_received(10, 0);
     v.epoch = slot == 0 ? 9 : 0;
-    std::fill(std::begin(v.window), std::end(v.window), ~0ull);
-    v.last_ns = monotonic_now_ns();
     ASSERT_EQ(bpf_map_update_elem(streams, &k, &v, BPF_ANY), 0) << strerror(errno);
   }
   close(streams);
