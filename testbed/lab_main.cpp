@@ -44,6 +44,16 @@ void add_lab_options(CLI::App* lab) {
   lab->add_option("--wan-jitter", wan_jitter,
                   "each packet's delay varies uniformly by up to this much, order kept (at most --wan-delay)")
       ->capture_default_str();
+  lab->add_option("--wan-rate", o.wan_rate_mbit,
+                  "the WAN's own bottleneck, Mbit/s each direction: a drop-tail shaper that neither marks nor "
+                  "pauses (0: none)")
+      ->check(CLI::Range(0u, 100000u))
+      ->capture_default_str();
+  static std::string wan_buffer = "bdp";
+  lab->add_option("--wan-buffer", wan_buffer,
+                  "the bottleneck's buffer in time at --wan-rate, e.g. 500us, 10ms; bdp: one bandwidth-delay "
+                  "product over the lab's round trip")
+      ->capture_default_str();
   lab->add_option("--reorder", o.reorder_pct,
                   "percent of UDP packets the WAN sends after the packet behind them (default: it never reorders)")
       ->check(CLI::Range(0.0, 100.0))
@@ -163,6 +173,9 @@ void add_lab_options(CLI::App* lab) {
     o.tunnel = !no_tunnel && o.tunnel_kind == "geneve";
     o.wan_delay = lab::parse_wan_duration("--wan-delay", wan_delay);
     o.wan_jitter = lab::parse_wan_duration("--wan-jitter", wan_jitter);
+    o.wan_buffer = wan_buffer == "bdp" ? std::chrono::microseconds{0} : lab::parse_wan_duration("--wan-buffer", wan_buffer);
+    if (wan_buffer != "bdp" && o.wan_buffer.count() == 0)
+      throw Error("lab: --wan-buffer must be above 0, or bdp", kExitUsage);
     lab_exit_code = lab::run_lab(o);
   });
 }

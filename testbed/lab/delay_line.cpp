@@ -320,8 +320,14 @@ void DelayLine::run(Direction& d) {
       std::memcpy(f.data.data() + kVnet, d.where.next_hop_mac.data(), 6);
       std::memcpy(f.data.data() + kVnet + 6, d.where.out_mac.data(), 6);
       ssize_t sent = send(d.tx, f.data.data(), f.data.size(), MSG_DONTWAIT);
-      if (sent < 0 && (errno == EAGAIN || errno == ENOBUFS)) break;  // the interface's queue is full: next round
-      if (sent == static_cast<ssize_t>(f.data.size())) {
+      // The socket's buffer is full: the frame was not taken, next round.
+      if (sent < 0 && errno == EAGAIN) break;
+      if (sent < 0 && errno == ENOBUFS) {
+        // Taken and dropped by the interface's queue (NET_XMIT_DROP): the
+        // WAN's bottleneck is full. Sent again it would be a second frame,
+        // and the bottleneck a queue without a limit.
+        local.queue_dropped++;
+      } else if (sent == static_cast<ssize_t>(f.data.size())) {
         local.frames++;
         local.bytes += f.data.size() - kVnet;
         const auto late = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - f.due).count());

@@ -86,6 +86,9 @@ struct DelayLineStats {
   uint64_t bytes = 0;
   uint64_t reordered = 0;  // sent after the frame behind them, as asked (reorder_ppm)
   uint64_t send_errors = 0;
+  // Frames the outgoing interface's queue dropped (ENOBUFS: the WAN's
+  // bottleneck, --wan-rate, was full): lost there, as drop-tail loses them.
+  uint64_t queue_dropped = 0;
   uint64_t rx_dropped = 0;  // the socket's receive queue overflowed (PACKET_STATISTICS)
   uint64_t max_held = 0;    // most frames held at once
   // Lateness: how long after its due time each frame was handed to the

@@ -108,6 +108,10 @@ json wan_json(const PhaseResult& p) {
     j["sequence_late"][names[d]] = q.late;
     j["sequence_untracked"][names[d]] = q.untracked;
   }
+  if (!p.bottleneck.empty()) {
+    j["bottleneck"] = json::object();
+    for (size_t d = 0; d < p.bottleneck.size() && d < 2; ++d) j["bottleneck"][names[d]] = to_json(p.bottleneck[d]);
+  }
   if (!p.delay_line.empty()) {
     j["delay_line"] = json::object();
     for (size_t d = 0; d < p.delay_line.size() && d < 2; ++d) {
@@ -118,6 +122,7 @@ json wan_json(const PhaseResult& p) {
                                    {"max_held", x.max_held},
                                    {"reordered", x.reordered},
                                    {"send_errors", x.send_errors},
+                                   {"queue_dropped", x.queue_dropped},
                                    {"rx_dropped", x.rx_dropped},
                                    {"gap_in_us", gap_quantiles(x.gap_in)},
                                    {"gap_out_us", gap_quantiles(x.gap_out)},
@@ -402,6 +407,9 @@ std::string wan_text(const LabSettings& s) {
                         : std::string("(independent)");
   t += s.reorder_pct > 0 ? fmt(", %.3g %% of packets reordered", s.reorder_pct) : std::string(", no reordering");
   if (s.ce_pct > 0) t += fmt(", CE on %.3g %%", s.ce_pct);
+  if (s.bottleneck)
+    t += fmt(", a bottleneck of %u Mbit/s each direction with %.3g ms of drop-tail buffer", s.bottleneck->mbit,
+             static_cast<double>(s.bottleneck->buffer.count()) / 1000.0);
   return t + ", DSCP bleached";
 }
 
@@ -546,6 +554,20 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
         return fmt("%.1f/%.1f", h.quantile(0.1).count() / 1e3, h.quantile(0.5).count() / 1e3);
       });
     }
+  // The WAN's own bottleneck (--wan-rate): its drop-tail drops and how long
+  // its queue made packets wait.
+  for (size_t d = 0; d < 2; ++d) {
+    const std::string dir = d == 0 ? "A->B" : "B->A";
+    row(("WAN queue " + dir + ": dropped / sent").c_str(), [d, &num](const PhaseResult& p) {
+      if (d >= p.bottleneck.size()) return std::string("-");
+      return num(p.bottleneck[d].dropped) + " / " + num(p.bottleneck[d].sent_packets);
+    });
+    row(("WAN queue " + dir + ": delay p50/p99/max us").c_str(), [d, &num](const PhaseResult& p) {
+      if (d >= p.bottleneck.size()) return std::string("-");
+      const BottleneckStats& b = p.bottleneck[d];
+      return num(b.delay_p50_us) + "/" + num(b.delay_p99_us) + "/" + num(b.delay_max_us);
+    });
+  }
   out << "\n";
   row("goodput at host B, Mbit/s", [&](const PhaseResult& p) {
     return fmt("%.1f", mbps(p.received.goodput_bytes, phase_seconds(p)));
@@ -679,6 +701,8 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"loss_burst", s.loss_burst},
                    {"wan_delay_ms", s.wan_delay_ms},
                    {"wan_jitter_ms", s.wan_jitter_ms},
+                   {"wan_rate_mbit", s.bottleneck ? s.bottleneck->mbit : 0},
+                   {"wan_buffer_us", s.bottleneck ? s.bottleneck->buffer.count() : 0},
                    {"reorder_pct", s.reorder_pct},
                    {"ce_pct", s.ce_pct},
                    {"qps", s.qps},

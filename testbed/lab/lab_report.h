@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lab/bottleneck.h"
 #include "lab/congestion.h"
 #include "lab/roce_gen.h"
 #include "lab/wan.h"
@@ -109,6 +110,7 @@ struct PhaseResult {
   std::array<std::array<uint64_t, RG_WAN_CLASS_MAX>, 2> wan_packets{};
   std::array<WanSeqLoss, 2> wan_seq{};    // the tunnel's sequence numbers, per direction
   std::vector<DelayLineStats> delay_line;
+  std::vector<BottleneckStats> bottleneck;  // a_to_b, b_to_a; empty without --wan-rate
 };
 
 
@@ -124,6 +126,7 @@ struct LabSettings {
   double loss_burst = 1;
   double wan_delay_ms = 0;   // one way
   double wan_jitter_ms = 0;
+  std::optional<BottleneckConfig> bottleneck;  // --wan-rate
   double reorder_pct = 0;
   double ce_pct = 0;
   unsigned qps = 0;

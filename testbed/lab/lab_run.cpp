@@ -201,6 +201,7 @@ struct Lab {
   SchedulerStats scheduler_base{};    // the scheduler's counters when the phase's RoCE traffic started
   HtbScheduler* uplink_scheduler = nullptr;  // congestion scenario only: gateway A's uplink
   SchedulerStats uplink_scheduler_base{};
+  WanBottleneck* bottleneck = nullptr;  // --wan-rate: on to-b (A to B) and to-a (B to A)
 };
 
 Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const ReceiverStats& rx,
@@ -426,6 +427,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   const std::array<uint64_t, 2> dropped_base{wan_roce_drops(lab.wan, "to-a"), wan_roce_drops(lab.wan, "to-b")};
   const std::array<std::array<uint64_t, RG_WAN_CLASS_MAX>, 2> packets_base{wan_packets(lab.wan, "to-a"),
                                                                           wan_packets(lab.wan, "to-b")};
+  if (lab.bottleneck) lab.bottleneck->start_phase();
   std::vector<DelayLineStats> delay_base;
   if (const DelayLine* dl = lab.wan.delay_line())
     for (size_t i = 0; i < dl->directions(); ++i) delay_base.push_back(dl->stats(i));
@@ -565,6 +567,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
       x.bytes -= b.bytes;
       x.reordered -= b.reordered;
       x.send_errors -= b.send_errors;
+      x.queue_dropped -= b.queue_dropped;
       x.rx_dropped -= b.rx_dropped;
       x.late_sum_ns -= b.late_sum_ns;
       x.gap_in -= b.gap_in;
@@ -572,6 +575,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
       x.squeezed -= b.squeezed;
       p.delay_line.push_back(x);  // max_held and late_max_ns: over the whole run so far
     }
+  if (lab.bottleneck)
+    for (size_t d = 0; d < 2; ++d) p.bottleneck.push_back(lab.bottleneck->phase_stats(d));
   if (with) {
     p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA, lab.wan_if);
     p.counters["gw_b"] = counter_rows(MapReader(gw_b->pin()).counters(), lab.topo, Node::kGatewayB, lab.wan_if);
@@ -694,6 +699,14 @@ int run_lab(const LabOptions& opts) {
   settings.loss_burst = opts.loss_burst;
   settings.wan_delay_ms = static_cast<double>(opts.wan_delay.count()) / 1000.0;
   settings.wan_jitter_ms = static_cast<double>(opts.wan_jitter.count()) / 1000.0;
+  if (opts.wan_rate_mbit > 0) {
+    // One bandwidth-delay product over the lab's round trip unless given.
+    // The buffer as the queue will hold it (at least bottleneck_limit_bytes's
+    // few frames), so that the report says what ran.
+    BottleneckConfig b{opts.wan_rate_mbit, opts.wan_buffer.count() ? opts.wan_buffer : lab_round_trip(opts.wan_delay)};
+    b.buffer = std::chrono::microseconds{static_cast<int64_t>(bottleneck_limit_bytes(b) * 8 / b.mbit)};
+    settings.bottleneck = b;
+  }
   settings.reorder_pct = opts.reorder_pct;
   settings.ce_pct = opts.ce_pct;
   settings.qps = opts.qps;
@@ -823,8 +836,12 @@ int run_lab(const LabOptions& opts) {
     topo.check_path();
   }
 
+  // After the delay line: its frames leave through the WAN's ports, where
+  // the bottleneck's queues are.
+  std::optional<WanBottleneck> bottleneck;
+  if (settings.bottleneck) bottleneck.emplace(topo.netns(Node::kWan), std::vector<std::string>{"to-b", "to-a"}, *settings.bottleneck);
   Lab lab{opts, wan_if, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}, scheduler ? &*scheduler : nullptr, {},
-          uplink_scheduler ? &*uplink_scheduler : nullptr, {}};
+          uplink_scheduler ? &*uplink_scheduler : nullptr, {}, bottleneck ? &*bottleneck : nullptr};
   std::vector<bool> phases;
   if (opts.mode != "with") phases.push_back(false);
   if (opts.mode != "without") phases.push_back(true);

@@ -24,6 +24,11 @@ struct LabOptions {
   // One way, each direction: a metro or inter-zone path (README, "The lab").
   std::chrono::microseconds wan_delay{2000};
   std::chrono::microseconds wan_jitter{0};
+  // The WAN's own bottleneck (lab/bottleneck.h), each direction: its rate
+  // (0: none) and its drop-tail buffer in time at that rate (0: one
+  // bandwidth-delay product over the lab's round trip).
+  unsigned wan_rate_mbit = 0;
+  std::chrono::microseconds wan_buffer{0};
   double reorder_pct = 0;     // WAN reordering, percent of UDP packets (off: the lab never reorders)
   double ce_pct = 0.0;        // WAN ECN CE marks, percent of ECN-capable packets
   unsigned qps = 4;

@@ -737,6 +737,46 @@ TEST_F(Lab, DcqcnCutsOnTheWansCeMarksAndTheReportShowsEachQpsRate) {
   expect_nothing_left(report);
 }
 
+// --wan-rate puts a drop-tail bottleneck in each direction of the WAN: host
+// A's 100 Mbit/s into 10 Mbit/s, which nothing marks (no CE, so DCQCN never
+// cuts). Its queue never holds more than its buffer (the delays sampled
+// from its backlog stay within it), and what it drops is lost: the delay
+// line does not send a frame the queue refused again.
+TEST_F(Lab, WanBottleneckDropsTailAndItsQueueStaysWithinItsBuffer) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto argv = base_argv(report, 3);
+  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "without", "--loss", "0", "--wan-rate", "10",
+                           "--wan-buffer", "2ms"});
+  auto r = rg::lab::run(argv, 300s);
+  std::cout << r.out << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  EXPECT_EQ(j["settings"]["wan_rate_mbit"], 10);
+  // 2 ms at 10 Mbit/s is 2 500 bytes, less than the 4 full frames a queue
+  // holds at least (6 056 bytes): 4 844 us.
+  EXPECT_EQ(j["settings"]["wan_buffer_us"], 4844);
+  const json& wan = j["phases"]["without"]["wan"];
+  const json& a_to_b = wan["bottleneck"]["a_to_b"];
+  ASSERT_TRUE(a_to_b.is_object()) << wan;
+  EXPECT_GT(a_to_b["sent_packets"].get<uint64_t>(), 0u) << a_to_b;
+  EXPECT_GT(a_to_b["dropped"].get<uint64_t>(), 0u) << a_to_b;
+  EXPECT_GT(a_to_b["queue_samples"].get<uint64_t>(), 0u) << a_to_b;
+  // A delay is the queue's backlog over the rate: at most its limit's.
+  EXPECT_LE(a_to_b["queue_delay_us"]["max"].get<uint64_t>(), 4844u) << a_to_b;
+  EXPECT_GT(a_to_b["queue_delay_us"]["max"].get<uint64_t>(), 0u) << a_to_b;
+  const uint64_t refused = wan["delay_line"]["a_to_b"]["queue_dropped"].get<uint64_t>();
+  EXPECT_GT(refused, 0u) << wan["delay_line"];
+  EXPECT_GE(a_to_b["dropped"].get<uint64_t>(), refused) << "every frame the queue refused is one of its drops";
+  EXPECT_EQ(wan["delay_line"]["a_to_b"]["send_errors"].get<uint64_t>(), 0u) << wan["delay_line"];
+  const std::string summary = read(report + "/summary.txt");
+  for (const char* row : {"WAN queue A->B: dropped / sent", "WAN queue A->B: delay p50/p99/max us",
+                          "a bottleneck of 10 Mbit/s each direction with 4.84 ms of drop-tail buffer"})
+    EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
+  expect_nothing_left(report);
+}
+
 TEST_F(Lab, InterruptedRunLeavesNothingBehind) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";

@@ -1,0 +1,192 @@
+// The WAN's bottleneck: tbf queues on the WAN router's ports and a sampler
+// of their backlog over rtnetlink.
+#include "lab/bottleneck.h"
+
+#include <linux/gen_stats.h>
+#include <linux/netlink.h>
+#include <linux/pkt_sched.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "lab/proc.h"
+#include "lab/topology.h"
+
+namespace rg::lab {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint64_t kFullFrame = 1514;
+
+uint32_t quantile(std::vector<uint32_t>& v, double q) {
+  if (v.empty()) return 0;
+  const size_t at = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at), v.end());
+  return v[at];
+}
+
+}  // namespace
+
+uint64_t bottleneck_limit_bytes(const BottleneckConfig& cfg) {
+  const uint64_t at_rate = uint64_t{cfg.mbit} * static_cast<uint64_t>(cfg.buffer.count()) / 8;
+  return std::max<uint64_t>(at_rate, WanBottleneck::kMinFrames * kFullFrame);
+}
+
+nlohmann::json to_json(const BottleneckStats& s) {
+  return {{"sent_packets", s.sent_packets},
+          {"sent_bytes", s.sent_bytes},
+          {"dropped", s.dropped},
+          {"queue_delay_us", {{"p50", s.delay_p50_us}, {"p99", s.delay_p99_us}, {"max", s.delay_max_us}}},
+          {"queue_samples", s.samples}};
+}
+
+WanBottleneck::WanBottleneck(const std::string& netns, const std::vector<std::string>& ifnames,
+                             const BottleneckConfig& cfg)
+    : netns_(netns), ifnames_(ifnames), cfg_(cfg) {
+  if (cfg.mbit == 0) throw Error("--wan-rate must be above 0", kExitUsage);
+  const std::string limit = std::to_string(bottleneck_limit_bytes(cfg));
+  {
+    NetnsGuard in(netns_);
+    nl_fd_ = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (nl_fd_ < 0) throw Error("cannot open rtnetlink in " + netns_ + ": " + errno_text(errno));
+    const timeval wait{1, 0};  // a dump that does not come back ends the read, not the lab
+    setsockopt(nl_fd_, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    for (const auto& name : ifnames_) {
+      const unsigned ifindex = if_nametoindex(name.c_str());
+      if (ifindex == 0) {
+        close(nl_fd_);
+        throw Error("the WAN has no interface " + name, kExitNotFound);
+      }
+      ifindexes_.push_back(static_cast<int>(ifindex));
+    }
+  }
+  // A bucket of ten full frames: a shaper lets a short burst through at the
+  // link's speed, and the queue behind it takes the rest.
+  size_t done = 0;
+  try {
+    for (const auto& name : ifnames_) {
+      run_checked({"tc", "-n", netns_, "qdisc", "add", "dev", name, "root", "tbf", "rate",
+                   std::to_string(cfg.mbit) + "mbit", "burst", std::to_string(10 * kFullFrame), "limit", limit});
+      ++done;
+    }
+  } catch (...) {
+    for (size_t i = 0; i < done; ++i) run({"tc", "-n", netns_, "qdisc", "del", "dev", ifnames_[i], "root"}, 10s);
+    close(nl_fd_);
+    throw;
+  }
+  base_.resize(ifnames_.size());
+  delays_us_.resize(ifnames_.size());
+  start_phase();
+  sampler_ = std::thread([this] { sample_loop(); });
+}
+
+WanBottleneck::~WanBottleneck() {
+  stop_ = true;
+  if (sampler_.joinable()) sampler_.join();
+  close(nl_fd_);
+  for (const auto& name : ifnames_) {
+    try {
+      run({"tc", "-n", netns_, "qdisc", "del", "dev", name, "root"}, 10s);
+    } catch (...) {
+      // The namespace is already gone, and the qdisc with it.
+    }
+  }
+}
+
+// One dump of the namespace's qdiscs; the root qdisc of each of ours.
+std::vector<WanBottleneck::Counters> WanBottleneck::read_counters() const {
+  std::vector<Counters> out(ifindexes_.size());
+  std::lock_guard<std::mutex> lock(nl_mu_);
+  struct {
+    nlmsghdr nh;
+    tcmsg tc;
+  } req{};
+  req.nh.nlmsg_len = sizeof(req);
+  req.nh.nlmsg_type = RTM_GETQDISC;
+  req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.tc.tcm_family = AF_UNSPEC;
+  if (send(nl_fd_, &req, sizeof(req), 0) < 0) return out;
+  alignas(nlmsghdr) char buf[32768];
+  for (int rounds = 0; rounds < 64; ++rounds) {
+    const ssize_t n = recv(nl_fd_, buf, sizeof(buf), 0);
+    if (n <= 0) return out;
+    int left = static_cast<int>(n);
+    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, left); nh = NLMSG_NEXT(nh, left)) {
+      if (nh->nlmsg_type == NLMSG_DONE || nh->nlmsg_type == NLMSG_ERROR) return out;
+      if (nh->nlmsg_type != RTM_NEWQDISC) continue;
+      const auto* tc = static_cast<const tcmsg*>(NLMSG_DATA(nh));
+      if (tc->tcm_parent != TC_H_ROOT) continue;
+      const auto at = std::find(ifindexes_.begin(), ifindexes_.end(), tc->tcm_ifindex);
+      if (at == ifindexes_.end()) continue;
+      Counters& c = out[static_cast<size_t>(at - ifindexes_.begin())];
+      int len = static_cast<int>(nh->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(*tc)));
+      for (auto* a = reinterpret_cast<const rtattr*>(reinterpret_cast<const char*>(tc) + NLMSG_ALIGN(sizeof(*tc)));
+           RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if (a->rta_type != TCA_STATS || RTA_PAYLOAD(a) < sizeof(tc_stats)) continue;
+        tc_stats s;
+        std::memcpy(&s, RTA_DATA(a), sizeof(s));
+        c.packets = s.packets;
+        c.bytes = s.bytes;
+        c.drops = s.drops;
+        c.backlog = s.backlog;
+        c.found = true;
+      }
+    }
+  }
+  return out;
+}
+
+void WanBottleneck::sample_loop() {
+  // A bounded loop: it ends with the lab, at the latest after a day.
+  const auto until = std::chrono::steady_clock::now() + 24h;
+  while (!stop_ && std::chrono::steady_clock::now() < until) {
+    const std::vector<Counters> now = read_counters();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < now.size(); ++i)
+        if (now[i].found)
+          // bytes * 8 / (mbit * 10^6) seconds = bytes * 8 / mbit microseconds
+          delays_us_[i].push_back(static_cast<uint32_t>(now[i].backlog * 8 / cfg_.mbit));
+    }
+    std::this_thread::sleep_for(kSamplePeriod);
+  }
+}
+
+void WanBottleneck::start_phase() {
+  const std::vector<Counters> now = read_counters();
+  std::lock_guard<std::mutex> lock(mu_);
+  base_ = now;
+  for (auto& d : delays_us_) d.clear();
+}
+
+BottleneckStats WanBottleneck::phase_stats(size_t i) {
+  const std::vector<Counters> now = read_counters();
+  std::vector<uint32_t> delays;
+  Counters base;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (i >= delays_us_.size()) return {};
+    delays = delays_us_[i];
+    base = base_[i];
+  }
+  BottleneckStats s;
+  s.sent_packets = now[i].packets - base.packets;
+  s.sent_bytes = now[i].bytes - base.bytes;
+  s.dropped = now[i].drops - base.drops;
+  s.samples = delays.size();
+  s.delay_max_us = delays.empty() ? 0 : *std::max_element(delays.begin(), delays.end());
+  s.delay_p99_us = quantile(delays, 0.99);
+  s.delay_p50_us = quantile(delays, 0.5);
+  return s;
+}
+
+}  // namespace rg::lab
