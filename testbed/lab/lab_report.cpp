@@ -556,7 +556,7 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
     }
   // The WAN's own bottleneck (--wan-rate): its drop-tail drops and how long
   // its queue made packets wait.
-  for (size_t d = 0; d < 2; ++d) {
+  for (size_t d = 0; s.bottleneck && d < 2; ++d) {
     const std::string dir = d == 0 ? "A->B" : "B->A";
     row(("WAN queue " + dir + ": dropped / sent").c_str(), [d, &num](const PhaseResult& p) {
       if (d >= p.bottleneck.size()) return std::string("-");
