@@ -1,21 +1,17 @@
 // The WAN's bottleneck: tbf queues on the WAN router's ports and a sampler
-// of their backlog over rtnetlink.
+// of their backlog over rtnetlink (common/netlink.h).
 #include "lab/bottleneck.h"
 
-#include <linux/gen_stats.h>
-#include <linux/netlink.h>
 #include <linux/pkt_sched.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/netlink.h"
 #include "lab/proc.h"
 #include "lab/topology.h"
 
@@ -56,16 +52,11 @@ WanBottleneck::WanBottleneck(const std::string& netns, const std::vector<std::st
   const std::string limit = std::to_string(bottleneck_limit_bytes(cfg));
   {
     NetnsGuard in(netns_);
-    nl_fd_ = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-    if (nl_fd_ < 0) throw Error("cannot open rtnetlink in " + netns_ + ": " + errno_text(errno));
-    const timeval wait{1, 0};  // a dump that does not come back ends the read, not the lab
-    setsockopt(nl_fd_, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    // Opened here, it stays in the WAN's namespace.
+    nl_ = std::make_unique<NetlinkSocket>(NETLINK_ROUTE);
     for (const auto& name : ifnames_) {
       const unsigned ifindex = if_nametoindex(name.c_str());
-      if (ifindex == 0) {
-        close(nl_fd_);
-        throw Error("the WAN has no interface " + name, kExitNotFound);
-      }
+      if (ifindex == 0) throw Error("the WAN has no interface " + name, kExitNotFound);
       ifindexes_.push_back(static_cast<int>(ifindex));
     }
   }
@@ -80,7 +71,6 @@ WanBottleneck::WanBottleneck(const std::string& netns, const std::vector<std::st
     }
   } catch (...) {
     for (size_t i = 0; i < done; ++i) run({"tc", "-n", netns_, "qdisc", "del", "dev", ifnames_[i], "root"}, 10s);
-    close(nl_fd_);
     throw;
   }
   base_.resize(ifnames_.size());
@@ -92,7 +82,6 @@ WanBottleneck::WanBottleneck(const std::string& netns, const std::vector<std::st
 WanBottleneck::~WanBottleneck() {
   stop_ = true;
   if (sampler_.joinable()) sampler_.join();
-  close(nl_fd_);
   for (const auto& name : ifnames_) {
     try {
       run({"tc", "-n", netns_, "qdisc", "del", "dev", name, "root"}, 10s);
@@ -106,41 +95,30 @@ WanBottleneck::~WanBottleneck() {
 std::vector<WanBottleneck::Counters> WanBottleneck::read_counters() const {
   std::vector<Counters> out(ifindexes_.size());
   std::lock_guard<std::mutex> lock(nl_mu_);
-  struct {
-    nlmsghdr nh;
-    tcmsg tc;
-  } req{};
-  req.nh.nlmsg_len = sizeof(req);
-  req.nh.nlmsg_type = RTM_GETQDISC;
-  req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  req.tc.tcm_family = AF_UNSPEC;
-  if (send(nl_fd_, &req, sizeof(req), 0) < 0) return out;
-  alignas(nlmsghdr) char buf[32768];
-  for (int rounds = 0; rounds < 64; ++rounds) {
-    const ssize_t n = recv(nl_fd_, buf, sizeof(buf), 0);
-    if (n <= 0) return out;
-    int left = static_cast<int>(n);
-    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, left); nh = NLMSG_NEXT(nh, left)) {
-      if (nh->nlmsg_type == NLMSG_DONE || nh->nlmsg_type == NLMSG_ERROR) return out;
-      if (nh->nlmsg_type != RTM_NEWQDISC) continue;
-      const auto* tc = static_cast<const tcmsg*>(NLMSG_DATA(nh));
-      if (tc->tcm_parent != TC_H_ROOT) continue;
+  NetlinkRequest req("the WAN's qdiscs", RTM_GETQDISC, NLM_F_DUMP);
+  req.header<tcmsg>()->tcm_family = AF_UNSPEC;
+  try {
+    nl_->request(req, [&](const nlmsghdr& msg) {
+      if (msg.nlmsg_type != RTM_NEWQDISC) return;
+      const tcmsg* tc = payload<tcmsg>(msg);
+      if (tc->tcm_parent != TC_H_ROOT) return;
       const auto at = std::find(ifindexes_.begin(), ifindexes_.end(), tc->tcm_ifindex);
-      if (at == ifindexes_.end()) continue;
+      if (at == ifindexes_.end()) return;
       Counters& c = out[static_cast<size_t>(at - ifindexes_.begin())];
-      int len = static_cast<int>(nh->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(*tc)));
-      for (auto* a = reinterpret_cast<const rtattr*>(reinterpret_cast<const char*>(tc) + NLMSG_ALIGN(sizeof(*tc)));
-           RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-        if (a->rta_type != TCA_STATS || RTA_PAYLOAD(a) < sizeof(tc_stats)) continue;
+      for_each_attr(msg, sizeof(tcmsg), [&](const nlattr& a) {
+        if (attr_type(a) != TCA_STATS || attr_len(a) < sizeof(tc_stats)) return true;
         tc_stats s;
-        std::memcpy(&s, RTA_DATA(a), sizeof(s));
+        std::memcpy(&s, attr_payload(a), sizeof(s));
         c.packets = s.packets;
         c.bytes = s.bytes;
         c.drops = s.drops;
         c.backlog = s.backlog;
         c.found = true;
-      }
-    }
+        return false;
+      });
+    });
+  } catch (const NetlinkError&) {
+    // A sample missed (the namespace going away at the end): nothing found.
   }
   return out;
 }

@@ -13,12 +13,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+namespace rg {
+class NetlinkSocket;
+}
 
 namespace rg::lab {
 
@@ -76,8 +81,8 @@ class WanBottleneck {
   std::vector<std::string> ifnames_;
   std::vector<int> ifindexes_;
   BottleneckConfig cfg_;
-  int nl_fd_ = -1;  // rtnetlink, opened in netns_
-  mutable std::mutex nl_mu_;  // one dump at a time on nl_fd_
+  std::unique_ptr<NetlinkSocket> nl_;  // rtnetlink, opened in netns_
+  mutable std::mutex nl_mu_;            // one dump at a time on nl_
   std::mutex mu_;
   std::vector<Counters> base_;
   std::vector<std::vector<uint32_t>> delays_us_;  // per direction, since start_phase
