@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/netlink.h"
 #include "lab/proc.h"
+#include "lab/quantile.h"
 #include "lab/topology.h"
 
 namespace rg::lab {
@@ -22,13 +23,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr uint64_t kFullFrame = 1514;
-
-uint32_t quantile(std::vector<uint32_t>& v, double q) {
-  if (v.empty()) return 0;
-  const size_t at = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at), v.end());
-  return v[at];
-}
 
 }  // namespace
 
@@ -162,8 +156,8 @@ BottleneckStats WanBottleneck::phase_stats(size_t i) {
   s.dropped = now[i].drops - base.drops;
   s.samples = delays.size();
   s.delay_max_us = delays.empty() ? 0 : *std::max_element(delays.begin(), delays.end());
-  s.delay_p99_us = quantile(delays, 0.99);
-  s.delay_p50_us = quantile(delays, 0.5);
+  s.delay_p99_us = sample_quantile(delays, 0.99);
+  s.delay_p50_us = sample_quantile(delays, 0.5);
   return s;
 }
 

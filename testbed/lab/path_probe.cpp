@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "lab/quantile.h"
 
 namespace rg::lab {
 
@@ -45,13 +46,7 @@ int udp_socket(const char* addr, uint16_t port, bool receive) {
 
 }  // namespace
 
-int64_t ProbeResult::delay_quantile(double q) const {
-  if (delay_ns.empty()) return 0;
-  std::vector<int64_t> v = delay_ns;
-  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
-  return v[k];
-}
+int64_t ProbeResult::delay_quantile(double q) const { return sample_quantile(delay_ns, q); }
 
 double ProbeResult::received_per_second() const {
   return receive_time.count() > 0 ? static_cast<double>(received) * 1e9 / static_cast<double>(receive_time.count())

@@ -84,6 +84,16 @@ class Lab : public ::testing::Test {
             "--prefix",    prefix(),     "--metrics-listen", "127.0.0.1:0", "--pcap-seconds", "2"};
   }
 
+  // Runs the lab with base_argv's flags and extra's, prints what it said and
+  // returns how it ended; the report goes to report.
+  rg::RunResult run_lab(const std::string& report, unsigned duration, const std::vector<std::string>& extra) const {
+    auto argv = base_argv(report, duration);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = rg::lab::run(argv, 300s);
+    std::cout << r.out << r.err;
+    return r;
+  }
+
   // Processes whose command line mentions needle (iperf3 names its log,
   // which lies in the report directory).
   static std::vector<std::string> processes_mentioning(const std::string& needle) {
@@ -119,10 +129,7 @@ class Lab : public ::testing::Test {
 TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
-  auto argv = base_argv(report, 3);
-  argv.insert(argv.end(), {"--scenario", "bleach"});
-  auto r = rg::lab::run(argv, 300s);
-  std::cout << r.out << r.err;
+  auto r = run_lab(report, 3, {"--scenario", "bleach"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   for (const char* f : {"counters.json", "counters.csv", "summary.txt", "prometheus-gw-a.txt",
@@ -213,10 +220,7 @@ TEST_F(Lab, BothPhasesWriteTheReportAndShowDscp46OnlyWithRoceguard) {
 TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
-  auto argv = base_argv(report, 4);
-  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "with", "--loss", "1"});
-  auto r = rg::lab::run(argv, 300s);
-  std::cout << r.out << r.err;
+  auto r = run_lab(report, 4, {"--scenario", "bleach", "--mode", "with", "--loss", "1"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   json j = json::parse(read(report + "/counters.json"));
@@ -296,10 +300,7 @@ TEST_F(Lab, TunnelLossEqualsTheWanDropsPerDirection) {
 TEST_F(Lab, ShieldLosesOnlyTheNumbersTheWanDroppedEveryCopyOf) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
-  auto argv = base_argv(report, 4);
-  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "with", "--loss", "1", "--shield", "all"});
-  auto r = rg::lab::run(argv, 300s);
-  std::cout << r.out << r.err;
+  auto r = run_lab(report, 4, {"--scenario", "bleach", "--mode", "with", "--loss", "1", "--shield", "all"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   json j = json::parse(read(report + "/counters.json"));
@@ -345,11 +346,8 @@ TEST_F(Lab, ShieldLosesOnlyTheNumbersTheWanDroppedEveryCopyOf) {
 TEST_F(Lab, UcHostSeesExactlyTheShieldsResidualLoss) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
-  auto argv = base_argv(report, 4);
-  argv.insert(argv.end(),
-              {"--scenario", "bleach", "--mode", "with", "--loss", "3", "--shield", "all", "--transport", "uc"});
-  auto r = rg::lab::run(argv, 300s);
-  std::cout << r.out << r.err;
+  auto r = run_lab(report, 4,
+                   {"--scenario", "bleach", "--mode", "with", "--loss", "3", "--shield", "all", "--transport", "uc"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   json j = json::parse(read(report + "/counters.json"));
@@ -421,13 +419,10 @@ TEST_F(Lab, UcHostSeesExactlyTheShieldsResidualLoss) {
 TEST_F(Lab, GsoBurstsAreDeliveredAndCountedPerDatagram) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
-  auto argv = base_argv(report, 3);
   // No delay line (--wan-delay 0): a user-space forwarder on a loaded
   // machine could still hold packets when host B stops counting.
-  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "with", "--loss", "0", "--wan-delay", "0",
+  auto r = run_lab(report, 3, {"--scenario", "bleach", "--mode", "with", "--loss", "0", "--wan-delay", "0",
                            "--transport", "uc", "--host-rate", "200", "--burst", "8", "--gro-forwarding"});
-  auto r = rg::lab::run(argv, 300s);
-  std::cout << r.out << r.err;
   ASSERT_EQ(r.status, 0) << r.err;
 
   json j = json::parse(read(report + "/counters.json"));
@@ -697,11 +692,8 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
 TEST_F(Lab, DcqcnCutsOnTheWansCeMarksAndTheReportShowsEachQpsRate) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
-  auto argv = base_argv(report, 3);
-  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "without", "--loss", "0", "--ce", "5", "--dcqcn",
+  auto r = run_lab(report, 3, {"--scenario", "bleach", "--mode", "without", "--loss", "0", "--ce", "5", "--dcqcn",
                            "rpg_time_reset=5000,clamp_tgt_rate=1"});
-  auto r = rg::lab::run(argv, 300s);
-  std::cout << r.out << r.err;
   ASSERT_EQ(r.status, 0) << r.err;
 
   json j = json::parse(read(report + "/counters.json"));
@@ -745,11 +737,8 @@ TEST_F(Lab, DcqcnCutsOnTheWansCeMarksAndTheReportShowsEachQpsRate) {
 TEST_F(Lab, WanBottleneckDropsTailAndItsQueueStaysWithinItsBuffer) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
-  auto argv = base_argv(report, 3);
-  argv.insert(argv.end(), {"--scenario", "bleach", "--mode", "without", "--loss", "0", "--wan-rate", "10",
+  auto r = run_lab(report, 3, {"--scenario", "bleach", "--mode", "without", "--loss", "0", "--wan-rate", "10",
                            "--wan-buffer", "2ms"});
-  auto r = rg::lab::run(argv, 300s);
-  std::cout << r.out << r.err;
   ASSERT_EQ(r.status, 0) << r.err;
 
   json j = json::parse(read(report + "/counters.json"));
