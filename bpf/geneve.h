@@ -17,6 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "congestion.h"
 #include "counters.h"
 #include "csum.h"
 #include "dscp.h"
@@ -374,6 +375,9 @@ static __always_inline enum rg_encap_result rg_encap_plan(void *ctx, const struc
 		e->seq = ps;
 		e->opt_len = RG_TUNNEL_OPT_LEN;
 		e->ext = rg_tunnel_next_has_ext(ps, e->lane);
+		if (rg_cfg.flags & RG_CFG_F_CONGESTION)
+			e->feedback = rg_tunnel_feedback(slot, ps->tx_seq[e->lane & (RG_TUNNEL_LANES - 1)],
+							 e->feedback);
 		/* The MAC counts against the MTU like the option: in every packet. */
 		e->keyed = signs ? rg_peer_keyed(slot) : 0;
 		e->opt_len += e->keyed * RG_TUNNEL_OPT_MAC_LEN;
@@ -445,8 +449,10 @@ struct rg_encap_scratch {
 	__u32 slot;       /* the peer's */
 	__u32 ifindex;    /* the next hop's device */
 	__u32 hash;       /* the flow's outer entropy */
+	__u16 inner_l3;   /* where the inner IP header starts */
 	__u8 fr;          /* enum rg_fib_result */
 	__u8 v6;          /* the outer family is IPv6 */
+	__u8 inner_v6;    /* the inner IP header is IPv6 */
 	__u8 other_port;  /* RG_PEER_F_SHIELD_OTHER_PORT */
 };
 
@@ -666,6 +672,7 @@ static __always_inline void rg_shield_copy(struct __sk_buff *skb, const struct r
 #define RG_TC_NEXT_SEND 2 /* send it as s says (rg_tc_send) */
 #define RG_TC_NEXT_COPY 4 /* and, before, the shield's copy (rg_tc_shield) */
 #define RG_TC_NEXT_SIGN 8 /* and, before both, the option's MAC (rg_tc_sign) */
+#define RG_TC_NEXT_CONGEST 16 /* and, first, the peer's phantom queue (rg_tc_congest) */
 
 /*
  * TC egress: Geneve-encapsulates the frame (p parsed from it, flow its QP
@@ -745,8 +752,12 @@ static __always_inline enum rg_encap_result rg_geneve_encap(struct __sk_buff *sk
 	s->fr = e.fr;
 	s->v6 = peer->family == AF_INET6;
 	s->other_port = !!(peer->flags & RG_PEER_F_SHIELD_OTHER_PORT);
+	s->inner_l3 = sizeof(struct ethhdr) + e.room;
+	s->inner_v6 = inner_eth.h_proto == bpf_htons(ETH_P_IPV6);
 	/* Shifted, not branched on, as rg_encap_opt_flags. */
 	*next = RG_TC_NEXT_SEND | ((__u32)e.keyed * RG_TC_NEXT_SIGN);
+	if (rg_cfg.flags & RG_CFG_F_CONGESTION)
+		*next |= RG_TC_NEXT_CONGEST;
 	if (shield && !e.copied)
 		rg_peer_count(ps, RG_PEER_EV_SHIELD_UNCOPIED, skb->len);
 	else if (shield)

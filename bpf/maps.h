@@ -148,6 +148,25 @@ struct {
 } rg_peer_rx SEC(".maps");
 
 /*
+ * Per peer slot: the congestion loop's decision (struct rg_peer_cc), not
+ * pinned as rg_peer_ctl; and its phantom queue with what it marked
+ * (struct rg_peer_pq), pinned with the other counters.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_peer_cc);
+} rg_peer_cc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RG_MAX_PEERS);
+	__type(key, __u32);
+	__type(value, struct rg_peer_pq);
+} rg_peer_pq SEC(".maps");
+
+/*
  * Streams arriving from the peers. One stream's packets reach this gateway
  * on any CPU (RSS spreads them by inner flow), hence the lock; a spin-locked
  * value cannot live in an LRU map, so the data path never evicts: a full

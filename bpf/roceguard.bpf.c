@@ -92,6 +92,22 @@ __noinline int rg_tc_encap(struct __sk_buff *skb, __u32 resend_head)
 	}
 }
 
+/*
+ * The peer's phantom queue on the frame rg_tc_encap encapsulated, and its
+ * inner CE mark (RG_TC_NEXT_CONGEST); copies: 2 when the shield sends it
+ * twice, which counts against the peer's rate.
+ */
+__noinline int rg_tc_congest(struct __sk_buff *skb, __u32 copies)
+{
+	struct rg_encap_scratch *s = rg_encap_buffer();
+
+	if (!skb || !s)
+		return 0;
+	rg_congestion_mark(skb, s->slot, s->inner_l3, s->inner_v6,
+			   skb->len - (s->inner_l3 - sizeof(struct ethhdr)), copies);
+	return 0;
+}
+
 /* The MAC of the option rg_tc_encap wrote (RG_TC_NEXT_SIGN). */
 __noinline int rg_tc_sign(struct __sk_buff *skb)
 {
@@ -178,8 +194,8 @@ __noinline int rg_tc_mark(struct __sk_buff *skb)
 }
 
 /*
- * Re-mark and account (rg_tc_mark), encapsulate (rg_tc_encap), sign the
- * option (rg_tc_sign), copy for the shield (rg_tc_shield) and send
+ * Re-mark and account (rg_tc_mark), encapsulate (rg_tc_encap), run the
+ * peer's phantom queue (rg_tc_congest), sign the option (rg_tc_sign), copy for the shield (rg_tc_shield) and send
  * (rg_tc_send). Global functions: the
  * verifier checks each once on its own, where inlined it would follow
  * each step along every path of the ones before it and pass its budget of
@@ -194,6 +210,8 @@ int rg_tc_egress(struct __sk_buff *skb)
 	if (!m)
 		return RG_TC_PASS;
 	next = rg_tc_encap(skb, m & RG_TC_MARK_RESEND_HEAD);
+	if (next & RG_TC_NEXT_CONGEST)
+		rg_tc_congest(skb, next & RG_TC_NEXT_COPY ? 2 : 1);
 	if (next & RG_TC_NEXT_SIGN)
 		rg_tc_sign(skb);
 	if (next & RG_TC_NEXT_COPY)

@@ -497,7 +497,7 @@ static __always_inline int rg_tunnel_track(__u32 slot, const struct rg_tunnel_ar
 	/* Read before the lock, which allows no helper call; used with the extension only. */
 	__u32 arrived_us = (__u32)(rg_tunnel_clock_ns() / 1000);
 	__u64 now = bpf_ktime_get_ns();
-	__u32 zero_idx = 0;
+	__u32 zero_idx = 0, queued_us = 0, stamped = 0;
 	enum rg_seq_verdict v;
 
 	st = bpf_map_lookup_elem(&rg_tunnel_streams, &key);
@@ -532,14 +532,24 @@ static __always_inline int rg_tunnel_track(__u32 slot, const struct rg_tunnel_ar
 		if (bucket < RG_TUNNEL_DELAY_BUCKETS)
 			st->delay[bucket]++;
 		st->delay_sum_ns += delay;
+		queued_us = delay / 1000;
+		stamped = 1;
 	}
 	bpf_spin_unlock(&st->lock);
 
 	rx = bpf_map_lookup_elem(&rg_peer_rx, &slot);
 	if (rx && a->has_ext) {
-		rx->feedback = a->feedback;
+		/* The congestion loop's report (RG_FEEDBACK_REPORT) is kept apart from the loss measure. */
+		if (a->feedback & RG_FEEDBACK_REPORT) {
+			rx->report = a->feedback;
+			rx->report_at_ns = now;
+		} else {
+			rx->feedback = a->feedback;
+		}
 		rx->flags = a->stream & RG_TUNNEL_F_MASK;
 		rx->at_ns = now;
+		rx->delay_n += stamped;
+		rx->delay_sum_us += queued_us;
 	}
 	if (v == RG_SEQ_DUPLICATE && epoch) {
 		rg_peer_count(ps, RG_PEER_EV_SHIELD_ELIMINATED, bytes);

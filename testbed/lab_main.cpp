@@ -118,6 +118,13 @@ void add_lab_options(CLI::App* lab) {
                   "reports a raw loss of at least 0.05 % (tunnel.shield_auto_loss_ppm) without congestion")
       ->check(CLI::IsMember({"off", "control", "all", "auto"}))
       ->capture_default_str();
+  lab->add_option("--congestion", o.congestion,
+                  "the gateways' congestion loop (tunnel.congestion): on: each gateway reports the rate and "
+                  "queueing delay of what it receives back to the other, models the WAN's bottleneck from the "
+                  "reports and marks inner CE on the RoCE it sends faster than a little under it, so host A's "
+                  "DCQCN slows down before the WAN's queue fills")
+      ->check(CLI::IsMember({"off", "on"}))
+      ->capture_default_str();
   lab->add_option("--ingress-hook", o.ingress_hook,
                   "where the gateways run roceguard's ingress program (dataplane.ingress_hook): auto picks TC "
                   "ingress on the lab's veths")

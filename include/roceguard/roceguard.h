@@ -325,6 +325,13 @@ enum rg_mtu_policy {
  * without keys pays nothing for them, in instructions or in checks.
  */
 #define RG_CFG_F_TUNNEL_AUTH (1u << 8)
+/*
+ * The congestion loop (tunnel.congestion = "on", docs/design.md section
+ * 18): TC egress runs each peer's phantom queue and marks inner CE by it,
+ * and the option's extension carries congestion reports. Without it the
+ * verifier prunes that code.
+ */
+#define RG_CFG_F_CONGESTION (1u << 9)
 #define RG_CFG_F_DEFAULT                                                      \
 	(RG_CFG_F_REMARK | RG_CFG_F_REPAIR | RG_CFG_F_ACCOUNT | RG_CFG_F_ENCAP | \
 	 RG_CFG_F_DECAP)
@@ -498,6 +505,23 @@ struct rg_peer_auth {
 #define RG_FEEDBACK_LOSS_MASK 0xfffffu
 #define RG_FEEDBACK_CONGESTED (1u << 30)
 #define RG_FEEDBACK_VALID (1u << 31)
+/*
+ * With the congestion loop on, every other extension of a stream carries a
+ * congestion report instead (RG_FEEDBACK_REPORT set, RG_FEEDBACK_VALID
+ * clear, so a gateway that knows no reports takes it for "no measure"):
+ * what this gateway measures of the peer's packets over its last report
+ * period. The delivery rate in kbit/s as mantissa << exponent (13 and 5
+ * bits: within 1/8192 of the rate), and, with RG_REPORT_F_DELAY, the mean
+ * queueing delay of the stamped arrivals in RG_REPORT_DELAY_UNIT_US units
+ * (the field's largest value: that much or more).
+ */
+#define RG_FEEDBACK_REPORT (1u << 29)
+#define RG_REPORT_F_DELAY (1u << 28)
+#define RG_REPORT_DELAY_MASK 0x3ffu
+#define RG_REPORT_DELAY_UNIT_US 16
+#define RG_REPORT_RATE_SHIFT 10
+#define RG_REPORT_RATE_MANT_BITS 13
+#define RG_REPORT_RATE_EXP_BITS 5
 
 /*
  * Receiving side: a hole in the last RG_TUNNEL_WINDOW sequence numbers of a
@@ -594,8 +618,46 @@ struct rg_peer_ctl {
 struct rg_peer_rx {
 	__u64 copied;    /* first arrivals of numbers the peer sent twice (RG_TUNNEL_F_COPIED) */
 	__u64 at_ns;     /* CLOCK_MONOTONIC of the last extension; 0 = none yet */
-	__u32 feedback;  /* the last extension's feedback */
+	__u32 feedback;  /* the last extension's feedback, a report's excepted */
 	__u32 flags;     /* the last extension's stream flags (RG_TUNNEL_F_*) */
+	__u64 report_at_ns; /* CLOCK_MONOTONIC of the last congestion report; 0 = none yet */
+	__u32 report;    /* the last congestion report (RG_FEEDBACK_REPORT) */
+	__u32 delay_n;   /* stamped first arrivals: the queueing delays summed in delay_sum_us */
+	__u64 delay_sum_us;
+};
+
+/*
+ * Per peer slot, the congestion loop's decision (rg_peer_cc), written by
+ * `roceguard run` every tick with a short lifetime, as rg_peer_ctl: once
+ * it stops, the programs mark nothing and send no report. Not pinned.
+ *
+ * The phantom queue (rg_peer_pq) is a queue of the peer's encapsulated
+ * bytes that drains at the model's rate and holds nothing back: each
+ * packet adds its length, time drains it. An ECN-capable inner packet that
+ * finds the backlog (its own bytes included) above mark_min_ns is marked
+ * CE with a probability that grows linearly to 1 at mark_max_ns, as a
+ * RED queue of a data-centre switch marks on its depth (HULL, NSDI 2012).
+ */
+struct rg_peer_cc {
+	__u64 until_ns;     /* bpf_ktime_get_coarse_ns() clock; past it: as all 0 */
+	__u32 report;       /* the report sent to the peer (RG_FEEDBACK_REPORT); 0: none */
+	__u32 ps_per_byte;  /* the phantom queue drains a byte in this many picoseconds; 0: no marks */
+	__u32 mark_min_ns;  /* backlog above which marking starts */
+	__u32 mark_max_ns;  /* backlog at which every ECN-capable packet is marked */
+	__u32 mark_scale;   /* 2^32 / (mark_max_ns - mark_min_ns): the probability per ns above min */
+	__u32 cap_ns;       /* the backlog's bound: the queue never holds more */
+};
+
+/* Per peer slot, the phantom queue and what it did (rg_peer_pq; shared by the CPUs, under lock). */
+struct rg_peer_pq {
+	struct bpf_spin_lock lock;
+	__u32 reserved;
+	__u64 empty_at_ns;  /* bpf_ktime_get_ns() at which the backlog drains */
+	__u64 packets;      /* into the queue (the shield's copies count) */
+	__u64 bytes;
+	__u64 marked;       /* inner CE set */
+	__u64 not_ect;      /* chosen to be marked but Not-ECT or CE already: left as they were */
+	__u64 capped;       /* arrivals that found the backlog at its bound */
 };
 
 /*
@@ -709,7 +771,9 @@ RG_STATIC_ASSERT(sizeof(struct rg_iface) == 8, "rg_iface layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 12, "rg_tunnel_opt layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt_ext) == 8, "rg_tunnel_opt_ext layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_ctl) == 16, "rg_peer_ctl layout");
-RG_STATIC_ASSERT(sizeof(struct rg_peer_rx) == 24, "rg_peer_rx layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_rx) == 48, "rg_peer_rx layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_cc) == 32, "rg_peer_cc layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_pq) == 56, "rg_peer_pq layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX + 4 * RG_TUNNEL_LANES, "rg_peer_stats layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_guard) == 32, "rg_peer_guard layout");

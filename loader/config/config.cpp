@@ -93,6 +93,13 @@ void check_shield(const Config& cfg, ConfigProblems& p) {
                        "sequence number)");
 }
 
+// The reports ride in the sequence option's extension.
+void check_congestion(const Config& cfg, ConfigProblems& p) {
+  if (cfg.tunnel_congestion && !cfg.tunnel_sequence)
+    p.errors.push_back(
+        "tunnel.congestion: \"on\" needs tunnel.sequence = true (the reports ride in the option's extension)");
+}
+
 // Every string of the configuration goes into the attach record (JSON),
 // some into metrics labels (a peer's name): one that is not text is refused
 // naming its key, where a dump would fail later with no key at all.
@@ -384,6 +391,7 @@ void finish_config(Config& cfg, ConfigProblems& p) {
   }
   check_peers(cfg, p);
   check_shield(cfg, p);
+  check_congestion(cfg, p);
   check_text(cfg.to_json(), "", p);
   if (cfg.xdp_forward && cfg.ingress_hook == IngressHook::kTc)
     p.errors.push_back("dataplane.xdp_forward: the fast path runs in the XDP hook, but dataplane.ingress_hook is tc; "
@@ -450,6 +458,7 @@ rg_config Config::rodata() const {
   if (repair) c.flags |= RG_CFG_F_REPAIR;
   if (accounting) c.flags |= RG_CFG_F_ACCOUNT;
   if (tunnel_sequence) c.flags |= RG_CFG_F_TUNNEL_SEQ;
+  if (tunnel_sequence && tunnel_congestion) c.flags |= RG_CFG_F_CONGESTION;
   if (xdp_forward) c.flags |= RG_CFG_F_XDP_FORWARD;
   if (std::any_of(peers.begin(), peers.end(), [](const PeerConfig& p) { return !p.key_file.empty(); }))
     c.flags |= RG_CFG_F_TUNNEL_AUTH;

@@ -121,6 +121,8 @@ struct Config {
   // "auto" turns the shield on towards a peer whose reported raw loss
   // stays at or above this (parts per million), and off again below half.
   uint32_t shield_auto_loss_ppm = 500;
+  // The congestion loop (daemon/congestion.h): off until measured on the path.
+  bool tunnel_congestion = false;
   std::vector<PeerConfig> peers;
 
   // [metrics]

@@ -450,6 +450,14 @@ std::vector<Option> make_options() {
                   "shield \"auto\": the raw loss, in parts per million of the packets sent, that the peer must "
                   "report for 3 seconds in a row to turn the shield on; it goes off after 30 seconds below "
                   "half of it"));
+  o.push_back(choice("tunnel.congestion", "", &Config::tunnel_congestion,
+                     std::array<std::pair<std::string_view, bool>, 2>{{{"off", false}, {"on", true}}},
+                     "the congestion loop (`roceguard run` only; docs/design.md section 18): each gateway reports "
+                     "to every peer the rate and queueing delay at which the peer's packets arrive, models each "
+                     "peer's WAN bottleneck from those reports and marks inner CE on ECN-capable RoCE it sends "
+                     "the peer by a phantom queue draining a little under the bottleneck, so the hosts' DCQCN "
+                     "slows down before the WAN's queue fills; off by default; needs tunnel.sequence, on both "
+                     "gateways of a tunnel"));
   {
     Option peers;
     peers.path = "tunnel.peer";

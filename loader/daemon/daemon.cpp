@@ -32,6 +32,7 @@
 #include "dataplane/hooks.h"
 #include "dataplane/maps.h"
 #include "dataplane/nexthop_lease.h"
+#include "daemon/congestion.h"
 #include "daemon/shield_auto.h"
 #include "daemon/stream_eviction.h"
 #include "metrics/presentation.h"
@@ -653,6 +654,22 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
     exporter.set_shield_auto(shield_auto->auto_peers(), shield_auto->feedback());
   };
   run_shield_auto();
+  // The congestion loop: every kCongestionTickNs, from the first attach on.
+  std::unique_ptr<CongestionLoop> congestion;
+  std::array<int, 3> congestion_fds{-1, -1, -1};
+  auto run_congestion = [&] {
+    if (!cfg.tunnel_congestion || !cfg.tunnel_sequence || cfg.peers.empty()) return;
+    const std::array<int, 3> fds{dp.map_fd(kMapPeerCc), dp.map_fd(kMapPeerRx), dp.map_fd(kMapPeerStats)};
+    if (fds != congestion_fds) congestion.reset();
+    if (!congestion) {
+      if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) return;
+      congestion = std::make_unique<CongestionLoop>(cfg, dp.peer_slots(), fds[0], fds[1], fds[2]);
+      congestion_fds = fds;
+    }
+    congestion->tick(monotonic_now_ns());
+    exporter.set_congestion(congestion->peers());
+  };
+  run_congestion();
   spdlog::info("serving metrics on {}", exporter.metrics_url());
   log_health(exporter);
   sd_notifyf(0, "READY=1\nSTATUS=attached to %zu of %zu interface(s), metrics on %s", present,
@@ -670,9 +687,12 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
   auto ms_since = [](const timespec& then, const timespec& now) {
     return (now.tv_sec - then.tv_sec) * 1000 + (now.tv_nsec - then.tv_nsec) / 1000000;
   };
+  timespec last_renew = last_watch;
   for (;;) {
     bool readable = false;
-    int sig = signals.wait(events.fd(), kLeaseRenewMs, readable);
+    // The congestion loop's tick sets the pace when it runs; the rest keeps its own.
+    const int wait_ms = cfg.tunnel_congestion ? static_cast<int>(kCongestionTickNs / 1'000'000) : kLeaseRenewMs;
+    int sig = signals.wait(events.fd(), wait_ms, readable);
     if (sig == SIGTERM || sig == SIGINT) {
       sd_notify(0, "STOPPING=1");
       if (leases) leases->revoke();
@@ -687,6 +707,8 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
       start_leases();
       shield_auto.reset();
       shield_auto_fds = {-1, -1};
+      congestion.reset();
+      congestion_fds = {-1, -1, -1};
     }
     if (!exporter.serving()) {
       if (leases) leases->revoke();
@@ -700,7 +722,11 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
       nft_changed = nft.drain();
     }
     run_shield_auto();
-    if (leases) {
+    run_congestion();
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (leases && (d.any || ms_since(last_renew, now) >= kLeaseRenewMs)) {
+      last_renew = now;
       const size_t before = leases->granted();
       if (d.any)
         leases->invalidate();
@@ -710,8 +736,6 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
         spdlog::info("next-hop cache: {} of {} peer(s) on a single-path route now", leases->granted(),
                      cfg.peers.size());
     }
-    timespec now{};
-    clock_gettime(CLOCK_MONOTONIC, &now);
     if (cfg.xdp_forward && (nft_changed || ms_since(last_netfilter, now) >= kNetfilterRecheckMs)) {
       last_netfilter = now;
       dp.recheck_fast_path();

@@ -489,8 +489,8 @@ void Dataplane::place_peers(const MapWriter::Placement& placed) {
     const char* name;
     bool per_cpu;
   };
-  for (const Own& m : {Own{kMapPeerRx, true}, Own{kMapPeerCtl, false}, Own{kMapNexthops, true},
-                       Own{kMapPeerUntracked, false}}) {
+  for (const Own& m : {Own{kMapPeerRx, true}, Own{kMapPeerCtl, false}, Own{kMapPeerCc, false},
+                       Own{kMapPeerPq, false}, Own{kMapNexthops, true}, Own{kMapPeerUntracked, false}}) {
     const int fd = obj_.map_fd(m.name);
     if (fd < 0) continue;
     bpf_map_info info{};

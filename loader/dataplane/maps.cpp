@@ -183,6 +183,8 @@ const MapLayout* pinned_map_layout(const std::string& name) {
                                     sizeof(rg_peer_guard), 1};
   static const MapLayout retired{BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_tunnel_retired),
                                  sizeof(rg_tunnel_retired), 1};
+  static const MapLayout peer_pq{BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_peer_pq), sizeof(rg_peer_pq), 1};
+  if (name == kMapPeerPq) return &peer_pq;
   if (name == kMapPeerStats) return &peer_stats;
   if (name == kMapPeerGuard) return &peer_guard;
   if (name == kMapTunnelRetired) return &retired;
@@ -464,7 +466,7 @@ std::vector<QpRow> MapReader::top_qps(size_t top, bool (*ranks_before)(const QpR
   return out;
 }
 
-std::vector<PeerStatsRow> read_peer_stats(int fd, int guard_fd, int retired_fd) {
+std::vector<PeerStatsRow> read_peer_stats(int fd, int guard_fd, int retired_fd, int pq_fd) {
   check_map_layout(fd, kMapPeerStats, *pinned_map_layout(kMapPeerStats));
   const MapUsage u = map_info(fd, kMapPeerStats);
   const int ncpu = possible_cpus();
@@ -519,6 +521,17 @@ std::vector<PeerStatsRow> read_peer_stats(int fd, int guard_fd, int retired_fd) 
                if (r.evicted) row_of(k).retired = r;
              });
   }
+  if (pq_fd >= 0) {
+    check_map_layout(pq_fd, kMapPeerPq, *pinned_map_layout(kMapPeerPq));
+    walk_map(pq_fd, sizeof(uint32_t), sizeof(rg_peer_pq), map_info(pq_fd, kMapPeerPq).max_entries,
+             [&](const uint8_t* k, const uint8_t* v) {
+               rg_peer_pq q;
+               std::memcpy(&q, v, sizeof(q));
+               q.lock = {};
+               q.empty_at_ns = 0;  // a time, not a count
+               if (q.packets) row_of(k).pq = q;
+             });
+  }
   std::vector<PeerStatsRow> out;
   for (auto& [slot, row] : rows) out.push_back(row);
   return out;
@@ -551,7 +564,8 @@ std::vector<PeerStatsRow> MapReader::peer_stats() const {
   // Absent under the pins of a build before them: nothing to add.
   Owned guard{bpf_obj_get((pin_path_ + "/" + kMapPeerGuard).c_str())};
   Owned retired{bpf_obj_get((pin_path_ + "/" + kMapTunnelRetired).c_str())};
-  return map.fd < 0 ? std::vector<PeerStatsRow>{} : read_peer_stats(map.fd, guard.fd, retired.fd);
+  Owned pq{bpf_obj_get((pin_path_ + "/" + kMapPeerPq).c_str())};
+  return map.fd < 0 ? std::vector<PeerStatsRow>{} : read_peer_stats(map.fd, guard.fd, retired.fd, pq.fd);
 }
 
 std::vector<TunnelStreamRow> MapReader::tunnel_streams() const {

@@ -46,6 +46,10 @@ inline constexpr const char* kMapXdpTx = "rg_xdp_tx";  // unpinned: the fast pat
 // Private to the process that loaded the object: the shield's "auto" mode (daemon/shield_auto.h).
 inline constexpr const char* kMapPeerCtl = "rg_peer_ctl";
 inline constexpr const char* kMapPeerRx = "rg_peer_rx";
+// Private to the process that loaded the object: the congestion loop's decision (daemon/congestion.h).
+inline constexpr const char* kMapPeerCc = "rg_peer_cc";
+// The congestion loop's phantom queues and their marks, pinned as the counters are.
+inline constexpr const char* kMapPeerPq = "rg_peer_pq";
 inline constexpr const char* kMapTunnelStreams = "rg_tunnel_streams";
 inline constexpr const char* kMapPeerGuard = "rg_peer_guard";
 inline constexpr const char* kMapTunnelRetired = "rg_tunnel_retired";
@@ -60,9 +64,9 @@ inline constexpr const char* kMapPeerAuth = "rg_peer_auth";
 // attach's, because the kernel empties a program array that no file
 // descriptor or pin holds.
 inline constexpr const char* kMapXdpNext = "rg_xdp_next";
-inline constexpr std::array<const char*, 12> kPinnedMaps{
-    kMapCounters, kMapQp4,    kMapQp6,       kMapPeers,        kMapRoute4,     kMapRoute6,
-    kMapDecap,    kMapIfaces, kMapPeerStats, kMapTunnelStreams, kMapPeerGuard, kMapTunnelRetired};
+inline constexpr std::array<const char*, 13> kPinnedMaps{
+    kMapCounters, kMapQp4,       kMapQp6,           kMapPeers,     kMapRoute4,        kMapRoute6, kMapDecap,
+    kMapIfaces,   kMapPeerStats, kMapTunnelStreams, kMapPeerGuard, kMapTunnelRetired, kMapPeerPq};
 
 struct CounterRow {
   uint32_t ifindex = 0;
@@ -93,13 +97,15 @@ struct QpEntries {
 };
 
 // One peer slot's counters, summed over CPUs, with what the receiving
-// side could not track (rg_peer_guard) and the streams evicted
-// (rg_tunnel_retired).
+// side could not track (rg_peer_guard), the streams evicted
+// (rg_tunnel_retired) and the congestion loop's phantom queue (rg_peer_pq:
+// its counts; lock and time zero).
 struct PeerStatsRow {
   uint32_t slot = 0;
   std::array<rg_counter, RG_PEER_EV_MAX> ev{};
   rg_peer_guard guard{};
   rg_tunnel_retired retired{};
+  rg_peer_pq pq{};
 };
 
 // One sequence stream a receiving gateway tracks, read under its lock.
@@ -203,11 +209,12 @@ class MapReader {
   std::string pin_path_;
 };
 
-// The same from open fds (rg_peer_stats with rg_peer_guard and
-// rg_tunnel_retired when their fds are given, rg_tunnel_streams); each
+// The same from open fds (rg_peer_stats with rg_peer_guard,
+// rg_tunnel_retired and rg_peer_pq when their fds are given,
+// rg_tunnel_streams); each
 // checks the map's layout first. Slots whose counters are all zero are left
 // out.
-std::vector<PeerStatsRow> read_peer_stats(int fd, int guard_fd = -1, int retired_fd = -1);
+std::vector<PeerStatsRow> read_peer_stats(int fd, int guard_fd = -1, int retired_fd = -1, int pq_fd = -1);
 std::vector<TunnelStreamRow> read_tunnel_streams(int fd);
 
 

@@ -143,6 +143,11 @@ class MetricsCollector : public prometheus::Collectable {
     attached_.try_emplace({ifname, hook}, false);
   }
 
+  void set_congestion(std::vector<CongestionPeer> peers) {
+    std::lock_guard lock(mu_);
+    congestion_ = std::move(peers);
+  }
+
   void set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback) {
     std::lock_guard lock(mu_);
     shield_auto_ = std::move(peers);
@@ -190,6 +195,7 @@ class MetricsCollector : public prometheus::Collectable {
                 MetricType::Gauge, {{"interface", key.first}, {"hook", key.second}}, on ? 1 : 0);
     }
     add_shield_auto(out);
+    add_congestion(out);
     out.add("roceguard_pins_persistent",
             "1 when the pinned maps outlive the loader; 0 when their bpffs is private to its mount namespace",
             MetricType::Gauge, {}, opts_.pins_outlive_process ? 1 : 0);
@@ -293,6 +299,22 @@ class MetricsCollector : public prometheus::Collectable {
           out.add(std::string(n.bytes_metric), std::string(n.bytes_help), MetricType::Counter, labels,
                   static_cast<double>(t.ev[e].bytes));
       }
+      if (t.pq.packets) {
+        out.add("roceguard_tunnel_congestion_marked_total",
+                "RoCE packets to the peer whose inner IP header the congestion loop's phantom queue marked CE",
+                MetricType::Counter, {{"peer", t.name}}, static_cast<double>(t.pq.marked));
+        out.add("roceguard_tunnel_congestion_unmarkable_total",
+                "RoCE packets to the peer the phantom queue chose to mark but left as they were: Not-ECT, or "
+                "CE already",
+                MetricType::Counter, {{"peer", t.name}}, static_cast<double>(t.pq.not_ect));
+        out.add("roceguard_tunnel_congestion_queued_packets_total",
+                "Packets through the peer's phantom queue (the loss shield's copies count)", MetricType::Counter,
+                {{"peer", t.name}}, static_cast<double>(t.pq.packets));
+        out.add("roceguard_tunnel_congestion_capped_total",
+                "Packets that found the peer's phantom queue at its bound (RoCE sent far above the modelled "
+                "bottleneck, marked but not slowed)",
+                MetricType::Counter, {{"peer", t.name}}, static_cast<double>(t.pq.capped));
+      }
       {
         const char* help =
             "Sequence options from the peer ignored because the tunnel has a key and the option's MAC is not one "
@@ -371,6 +393,50 @@ class MetricsCollector : public prometheus::Collectable {
                             " of each stream carries; a difference of two readings of each gateway's clock, "
                             "so right whether the two clocks agree or not",
                         peer, buckets, cumulative, static_cast<double>(t.delay_sum_ns) * 1e-9);
+    }
+  }
+
+  // The congestion loop's model and reports (empty without it).
+  void add_congestion(FamilySet& out) const {
+    std::lock_guard lock(mu_);
+    for (const CongestionPeer& p : congestion_) {
+      const Labels peer{{"peer", p.name}};
+      for (const char* state : {"no_report", "learning", "cruise", "probe", "drain"})
+        out.add("roceguard_tunnel_congestion_state",
+                "1 for the congestion loop's current phase towards the peer: no_report and learning mark "
+                "nothing (no fresh report from the peer; no bottleneck seen yet), cruise, probe and drain hold "
+                "the peer's RoCE to a share of the modelled bottleneck",
+                MetricType::Gauge, {{"peer", p.name}, {"state", state}}, p.state == state ? 1 : 0);
+      out.add("roceguard_tunnel_congestion_bottleneck_bits_per_second",
+              "The modelled rate of the WAN's bottleneck towards the peer, in inner bits (0: none seen)",
+              MetricType::Gauge, peer, static_cast<double>(p.bottleneck_kbps) * 1e3);
+      out.add("roceguard_tunnel_congestion_rate_bits_per_second",
+              "The rate at which the peer's phantom queue drains: RoCE sent faster is marked CE (0: no marks)",
+              MetricType::Gauge, peer, static_cast<double>(p.rate_kbps) * 1e3);
+      if (p.reported) {
+        out.add("roceguard_tunnel_congestion_reported_delivery_bits_per_second",
+                "The rate at which this gateway's packets reach the peer, as the peer reports it",
+                MetricType::Gauge, peer, static_cast<double>(p.reported_rate_kbps) * 1e3);
+        if (p.reported_has_delay)
+          out.add("roceguard_tunnel_congestion_reported_queue_delay_seconds",
+                  "The mean queueing delay (one-way delay above its floor) of this gateway's packets, as the "
+                  "peer reports it",
+                  MetricType::Gauge, peer, p.reported_delay_us * 1e-6);
+      }
+      out.add("roceguard_tunnel_congestion_measured_delivery_bits_per_second",
+              "The rate at which the peer's packets arrive here, reported to the peer", MetricType::Gauge, peer,
+              static_cast<double>(p.sent_rate_kbps) * 1e3);
+      if (p.sent_has_delay)
+        out.add("roceguard_tunnel_congestion_measured_queue_delay_seconds",
+                "The mean queueing delay of the peer's packets here over the last report period, reported to "
+                "the peer",
+                MetricType::Gauge, peer, p.sent_delay_us * 1e-6);
+      for (const auto& [what, n] : {std::pair{"fallback", p.fallbacks}, std::pair{"probe", p.probes},
+                                    std::pair{"reset", p.resets}})
+        out.add("roceguard_tunnel_congestion_events_total",
+                "Congestion loop events towards the peer: fallback (the peer's reports stopped: no marks), probe "
+                "(a period above the bottleneck), reset (a standing queue replaced the bottleneck estimate)",
+                MetricType::Counter, {{"peer", p.name}, {"event", what}}, static_cast<double>(n));
     }
   }
 
@@ -499,6 +565,7 @@ class MetricsCollector : public prometheus::Collectable {
   size_t top_qps_;
   std::map<std::pair<std::string, std::string>, bool> attached_;
   std::vector<ShieldAutoPeer> shield_auto_;
+  std::vector<CongestionPeer> congestion_;
   std::vector<PeerFeedback> feedback_;
   mutable std::atomic<uint64_t> scrape_errors_{0};
   mutable std::atomic<bool> failing_{false};
@@ -898,6 +965,10 @@ Exporter::~Exporter() = default;
 
 void Exporter::set_ingress_hook(const std::string& ifname, const std::string& hook) {
   impl_->collector->set_ingress_hook(ifname, hook);
+}
+
+void Exporter::set_congestion(std::vector<CongestionPeer> peers) {
+  impl_->collector->set_congestion(std::move(peers));
 }
 
 void Exporter::set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback) {

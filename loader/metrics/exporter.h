@@ -61,6 +61,23 @@ struct PeerFeedback {
   bool congested = false;
 };
 
+// The congestion loop as `roceguard run` runs it (daemon/congestion.h),
+// per peer: its model, the peer's newest report and this gateway's own.
+struct CongestionPeer {
+  std::string name;
+  std::string state;  // no_report, learning, cruise, probe, drain
+  uint64_t bottleneck_kbps = 0;
+  uint64_t rate_kbps = 0;  // the phantom queue's drain rate; 0: no marks
+  bool reported = false;   // the peer's report below is fresh
+  uint64_t reported_rate_kbps = 0;
+  bool reported_has_delay = false;
+  uint32_t reported_delay_us = 0;
+  uint64_t sent_rate_kbps = 0;  // what this gateway reports to the peer
+  bool sent_has_delay = false;
+  uint32_t sent_delay_us = 0;
+  uint64_t fallbacks = 0, probes = 0, resets = 0;
+};
+
 // text gzip-compressed at zlib's default level, as a scrape is sent to a
 // client that accepts gzip. Throws rg::Error if zlib fails.
 std::string gzip_body(std::string_view text);
@@ -83,6 +100,8 @@ class Exporter {
   void set_ingress_hook(const std::string& ifname, const std::string& hook);
   // The shield's "auto" mode, reported by the daemon after each evaluation.
   void set_shield_auto(std::vector<ShieldAutoPeer> peers, std::vector<PeerFeedback> feedback);
+  // The congestion loop, reported by the daemon after each tick.
+  void set_congestion(std::vector<CongestionPeer> peers);
   // A reload (SIGHUP): applies next's listen addresses, web configuration
   // and per-QP settings, the web configuration file read again (a renewed
   // certificate or password applies too). An endpoint whose address stays

@@ -285,6 +285,7 @@ std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
     t.auth_bad = row.guard.auth_bad;
     t.auth_missing = row.guard.auth_missing;
     t.auth_next = row.guard.auth_next;
+    t.pq = row.pq;
   }
   for (const auto& row : streams) {
     TunnelPeer& t = peer(row.key.peer);

@@ -99,6 +99,8 @@ struct TunnelPeer {
   uint64_t auth_bad = 0;
   uint64_t auth_missing = 0;
   uint64_t auth_next = 0;
+  // The congestion loop's phantom queue towards the peer (rg_peer_pq).
+  rg_peer_pq pq{};
 };
 
 // The lengths bucket k of TunnelPeer::loss_runs counts: "1", "2-3", ..., "128+".

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "daemon/congestion.h"
 #include "daemon/shield_auto.h"
 #include "dataplane/maps.h"
 #include "dataplane/nexthop_lease.h"
@@ -14,7 +15,8 @@ namespace rg::lab {
 
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode, unsigned tunnel_mtu, const std::string& ingress_hook,
-                      bool xdp_forward, bool sequence, const std::string& shield, const std::string& wan_interface) {
+                      bool xdp_forward, bool sequence, const std::string& shield, const std::string& wan_interface,
+                      bool congestion) {
   std::ostringstream toml;
   toml << "interfaces = [\"" << wan_interface << (xdp_forward ? "\", \"lan0\"]\n" : "\"]\n")
        << "[dataplane]\nxdp_mode = \"" << (xdp_mode == XdpMode::kSkb ? "skb" : "native") << "\"\n"
@@ -25,6 +27,7 @@ Config gateway_config(const std::string& local, const std::string& remote, const
     if (sequence) toml << "sequence = true\n";
     // "off" is tunnel.shield's default.
     if (shield != "off") toml << "shield = \"" << shield << "\"\n";
+    if (congestion) toml << "congestion = \"on\"\n";
     toml << "[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" << local << "\"\nremote = \""
          << remote << "\"\nvni = " << kLabVni << "\nmtu = " << tunnel_mtu << "\nroutes = [\"" << route << "\"]\n";
   }
@@ -71,21 +74,39 @@ void Gateway::run_daemon_work(const Config& cfg) {
     NetnsGuard in(netns_);  // the routes asked about are the gateway's
     leases->invalidate();
   }
-  if (!shield && !leases) return;
-  // Bounded by the gateway's life: release() stops it.
-  daemon_thread_ = std::thread([this, shield, leases] {
+  std::shared_ptr<CongestionLoop> congestion;
+  if (cfg.tunnel_congestion && cfg.tunnel_sequence && !cfg.peers.empty())
+    congestion = std::make_shared<CongestionLoop>(cfg, dp_->peer_slots(), dp_->map_fd(kMapPeerCc),
+                                                  dp_->map_fd(kMapPeerRx), dp_->map_fd(kMapPeerStats));
+  if (!shield && !leases && !congestion) return;
+  // Bounded by the gateway's life: release() stops it. The congestion
+  // loop's tick sets the pace when it runs, as in `roceguard run`.
+  const auto pace = congestion ? std::chrono::milliseconds(kCongestionTickNs / 1'000'000)
+                               : std::chrono::milliseconds(250);
+  daemon_thread_ = std::thread([this, shield, leases, congestion, pace] {
     std::unique_lock lock(mu_);
+    uint64_t renewed = 0;
     while (!stop_) {
       lock.unlock();
-      if (leases) leases->renew();
+      const uint64_t now = monotonic_now_ns();
+      if (leases && now - renewed >= 250'000'000ull) {
+        leases->renew();
+        renewed = now;
+      }
       std::vector<ShieldAutoPeer> peers;
       if (shield) {
-        shield->tick(monotonic_now_ns());
+        shield->tick(now);
         peers = shield->auto_peers();
+      }
+      std::vector<CongestionPeer> cc;
+      if (congestion) {
+        congestion->tick(now);
+        cc = congestion->peers();
       }
       lock.lock();
       auto_peers_ = std::move(peers);
-      stop_cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; });
+      congestion_peers_ = std::move(cc);
+      stop_cv_.wait_for(lock, pace, [this] { return stop_; });
     }
     if (leases) leases->revoke();
   });
@@ -94,6 +115,11 @@ void Gateway::run_daemon_work(const Config& cfg) {
 std::vector<ShieldAutoPeer> Gateway::shield_auto() const {
   std::lock_guard lock(mu_);
   return auto_peers_;
+}
+
+std::vector<CongestionPeer> Gateway::congestion() const {
+  std::lock_guard lock(mu_);
+  return congestion_peers_;
 }
 
 Gateway::~Gateway() { release(); }

@@ -29,7 +29,8 @@ inline constexpr uint32_t kLabVni = 4242;
 // interfaces, both attached (the lab's topology then lets the far ends of
 // its veths take redirected frames: Topology::accept_xdp_redirects).
 // sequence is tunnel.sequence; shield is tunnel.shield ("off", "control",
-// "all", "auto"), which needs the sequence option. wan_interface is where
+// "all", "auto"), which needs the sequence option, as congestion
+// (tunnel.congestion) does. wan_interface is where
 // the gateway attaches towards the far gateway: wan0, or the kernel VXLAN
 // device (lab/kernel_vxlan.h) when that carries the traffic instead of
 // roceguard's tunnel.
@@ -37,7 +38,7 @@ Config gateway_config(const std::string& local, const std::string& remote, const
                       bool tunnel, XdpMode xdp_mode = XdpMode::kNative,
                       unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU, const std::string& ingress_hook = "auto",
                       bool xdp_forward = false, bool sequence = false, const std::string& shield = "off",
-                      const std::string& wan_interface = "wan0");
+                      const std::string& wan_interface = "wan0", bool congestion = false);
 
 class Gateway {
  public:
@@ -53,6 +54,9 @@ class Gateway {
   // The "auto" shield's peers as this gateway's daemon would export them
   // (empty unless a peer's shield is "auto").
   std::vector<ShieldAutoPeer> shield_auto() const;
+  // The congestion loop's peers as this gateway's daemon would export them
+  // (empty unless tunnel.congestion is on).
+  std::vector<CongestionPeer> congestion() const;
 
  private:
   void release() noexcept;
@@ -70,6 +74,7 @@ class Gateway {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::vector<ShieldAutoPeer> auto_peers_;
+  std::vector<CongestionPeer> congestion_peers_;
   std::thread daemon_thread_;
 };
 

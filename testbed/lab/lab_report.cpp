@@ -76,7 +76,19 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
                                                 {"turned_off", d.shield_auto_turned_off}}},
                    {"residual_loss", d.lost},
                    {"wan_all_copies_dropped", d.wan_all_copies_dropped},
-                   {"wan_all_copies_dropped_after_last_arrival", d.wan_after_last_arrival}}}};
+                   {"wan_all_copies_dropped_after_last_arrival", d.wan_after_last_arrival}}},
+                 {"congestion",
+                  !d.congestion ? json(nullptr)
+                                : json{{"ce_marked", d.cc_marked},
+                                       {"unmarkable", d.cc_unmarkable},
+                                       {"capped", d.cc_capped},
+                                       {"queued", d.cc_queued},
+                                       {"state_at_end", d.cc_state},
+                                       {"bottleneck_mbit", d.cc_bottleneck_kbps / 1e3},
+                                       {"rate_mbit", d.cc_rate_kbps / 1e3},
+                                       {"fallbacks", d.cc_fallbacks},
+                                       {"probes", d.cc_probes},
+                                       {"resets", d.cc_resets}}}};
   }
   return j;
 }
@@ -687,6 +699,25 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
     row((at + "duplicates eliminated").c_str(), tunnel(d, &TunnelDirection::shield_eliminated));
     row((at + "residual loss").c_str(), tunnel(d, &TunnelDirection::lost));
   }
+  // The congestion loop per direction: its marks and its model at the end.
+  for (size_t d = 0; d < 2 && s.congestion == "on"; ++d) {
+    const std::string at = std::string("loop ") + dirs[d] + ": ";
+    row((at + "inner CE marks / unmarkable").c_str(), [d](const PhaseResult& p) {
+      return d < p.tunnel.size() && p.tunnel[d].congestion
+                 ? std::to_string(p.tunnel[d].cc_marked) + " / " + std::to_string(p.tunnel[d].cc_unmarkable)
+                 : std::string("-");
+    });
+    row((at + "modelled bottleneck, Mbit/s").c_str(), [d](const PhaseResult& p) {
+      return d < p.tunnel.size() && p.tunnel[d].congestion ? fmt("%.1f", p.tunnel[d].cc_bottleneck_kbps / 1e3)
+                                                           : std::string("-");
+    });
+    row((at + "probes / resets / fallbacks").c_str(), [d](const PhaseResult& p) {
+      if (d >= p.tunnel.size() || !p.tunnel[d].congestion) return std::string("-");
+      const TunnelDirection& t = p.tunnel[d];
+      return std::to_string(t.cc_probes) + " / " + std::to_string(t.cc_resets) + " / " +
+             std::to_string(t.cc_fallbacks);
+    });
+  }
   return out.str();
 }
 
@@ -710,6 +741,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"tunnel", s.tunnel},
                    {"tunnel_kind", s.tunnel_kind},
                    {"shield", s.shield},
+                   {"congestion_loop", s.congestion},
                    {"transport", transport_name(s.transport)},
                    {"xdp_forward", s.xdp_forward},
                    {"burst", s.burst},

@@ -80,6 +80,14 @@ struct TunnelDirection {
   // end (-1: not "auto"), and how often it turned on and off.
   int shield_auto_on = -1;
   uint64_t shield_auto_turned_on = 0, shield_auto_turned_off = 0;
+  // With --congestion on: the sending gateway's phantom queue (its inner
+  // CE marks; chosen but Not-ECT; arrivals at its bound) and its model of
+  // the WAN's bottleneck at the end.
+  bool congestion = false;
+  uint64_t cc_marked = 0, cc_unmarkable = 0, cc_capped = 0, cc_queued = 0;
+  std::string cc_state;
+  uint64_t cc_bottleneck_kbps = 0, cc_rate_kbps = 0;
+  uint64_t cc_fallbacks = 0, cc_probes = 0, cc_resets = 0;
   // Numbers every copy of which the WAN dropped (WanSeqLoss), and of those
   // the ones after the stream's last arrival, which no receiver can count.
   uint64_t wan_all_copies_dropped = 0;
@@ -150,6 +158,7 @@ struct LabSettings {
   // roceguard only), "vxlan" (the kernel's device, both phases) or "none".
   std::string tunnel_kind = "geneve";
   std::string shield = "off";  // tunnel.shield of both gateways
+  std::string congestion = "off";  // tunnel.congestion of both gateways
   bool xdp_forward = false;
   unsigned burst = 1;             // packets per UDP_SEGMENT send at host A
   bool gro_forwarding = false;    // asked for: rx-udp-gro-forwarding on the gateways' lan0

@@ -297,6 +297,11 @@ TunnelPeer one_peer(const std::string& pin) {
     sum.reordered += p.reordered;
     sum.duplicated += p.duplicated;
     add_tunnel_delays(sum, p);
+    sum.pq.packets += p.pq.packets;
+    sum.pq.bytes += p.pq.bytes;
+    sum.pq.marked += p.pq.marked;
+    sum.pq.not_ect += p.pq.not_ect;
+    sum.pq.capped += p.pq.capped;
   }
   return sum;
 }
@@ -346,6 +351,10 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     d.shield_uncopied = sent.uncopied;
     d.wan_all_copies_dropped = seq.all_copies_dropped;
     d.wan_after_last_arrival = seq.after_last_arrival;
+    d.cc_marked = from.pq.marked;
+    d.cc_unmarkable = from.pq.not_ect;
+    d.cc_capped = from.pq.capped;
+    d.cc_queued = from.pq.packets;
     return d;
   };
   std::vector<TunnelDirection> out{
@@ -357,6 +366,17 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
       d->shield_auto_on = s.on ? 1 : 0;
       d->shield_auto_turned_on = s.turned_on;
       d->shield_auto_turned_off = s.turned_off;
+    }
+  // The congestion loop's model as each sending gateway's daemon would export it.
+  for (auto [d, gw] : {std::pair{&out[0], &gw_a}, std::pair{&out[1], &gw_b}})
+    for (const CongestionPeer& c : gw->congestion()) {
+      d->congestion = true;
+      d->cc_state = c.state;
+      d->cc_bottleneck_kbps = c.bottleneck_kbps;
+      d->cc_rate_kbps = c.rate_kbps;
+      d->cc_fallbacks = c.fallbacks;
+      d->cc_probes = c.probes;
+      d->cc_resets = c.resets;
     }
   return out;
 }
@@ -378,10 +398,10 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     const std::string& hook = lab.opts.ingress_hook;
     Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel, XdpMode::kNative,
                                   RG_DEFAULT_TUNNEL_MTU, hook, lab.opts.xdp_forward, true, lab.opts.shield,
-                                  lab.wan_if);
+                                  lab.wan_if, lab.opts.congestion == "on");
     Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel, XdpMode::kNative,
                                   RG_DEFAULT_TUNNEL_MTU, hook, lab.opts.xdp_forward, true, lab.opts.shield,
-                                  lab.wan_if);
+                                  lab.wan_if, lab.opts.congestion == "on");
     // RoCE into the uplink's priority class; gateway B's egress on wan0
     // (ACKs, NAKs, CNPs) gets the same, as a symmetric deployment would.
     if (lab.uplink_scheduler) cfg_a.skb_priority = cfg_b.skb_priority = HtbScheduler::kPriorityClassId;
@@ -580,7 +600,10 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   if (with) {
     p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA, lab.wan_if);
     p.counters["gw_b"] = counter_rows(MapReader(gw_b->pin()).counters(), lab.topo, Node::kGatewayB, lab.wan_if);
-    // The final scrape, while the maps are still pinned.
+    // The final scrape, while the maps are still pinned, with the congestion
+    // loop's model as each gateway's daemon exports it.
+    lab.exporters[0]->set_congestion(gw_a->congestion());
+    lab.exporters[1]->set_congestion(gw_b->congestion());
     for (auto [addr, name] : {std::pair{lab.settings.metrics_a, "prometheus-gw-a.txt"},
                               std::pair{lab.settings.metrics_b, "prometheus-gw-b.txt"}}) {
       std::ofstream(lab.dir + "/" + name) << scrape(addr);
@@ -665,6 +688,12 @@ int run_lab(const LabOptions& opts) {
   const bool vxlan = opts.tunnel_kind == "vxlan";
   if (vxlan && opts.tunnel)
     throw Error("lab: --tunnel-kind vxlan puts the kernel's VXLAN in the place of roceguard's Geneve", kExitUsage);
+  if (opts.congestion != "off" && opts.congestion != "on")
+    throw Error("lab: --congestion is off or on", kExitUsage);
+  if (opts.congestion == "on" && !opts.tunnel)
+    throw Error(std::string("lab: --congestion needs roceguard's tunnel: its reports ride in the Geneve option (drop ") +
+                    (vxlan ? "--tunnel-kind vxlan)" : "--no-tunnel)"),
+                kExitUsage);
   if (opts.shield != "off" && !opts.tunnel)
     throw Error(std::string("lab: --shield needs roceguard's tunnel: the copies are Geneve packets (drop ") +
                     (vxlan ? "--tunnel-kind vxlan)" : "--no-tunnel)"),
@@ -726,6 +755,7 @@ int run_lab(const LabOptions& opts) {
   settings.tunnel = opts.tunnel;
   settings.tunnel_kind = vxlan ? "vxlan" : opts.tunnel ? "geneve" : "none";
   settings.shield = opts.shield;
+  settings.congestion = opts.congestion;
   settings.xdp_forward = opts.xdp_forward;
   settings.burst = opts.burst;
   settings.gro_forwarding = opts.gro_forwarding;

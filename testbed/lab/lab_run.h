@@ -58,6 +58,8 @@ struct LabOptions {
   // copy of what Go-Back-N waits for), "all" (of every RoCE packet) or
   // "auto" (all while the far gateway reports loss).
   std::string shield = "off";
+  // The congestion loop (tunnel.congestion) of both gateways: "off" or "on".
+  std::string congestion = "off";
   std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook
   bool xdp_forward = false;  // the gateways' dataplane.xdp_forward (LAN and WAN attached)
   // Host A's generator hands up to this many consecutive packets of one QP

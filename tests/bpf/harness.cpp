@@ -455,6 +455,18 @@ void Dataplane::peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield, uint64
     throw std::runtime_error("rg_peer_ctl update: " + std::string(std::strerror(errno)));
 }
 
+void Dataplane::peer_cc(uint32_t idx, const rg_peer_cc& cc) {
+  if (bpf_map__update_elem(skel_->maps.rg_peer_cc, &idx, sizeof(idx), &cc, sizeof(cc), 0))
+    throw std::runtime_error("rg_peer_cc update: " + std::string(std::strerror(errno)));
+}
+
+rg_peer_pq Dataplane::peer_pq(uint32_t idx) const {
+  rg_peer_pq q{};
+  if (bpf_map__lookup_elem(skel_->maps.rg_peer_pq, &idx, sizeof(idx), &q, sizeof(q), 0))
+    throw std::runtime_error("rg_peer_pq lookup: " + std::string(std::strerror(errno)));
+  return q;
+}
+
 void Dataplane::auth(uint32_t idx, const std::vector<TunnelKey>& keys) {
   rg_peer peer{};
   if (bpf_map__lookup_elem(skel_->maps.rg_peers, &idx, sizeof(idx), &peer, sizeof(peer), 0))
@@ -473,10 +485,16 @@ rg_peer_rx Dataplane::peer_rx(uint32_t idx) const {
   rg_peer_rx sum{};
   for (const auto& r : per_cpu) {
     sum.copied += r.copied;
+    sum.delay_n += r.delay_n;
+    sum.delay_sum_us += r.delay_sum_us;
     if (r.at_ns > sum.at_ns) {
       sum.at_ns = r.at_ns;
       sum.feedback = r.feedback;
       sum.flags = r.flags;
+    }
+    if (r.report_at_ns > sum.report_at_ns) {
+      sum.report_at_ns = r.report_at_ns;
+      sum.report = r.report;
     }
   }
   return sum;

@@ -131,10 +131,15 @@ class Dataplane {
   // its option's extension carries, the shield "auto" turned on, until
   // until_ns (bpf_ktime_get_coarse_ns(); by default, for good).
   void peer_ctl(uint32_t idx, uint32_t feedback, uint8_t shield = 0, uint64_t until_ns = UINT64_MAX);
+  // The congestion loop's decision for peer idx (rg_peer_cc), as `roceguard run` writes it.
+  void peer_cc(uint32_t idx, const rg_peer_cc& cc);
+  // Peer idx's phantom queue and its counts (rg_peer_pq).
+  rg_peer_pq peer_pq(uint32_t idx) const;
   // The tunnel keys of peer idx (rg_peer_auth) as the loader writes them
   // from its key_file, for the addresses and VNI its slot holds; none: no key.
   void auth(uint32_t idx, const std::vector<TunnelKey>& keys);
-  // What peer idx's option said, summed (copied) or newest (the rest) over CPUs.
+  // What peer idx's option said, summed (copied, the delays) or newest (the
+  // rest; the report by its own time) over CPUs.
   rg_peer_rx peer_rx(uint32_t idx) const;
   // Geneve from remote on vni is decapsulated when sent to peer_idx's local address.
   void decap(const std::string& remote, uint32_t vni, uint32_t peer_idx);

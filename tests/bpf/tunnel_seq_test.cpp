@@ -1495,5 +1495,206 @@ TEST(Names, PeerTableCoversEveryEventInOrder) {
   EXPECT_THROW(peer_event_name(RG_PEER_EV_MAX), std::out_of_range);
 }
 
+// ---------------------------------------------------------------------------
+// The congestion loop's data path (tunnel.congestion): the phantom queue's
+// inner CE mark at TC egress, the report in the extension, and what
+// gateway B keeps of the peer's reports and delays.
+
+rg_config congestion_config() {
+  rg_config c = seq_config();
+  c.flags |= RG_CFG_F_CONGESTION;
+  return c;
+}
+
+// A decision as `roceguard run` writes it: draining a byte in ps_per_byte
+// picoseconds, marking from min_ns to max_ns of backlog.
+rg_peer_cc cc_of(uint32_t ps_per_byte, uint32_t min_ns, uint32_t max_ns, uint64_t until_ns = UINT64_MAX,
+                 uint32_t report = 0) {
+  rg_peer_cc c{};
+  c.until_ns = until_ns;
+  c.report = report;
+  c.ps_per_byte = ps_per_byte;
+  c.mark_min_ns = min_ns;
+  c.mark_max_ns = max_ns;
+  c.mark_scale = max_ns > min_ns ? static_cast<uint32_t>((1ull << 32) / (max_ns - min_ns)) : 0;
+  c.cap_ns = 1'000'000'000;
+  return c;
+}
+
+// 1 ms per byte: every frame alone fills the queue far above any threshold.
+constexpr uint32_t kSlowDrain = 1'000'000'000;
+
+// The inner IPv4 header's checksum as RFC 1071 computes it, here, over the
+// header the program left: 0 when the header is consistent.
+uint16_t header_sum(const Bytes& frame, size_t at) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < 20; i += 2) sum += (uint32_t{frame[at + i]} << 8) | frame[at + i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// A queue above its threshold marks ECT(0) and ECT(1) CE on the inner IP
+// header, IPv4 (checksum right, checked here by its own sum) and IPv6
+// alike; Not-ECT and CE are left as they were and counted as unmarkable.
+TEST(CongestionEncap, TheQueueMarksInnerCeOnEcnCapablePacketsOnly) {
+  for (bool v6 : {false, true}) {
+    SCOPED_TRACE(v6 ? "inner and outer IPv6" : "inner and outer IPv4");
+    Dataplane dp(congestion_config());
+    dp.tunnels();
+    const uint32_t slot = v6 ? kPeerSlot6 : kPeerSlot4;
+    dp.peer_cc(slot, cc_of(kSlowDrain, 0, 1));
+    uint64_t marked = 0, unmarkable = 0;
+    for (uint8_t ecn : {0, 1, 2, 3}) {
+      SCOPED_TRACE("ECN " + std::to_string(ecn));
+      const Bytes out = dp.tc(towards_peer(v6).ecn(ecn).build()).out;
+      const View outer = parse(out);
+      ASSERT_TRUE(outer.geneve);
+      const View inner = parse_inner(out);
+      ASSERT_TRUE(inner.roce);
+      const bool capable = ecn == 1 || ecn == 2;
+      EXPECT_EQ(inner.ecn(), capable ? 3 : ecn);
+      EXPECT_EQ(inner.dscp(), 46) << "the class stays";
+      EXPECT_TRUE(inner.icrc_ok) << "the ICRC leaves the traffic class out";
+      if (!v6) {
+        EXPECT_TRUE(inner.ipv4_csum_ok);
+        EXPECT_EQ(header_sum(out, outer.inner + 14), 0);
+      }
+      (capable ? marked : unmarkable)++;
+    }
+    const rg_peer_pq q = dp.peer_pq(slot);
+    EXPECT_EQ(q.packets, 4u);
+    EXPECT_EQ(q.marked, marked);
+    EXPECT_EQ(q.not_ect, unmarkable);
+  }
+}
+
+// Below the threshold nothing is marked, but every frame counts, in inner
+// bytes (the far gateway's measure of delivery); the shield's copy counts
+// twice against the peer's rate.
+TEST(CongestionEncap, BelowTheThresholdFramesCountButAreNotMarked) {
+  WireTap tap;
+  Dataplane dp(congestion_config());
+  dp.tunnels();
+  dp.peer_cc(kPeerSlot4, cc_of(1, 1'000'000'000, 1'000'000'001));
+  const Bytes in = towards_peer(false).ecn(2).build();
+  EXPECT_EQ(parse_inner(dp.tc(in).out).ecn(), 2);
+  dp.shield(kPeerSlot4, RG_PEER_F_SHIELD_ALL);
+  EXPECT_EQ(parse_inner(dp.tc(in).out).ecn(), 2);
+  EXPECT_EQ(tap.geneve_until_marker().size(), 1u) << "the copy";
+  const rg_peer_pq q = dp.peer_pq(kPeerSlot4);
+  EXPECT_EQ(q.packets, 3u);
+  EXPECT_EQ(q.bytes, 3 * in.size());
+  EXPECT_EQ(q.marked, 0u);
+  EXPECT_EQ(q.not_ect, 0u);
+}
+
+// The decision holds only while `roceguard run` renews it; without one,
+// or with the configuration's loop off, nothing is marked or queued.
+TEST(CongestionEncap, WithoutACurrentDecisionNothingIsMarked) {
+  const Bytes in = towards_peer(false).ecn(2).build();
+  {
+    SCOPED_TRACE("the decision's lifetime is over");
+    Dataplane dp(congestion_config());
+    dp.tunnels();
+    dp.peer_cc(kPeerSlot4, cc_of(kSlowDrain, 0, 1, 1));
+    EXPECT_EQ(parse_inner(dp.tc(in).out).ecn(), 2);
+    EXPECT_EQ(dp.peer_pq(kPeerSlot4).packets, 0u);
+  }
+  {
+    SCOPED_TRACE("no rate: the model has not converged");
+    Dataplane dp(congestion_config());
+    dp.tunnels();
+    dp.peer_cc(kPeerSlot4, cc_of(0, 0, 1));
+    EXPECT_EQ(parse_inner(dp.tc(in).out).ecn(), 2);
+    EXPECT_EQ(dp.peer_pq(kPeerSlot4).packets, 0u);
+  }
+  {
+    SCOPED_TRACE("tunnel.congestion off");
+    Dataplane dp(seq_config());
+    dp.tunnels();
+    dp.peer_cc(kPeerSlot4, cc_of(kSlowDrain, 0, 1));
+    EXPECT_EQ(parse_inner(dp.tc(in).out).ecn(), 2);
+    EXPECT_EQ(dp.peer_pq(kPeerSlot4).packets, 0u);
+  }
+}
+
+// Between its thresholds the queue marks a share that grows with its
+// backlog. Drained so slowly that a frame takes 100 ms, frame k finds about
+// k frames' time queued: with thresholds at 10 and 20 frames' time, frames
+// 1-10 are never marked, and from frame 26 on every one is (unless the
+// test took half a second to send them).
+TEST(CongestionEncap, TheMarkingShareGrowsWithTheBacklog) {
+  Dataplane dp(congestion_config());
+  dp.tunnels();
+  const Bytes in = towards_peer(false).ecn(2).build();
+  constexpr uint64_t kFrameNs = 100'000'000;
+  const auto ps_per_byte = static_cast<uint32_t>(kFrameNs * 1000 / in.size());
+  const uint64_t frame_ns = uint64_t{in.size()} * ps_per_byte / 1000;
+  rg_peer_cc cc = cc_of(ps_per_byte, static_cast<uint32_t>(10 * frame_ns), static_cast<uint32_t>(20 * frame_ns));
+  cc.cap_ns = UINT32_MAX;
+  ASSERT_LT(40 * frame_ns, uint64_t{UINT32_MAX});
+  dp.peer_cc(kPeerSlot4, cc);
+  std::vector<int> marks;
+  for (int k = 1; k <= 40; ++k) marks.push_back(parse_inner(dp.tc(in).out).ecn() == 3);
+  for (int k = 1; k <= 10; ++k) EXPECT_EQ(marks[k - 1], 0) << "frame " << k;
+  for (int k = 26; k <= 40; ++k) EXPECT_EQ(marks[k - 1], 1) << "frame " << k;
+  EXPECT_EQ(dp.peer_pq(kPeerSlot4).marked, static_cast<uint64_t>(std::count(marks.begin(), marks.end(), 1)));
+  EXPECT_EQ(dp.peer_pq(kPeerSlot4).capped, 0u);
+}
+
+// With a report to send, every other extension of a stream carries it
+// instead of the loss measure: numbers 0 and 32 the measure, 16 the report.
+class CongestionEncapReport : public OnOneCpu {};
+
+TEST_F(CongestionEncapReport, EveryOtherExtensionCarriesTheReport) {
+  Dataplane dp(congestion_config());
+  dp.tunnels();
+  const uint32_t loss = RG_FEEDBACK_VALID | 1234;
+  const uint32_t report = RG_FEEDBACK_REPORT | RG_REPORT_F_DELAY | (77u << RG_REPORT_RATE_SHIFT) | 5;
+  dp.peer_ctl(kPeerSlot4, loss);
+  dp.peer_cc(kPeerSlot4, cc_of(0, 0, 1, UINT64_MAX, report));
+  const Bytes in = towards_peer(false).build();
+  for (uint32_t n = 0; n <= 32; ++n) {
+    const Bytes out = dp.tc(in).out;
+    if (n % RG_TUNNEL_EXT_EVERY) continue;
+    ASSERT_EQ(parse(out).gnv_optlen, kOptLen + kExtLen) << "number " << n;
+    EXPECT_EQ(be32_at(out, kOpt4 + 16), n == 16 ? report : loss) << "number " << n;
+  }
+}
+
+// Gateway B keeps the peer's report apart from its loss measure, and sums
+// the queueing delay of its stamped first arrivals for its own report.
+TEST(CongestionDecap, AReportIsKeptApartAndDelaysAreSummed) {
+  Dataplane dp(seq_config());
+  dp.tunnels();
+  const Bytes inner = towards_peer(false).build();
+  const uint32_t stream = stream_of(5, 0, 0);
+  const uint32_t loss = RG_FEEDBACK_VALID | 4321;
+  const uint32_t report = RG_FEEDBACK_REPORT | (1000u << RG_REPORT_RATE_SHIFT);
+  EXPECT_EQ(dp.xdp(geneve_with(seq_option(stream, 0, tai_now_ns(), RG_TUNNEL_OPT_CLASS_DEFAULT, loss), inner)).ret,
+            kXdpPass);
+  rg_peer_rx rx = dp.peer_rx(kPeerSlot4);
+  EXPECT_EQ(rx.feedback, loss);
+  EXPECT_EQ(rx.report_at_ns, 0u);
+  EXPECT_EQ(rx.delay_n, 1u) << "the first stamp sets the floor: 0 us above it";
+  EXPECT_EQ(rx.delay_sum_us, 0u);
+
+  // Stamped 3 ms earlier than the first: 3 ms above the floor.
+  dp.xdp(geneve_with(seq_option(stream, 16, tai_now_ns() - 3'000'000, RG_TUNNEL_OPT_CLASS_DEFAULT, report), inner));
+  rx = dp.peer_rx(kPeerSlot4);
+  EXPECT_EQ(rx.feedback, loss) << "the measure stays";
+  EXPECT_EQ(rx.report, report);
+  EXPECT_NE(rx.report_at_ns, 0u);
+  EXPECT_EQ(rx.delay_n, 2u);
+  // Less the first stamp's own time from build to arrival, which set the floor.
+  EXPECT_GE(rx.delay_sum_us, 2900u);
+  EXPECT_LT(rx.delay_sum_us, 3000u + 1'000'000u) << "bounded by the test's own run time";
+
+  // A duplicate adds no delay; an unstamped number none either.
+  dp.xdp(geneve_with(seq_option(stream, 16, tai_now_ns(), RG_TUNNEL_OPT_CLASS_DEFAULT, report), inner));
+  dp.xdp(geneve_with(seq_option_short(stream, 17), inner));
+  EXPECT_EQ(dp.peer_rx(kPeerSlot4).delay_n, 2u);
+}
+
 }  // namespace
 }  // namespace rg::test

@@ -823,5 +823,20 @@ TEST(Shield, NeedsTheSequenceOptionNamingWhereItWasSet) {
   EXPECT_TRUE(errors_of("[tunnel]\nshield = \"all\"\n").empty()) << "no peer, nothing shielded";
 }
 
+// The congestion loop's reports ride in the option's extension.
+TEST(Congestion, NeedsTheSequenceOptionAndSetsItsFlag) {
+  auto errs = errors_of("[tunnel]\ncongestion = \"on\"\n");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].rfind("tunnel.congestion: \"on\" needs tunnel.sequence = true", 0), 0u) << errs[0];
+  EXPECT_TRUE(errors_of("[tunnel]\nsequence = true\ncongestion = \"on\"\n").empty());
+  ConfigProblems p;
+  Config on = parse_config_string("[tunnel]\nsequence = true\ncongestion = \"on\"\n", p);
+  EXPECT_TRUE(on.tunnel_congestion);
+  EXPECT_NE(on.rodata().flags & RG_CFG_F_CONGESTION, 0u);
+  Config off = parse_config_string("[tunnel]\nsequence = true\n", p);
+  EXPECT_FALSE(off.tunnel_congestion);
+  EXPECT_EQ(off.rodata().flags & RG_CFG_F_CONGESTION, 0u);
+}
+
 }  // namespace
 }  // namespace rg

@@ -766,6 +766,57 @@ TEST_F(Lab, WanBottleneckDropsTailAndItsQueueStaysWithinItsBuffer) {
   expect_nothing_left(report);
 }
 
+// --congestion on: behind a 20 Mbit/s bottleneck that marks nothing, the
+// gateways' congestion loop learns the bottleneck from gateway B's reports
+// and marks inner CE at gateway A; host B, the notification point, turns
+// the marks into CNPs and host A's DCQCN cuts its rate. Without roceguard
+// nothing marks at all: every CE, CNP and cut comes from the loop.
+TEST_F(Lab, CongestionLoopMarksReachTheSenderAsCnps) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto r = run_lab(report, 3, {"--scenario", "bleach", "--loss", "0", "--wan-rate", "20", "--wan-buffer", "10ms",
+                           "--congestion", "on"});
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  EXPECT_EQ(j["settings"]["congestion_loop"], "on");
+  const json& without = j["phases"]["without"];
+  EXPECT_EQ(without["receiver"]["ecn_ce"].get<uint64_t>(), 0u) << "nothing else marks";
+  EXPECT_EQ(without["sender"]["cnps"].get<uint64_t>(), 0u);
+
+  const json& with = j["phases"]["with"];
+  const json& loop = with["tunnel"]["a_to_b"]["congestion"];
+  ASSERT_TRUE(loop.is_object()) << with["tunnel"];
+  const uint64_t marked = loop["ce_marked"].get<uint64_t>();
+  EXPECT_GT(marked, 0u) << loop;
+  EXPECT_EQ(loop["unmarkable"].get<uint64_t>(), 0u) << "host A's RoCE is ECT(0)";
+  EXPECT_GT(loop["bottleneck_mbit"].get<double>(), 0.0) << loop;
+  EXPECT_LE(loop["bottleneck_mbit"].get<double>(), 20.0) << "inner bits through a 20 Mbit/s pipe";
+  const uint64_t ce = with["receiver"]["ecn_ce"].get<uint64_t>();
+  EXPECT_GT(ce, 0u);
+  EXPECT_LE(ce, marked) << "every CE host B saw is one of the loop's marks";
+  const uint64_t cnps_sent = with["receiver"]["cnps"].get<uint64_t>(), cnps_got = with["sender"]["cnps"].get<uint64_t>();
+  EXPECT_GT(cnps_sent, 0u);
+  EXPECT_LE(cnps_sent, ce) << "a CNP answers a CE";
+  EXPECT_GT(cnps_got, 0u);
+  EXPECT_LE(cnps_got, cnps_sent);
+  uint64_t cuts = 0;
+  for (const json& q : with["sender"]["dcqcn"]) cuts += q["cuts"].get<uint64_t>();
+  EXPECT_GT(cuts, 0u);
+  EXPECT_LE(cuts, cnps_got) << "DCQCN cuts on a CNP";
+  // Host B sends host A nothing that needs the loop: B->A marks nothing.
+  EXPECT_EQ(with["tunnel"]["b_to_a"]["congestion"]["ce_marked"].get<uint64_t>(), 0u);
+
+  const std::string summary = read(report + "/summary.txt");
+  for (const char* row : {"loop A->B: inner CE marks / unmarkable", "loop A->B: modelled bottleneck, Mbit/s"})
+    EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
+  const std::string metrics = read(report + "/prometheus-gw-a.txt");
+  for (const char* m : {"roceguard_tunnel_congestion_marked_total{peer=\"far-gateway\"}",
+                        "roceguard_tunnel_congestion_bottleneck_bits_per_second{peer=\"far-gateway\"}"})
+    EXPECT_NE(metrics.find(m), std::string::npos) << m;
+  expect_nothing_left(report);
+}
+
 TEST_F(Lab, InterruptedRunLeavesNothingBehind) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";

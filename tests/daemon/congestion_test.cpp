@@ -1,0 +1,131 @@
+// The congestion loop without a data path: the report's word, the receiving
+// side's measure (ArrivalMeter) and the sending side's model of the WAN's
+// bottleneck (BottleneckModel), fed with counts and reports.
+#include <gtest/gtest.h>
+
+#include "daemon/congestion.h"
+#include "roceguard/roceguard.h"
+
+namespace rg {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000ull;
+
+TEST(CongestionReport, TheWordKeepsRateAndDelay) {
+  for (uint64_t kbps : {0ull, 1ull, 8191ull, 8192ull, 47'000ull, 100'000'000ull, 400'000'000ull}) {
+    SCOPED_TRACE(kbps);
+    const uint32_t w = encode_report({.rate_kbps = kbps, .has_delay = true, .delay_us = 480});
+    EXPECT_EQ(w & RG_FEEDBACK_VALID, 0u) << "a gateway that knows no report reads no measure";
+    const auto r = decode_report(w);
+    ASSERT_TRUE(r);
+    // Rounded down, within one part in 8192.
+    EXPECT_LE(r->rate_kbps, kbps);
+    EXPECT_GE(r->rate_kbps, kbps - kbps / 8192);
+    EXPECT_TRUE(r->has_delay);
+    EXPECT_EQ(r->delay_us, 480u);
+  }
+  const auto none = decode_report(encode_report({.rate_kbps = 5, .has_delay = false, .delay_us = 999}));
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->has_delay);
+  EXPECT_EQ(none->delay_us, 0u);
+  const auto long_queue = decode_report(encode_report({.rate_kbps = 5, .has_delay = true, .delay_us = 1'000'000}));
+  EXPECT_EQ(long_queue->delay_us, RG_REPORT_DELAY_MASK * RG_REPORT_DELAY_UNIT_US) << "that much or more";
+  EXPECT_FALSE(decode_report(RG_FEEDBACK_VALID | 1234)) << "a loss measure is no report";
+  EXPECT_FALSE(decode_report(0));
+}
+
+TEST(ArrivalMeter, RateAndMeanDelayOverItsWindow) {
+  ArrivalMeter m;
+  EXPECT_EQ(m.update(0, {}), 0u) << "no span yet";
+  EXPECT_EQ(m.update(10 * kMs, {.bytes = 62'500, .delay_n = 0, .delay_sum_us = 0}), 0u) << "under half a window";
+  // 250 000 bytes in 40 ms: 50 Mbit/s; 10 stamps of 2 ms mean.
+  const auto r = decode_report(m.update(40 * kMs, {.bytes = 250'000, .delay_n = 10, .delay_sum_us = 20'000}));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->rate_kbps, 50'000u);
+  EXPECT_TRUE(r->has_delay);
+  EXPECT_EQ(r->delay_us, 2000u);
+  // The window slides: from 40 ms on, 10 Mbit/s and no stamp.
+  m.update(60 * kMs, {.bytes = 275'000, .delay_n = 10, .delay_sum_us = 20'000});
+  const auto s = decode_report(m.update(80 * kMs, {.bytes = 300'000, .delay_n = 10, .delay_sum_us = 20'000}));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rate_kbps, 10'000u);
+  EXPECT_FALSE(s->has_delay);
+  // Counters that restart (a new object) start the window over.
+  EXPECT_EQ(m.update(90 * kMs, {}), 0u);
+}
+
+CongestionReport queued(uint64_t kbps) { return {.rate_kbps = kbps, .has_delay = true, .delay_us = 2000}; }
+CongestionReport clear(uint64_t kbps) { return {.rate_kbps = kbps, .has_delay = true, .delay_us = 0}; }
+
+TEST(BottleneckModel, NoMarksWithoutAReportOrABottleneck) {
+  BottleneckModel m;
+  m.update(0, std::nullopt, 0);
+  EXPECT_EQ(m.state(), CongestionState::kNoReport);
+  EXPECT_EQ(m.rate_kbps(), 0u);
+  // Reports without a queue: an application-limited sender is never marked.
+  for (uint64_t t = 10; t <= 500; t += 10) m.update(t * kMs, clear(10'000), t * kMs);
+  EXPECT_EQ(m.state(), CongestionState::kLearning);
+  EXPECT_EQ(m.bottleneck_kbps(), 0u);
+  EXPECT_EQ(m.rate_kbps(), 0u);
+}
+
+TEST(BottleneckModel, AQueueShowsTheBottleneckAndTheModelHoldsUnderIt) {
+  BottleneckModel m;
+  m.update(10 * kMs, queued(47'000), 10 * kMs);
+  EXPECT_EQ(m.bottleneck_kbps(), 47'000u);
+  EXPECT_EQ(m.state(), CongestionState::kCruise);
+  EXPECT_EQ(m.rate_kbps(), static_cast<uint64_t>(47'000 * BottleneckModel::kCruiseGain));
+  // The queue still stands on the next report: drain below the bottleneck.
+  m.update(20 * kMs, queued(46'000), 20 * kMs);
+  EXPECT_EQ(m.bottleneck_kbps(), 46'000u);
+  EXPECT_EQ(m.resets(), 1u);
+  EXPECT_EQ(m.state(), CongestionState::kDrain);
+  EXPECT_EQ(m.rate_kbps(), static_cast<uint64_t>(46'000 * BottleneckModel::kDrainGain));
+  // Drained: back to cruise after its phase; the same report again changes nothing.
+  const uint64_t back = 20 * kMs + BottleneckModel::kPhaseNs;
+  m.update(back, clear(40'000), back);
+  EXPECT_EQ(m.state(), CongestionState::kCruise);
+  EXPECT_EQ(m.bottleneck_kbps(), 46'000u) << "less without a queue is the sender's choice";
+}
+
+TEST(BottleneckModel, ItProbesAndLearnsARateThatGrew) {
+  BottleneckModel m;
+  uint64_t t = 10 * kMs;
+  m.update(t, queued(40'000), t);
+  t += BottleneckModel::kProbeEveryNs;
+  m.update(t, clear(38'000), t);
+  EXPECT_EQ(m.state(), CongestionState::kProbe);
+  EXPECT_EQ(m.probes(), 1u);
+  EXPECT_EQ(m.rate_kbps(), static_cast<uint64_t>(40'000 * BottleneckModel::kProbeGain));
+  // More got through while probing, without a queue: the pipe grew.
+  t += 10 * kMs;
+  m.update(t, clear(43'000), t);
+  EXPECT_EQ(m.bottleneck_kbps(), 43'000u);
+  // A queue in the probe confirms at least the estimate, never lowers it.
+  t += 5 * kMs;
+  m.update(t, queued(41'000), t);
+  EXPECT_EQ(m.bottleneck_kbps(), 43'000u);
+  t += BottleneckModel::kPhaseNs;
+  m.update(t, clear(40'000), t);
+  EXPECT_EQ(m.state(), CongestionState::kDrain);
+}
+
+TEST(BottleneckModel, StaleReportsFallBackAndAnUnconfirmedEstimateExpires) {
+  BottleneckModel m;
+  m.update(10 * kMs, queued(47'000), 10 * kMs);
+  ASSERT_NE(m.rate_kbps(), 0u);
+  // The peer's reports stop (its daemon died, an older peer): no marks.
+  const uint64_t late = 10 * kMs + BottleneckModel::kReportLifetimeNs;
+  m.update(late, queued(47'000), 10 * kMs);
+  EXPECT_EQ(m.state(), CongestionState::kNoReport);
+  EXPECT_EQ(m.rate_kbps(), 0u);
+  EXPECT_EQ(m.fallbacks(), 1u);
+  // Reports again, without a queue, long after: the estimate lapsed.
+  const uint64_t much_later = 10 * kMs + BottleneckModel::kBandwidthWindowNs + kMs;
+  m.update(much_later, clear(5'000), much_later);
+  EXPECT_EQ(m.state(), CongestionState::kLearning);
+  EXPECT_EQ(m.rate_kbps(), 0u);
+}
+
+}  // namespace
+}  // namespace rg
