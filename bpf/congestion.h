@@ -14,7 +14,12 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+
 #include "maps.h"
+#include "parse.h"
 
 /* The loop's decision for the peer in slot while it holds; NULL once the daemon stopped renewing it. */
 static __always_inline const struct rg_peer_cc *rg_peer_cc_get(__u32 slot)
@@ -45,9 +50,9 @@ static __always_inline __u32 rg_tunnel_feedback(__u32 slot, __u32 seq, __u32 los
 /*
  * One encapsulated frame whose inner frame is len bytes (copies: 1, or 2
  * with the shield's copy; inner bytes, as the far gateway counts what it
- * delivers) through the phantom queue of the peer in slot; marks its inner IP
- * header (at inner_l3, IPv6 when inner_v6) CE when the queue says so and
- * the packet is ECN-capable (ECT(0) or ECT(1)); Not-ECT is never marked,
+ * delivers) through the phantom queue of the peer in slot; with
+ * RG_CC_F_MARK_CE, marks its inner IP header (at inner_l3, IPv6 when
+ * inner_v6) CE when the queue says so and the packet is ECN-capable (ECT(0) or ECT(1)); Not-ECT is never marked,
  * and the IPv4 header checksum follows the byte. The outer UDP checksum is
  * zero (rg_encap_udp_geneve), and RoCE's ICRC leaves the traffic class
  * out, so nothing else changes.
@@ -58,11 +63,12 @@ static __always_inline void rg_congestion_mark(struct __sk_buff *skb, __u32 slot
 	const struct rg_peer_cc *cc = rg_peer_cc_get(slot);
 	__u64 now, cost, backlog, cap, min, max, scale;
 	struct rg_peer_pq *pq;
-	__u32 key = slot, rnd, mark = 0, ecn;
+	__u32 key = slot, rnd, mark = 0, ecn, marks;
 	__u8 hdr[2], byte;
 
 	if (!cc || !cc->ps_per_byte)
 		return;
+	marks = cc->flags & RG_CC_F_MARK_CE;
 	pq = bpf_map_lookup_elem(&rg_peer_pq, &key);
 	if (!pq || inner_l3 > 512 || bpf_skb_load_bytes(skb, inner_l3, hdr, sizeof(hdr)))
 		return;
@@ -86,7 +92,9 @@ static __always_inline void rg_congestion_mark(struct __sk_buff *skb, __u32 slot
 	pq->empty_at_ns = now + backlog;
 	pq->packets += copies;
 	pq->bytes += len * copies;
-	if (backlog >= max)
+	if (!marks)
+		mark = 0;
+	else if (backlog >= max)
 		mark = 1;
 	else if (backlog > min)
 		mark = (backlog - min) * scale > rnd;
@@ -108,6 +116,219 @@ static __always_inline void rg_congestion_mark(struct __sk_buff *skb, __u32 slot
 	bpf_l3_csum_replace(skb, inner_l3 + 10, bpf_htons((__u16)hdr[0] << 8 | hdr[1]),
 			    bpf_htons((__u16)hdr[0] << 8 | byte), 2);
 	bpf_skb_store_bytes(skb, inner_l3 + 1, &byte, 1, 0);
+}
+
+
+/*
+ * A CNP (IBA Annex A17.9.2) as it goes on the wire after the Ethernet
+ * header: IPv4, UDP to 4791 without a checksum, the BTH (opcode CNP, the
+ * BECN bit set, PSN 0), 16 reserved bytes and the ICRC.
+ */
+struct rg_cnp {
+	struct iphdr ip;
+	struct udphdr udp;
+	__u8 bth[RG_BTH_LEN];
+	__u8 reserved[16];
+	__u8 icrc[4];
+};
+
+/* The largest UDP payload of a RoCE packet a CNP is made from, and written back into; its frame. */
+#define RG_CNP_FROM_MAX (RG_BTH_LEN + 16 + 4)
+#define RG_CNP_FRAME_MAX (sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr) + RG_CNP_FROM_MAX)
+#define RG_CNP_BECN 0x40
+
+/*
+ * CRC-32's table (IEEE 802.3, reflected: entry n is n's remainder by
+ * 0xedb88320, bit by bit). A byte at a time through the table, the
+ * verifier follows one path; bit by bit, it splits on every bit.
+ */
+static const __u32 rg_crc32_table[256] = {
+	0x00000000, 0x77073096, 0xee0e612c, 0x990951ba, 0x076dc419, 0x706af48f,
+	0xe963a535, 0x9e6495a3, 0x0edb8832, 0x79dcb8a4, 0xe0d5e91e, 0x97d2d988,
+	0x09b64c2b, 0x7eb17cbd, 0xe7b82d07, 0x90bf1d91, 0x1db71064, 0x6ab020f2,
+	0xf3b97148, 0x84be41de, 0x1adad47d, 0x6ddde4eb, 0xf4d4b551, 0x83d385c7,
+	0x136c9856, 0x646ba8c0, 0xfd62f97a, 0x8a65c9ec, 0x14015c4f, 0x63066cd9,
+	0xfa0f3d63, 0x8d080df5, 0x3b6e20c8, 0x4c69105e, 0xd56041e4, 0xa2677172,
+	0x3c03e4d1, 0x4b04d447, 0xd20d85fd, 0xa50ab56b, 0x35b5a8fa, 0x42b2986c,
+	0xdbbbc9d6, 0xacbcf940, 0x32d86ce3, 0x45df5c75, 0xdcd60dcf, 0xabd13d59,
+	0x26d930ac, 0x51de003a, 0xc8d75180, 0xbfd06116, 0x21b4f4b5, 0x56b3c423,
+	0xcfba9599, 0xb8bda50f, 0x2802b89e, 0x5f058808, 0xc60cd9b2, 0xb10be924,
+	0x2f6f7c87, 0x58684c11, 0xc1611dab, 0xb6662d3d, 0x76dc4190, 0x01db7106,
+	0x98d220bc, 0xefd5102a, 0x71b18589, 0x06b6b51f, 0x9fbfe4a5, 0xe8b8d433,
+	0x7807c9a2, 0x0f00f934, 0x9609a88e, 0xe10e9818, 0x7f6a0dbb, 0x086d3d2d,
+	0x91646c97, 0xe6635c01, 0x6b6b51f4, 0x1c6c6162, 0x856530d8, 0xf262004e,
+	0x6c0695ed, 0x1b01a57b, 0x8208f4c1, 0xf50fc457, 0x65b0d9c6, 0x12b7e950,
+	0x8bbeb8ea, 0xfcb9887c, 0x62dd1ddf, 0x15da2d49, 0x8cd37cf3, 0xfbd44c65,
+	0x4db26158, 0x3ab551ce, 0xa3bc0074, 0xd4bb30e2, 0x4adfa541, 0x3dd895d7,
+	0xa4d1c46d, 0xd3d6f4fb, 0x4369e96a, 0x346ed9fc, 0xad678846, 0xda60b8d0,
+	0x44042d73, 0x33031de5, 0xaa0a4c5f, 0xdd0d7cc9, 0x5005713c, 0x270241aa,
+	0xbe0b1010, 0xc90c2086, 0x5768b525, 0x206f85b3, 0xb966d409, 0xce61e49f,
+	0x5edef90e, 0x29d9c998, 0xb0d09822, 0xc7d7a8b4, 0x59b33d17, 0x2eb40d81,
+	0xb7bd5c3b, 0xc0ba6cad, 0xedb88320, 0x9abfb3b6, 0x03b6e20c, 0x74b1d29a,
+	0xead54739, 0x9dd277af, 0x04db2615, 0x73dc1683, 0xe3630b12, 0x94643b84,
+	0x0d6d6a3e, 0x7a6a5aa8, 0xe40ecf0b, 0x9309ff9d, 0x0a00ae27, 0x7d079eb1,
+	0xf00f9344, 0x8708a3d2, 0x1e01f268, 0x6906c2fe, 0xf762575d, 0x806567cb,
+	0x196c3671, 0x6e6b06e7, 0xfed41b76, 0x89d32be0, 0x10da7a5a, 0x67dd4acc,
+	0xf9b9df6f, 0x8ebeeff9, 0x17b7be43, 0x60b08ed5, 0xd6d6a3e8, 0xa1d1937e,
+	0x38d8c2c4, 0x4fdff252, 0xd1bb67f1, 0xa6bc5767, 0x3fb506dd, 0x48b2364b,
+	0xd80d2bda, 0xaf0a1b4c, 0x36034af6, 0x41047a60, 0xdf60efc3, 0xa867df55,
+	0x316e8eef, 0x4669be79, 0xcb61b38c, 0xbc66831a, 0x256fd2a0, 0x5268e236,
+	0xcc0c7795, 0xbb0b4703, 0x220216b9, 0x5505262f, 0xc5ba3bbe, 0xb2bd0b28,
+	0x2bb45a92, 0x5cb36a04, 0xc2d7ffa7, 0xb5d0cf31, 0x2cd99e8b, 0x5bdeae1d,
+	0x9b64c2b0, 0xec63f226, 0x756aa39c, 0x026d930a, 0x9c0906a9, 0xeb0e363f,
+	0x72076785, 0x05005713, 0x95bf4a82, 0xe2b87a14, 0x7bb12bae, 0x0cb61b38,
+	0x92d28e9b, 0xe5d5be0d, 0x7cdcefb7, 0x0bdbdf21, 0x86d3d2d4, 0xf1d4e242,
+	0x68ddb3f8, 0x1fda836e, 0x81be16cd, 0xf6b9265b, 0x6fb077e1, 0x18b74777,
+	0x88085ae6, 0xff0f6a70, 0x66063bca, 0x11010b5c, 0x8f659eff, 0xf862ae69,
+	0x616bffd3, 0x166ccf45, 0xa00ae278, 0xd70dd2ee, 0x4e048354, 0x3903b3c2,
+	0xa7672661, 0xd06016f7, 0x4969474d, 0x3e6e77db, 0xaed16a4a, 0xd9d65adc,
+	0x40df0b66, 0x37d83bf0, 0xa9bcae53, 0xdebb9ec5, 0x47b2cf7f, 0x30b5ffe9,
+	0xbdbdf21c, 0xcabac28a, 0x53b39330, 0x24b4a3a6, 0xbad03605, 0xcdd70693,
+	0x54de5729, 0x23d967bf, 0xb3667a2e, 0xc4614ab8, 0x5d681b02, 0x2a6f2b94,
+	0xb40bbe37, 0xc30c8ea1, 0x5a05df1b, 0x2d02ef8d,
+};
+
+static __always_inline __u32 rg_crc32_byte(__u32 crc, __u8 b)
+{
+	return rg_crc32_table[(crc ^ b) & 0xff] ^ (crc >> 8);
+}
+
+/*
+ * RoCE v2's ICRC of c (IBA Annex A17.3.3): CRC-32 (IEEE 802.3, reflected,
+ * as zlib's crc32) over 8 bytes of 1s for the LRH RoCE v2 does not have and
+ * the packet with the fields that change on the way masked to 1s (TOS, TTL
+ * and the header checksum; the UDP checksum; the BTH's FECN/BECN byte), the
+ * ICRC itself left out.
+ */
+static __always_inline __u32 rg_cnp_icrc(const struct rg_cnp *c)
+{
+	const __u32 udp = sizeof(c->ip), bth = udp + sizeof(c->udp);
+	const __u8 *b = (const __u8 *)c;
+	__u32 crc = 0xffffffff;
+
+	for (int i = 0; i < 8; i++)
+		crc = rg_crc32_byte(crc, 0xff);
+	for (__u32 i = 0; i < sizeof(*c) - sizeof(c->icrc); i++) {
+		/* TOS, TTL, the header checksum, the UDP checksum, the BTH's resv8a. */
+		int masked = i == 1 || i == 8 || i == 10 || i == 11 || i == udp + 6 || i == udp + 7 || i == bth + 4;
+
+		crc = rg_crc32_byte(crc, masked ? 0xff : b[i]);
+	}
+	return ~crc;
+}
+
+/* The IPv4 header checksum of ip (its check field zero). */
+static __always_inline __u16 rg_ipv4_csum(const struct iphdr *ip)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u32 sum = 0;
+
+	for (int i = 0; i < (int)sizeof(*ip) / 2; i++)
+		sum += w[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/*
+ * TC ingress, a RoCE frame the peer in slot sent through its tunnel,
+ * decapsulated (the inner frame starts at the skb's data): with
+ * RG_CC_F_CNP and the peer's phantom queue above its marking threshold
+ * (chosen with the marking's probability), a CNP towards the frame's
+ * destination QP — the sending host's, for an ACK of its data — made from
+ * the frame itself: turned into the CNP, cloned back into this device's
+ * ingress (the stack forwards it to the host as it does the ACK), and
+ * restored, byte for byte. Only an IPv4 frame whose UDP payload is no
+ * longer than a CNP's (an ACK, a NAK, a CNP) is used, at most one per QP
+ * in cnp_gap_ns (rg_cnp_at). Returns -1 when the frame could not be
+ * restored (drop it), 1 when it was turned into a CNP and back, else 0.
+ */
+static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot)
+{
+	const __u32 l3 = sizeof(struct ethhdr), l4 = l3 + sizeof(struct iphdr), l5 = l4 + sizeof(struct udphdr);
+	const struct rg_peer_cc *cc = rg_peer_cc_get(slot);
+	__u64 now, empty, backlog, min, max, scale, key, *at;
+	struct {
+		struct iphdr ip;
+		struct udphdr udp;
+		__u8 payload[RG_CNP_FROM_MAX];
+	} orig;
+	struct rg_cnp cnp = {};
+	struct rg_peer_pq *pq;
+	__u32 len = skb->len, n, icrc, k = slot;
+	__be16 proto;
+
+	if (!cc || !cc->ps_per_byte || !(cc->flags & RG_CC_F_CNP))
+		return 0;
+	pq = bpf_map_lookup_elem(&rg_peer_pq, &k);
+	if (!pq)
+		return 0;
+	now = bpf_ktime_get_ns();
+	/* Read without the lock: a moment's race only moves the choice by a packet. */
+	empty = *(volatile __u64 *)&pq->empty_at_ns;
+	backlog = empty > now ? empty - now : 0;
+	min = cc->mark_min_ns;
+	max = cc->mark_max_ns;
+	scale = cc->mark_scale;
+	if (backlog <= min)
+		return 0;
+	if (backlog < max && (backlog - min) * scale <= bpf_get_prandom_u32())
+		return 0;
+
+	if (len > l5 + RG_CNP_FROM_MAX || bpf_skb_load_bytes(skb, 12, &proto, sizeof(proto)) ||
+	    proto != bpf_htons(ETH_P_IP) || bpf_skb_load_bytes(skb, l3, &orig, l5 - l3))
+		return 0;
+	if (orig.ip.ihl != 5 || orig.ip.protocol != IPPROTO_UDP || (orig.ip.frag_off & bpf_htons(0x3fff)) ||
+	    orig.udp.dest != bpf_htons(RG_ROCE_UDP_PORT))
+		return 0;
+	if (bpf_ntohs(orig.ip.tot_len) + l3 > len)
+		return 0;
+	n = bpf_ntohs(orig.ip.tot_len) - (__u32)(sizeof(orig.ip) + sizeof(orig.udp));
+	if (n < RG_BTH_LEN + 4 || n > RG_CNP_FROM_MAX)
+		return 0;
+	if (bpf_skb_load_bytes(skb, l5, orig.payload, n))
+		return 0;
+
+	/* One per QP in cnp_gap_ns, as a notification point sends them. */
+	key = ((__u64)slot << 32) | ((__u32)orig.payload[5] << 16) | ((__u32)orig.payload[6] << 8) | orig.payload[7];
+	at = bpf_map_lookup_elem(&rg_cnp_at, &key);
+	if (at && now - *at < cc->cnp_gap_ns)
+		return 0;
+	bpf_map_update_elem(&rg_cnp_at, &key, &now, BPF_ANY);
+
+	cnp.ip = orig.ip;
+	cnp.ip.tos = rg_cfg.cnp_dscp << 2;
+	cnp.ip.tot_len = bpf_htons(sizeof(cnp));
+	cnp.ip.check = 0;
+	cnp.ip.check = rg_ipv4_csum(&cnp.ip);
+	cnp.udp.source = orig.udp.source;
+	cnp.udp.dest = bpf_htons(RG_ROCE_UDP_PORT);
+	cnp.udp.len = bpf_htons(sizeof(cnp) - sizeof(cnp.ip));
+	cnp.bth[0] = RG_BTH_OPCODE_CNP;
+	cnp.bth[2] = orig.payload[2]; /* P_Key */
+	cnp.bth[3] = orig.payload[3];
+	cnp.bth[4] = RG_CNP_BECN;
+	cnp.bth[5] = orig.payload[5]; /* destination QP: the sending host's */
+	cnp.bth[6] = orig.payload[6];
+	cnp.bth[7] = orig.payload[7];
+	icrc = rg_cnp_icrc(&cnp);
+	cnp.icrc[0] = icrc;
+	cnp.icrc[1] = icrc >> 8;
+	cnp.icrc[2] = icrc >> 16;
+	cnp.icrc[3] = icrc >> 24;
+
+	if (bpf_skb_change_tail(skb, l3 + sizeof(cnp), 0) ||
+	    bpf_skb_store_bytes(skb, l3, &cnp, sizeof(cnp), BPF_F_RECOMPUTE_CSUM)) {
+		__sync_fetch_and_add(&pq->cnp_errors, 1);
+	} else if (bpf_clone_redirect(skb, skb->ifindex, BPF_F_INGRESS)) {
+		__sync_fetch_and_add(&pq->cnp_errors, 1);
+	} else {
+		__sync_fetch_and_add(&pq->cnps, 1);
+	}
+	if (bpf_skb_change_tail(skb, len, 0) ||
+	    bpf_skb_store_bytes(skb, l3, &orig, sizeof(orig.ip) + sizeof(orig.udp) + n, BPF_F_RECOMPUTE_CSUM))
+		return -1;
+	return 1;
 }
 
 #endif

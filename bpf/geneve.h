@@ -1097,7 +1097,8 @@ static __always_inline enum rg_decap_result rg_geneve_decap(struct xdp_md *ctx,
 static __always_inline enum rg_decap_result rg_skb_geneve_decap(struct __sk_buff *skb,
 								struct rg_pkt *p,
 								struct rg_counters *c,
-								enum rg_parse_class *cls)
+								enum rg_parse_class *cls,
+								__u32 *slot)
 {
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	__u32 ifindex = skb->ifindex, len = skb->len;
@@ -1152,6 +1153,7 @@ static __always_inline enum rg_decap_result rg_skb_geneve_decap(struct __sk_buff
 		return RG_DECAP_LEFT;
 	}
 	bpf_skb_change_type(skb, PACKET_HOST);
+	*slot = outer.peer_slot;
 	return rg_decap_deliver(skb, (void *)(long)skb->data, (void *)(long)skb->data_end, p,
 				&outer, iface, c, skb->len, cls);
 }

@@ -167,6 +167,18 @@ struct {
 } rg_peer_pq SEC(".maps");
 
 /*
+ * Per peer slot and QP (slot << 32 | destination QP), when the congestion
+ * loop last sent the QP a CNP (rg_congestion_cnp); LRU: a QP that stopped
+ * is forgotten. Not pinned.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u64);
+} rg_cnp_at SEC(".maps");
+
+/*
  * Streams arriving from the peers. One stream's packets reach this gateway
  * on any CPU (RSS spreads them by inner flow), hence the lock; a spin-locked
  * value cannot live in an LRU map, so the data path never evicts: a full

@@ -108,6 +108,19 @@ __noinline int rg_tc_congest(struct __sk_buff *skb, __u32 copies)
 	return 0;
 }
 
+/*
+ * TC ingress: the congestion loop's CNP towards the sending host, made from
+ * a RoCE frame the peer in slot sent (rg_congestion_cnp). Returns -1 (drop
+ * the frame: it could not be restored), 1 (it was turned into a CNP and
+ * back) or 0 (untouched).
+ */
+__noinline int rg_tc_cnp(struct __sk_buff *skb, __u32 slot)
+{
+	if (!skb)
+		return 0;
+	return rg_congestion_cnp(skb, slot);
+}
+
 /* The MAC of the option rg_tc_encap wrote (RG_TC_NEXT_SIGN). */
 __noinline int rg_tc_sign(struct __sk_buff *skb)
 {
@@ -320,18 +333,22 @@ int rg_tc_ingress(struct __sk_buff *skb)
 	struct rg_qp_key qp;
 	struct rg_pkt p;
 	void *data_end;
+	__u32 slot = 0, cnp = 0;
 
 	cls = rg_skb_parse(skb, &p);
 	if (cls == RG_PKT_GENEVE && (rg_cfg.flags & RG_CFG_F_DECAP)) {
 		c = rg_counters_get(skb->ifindex, RG_DIR_INGRESS);
-		switch (rg_skb_geneve_decap(skb, &p, c, &cls)) {
+		switch (rg_skb_geneve_decap(skb, &p, c, &cls, &slot)) {
 		case RG_DECAP_LEFT:
 			return RG_TC_PASS;
 		case RG_DECAP_DROP:
 			return TC_ACT_SHOT;
 		default:
-			if (cls == RG_PKT_ROCE)
-				rg_skb_segments(skb, &p, (void *)(long)skb->data);
+			if (cls != RG_PKT_ROCE)
+				break;
+			rg_skb_segments(skb, &p, (void *)(long)skb->data);
+			/* The congestion loop may make a CNP from a frame no longer than one (an ACK). */
+			cnp = (rg_cfg.flags & RG_CFG_F_CONGESTION) && skb->len <= RG_CNP_FRAME_MAX;
 			break;
 		}
 	}
@@ -352,5 +369,11 @@ int rg_tc_ingress(struct __sk_buff *skb)
 		rg_count_n(c, RG_EV_DSCP_REPAIRED, p.segs, p.wire_len);
 	rg_qp_key_fill(&qp, &p, data_end);
 	rg_account(&p, &qp, c, RG_DIR_INGRESS, p.wire_len);
+	/*
+	 * Last: the CNP is made from the frame and the frame restored, which
+	 * moves its data, so nothing reads the parse after it.
+	 */
+	if (cnp && rg_tc_cnp(skb, slot) < 0)
+		return TC_ACT_SHOT;
 	return RG_TC_PASS;
 }

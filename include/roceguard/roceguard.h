@@ -646,9 +646,22 @@ struct rg_peer_cc {
 	__u32 mark_max_ns;  /* backlog at which every ECN-capable packet is marked */
 	__u32 mark_scale;   /* 2^32 / (mark_max_ns - mark_min_ns): the probability per ns above min */
 	__u32 cap_ns;       /* the backlog's bound: the queue never holds more */
+	__u32 flags;        /* RG_CC_F_*: the signals the queue sends */
+	__u32 cnp_gap_ns;   /* RG_CC_F_CNP: at most one CNP per QP in this long */
 };
+/*
+ * The signals: inner CE on what TC egress sends the peer (the far host,
+ * DCQCN's notification point, answers it with a CNP a WAN round trip
+ * later), and CNPs this gateway makes itself from the peer's ACKs towards
+ * the sending host (TC ingress), a loop of microseconds.
+ */
+#define RG_CC_F_MARK_CE (1u << 0)
+#define RG_CC_F_CNP (1u << 1)
 
-/* Per peer slot, the phantom queue and what it did (rg_peer_pq; shared by the CPUs, under lock). */
+/*
+ * Per peer slot, the phantom queue and what it did (rg_peer_pq; shared by
+ * the CPUs: the queue under its lock, the CNP counts by atomic adds).
+ */
 struct rg_peer_pq {
 	struct bpf_spin_lock lock;
 	__u32 reserved;
@@ -658,6 +671,8 @@ struct rg_peer_pq {
 	__u64 marked;       /* inner CE set */
 	__u64 not_ect;      /* chosen to be marked but Not-ECT or CE already: left as they were */
 	__u64 capped;       /* arrivals that found the backlog at its bound */
+	__u64 cnps;         /* CNPs made from the peer's ACKs and sent to the host */
+	__u64 cnp_errors;   /* CNPs the kernel refused to send */
 };
 
 /*
@@ -772,8 +787,8 @@ RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt) == 12, "rg_tunnel_opt layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_opt_ext) == 8, "rg_tunnel_opt_ext layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_ctl) == 16, "rg_peer_ctl layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_rx) == 48, "rg_peer_rx layout");
-RG_STATIC_ASSERT(sizeof(struct rg_peer_cc) == 32, "rg_peer_cc layout");
-RG_STATIC_ASSERT(sizeof(struct rg_peer_pq) == 56, "rg_peer_pq layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_cc) == 40, "rg_peer_cc layout");
+RG_STATIC_ASSERT(sizeof(struct rg_peer_pq) == 72, "rg_peer_pq layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_stats) == 8 + 16 * RG_PEER_EV_MAX + 4 * RG_TUNNEL_LANES, "rg_peer_stats layout");
 RG_STATIC_ASSERT(sizeof(struct rg_tunnel_stream_key) == 8, "rg_tunnel_stream_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer_guard) == 32, "rg_peer_guard layout");

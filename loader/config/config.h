@@ -123,6 +123,8 @@ struct Config {
   uint32_t shield_auto_loss_ppm = 500;
   // The congestion loop (daemon/congestion.h): off until measured on the path.
   bool tunnel_congestion = false;
+  // What its phantom queues send (RG_CC_F_*): inner CE, CNPs of their own, or both.
+  uint32_t congestion_signal = RG_CC_F_CNP | RG_CC_F_MARK_CE;
   std::vector<PeerConfig> peers;
 
   // [metrics]

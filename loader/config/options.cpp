@@ -454,10 +454,17 @@ std::vector<Option> make_options() {
                      std::array<std::pair<std::string_view, bool>, 2>{{{"off", false}, {"on", true}}},
                      "the congestion loop (`roceguard run` only; docs/design.md section 18): each gateway reports "
                      "to every peer the rate and queueing delay at which the peer's packets arrive, models each "
-                     "peer's WAN bottleneck from those reports and marks inner CE on ECN-capable RoCE it sends "
-                     "the peer by a phantom queue draining a little under the bottleneck, so the hosts' DCQCN "
-                     "slows down before the WAN's queue fills; off by default; needs tunnel.sequence, on both "
-                     "gateways of a tunnel"));
+                     "peer's WAN bottleneck from those reports and runs a phantom queue draining a little under "
+                     "the bottleneck; its backlog tells the sending hosts (tunnel.congestion_signal), so their "
+                     "DCQCN slows down before the WAN's queue fills; off by default; needs tunnel.sequence, on "
+                     "both gateways of a tunnel"));
+  o.push_back(choice("tunnel.congestion_signal", "", &Config::congestion_signal,
+                     std::array<std::pair<std::string_view, uint32_t>, 3>{
+                         {{"both", RG_CC_F_CNP | RG_CC_F_MARK_CE}, {"cnp", RG_CC_F_CNP}, {"ce", RG_CC_F_MARK_CE}}},
+                     "what the congestion loop tells the sending hosts: cnp, CNPs this gateway makes from the far "
+                     "host's ACKs and sends the QP's own host within microseconds (needs the TC ingress hook: "
+                     "dataplane.ingress_hook, auto on veths and tunnel devices); ce, inner CE marks the far host "
+                     "answers with CNPs a WAN round trip later; both"));
   {
     Option peers;
     peers.path = "tunnel.peer";

@@ -158,7 +158,7 @@ uint64_t BottleneckModel::rate_kbps() const {
 
 CongestionLoop::CongestionLoop(const Config& cfg, const std::vector<uint32_t>& slots, int cc_fd, int rx_fd,
                                int stats_fd)
-    : cc_fd_(cc_fd), rx_fd_(rx_fd), stats_fd_(stats_fd) {
+    : cc_fd_(cc_fd), rx_fd_(rx_fd), stats_fd_(stats_fd), signal_(cfg.congestion_signal) {
   for (size_t i = 0; i < cfg.peers.size() && i < slots.size(); ++i) {
     if (slots[i] >= RG_MAX_PEERS) continue;
     peers_.push_back(Peer{.name = cfg.peers[i].name, .slot = slots[i], .meter = {}, .model = {}, .sent = 0});
@@ -177,6 +177,8 @@ void CongestionLoop::write_cc(const Peer& p, uint64_t until_ns) const {
   v.mark_max_ns = kMarkMaxNs;
   v.mark_scale = static_cast<uint32_t>((1ull << 32) / (kMarkMaxNs - kMarkMinNs));
   v.cap_ns = kPhantomCapNs;
+  v.flags = signal_;
+  v.cnp_gap_ns = kCnpGapNs;
   if (bpf_map_update_elem(cc_fd_, &p.slot, &v, BPF_ANY) != 0)
     spdlog::warn("cannot write {}[{}]: {}", kMapPeerCc, p.slot, errno_text(errno));
 }

@@ -135,6 +135,7 @@ class CongestionLoop {
   void write_cc(const Peer& p, uint64_t until_ns) const;
 
   int cc_fd_, rx_fd_, stats_fd_;
+  uint32_t signal_;  // RG_CC_F_*
   std::vector<Peer> peers_;
   uint64_t last_ns_ = 0;
 };
@@ -144,5 +145,7 @@ inline constexpr uint64_t kCcLifetimeNs = 20 * kCongestionTickNs;
 
 // The phantom queue's marking thresholds, in time at its drain rate.
 inline constexpr uint32_t kMarkMinNs = 200'000, kMarkMaxNs = 2'000'000, kPhantomCapNs = 20'000'000;
+// At most one CNP per QP in this long, as DCQCN's notification point sends them.
+inline constexpr uint32_t kCnpGapNs = 50'000;
 
 }  // namespace rg

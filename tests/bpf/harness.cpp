@@ -406,6 +406,15 @@ Verdict Dataplane::xdp(const Bytes& in, uint32_t repeat) {
   return {r.retval, buf};
 }
 
+Verdict Dataplane::tc_ingress(const Bytes& in) {
+  Bytes buf(in.size() + 512);
+  TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_tc_ingress), false, dev_ifindex(), in, buf, 1);
+  if (r.err) throw std::runtime_error("test_run tc ingress: " + std::string(std::strerror(-r.err)));
+  buf.resize(r.size_out);
+  if (r.retval != kTcShot) Capture::current().record(buf);
+  return {r.retval, buf, r.skb_priority};
+}
+
 Verdict Dataplane::xdp_at(const Bytes& in, int ifindex) {
   Bytes buf(in.size() + 512);
   TestRun r = test_run_frame(bpf_program__fd(skel_->progs.rg_xdp_ingress), true, ifindex, in, buf, 1);

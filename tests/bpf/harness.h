@@ -112,6 +112,9 @@ class Dataplane {
   // then holds the TC ingress program to the same expectations.
   Verdict tc(const Bytes& in, uint32_t repeat = 1);
   Verdict xdp(const Bytes& in, uint32_t repeat = 1);
+  // rg_tc_ingress on kDev, whatever ROCEGUARD_TEST_INGRESS says: what only
+  // the TC ingress hook does (the congestion loop's CNPs).
+  Verdict tc_ingress(const Bytes& in);
   // rg_xdp_ingress on a frame arriving on ifindex, whatever
   // ROCEGUARD_TEST_INGRESS says: the XDP fast path exists at XDP only.
   Verdict xdp_at(const Bytes& in, int ifindex);

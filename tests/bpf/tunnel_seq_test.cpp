@@ -1509,8 +1509,10 @@ rg_config congestion_config() {
 // A decision as `roceguard run` writes it: draining a byte in ps_per_byte
 // picoseconds, marking from min_ns to max_ns of backlog.
 rg_peer_cc cc_of(uint32_t ps_per_byte, uint32_t min_ns, uint32_t max_ns, uint64_t until_ns = UINT64_MAX,
-                 uint32_t report = 0) {
+                 uint32_t report = 0, uint32_t flags = RG_CC_F_MARK_CE) {
   rg_peer_cc c{};
+  c.flags = flags;
+  c.cnp_gap_ns = 50'000;
   c.until_ns = until_ns;
   c.report = report;
   c.ps_per_byte = ps_per_byte;
@@ -1659,6 +1661,179 @@ TEST_F(CongestionEncapReport, EveryOtherExtensionCarriesTheReport) {
     if (n % RG_TUNNEL_EXT_EVERY) continue;
     ASSERT_EQ(parse(out).gnv_optlen, kOptLen + kExtLen) << "number " << n;
     EXPECT_EQ(be32_at(out, kOpt4 + 16), n == 16 ? report : loss) << "number " << n;
+  }
+}
+
+// With the CNP signal only, the queue counts but marks nothing.
+TEST(CongestionEncap, TheCnpSignalAloneMarksNothing) {
+  Dataplane dp(congestion_config());
+  dp.tunnels();
+  dp.peer_cc(kPeerSlot4, cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_CNP));
+  EXPECT_EQ(parse_inner(dp.tc(towards_peer(false).ecn(2).build()).out).ecn(), 2);
+  EXPECT_EQ(dp.peer_pq(kPeerSlot4).packets, 1u);
+  EXPECT_EQ(dp.peer_pq(kPeerSlot4).marked, 0u);
+}
+
+// Frames the programs send back into kDev's own ingress (a CNP of the
+// congestion loop), as the stack sees them arrive there.
+class IngressTap {
+ public:
+  IngressTap() {
+    fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_ALL));
+    sockaddr_ll sll{};
+    sll.sll_family = AF_PACKET;
+    sll.sll_protocol = htons(ETH_P_ALL);
+    sll.sll_ifindex = dev_ifindex();
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&sll), sizeof(sll)) != 0)
+      throw std::runtime_error(std::string("cannot listen on ") + kDev + ": " + std::strerror(errno));
+  }
+  ~IngressTap() { close(fd_); }
+  IngressTap(const IngressTap&) = delete;
+  IngressTap& operator=(const IngressTap&) = delete;
+
+  // RoCE frames that arrived, within 200 ms (the clone is queued to the
+  // CPU's backlog and delivered before the test run returns, or soon after).
+  std::vector<Bytes> roce() {
+    std::vector<Bytes> out;
+    for (int waited_ms = 0; waited_ms < 200;) {
+      pollfd pfd{fd_, POLLIN, 0};
+      if (poll(&pfd, 1, 20) <= 0) {
+        waited_ms += 20;
+        continue;
+      }
+      Bytes buf(65536);
+      sockaddr_ll from{};
+      socklen_t len = sizeof(from);
+      const ssize_t n = recvfrom(fd_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &len);
+      if (n <= 0 || from.sll_pkttype == PACKET_OUTGOING) continue;
+      buf.resize(static_cast<size_t>(n));
+      if (parse(buf).roce) out.push_back(buf);
+    }
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// An ACK of host B's for host A's QP, through the IPv4 peer's tunnel.
+Bytes ack_from_peer(uint32_t qp, uint32_t psn) {
+  Bth b;
+  b.opcode = kOpAck;
+  b.dest_qp = qp;
+  b.psn = psn;
+  const Bytes ack = PacketBuilder()
+                        .eth(kPeerMac, kDevMac)
+                        .ipv4("203.0.113.20", "198.51.100.10")
+                        .dscp(46)
+                        .udp(49300, kRoceV2Port)
+                        .bth(b)
+                        .aeth(0, 7)
+                        .build();
+  return geneve_with(seq_option_short(stream_of(5, 0, 0), psn), ack);
+}
+
+// With the CNP signal and the peer's phantom queue above its threshold,
+// TC ingress makes a CNP of an ACK from the peer: towards the ACK's QP (the
+// sending host's), BECN set, its ICRC right by an ICRC computed here from
+// the masked headers, its IPv4 checksum right, and tshark decodes it as a
+// CNP. The ACK itself goes on byte for byte as it would have.
+TEST(CongestionCnp, AnAckFromThePeerBecomesACnpTowardsItsQpAndGoesOnUnchanged) {
+  const Bytes in = ack_from_peer(0x1234, 77);
+  Bytes plain;
+  {
+    Dataplane dp(congestion_config());
+    dp.tunnels();
+    plain = dp.tc_ingress(in).out;
+    ASSERT_TRUE(parse(plain).roce);
+  }
+  Dataplane dp(congestion_config());
+  dp.tunnels();
+  rg_peer_cc cc = cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_CNP);
+  cc.cnp_gap_ns = 4'000'000'000u;  // longer than the test, so the gap alone decides below
+  dp.peer_cc(kPeerSlot4, cc);
+  // One frame through the phantom queue fills it far above its threshold
+  // (150 ms of backlog; tshark below takes longer, so the queue is refilled).
+  const Bytes data = towards_peer(false).build();
+  dp.tc(data);
+  IngressTap tap;
+  const Verdict v = dp.tc_ingress(in);
+  EXPECT_EQ(v.ret, kTcPass);
+  EXPECT_EQ(hex(v.out), hex(plain)) << "the ACK, restored";
+  const std::vector<Bytes> got = tap.roce();
+  ASSERT_EQ(got.size(), 1u);
+  const Bytes& cnp = got[0];
+  const View c = parse(cnp);
+  ASSERT_TRUE(c.roce);
+  EXPECT_EQ(c.bth.opcode, RG_BTH_OPCODE_CNP);
+  EXPECT_EQ(c.bth.dest_qp, 0x1234u);
+  EXPECT_EQ(c.bth.psn, 0u);
+  EXPECT_EQ(cnp[c.l5 + 4], 0x40) << "BECN";
+  EXPECT_EQ(cnp.size(), c.l5 + 12 + 16 + 4) << "BTH, 16 reserved bytes, ICRC";
+  EXPECT_TRUE(c.icrc_ok);
+  EXPECT_TRUE(c.ipv4_csum_ok);
+  EXPECT_EQ(c.dscp(), RG_DEFAULT_CNP_DSCP);
+  EXPECT_EQ(hex(c.saddr), hex(parse(plain).saddr)) << "from host B";
+  EXPECT_EQ(hex(c.daddr), hex(parse(plain).daddr)) << "to host A";
+  EXPECT_EQ(c.dport, kRoceV2Port);
+  EXPECT_EQ(c.udp_csum, 0);
+  // Independent of the library that parsed it: tshark.
+  const std::vector<TsharkRow> rows = tshark({cnp}, "cnp");
+  ASSERT_EQ(rows.size(), 1u);
+  expect_tshark_row(rows[0],
+                    {{"frame.protocols", "eth:ethertype:ip:udp:infiniband"},
+                     {"infiniband.bth.opcode", std::to_string(RG_BTH_OPCODE_CNP)},
+                     {"infiniband.bth.destqp", "0x001234"},
+                     {"ip.checksum.status", "1"},
+                     {"udp.checksum.status", "3"}},
+                    0);
+  EXPECT_EQ(dp.peer_pq(kPeerSlot4).cnps, 1u);
+  EXPECT_EQ(dp.peer_pq(kPeerSlot4).cnp_errors, 0u);
+
+  // One per QP in cnp_gap_ns: the next ACK of the same QP makes none, another QP's does.
+  dp.tc(data);
+  // (Both before the tap is read: reading it waits longer than the backlog lasts.)
+  EXPECT_EQ(hex(dp.tc_ingress(in).out), hex(plain));
+  dp.tc_ingress(ack_from_peer(0x1235, 78));
+  const std::vector<Bytes> next = tap.roce();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(parse(next[0]).bth.dest_qp, 0x1235u);
+  EXPECT_EQ(dp.peer_pq(kPeerSlot4).cnps, 2u);
+}
+
+// No CNP below the threshold, with the CE signal alone, without a current
+// decision, or from a frame longer than a CNP (data).
+TEST(CongestionCnp, OnlyAQueueAboveItsThresholdMakesOne) {
+  struct Case {
+    const char* name;
+    rg_peer_cc cc;
+    bool data;
+  };
+  const Case cases[] = {
+      {"below the threshold", cc_of(1, 1'000'000'000, 1'000'000'001, UINT64_MAX, 0, RG_CC_F_CNP), false},
+      {"the CE signal alone", cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_MARK_CE), false},
+      {"the decision's lifetime is over", cc_of(kSlowDrain, 0, 1, 1, 0, RG_CC_F_CNP), false},
+      {"a data frame", cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_CNP), true},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    Dataplane dp(congestion_config());
+    dp.tunnels();
+    dp.peer_cc(kPeerSlot4, k.cc);
+    dp.tc(towards_peer(false).build());
+    IngressTap tap;
+    const Bytes in = k.data ? geneve_with(seq_option_short(stream_of(5, 0, 0), 1),
+                                          PacketBuilder()
+                                              .eth(kPeerMac, kDevMac)
+                                              .ipv4("203.0.113.20", "198.51.100.10")
+                                              .udp(49300, kRoceV2Port)
+                                              .bth(Bth{.opcode = kOpSendOnlyRc, .dest_qp = 0x1234, .psn = 1})
+                                              .payload(256)
+                                              .build())
+                            : ack_from_peer(0x1234, 77);
+    EXPECT_EQ(dp.tc_ingress(in).ret, kTcPass);
+    EXPECT_TRUE(tap.roce().empty());
+    EXPECT_EQ(dp.peer_pq(kPeerSlot4).cnps, 0u);
   }
 }
 
