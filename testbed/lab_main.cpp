@@ -125,6 +125,11 @@ void add_lab_options(CLI::App* lab) {
                   "DCQCN slows down before the WAN's queue fills")
       ->check(CLI::IsMember({"off", "on"}))
       ->capture_default_str();
+  lab->add_option("--congestion-signal", o.congestion_signal,
+                  "what the congestion loop tells host A (tunnel.congestion_signal): cnp, CNPs gateway A makes from "
+                  "host B's ACKs; ce, inner CE marks host B answers with CNPs a WAN round trip later; both")
+      ->check(CLI::IsMember({"both", "cnp", "ce"}))
+      ->capture_default_str();
   lab->add_option("--ingress-hook", o.ingress_hook,
                   "where the gateways run roceguard's ingress program (dataplane.ingress_hook): auto picks TC "
                   "ingress on the lab's veths")

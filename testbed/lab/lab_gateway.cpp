@@ -16,7 +16,7 @@ namespace rg::lab {
 Config gateway_config(const std::string& local, const std::string& remote, const std::string& route,
                       bool tunnel, XdpMode xdp_mode, unsigned tunnel_mtu, const std::string& ingress_hook,
                       bool xdp_forward, bool sequence, const std::string& shield, const std::string& wan_interface,
-                      bool congestion) {
+                      bool congestion, const std::string& congestion_signal) {
   std::ostringstream toml;
   toml << "interfaces = [\"" << wan_interface << (xdp_forward ? "\", \"lan0\"]\n" : "\"]\n")
        << "[dataplane]\nxdp_mode = \"" << (xdp_mode == XdpMode::kSkb ? "skb" : "native") << "\"\n"
@@ -27,7 +27,7 @@ Config gateway_config(const std::string& local, const std::string& remote, const
     if (sequence) toml << "sequence = true\n";
     // "off" is tunnel.shield's default.
     if (shield != "off") toml << "shield = \"" << shield << "\"\n";
-    if (congestion) toml << "congestion = \"on\"\n";
+    if (congestion) toml << "congestion = \"on\"\ncongestion_signal = \"" << congestion_signal << "\"\n";
     toml << "[[tunnel.peer]]\nname = \"far-gateway\"\nlocal = \"" << local << "\"\nremote = \""
          << remote << "\"\nvni = " << kLabVni << "\nmtu = " << tunnel_mtu << "\nroutes = [\"" << route << "\"]\n";
   }

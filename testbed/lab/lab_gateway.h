@@ -38,7 +38,8 @@ Config gateway_config(const std::string& local, const std::string& remote, const
                       bool tunnel, XdpMode xdp_mode = XdpMode::kNative,
                       unsigned tunnel_mtu = RG_DEFAULT_TUNNEL_MTU, const std::string& ingress_hook = "auto",
                       bool xdp_forward = false, bool sequence = false, const std::string& shield = "off",
-                      const std::string& wan_interface = "wan0", bool congestion = false);
+                      const std::string& wan_interface = "wan0", bool congestion = false,
+                      const std::string& congestion_signal = "both");
 
 class Gateway {
  public:

@@ -81,6 +81,8 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
                   !d.congestion ? json(nullptr)
                                 : json{{"ce_marked", d.cc_marked},
                                        {"unmarkable", d.cc_unmarkable},
+                                       {"cnps_made", d.cc_cnps},
+                                       {"cnp_errors", d.cc_cnp_errors},
                                        {"capped", d.cc_capped},
                                        {"queued", d.cc_queued},
                                        {"state_at_end", d.cc_state},
@@ -707,6 +709,11 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
                  ? std::to_string(p.tunnel[d].cc_marked) + " / " + std::to_string(p.tunnel[d].cc_unmarkable)
                  : std::string("-");
     });
+    row((at + "CNPs made / refused").c_str(), [d](const PhaseResult& p) {
+      return d < p.tunnel.size() && p.tunnel[d].congestion
+                 ? std::to_string(p.tunnel[d].cc_cnps) + " / " + std::to_string(p.tunnel[d].cc_cnp_errors)
+                 : std::string("-");
+    });
     row((at + "modelled bottleneck, Mbit/s").c_str(), [d](const PhaseResult& p) {
       return d < p.tunnel.size() && p.tunnel[d].congestion ? fmt("%.1f", p.tunnel[d].cc_bottleneck_kbps / 1e3)
                                                            : std::string("-");
@@ -742,6 +749,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"tunnel_kind", s.tunnel_kind},
                    {"shield", s.shield},
                    {"congestion_loop", s.congestion},
+                   {"congestion_signal", s.congestion_signal},
                    {"transport", transport_name(s.transport)},
                    {"xdp_forward", s.xdp_forward},
                    {"burst", s.burst},

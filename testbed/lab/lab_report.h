@@ -84,7 +84,7 @@ struct TunnelDirection {
   // CE marks; chosen but Not-ECT; arrivals at its bound) and its model of
   // the WAN's bottleneck at the end.
   bool congestion = false;
-  uint64_t cc_marked = 0, cc_unmarkable = 0, cc_capped = 0, cc_queued = 0;
+  uint64_t cc_marked = 0, cc_unmarkable = 0, cc_capped = 0, cc_queued = 0, cc_cnps = 0, cc_cnp_errors = 0;
   std::string cc_state;
   uint64_t cc_bottleneck_kbps = 0, cc_rate_kbps = 0;
   uint64_t cc_fallbacks = 0, cc_probes = 0, cc_resets = 0;
@@ -159,6 +159,7 @@ struct LabSettings {
   std::string tunnel_kind = "geneve";
   std::string shield = "off";  // tunnel.shield of both gateways
   std::string congestion = "off";  // tunnel.congestion of both gateways
+  std::string congestion_signal = "both";  // tunnel.congestion_signal of both gateways
   bool xdp_forward = false;
   unsigned burst = 1;             // packets per UDP_SEGMENT send at host A
   bool gro_forwarding = false;    // asked for: rx-udp-gro-forwarding on the gateways' lan0

@@ -302,6 +302,8 @@ TunnelPeer one_peer(const std::string& pin) {
     sum.pq.marked += p.pq.marked;
     sum.pq.not_ect += p.pq.not_ect;
     sum.pq.capped += p.pq.capped;
+    sum.pq.cnps += p.pq.cnps;
+    sum.pq.cnp_errors += p.pq.cnp_errors;
   }
   return sum;
 }
@@ -355,6 +357,8 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
     d.cc_unmarkable = from.pq.not_ect;
     d.cc_capped = from.pq.capped;
     d.cc_queued = from.pq.packets;
+    d.cc_cnps = from.pq.cnps;
+    d.cc_cnp_errors = from.pq.cnp_errors;
     return d;
   };
   std::vector<TunnelDirection> out{
@@ -391,6 +395,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   const Addresses& a = lab.topo.addr();
   std::optional<Gateway> gw_a, gw_b;
   std::array<std::string, 2> ingress_series{"xdp_ingress", "xdp_ingress"};  // per exporter
+  for (Exporter* e : lab.exporters) e->set_congestion({});  // no loop runs until the gateways attach
   if (with) {
     // The lab measures the tunnel's exact loss against the WAN's drops: the
     // sequence option is on in both gateways (the loss shield needs it too).
@@ -398,10 +403,10 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     const std::string& hook = lab.opts.ingress_hook;
     Config cfg_a = gateway_config(a.gw_a_wan4, a.gw_b_wan4, "203.0.113.0/24", lab.opts.tunnel, XdpMode::kNative,
                                   RG_DEFAULT_TUNNEL_MTU, hook, lab.opts.xdp_forward, true, lab.opts.shield,
-                                  lab.wan_if, lab.opts.congestion == "on");
+                                  lab.wan_if, lab.opts.congestion == "on", lab.opts.congestion_signal);
     Config cfg_b = gateway_config(a.gw_b_wan4, a.gw_a_wan4, "192.0.2.0/24", lab.opts.tunnel, XdpMode::kNative,
                                   RG_DEFAULT_TUNNEL_MTU, hook, lab.opts.xdp_forward, true, lab.opts.shield,
-                                  lab.wan_if, lab.opts.congestion == "on");
+                                  lab.wan_if, lab.opts.congestion == "on", lab.opts.congestion_signal);
     // RoCE into the uplink's priority class; gateway B's egress on wan0
     // (ACKs, NAKs, CNPs) gets the same, as a symmetric deployment would.
     if (lab.uplink_scheduler) cfg_a.skb_priority = cfg_b.skb_priority = HtbScheduler::kPriorityClassId;
@@ -547,6 +552,11 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
                                  gw_b ? &*gw_b : nullptr);
     std::cout << view_row(prev, cur, lab.opts.duration_s, lab.scheduler != nullptr) << std::flush;
     p.seconds.push_back(cur);
+    // The congestion loop's model, as each gateway's daemon would export it.
+    if (gw_a && gw_b) {
+      lab.exporters[0]->set_congestion(gw_a->congestion());
+      lab.exporters[1]->set_congestion(gw_b->congestion());
+    }
     prev = cur;
   }
   sender.join();
@@ -600,8 +610,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   if (with) {
     p.counters["gw_a"] = counter_rows(MapReader(gw_a->pin()).counters(), lab.topo, Node::kGatewayA, lab.wan_if);
     p.counters["gw_b"] = counter_rows(MapReader(gw_b->pin()).counters(), lab.topo, Node::kGatewayB, lab.wan_if);
-    // The final scrape, while the maps are still pinned, with the congestion
-    // loop's model as each gateway's daemon exports it.
+    // The final scrape, while the maps are still pinned.
     lab.exporters[0]->set_congestion(gw_a->congestion());
     lab.exporters[1]->set_congestion(gw_b->congestion());
     for (auto [addr, name] : {std::pair{lab.settings.metrics_a, "prometheus-gw-a.txt"},
@@ -690,6 +699,8 @@ int run_lab(const LabOptions& opts) {
     throw Error("lab: --tunnel-kind vxlan puts the kernel's VXLAN in the place of roceguard's Geneve", kExitUsage);
   if (opts.congestion != "off" && opts.congestion != "on")
     throw Error("lab: --congestion is off or on", kExitUsage);
+  if (opts.congestion_signal != "both" && opts.congestion_signal != "cnp" && opts.congestion_signal != "ce")
+    throw Error("lab: --congestion-signal is both, cnp or ce", kExitUsage);
   if (opts.congestion == "on" && !opts.tunnel)
     throw Error(std::string("lab: --congestion needs roceguard's tunnel: its reports ride in the Geneve option (drop ") +
                     (vxlan ? "--tunnel-kind vxlan)" : "--no-tunnel)"),
@@ -756,6 +767,7 @@ int run_lab(const LabOptions& opts) {
   settings.tunnel_kind = vxlan ? "vxlan" : opts.tunnel ? "geneve" : "none";
   settings.shield = opts.shield;
   settings.congestion = opts.congestion;
+  settings.congestion_signal = opts.congestion_signal;
   settings.xdp_forward = opts.xdp_forward;
   settings.burst = opts.burst;
   settings.gro_forwarding = opts.gro_forwarding;

@@ -60,6 +60,8 @@ struct LabOptions {
   std::string shield = "off";
   // The congestion loop (tunnel.congestion) of both gateways: "off" or "on".
   std::string congestion = "off";
+  // What the loop sends (tunnel.congestion_signal): "both", "cnp" or "ce".
+  std::string congestion_signal = "both";
   std::string ingress_hook = "auto";  // the gateways' dataplane.ingress_hook
   bool xdp_forward = false;  // the gateways' dataplane.xdp_forward (LAN and WAN attached)
   // Host A's generator hands up to this many consecutive packets of one QP

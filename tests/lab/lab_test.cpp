@@ -766,16 +766,17 @@ TEST_F(Lab, WanBottleneckDropsTailAndItsQueueStaysWithinItsBuffer) {
   expect_nothing_left(report);
 }
 
-// --congestion on: behind a 20 Mbit/s bottleneck that marks nothing, the
-// gateways' congestion loop learns the bottleneck from gateway B's reports
-// and marks inner CE at gateway A; host B, the notification point, turns
-// the marks into CNPs and host A's DCQCN cuts its rate. Without roceguard
-// nothing marks at all: every CE, CNP and cut comes from the loop.
+// --congestion on --congestion-signal ce: behind a 20 Mbit/s bottleneck
+// that marks nothing, the gateways' congestion loop learns the bottleneck
+// from gateway B's reports and marks inner CE at gateway A; host B, the
+// notification point, turns the marks into CNPs and host A's DCQCN cuts
+// its rate. Without roceguard nothing marks at all: every CE, CNP and cut
+// comes from the loop.
 TEST_F(Lab, CongestionLoopMarksReachTheSenderAsCnps) {
   TempDir tmp;
   const std::string report = tmp.path() + "/report";
   auto r = run_lab(report, 3, {"--scenario", "bleach", "--loss", "0", "--wan-rate", "20", "--wan-buffer", "10ms",
-                           "--congestion", "on"});
+                           "--congestion", "on", "--congestion-signal", "ce"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   json j = json::parse(read(report + "/counters.json"));
@@ -814,6 +815,40 @@ TEST_F(Lab, CongestionLoopMarksReachTheSenderAsCnps) {
   for (const char* m : {"roceguard_tunnel_congestion_marked_total{peer=\"far-gateway\"}",
                         "roceguard_tunnel_congestion_bottleneck_bits_per_second{peer=\"far-gateway\"}"})
     EXPECT_NE(metrics.find(m), std::string::npos) << m;
+  expect_nothing_left(report);
+}
+
+// --congestion-signal cnp: gateway A makes the CNPs itself, from host B's
+// ACKs, and host A receives them all (the LAN between them loses nothing):
+// no CE anywhere, no CNP from host B, and host A's DCQCN cuts on them.
+TEST_F(Lab, CongestionLoopCnpsReachTheSenderFromItsGateway) {
+  TempDir tmp;
+  const std::string report = tmp.path() + "/report";
+  auto r = run_lab(report, 3, {"--scenario", "bleach", "--mode", "with", "--loss", "0", "--wan-rate", "20",
+                           "--wan-buffer", "10ms", "--congestion", "on", "--congestion-signal", "cnp"});
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  EXPECT_EQ(j["settings"]["congestion_signal"], "cnp");
+  const json& with = j["phases"]["with"];
+  const json& loop = with["tunnel"]["a_to_b"]["congestion"];
+  ASSERT_TRUE(loop.is_object()) << with["tunnel"];
+  EXPECT_EQ(loop["ce_marked"].get<uint64_t>(), 0u) << loop;
+  const uint64_t made = loop["cnps_made"].get<uint64_t>();
+  EXPECT_GT(made, 0u) << loop;
+  EXPECT_EQ(loop["cnp_errors"].get<uint64_t>(), 0u) << loop;
+  EXPECT_EQ(with["receiver"]["ecn_ce"].get<uint64_t>(), 0u);
+  EXPECT_EQ(with["receiver"]["cnps"].get<uint64_t>(), 0u) << "host B answers no CE";
+  const uint64_t got = with["sender"]["cnps"].get<uint64_t>();
+  EXPECT_GT(got, 0u);
+  // Made after host A stopped listening: counted by the gateway only.
+  EXPECT_LE(got, made);
+  uint64_t cuts = 0;
+  for (const json& q : with["sender"]["dcqcn"]) cuts += q["cuts"].get<uint64_t>();
+  EXPECT_GT(cuts, 0u);
+  EXPECT_LE(cuts, got);
+  const std::string summary = read(report + "/summary.txt");
+  EXPECT_NE(summary.find("loop A->B: CNPs made / refused"), std::string::npos) << summary;
   expect_nothing_left(report);
 }
 

@@ -290,7 +290,8 @@ TEST(Dashboard, EveryPanelQueryReturnsDataFromTheLab) {
   const std::string lab_log = tmp.path() + "/lab.log";
   // Long enough for a full rate window of scrapes while roceguard is
   // attached; the queries make do with less if the lab ends its phase early.
-  Child lab({ROCEGUARD_BIN, "lab", "--mode", "with", "--duration", "20", "--pcap-seconds", "0",
+  // With the congestion loop on, so its panels have series too.
+  Child lab({ROCEGUARD_BIN, "lab", "--mode", "with", "--duration", "20", "--pcap-seconds", "0", "--congestion", "on",
              "--report", tmp.path() + "/report", "--prefix", "rgdb" + std::to_string(getpid()),
              "--metrics-listen", "127.0.0.1:" + std::to_string(gw_a)},
             lab_log);
