@@ -176,6 +176,23 @@ int main(int argc, char** argv) {
       if (bpf_map__update_elem(shielded.skel()->maps.rg_peers, &slot, sizeof(slot), &p, sizeof(p), 0))
         throw std::runtime_error("rg_peers update: " + std::string(std::strerror(errno)));
     }
+    // The congestion loop: each encapsulated frame through the peer's
+    // phantom queue, drained at 50 Mbit/s, so the backlog stands above the
+    // marking threshold and every frame (ECT(0)) is marked CE.
+    Object congested(config(RG_CFG_F_DEFAULT | RG_CFG_F_TUNNEL_SEQ | RG_CFG_F_CONGESTION));
+    {
+      const uint32_t slot = 0;
+      rg_peer_cc cc{};
+      cc.until_ns = UINT64_MAX;
+      cc.ps_per_byte = 160'000;  // 8 bits at 50 Mbit/s
+      cc.mark_min_ns = 200'000;
+      cc.mark_max_ns = 2'000'000;
+      cc.mark_scale = static_cast<uint32_t>((1ull << 32) / (cc.mark_max_ns - cc.mark_min_ns));
+      cc.cap_ns = 20'000'000;
+      cc.flags = RG_CC_F_MARK_CE;
+      if (bpf_map__update_elem(congested.skel()->maps.rg_peer_cc, &slot, sizeof(slot), &cc, sizeof(cc), 0))
+        throw std::runtime_error("rg_peer_cc update: " + std::string(std::strerror(errno)));
+    }
     // The same program with the next-hop cache leased, as `roceguard run`
     // grants it (the benchmark renews it every round, as the daemon does).
     Object cached(config(RG_CFG_F_DEFAULT));
@@ -251,6 +268,10 @@ int main(int argc, char** argv) {
     cases.push_back({"tc egress: DSCP + accounting + Geneve encap + sequence option + shield copy (all)", "tc",
                      shielded.tc_fd(), roce_frame(host_tos, payload), true, false,
                      50 + static_cast<int>(sizeof(rg_tunnel_opt))});
+    // The congestion loop's row: minus the sequence option's row above.
+    cases.push_back({"tc egress: DSCP + accounting + Geneve encap + sequence option + congestion loop (CE marked)",
+                     "tc", congested.tc_fd(), roce_frame(host_tos, payload), true, false,
+                     50 + static_cast<int>(sizeof(rg_tunnel_opt))});
     const uint32_t stream = 1u << RG_TUNNEL_EPOCH_SHIFT;  // a sender with epochs: eliminated
     cases.push_back({"xdp ingress: Geneve (sequence option) second copy eliminated", "xdp", shielded.xdp_fd(),
                      geneve_frame(0, payload, true, stream), true, true,
@@ -314,6 +335,15 @@ int main(int argc, char** argv) {
         const std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
         c.wall_ns.push_back(dt.count() / calls);
       }
+    // The congestion loop's row: the frames marked, not passed by (the
+    // backlog stands above the threshold from the second frame on).
+    {
+      const uint32_t slot = 0;
+      rg_peer_pq pq{};
+      if (bpf_map__lookup_elem(congested.skel()->maps.rg_peer_pq, &slot, sizeof(slot), &pq, sizeof(pq), 0) ||
+          pq.marked == 0)
+        throw std::runtime_error("the congestion loop's phantom queue marked nothing");
+    }
     // Where the program leaves the buffer as it was, repeat > 1 is valid:
     // a cross-check of the floor-subtracted figure.
     for (auto& c : cases)

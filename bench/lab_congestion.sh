@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The congestion loop against the WAN's own bottleneck: `roceguard lab
+# --scenario bleach --mode with`, host A at 100 Mbit/s into a drop-tail
+# bottleneck of half that (--wan-rate 50) which neither marks nor pauses,
+# no random loss. Per WAN (one-way delay and buffer), the variants run in
+# interleaved rounds: roceguard without the loop (off), with the loop and
+# tunnel.congestion_signal ce (inner CE marks), cnp (CNPs made at the near
+# gateway) or both, and each of them with the long-haul DCQCN tuning
+# (-tuned) or with DCQCN's alpha period and recovery timer at the lab's
+# scale (-scaled: the lab's 100 Mbit/s sends a QP's packets a thousand
+# times further apart than the 100 Gbit/s NIC mlx5's defaults are for).
+# Per run: RoCE goodput as a share of the most the
+# bottleneck allows (its rate x RoCE payload bytes per frame on the WAN),
+# the bottleneck's drops as a share of host A's packets, retransmit
+# timeouts, failed QPs, the queue's p99 delay, and the loop's inner CE
+# marks and CNPs made. Prints one Markdown table per WAN (medians over the rounds, and
+# each variant's goodput over off's, median of the per-round ratios with
+# their range) and writes bench/results/lab_congestion.json (OUT=...).
+# Needs root and a build directory (BUILD_DIR, default build).
+#   bench/lab_congestion.sh                 ROUNDS=3 WANS="10ms:bdp 10ms:quarter 2ms:bdp"
+#   VARIANTS="off off-tuned ce ce-tuned cnp cnp-tuned" (also both, -scaled)
+#   SCALED=dce_tcp_rtt=1000,rpg_time_reset=5000
+#   LAB_DURATION=10 TUNING=rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+lab=$build/loader/roceguard-lab
+rounds=${ROUNDS:-3}
+wans=${WANS:-10ms:bdp 10ms:quarter 2ms:bdp}
+duration=${LAB_DURATION:-10}
+tuning=${TUNING:-rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1}
+scaled=${SCALED:-dce_tcp_rtt=1000,rpg_time_reset=5000}
+out=${OUT:-bench/results/lab_congestion.json}
+[ "$(id -u)" -eq 0 ] || { echo "bench/lab_congestion.sh: run as root" >&2; exit 1; }
+[ -x "$lab" ] || { echo "bench/lab_congestion.sh: no $lab (cmake --build $build --target roceguard-lab)" >&2; exit 1; }
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+
+tmp=$(mktemp -d)
+lab_pid=
+cleanup() {
+	# The lab removes what it made on SIGTERM; wait for it (bounded by its timeout).
+	if [ -n "$lab_pid" ] && kill -0 "$lab_pid" 2>/dev/null; then kill -TERM "$lab_pid"; wait "$lab_pid" || true; fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+variants=${VARIANTS:-off off-tuned ce ce-tuned cnp cnp-tuned}
+rows=()
+for wan in $wans; do
+	delay=${wan%%:*}
+	buffer=${wan#*:}
+	for round in $(seq 1 "$rounds"); do
+		for v in $variants; do
+			signal=${v%-tuned}
+			signal=${signal%-scaled}
+			case $signal in
+			off) loop=(--congestion off) ;;
+			ce | cnp | both) loop=(--congestion on --congestion-signal "$signal") ;;
+			*) echo "bench/lab_congestion.sh: variant $v is off, ce, cnp or both, optionally -tuned or -scaled" >&2; exit 2 ;;
+			esac
+			args=(--scenario bleach --mode with --loss 0 --host-rate 100 --wan-rate 50 --wan-delay "$delay"
+				"${loop[@]}" --duration "$duration")
+			case $buffer in
+			bdp) args+=(--wan-buffer bdp) ;;
+			# A quarter of a bandwidth-delay product: the round trip is twice the one-way delay.
+			quarter) args+=(--wan-buffer "$(( ${delay%ms} * 2 * 1000 / 4 ))us") ;;
+			*) args+=(--wan-buffer "$buffer") ;;
+			esac
+			[ "$v" = "${v%-tuned}" ] || args+=(--dcqcn "$tuning")
+			[ "$v" = "${v%-scaled}" ] || args+=(--dcqcn "$scaled")
+			report=$tmp/$delay-$buffer-$round-$v
+			timeout 600 "$lab" "${args[@]}" --report "$report" --prefix rgbc --metrics-listen 127.0.0.1:0 \
+				--pcap-seconds 0 >"$tmp/log" 2>&1 &
+			lab_pid=$!
+			wait "$lab_pid" || { cat "$tmp/log" >&2; exit 1; }
+			lab_pid=
+			rows+=("$(jq -c --arg delay "$delay" --arg buffer "$buffer" --argjson round "$round" --arg v "$v" '
+				.phases.with as $w | $w.tunnel.a_to_b as $t | $w.wan.bottleneck.a_to_b as $q |
+				($t.shield.wan_geneve_bytes / ([$t.sent, 1] | max)) as $frame |
+				{delay: $delay, buffer: $buffer, round: $round, variant: $v,
+				load: "'"$(cut -d' ' -f1 /proc/loadavg)"'",
+				buffer_us: .settings.wan_buffer_us,
+				goodput_mbps: ($w.receiver.goodput_bytes * 8 / 1000 / ([$w.sender.elapsed_ms, 1] | max)),
+				wan_frame_bytes: $frame,
+				max_goodput_mbps: (.settings.wan_rate_mbit * .settings.payload / $frame),
+				wan_dropped: $q.dropped, host_packets: $w.sender.packets,
+				timeouts: $w.sender.timeouts, qps_failed: $w.sender.qps_failed,
+				queue_p99_us: $q.queue_delay_us.p99, queue_p50_us: $q.queue_delay_us.p50,
+				ce_marked: ($t.congestion.ce_marked // 0), cnps_made: ($t.congestion.cnps_made // 0),
+				cnps: $w.sender.cnps}' "$report/counters.json")")
+			echo "${rows[-1]}" >&2
+		done
+	done
+done
+
+printf '%s\n' "${rows[@]}" | jq -s --arg tuning "$tuning" --arg scaled "$scaled" --arg variants "$variants" \
+	'{tuning: $tuning, scaled: $scaled, variants: ($variants | split(" ")), runs: .}' >"$out"
+jq -r '
+	.variants as $variants |
+	def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
+		else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+	def r(n): if . == null then "-" else (. * n | round) / n | tostring end;
+	.runs | group_by(.delay + "/" + .buffer)[] | . as $wan |
+	"\n### WAN " + .[0].delay + " one way, buffer " + .[0].buffer + " (" + ((.[0].buffer_us / 1000) | r(100) | tostring)
+		+ " ms), bottleneck 50 Mbit/s\n",
+	"| variant | goodput, Mbit/s | of the most the bottleneck allows | over off, per round | WAN drops, % of host A'"'"'s packets | timeouts | QPs failed | queue p99, ms | inner CE marks | CNPs made | CNPs at host A |",
+	"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+	( $variants[] as $v | [$wan[] | select(.variant == $v)] as $rs |
+		[$rs[] | .round as $k | (.goodput_mbps / ([$wan[] | select(.variant == "off" and .round == $k)][0].goodput_mbps))] as $ratio |
+		"| " + $v + " | " + ([$rs[].goodput_mbps] | median | r(10)) + " | "
+		+ ([$rs[] | .goodput_mbps / .max_goodput_mbps] | median | r(100)) + " | "
+		+ ($ratio | median | r(100)) + " (" + ($ratio | min | r(100)) + "-" + ($ratio | max | r(100)) + ") | "
+		+ ([$rs[] | 100 * .wan_dropped / .host_packets] | median | r(10)) + " | "
+		+ ([$rs[].timeouts] | median | r(1)) + " | " + ([$rs[].qps_failed] | median | r(1)) + " | "
+		+ ([$rs[].queue_p99_us / 1000] | median | r(100)) + " | " + ([$rs[].ce_marked] | median | r(1)) + " | "
+		+ ([$rs[].cnps_made] | median | r(1)) + " | " + ([$rs[].cnps] | median | r(1)) + " |")' "$out"
