@@ -325,7 +325,14 @@ static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot)
 	} else {
 		__sync_fetch_and_add(&pq->cnps, 1);
 	}
-	if (bpf_skb_change_tail(skb, len, 0) ||
+	if (bpf_skb_change_tail(skb, len, 0))
+		return -1;
+	/*
+	 * Bound again next to its use: Linux 6.1's verifier loses the bound of
+	 * a length spilled across the helper calls above.
+	 */
+	barrier_var(n);
+	if (n > RG_CNP_FROM_MAX ||
 	    bpf_skb_store_bytes(skb, l3, &orig, sizeof(orig.ip) + sizeof(orig.udp) + n, BPF_F_RECOMPUTE_CSUM))
 		return -1;
 	return 1;

@@ -1846,24 +1846,36 @@ TEST(CongestionDecap, AReportIsKeptApartAndDelaysAreSummed) {
   const uint32_t stream = stream_of(5, 0, 0);
   const uint32_t loss = RG_FEEDBACK_VALID | 4321;
   const uint32_t report = RG_FEEDBACK_REPORT | (1000u << RG_REPORT_RATE_SHIFT);
-  EXPECT_EQ(dp.xdp(geneve_with(seq_option(stream, 0, tai_now_ns(), RG_TUNNEL_OPT_CLASS_DEFAULT, loss), inner)).ret,
-            kXdpPass);
+  // Each arrival's clock reading lies between the test's readings just
+  // before and just after its run, so the delay above the floor is bounded
+  // by those readings alone, however slow the machine (each side's
+  // microseconds are truncated: 2 us either way).
+  const uint64_t sent1 = tai_now_ns();
+  const Bytes first = geneve_with(seq_option(stream, 0, sent1, RG_TUNNEL_OPT_CLASS_DEFAULT, loss), inner);
+  const uint64_t before1 = tai_now_ns();
+  EXPECT_EQ(dp.xdp(first).ret, kXdpPass);
+  const uint64_t after1 = tai_now_ns();
   rg_peer_rx rx = dp.peer_rx(kPeerSlot4);
   EXPECT_EQ(rx.feedback, loss);
   EXPECT_EQ(rx.report_at_ns, 0u);
   EXPECT_EQ(rx.delay_n, 1u) << "the first stamp sets the floor: 0 us above it";
   EXPECT_EQ(rx.delay_sum_us, 0u);
 
-  // Stamped 3 ms earlier than the first: 3 ms above the floor.
-  dp.xdp(geneve_with(seq_option(stream, 16, tai_now_ns() - 3'000'000, RG_TUNNEL_OPT_CLASS_DEFAULT, report), inner));
+  // Stamped 3 ms before it was built: about 3 ms above the floor.
+  const uint64_t sent2 = tai_now_ns() - 3'000'000;
+  const Bytes second = geneve_with(seq_option(stream, 16, sent2, RG_TUNNEL_OPT_CLASS_DEFAULT, report), inner);
+  const uint64_t before2 = tai_now_ns();
+  dp.xdp(second);
+  const uint64_t after2 = tai_now_ns();
   rx = dp.peer_rx(kPeerSlot4);
   EXPECT_EQ(rx.feedback, loss) << "the measure stays";
   EXPECT_EQ(rx.report, report);
   EXPECT_NE(rx.report_at_ns, 0u);
   EXPECT_EQ(rx.delay_n, 2u);
-  // Less the first stamp's own time from build to arrival, which set the floor.
-  EXPECT_GE(rx.delay_sum_us, 2900u);
-  EXPECT_LT(rx.delay_sum_us, 3000u + 1'000'000u) << "bounded by the test's own run time";
+  const auto us = [](uint64_t from, uint64_t to) { return (static_cast<int64_t>(to) - static_cast<int64_t>(from)) / 1000; };
+  const int64_t lo = us(sent2, before2) - us(sent1, after1), hi = us(sent2, after2) - us(sent1, before1);
+  EXPECT_GE(static_cast<int64_t>(rx.delay_sum_us), lo - 2) << "between " << lo << " and " << hi << " us";
+  EXPECT_LE(static_cast<int64_t>(rx.delay_sum_us), hi + 2) << "between " << lo << " and " << hi << " us";
 
   // A duplicate adds no delay; an unstamped number none either.
   dp.xdp(geneve_with(seq_option(stream, 16, tai_now_ns(), RG_TUNNEL_OPT_CLASS_DEFAULT, report), inner));

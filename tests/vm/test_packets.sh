@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Packet tests whose BPF code Debian 12's kernel (6.1) verifies otherwise
+# than the build machine's: the congestion loop's (inner CE marks, the
+# reports, the CNPs made at TC ingress) run in one guest, both ingress hooks.
+set -euo pipefail
+. "$(dirname "$0")/vm.sh"
+: "${RGVM_TIMEOUT:=360}"
+rgvm_setup
+rgvm_start a none packets.sh \
+	PACKET_TESTS='Congestion*' \
+	PACKET_TESTS_TC='CongestionCnp.*:CongestionDecap.*'
+rgvm_wait a
