@@ -23,27 +23,13 @@
 #   LAB_DURATION=10 TUNING=rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD_DIR:-build}
-lab=$build/loader/roceguard-lab
 rounds=${ROUNDS:-3}
 wans=${WANS:-10ms:bdp 10ms:quarter 2ms:bdp}
 duration=${LAB_DURATION:-10}
 tuning=${TUNING:-rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1}
 scaled=${SCALED:-dce_tcp_rtt=1000,rpg_time_reset=5000}
 out=${OUT:-bench/results/lab_congestion.json}
-[ "$(id -u)" -eq 0 ] || { echo "bench/lab_congestion.sh: run as root" >&2; exit 1; }
-[ -x "$lab" ] || { echo "bench/lab_congestion.sh: no $lab (cmake --build $build --target roceguard-lab)" >&2; exit 1; }
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-
-tmp=$(mktemp -d)
-lab_pid=
-cleanup() {
-	# The lab removes what it made on SIGTERM; wait for it (bounded by its timeout).
-	if [ -n "$lab_pid" ] && kill -0 "$lab_pid" 2>/dev/null; then kill -TERM "$lab_pid"; wait "$lab_pid" || true; fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+. bench/lab_common.sh
 
 variants=${VARIANTS:-off off-tuned ce ce-tuned cnp cnp-tuned}
 rows=()
@@ -70,11 +56,7 @@ for wan in $wans; do
 			[ "$v" = "${v%-tuned}" ] || args+=(--dcqcn "$tuning")
 			[ "$v" = "${v%-scaled}" ] || args+=(--dcqcn "$scaled")
 			report=$tmp/$delay-$buffer-$round-$v
-			timeout 600 "$lab" "${args[@]}" --report "$report" --prefix rgbc --metrics-listen 127.0.0.1:0 \
-				--pcap-seconds 0 >"$tmp/log" 2>&1 &
-			lab_pid=$!
-			wait "$lab_pid" || { cat "$tmp/log" >&2; exit 1; }
-			lab_pid=
+			run_lab "${args[@]}" --report "$report" --prefix rgbc --metrics-listen 127.0.0.1:0 --pcap-seconds 0
 			rows+=("$(jq -c --arg delay "$delay" --arg buffer "$buffer" --argjson round "$round" --arg v "$v" '
 				.phases.with as $w | $w.tunnel.a_to_b as $t | $w.wan.bottleneck.a_to_b as $q |
 				($t.shield.wan_geneve_bytes / ([$t.sent, 1] | max)) as $frame |

@@ -16,27 +16,13 @@
 #   SHIELDS="off control all" LAB_ARGS="--scenario bleach --mode with" DELAYS="2ms 10ms"
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD_DIR:-build}
-lab=$build/loader/roceguard-lab
 losses=${LOSSES:-0 0.1 1}
 delays=${DELAYS:-0 2ms 10ms}
 shields=${SHIELDS:-off}
 duration=${LAB_DURATION:-10}
 extra=${LAB_ARGS:-}
 out=${OUT:-bench/results/lab_wan.json}
-[ "$(id -u)" -eq 0 ] || { echo "bench/lab_wan.sh: run as root" >&2; exit 1; }
-[ -x "$lab" ] || { echo "bench/lab_wan.sh: no $lab (cmake --build $build --target roceguard-lab)" >&2; exit 1; }
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-
-tmp=$(mktemp -d)
-lab_pid=
-cleanup() {
-	# The lab removes what it made on SIGTERM; wait for it (bounded by its timeout).
-	if [ -n "$lab_pid" ] && kill -0 "$lab_pid" 2>/dev/null; then kill -TERM "$lab_pid"; wait "$lab_pid" || true; fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+. bench/lab_common.sh
 
 rows=()
 for delay in $delays; do
@@ -44,11 +30,8 @@ for delay in $delays; do
 		for shield in $shields; do
 			report=$tmp/$delay-$loss-$shield
 			# shellcheck disable=SC2086
-			timeout 600 "$lab" --loss "$loss" --wan-delay "$delay" --shield "$shield" --duration "$duration" \
-				--report "$report" --prefix rgbw --metrics-listen 127.0.0.1:0 --pcap-seconds 0 $extra >"$tmp/log" 2>&1 &
-			lab_pid=$!
-			wait "$lab_pid" || { cat "$tmp/log" >&2; exit 1; }
-			lab_pid=
+			run_lab --loss "$loss" --wan-delay "$delay" --shield "$shield" --duration "$duration" \
+				--report "$report" --prefix rgbw --metrics-listen 127.0.0.1:0 --pcap-seconds 0 $extra
 			rows+=("$(jq -c --arg delay "$delay" --argjson loss "$loss" --arg shield "$shield" '{delay: $delay,
 				loss_pct: $loss, shield: $shield,
 				load: "'"$(cut -d' ' -f1 /proc/loadavg)"'",

@@ -18,6 +18,7 @@
 #include <linux/in.h>
 #include <linux/udp.h>
 
+#include "csum.h"
 #include "maps.h"
 #include "parse.h"
 
@@ -225,9 +226,7 @@ static __always_inline __u16 rg_ipv4_csum(const struct iphdr *ip)
 
 	for (int i = 0; i < (int)sizeof(*ip) / 2; i++)
 		sum += w[i];
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
+	return rg_csum_fold(sum);
 }
 
 /*
@@ -238,10 +237,11 @@ static __always_inline __u16 rg_ipv4_csum(const struct iphdr *ip)
  * destination QP — the sending host's, for an ACK of its data — made from
  * the frame itself: turned into the CNP, cloned back into this device's
  * ingress (the stack forwards it to the host as it does the ACK), and
- * restored, byte for byte. Only an IPv4 frame whose UDP payload is no
- * longer than a CNP's (an ACK, a NAK, a CNP) is used, at most one per QP
- * in cnp_gap_ns (rg_cnp_at). Returns -1 when the frame could not be
- * restored (drop it), 1 when it was turned into a CNP and back, else 0.
+ * restored, byte for byte. The caller's parse found an untagged IPv4
+ * RoCE frame; only one whose UDP payload is no longer than a CNP's (an
+ * ACK, a NAK, a CNP) is used, at most one per QP in cnp_gap_ns
+ * (rg_cnp_at). Returns -1 when the frame could not be restored (drop it),
+ * 1 when it was turned into a CNP and back, else 0.
  */
 static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot)
 {
@@ -256,7 +256,6 @@ static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot)
 	struct rg_cnp cnp = {};
 	struct rg_peer_pq *pq;
 	__u32 len = skb->len, n, icrc, k = slot;
-	__be16 proto;
 
 	if (!cc || !cc->ps_per_byte || !(cc->flags & RG_CC_F_CNP))
 		return 0;
@@ -275,11 +274,10 @@ static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot)
 	if (backlog < max && (backlog - min) * scale <= bpf_get_prandom_u32())
 		return 0;
 
-	if (len > l5 + RG_CNP_FROM_MAX || bpf_skb_load_bytes(skb, 12, &proto, sizeof(proto)) ||
-	    proto != bpf_htons(ETH_P_IP) || bpf_skb_load_bytes(skb, l3, &orig, l5 - l3))
+	if (len > l5 + RG_CNP_FROM_MAX || bpf_skb_load_bytes(skb, l3, &orig, l5 - l3))
 		return 0;
-	if (orig.ip.ihl != 5 || orig.ip.protocol != IPPROTO_UDP || (orig.ip.frag_off & bpf_htons(0x3fff)) ||
-	    orig.udp.dest != bpf_htons(RG_ROCE_UDP_PORT))
+	/* The CNP keeps the header as it is but for its length: no options. */
+	if (orig.ip.ihl != 5 || rg_ip_is_fragment(&orig.ip))
 		return 0;
 	if (bpf_ntohs(orig.ip.tot_len) + l3 > len)
 		return 0;

@@ -347,8 +347,9 @@ int rg_tc_ingress(struct __sk_buff *skb)
 			if (cls != RG_PKT_ROCE)
 				break;
 			rg_skb_segments(skb, &p, (void *)(long)skb->data);
-			/* The congestion loop may make a CNP from a frame no longer than one (an ACK). */
-			cnp = (rg_cfg.flags & RG_CFG_F_CONGESTION) && skb->len <= RG_CNP_FRAME_MAX;
+			/* The congestion loop may make a CNP from an IPv4 frame no longer than one (an ACK). */
+			cnp = (rg_cfg.flags & RG_CFG_F_CONGESTION) && p.family == AF_INET && !p.vlan_depth &&
+			      skb->len <= RG_CNP_FRAME_MAX;
 			break;
 		}
 	}

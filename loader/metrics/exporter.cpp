@@ -310,14 +310,11 @@ class MetricsCollector : public prometheus::Collectable {
         out.add("roceguard_tunnel_congestion_queued_packets_total",
                 "Packets through the peer's phantom queue (the loss shield's copies count)", MetricType::Counter,
                 {{"peer", t.name}}, static_cast<double>(t.pq.packets));
-        out.add("roceguard_tunnel_congestion_cnps_total",
-                "CNPs the congestion loop made from the peer's ACKs and sent to the QP's host (TC ingress), by "
-                "result: sent, or refused by the kernel",
-                MetricType::Counter, {{"peer", t.name}, {"result", "sent"}}, static_cast<double>(t.pq.cnps));
-        out.add("roceguard_tunnel_congestion_cnps_total",
-                "CNPs the congestion loop made from the peer's ACKs and sent to the QP's host (TC ingress), by "
-                "result: sent, or refused by the kernel",
-                MetricType::Counter, {{"peer", t.name}, {"result", "refused"}}, static_cast<double>(t.pq.cnp_errors));
+        for (const auto& [result, n] : {std::pair{"sent", t.pq.cnps}, std::pair{"refused", t.pq.cnp_errors}})
+          out.add("roceguard_tunnel_congestion_cnps_total",
+                  "CNPs the congestion loop made from the peer's ACKs, NAKs and CNPs and sent to the QP's host "
+                  "(TC ingress), by result: sent, or refused by the kernel",
+                  MetricType::Counter, {{"peer", t.name}, {"result", result}}, static_cast<double>(n));
         out.add("roceguard_tunnel_congestion_capped_total",
                 "Packets that found the peer's phantom queue at its bound (RoCE sent far above the modelled "
                 "bottleneck, marked but not slowed)",

@@ -570,25 +570,33 @@ TEST(TunnelSeqDecap, SenderRestartInANewEpochIsSeen) {
 // ---------------------------------------------------------------------------
 // The loss shield: gateway A's copies.
 
-// The frames that leave through the far end of kDev's veth: the shield's
-// copies, sent by bpf_clone_redirect, arrive there (BPF_PROG_TEST_RUN
-// itself sends nothing).
-class WireTap {
+// A packet socket on one device: every frame the device sends or receives.
+class Tap {
  public:
-  WireTap() {
-    const std::string name = std::string(kDev) + "p";
-    ifindex_ = static_cast<int>(if_nametoindex(name.c_str()));
+  explicit Tap(const std::string& name) {
+    const int ifindex = static_cast<int>(if_nametoindex(name.c_str()));
     fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_ALL));
     sockaddr_ll sll{};
     sll.sll_family = AF_PACKET;
     sll.sll_protocol = htons(ETH_P_ALL);
-    sll.sll_ifindex = ifindex_;
-    if (ifindex_ <= 0 || fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&sll), sizeof(sll)) != 0)
+    sll.sll_ifindex = ifindex;
+    if (ifindex <= 0 || fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&sll), sizeof(sll)) != 0)
       throw std::runtime_error("cannot listen on " + name + ": " + std::strerror(errno));
   }
-  ~WireTap() { close(fd_); }
-  WireTap(const WireTap&) = delete;
-  WireTap& operator=(const WireTap&) = delete;
+  ~Tap() { close(fd_); }
+  Tap(const Tap&) = delete;
+  Tap& operator=(const Tap&) = delete;
+
+ protected:
+  int fd_ = -1;
+};
+
+// The frames that leave through the far end of kDev's veth: the shield's
+// copies, sent by bpf_clone_redirect, arrive there (BPF_PROG_TEST_RUN
+// itself sends nothing).
+class WireTap : public Tap {
+ public:
+  WireTap() : Tap(std::string(kDev) + "p") {}
 
   // The Geneve frames that arrived before a marker this sends through kDev
   // now: a veth delivers one CPU's frames in order, so the marker closes
@@ -624,10 +632,6 @@ class WireTap {
     ADD_FAILURE() << "the marker never arrived";
     return out;
   }
-
- private:
-  int fd_ = -1;
-  int ifindex_ = 0;
 };
 
 struct ShieldCase {
@@ -1676,20 +1680,9 @@ TEST(CongestionEncap, TheCnpSignalAloneMarksNothing) {
 
 // Frames the programs send back into kDev's own ingress (a CNP of the
 // congestion loop), as the stack sees them arrive there.
-class IngressTap {
+class IngressTap : public Tap {
  public:
-  IngressTap() {
-    fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_ALL));
-    sockaddr_ll sll{};
-    sll.sll_family = AF_PACKET;
-    sll.sll_protocol = htons(ETH_P_ALL);
-    sll.sll_ifindex = dev_ifindex();
-    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&sll), sizeof(sll)) != 0)
-      throw std::runtime_error(std::string("cannot listen on ") + kDev + ": " + std::strerror(errno));
-  }
-  ~IngressTap() { close(fd_); }
-  IngressTap(const IngressTap&) = delete;
-  IngressTap& operator=(const IngressTap&) = delete;
+  IngressTap() : Tap(kDev) {}
 
   // RoCE frames that arrived, within 200 ms (the clone is queued to the
   // CPU's backlog and delivered before the test run returns, or soon after).
@@ -1711,9 +1704,6 @@ class IngressTap {
     }
     return out;
   }
-
- private:
-  int fd_ = -1;
 };
 
 // An ACK of host B's for host A's QP, through the IPv4 peer's tunnel.
@@ -1802,18 +1792,35 @@ TEST(CongestionCnp, AnAckFromThePeerBecomesACnpTowardsItsQpAndGoesOnUnchanged) {
 }
 
 // No CNP below the threshold, with the CE signal alone, without a current
-// decision, or from a frame longer than a CNP (data).
+// decision, from a frame longer than a CNP (data), or from IPv6.
 TEST(CongestionCnp, OnlyAQueueAboveItsThresholdMakesOne) {
+  enum Frame { kAck, kData, kAck6 };
   struct Case {
     const char* name;
     rg_peer_cc cc;
-    bool data;
+    Frame frame;
   };
+  const rg_peer_cc above = cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_CNP);
   const Case cases[] = {
-      {"below the threshold", cc_of(1, 1'000'000'000, 1'000'000'001, UINT64_MAX, 0, RG_CC_F_CNP), false},
-      {"the CE signal alone", cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_MARK_CE), false},
-      {"the decision's lifetime is over", cc_of(kSlowDrain, 0, 1, 1, 0, RG_CC_F_CNP), false},
-      {"a data frame", cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_CNP), true},
+      {"below the threshold", cc_of(1, 1'000'000'000, 1'000'000'001, UINT64_MAX, 0, RG_CC_F_CNP), kAck},
+      {"the CE signal alone", cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_MARK_CE), kAck},
+      {"the decision's lifetime is over", cc_of(kSlowDrain, 0, 1, 1, 0, RG_CC_F_CNP), kAck},
+      {"a data frame", above, kData},
+      {"an IPv6 ACK (its CNP would need a UDP checksum)", above, kAck6},
+  };
+  const auto inner = [](Frame f) {
+    PacketBuilder b;
+    b.eth(kPeerMac, kDevMac);
+    if (f == kAck6)
+      b.ipv6("2001:db8:6::20", "2001:db8:5::10");
+    else
+      b.ipv4("203.0.113.20", "198.51.100.10");
+    b.udp(49300, kRoceV2Port);
+    if (f == kData)
+      b.bth(Bth{.opcode = kOpSendOnlyRc, .dest_qp = 0x1234, .psn = 1}).payload(256);
+    else
+      b.bth(Bth{.opcode = kOpAck, .dest_qp = 0x1234, .psn = 77}).aeth(0, 7);
+    return geneve_with(seq_option_short(stream_of(5, 0, 0), 1), b.build());
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
@@ -1822,15 +1829,7 @@ TEST(CongestionCnp, OnlyAQueueAboveItsThresholdMakesOne) {
     dp.peer_cc(kPeerSlot4, k.cc);
     dp.tc(towards_peer(false).build());
     IngressTap tap;
-    const Bytes in = k.data ? geneve_with(seq_option_short(stream_of(5, 0, 0), 1),
-                                          PacketBuilder()
-                                              .eth(kPeerMac, kDevMac)
-                                              .ipv4("203.0.113.20", "198.51.100.10")
-                                              .udp(49300, kRoceV2Port)
-                                              .bth(Bth{.opcode = kOpSendOnlyRc, .dest_qp = 0x1234, .psn = 1})
-                                              .payload(256)
-                                              .build())
-                            : ack_from_peer(0x1234, 77);
+    const Bytes in = k.frame == kAck ? ack_from_peer(0x1234, 77) : inner(k.frame);
     EXPECT_EQ(dp.tc_ingress(in).ret, kTcPass);
     EXPECT_TRUE(tap.roce().empty());
     EXPECT_EQ(dp.peer_pq(kPeerSlot4).cnps, 0u);
