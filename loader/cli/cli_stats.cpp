@@ -143,6 +143,22 @@ void cmd_stats(const std::string& pin_path, const std::string& config, bool qp, 
                     (unsigned long long)sh.uncopied, (unsigned long long)sh.residual_lost);
       }
     }
+    // The congestion loop, where it worked towards a peer: what went through
+    // the phantom queue, what it marked CE, and the CNPs made from the
+    // peer's ACKs. The model's rate and state live in `roceguard run` (its
+    // exporter); these are what the programs did with them.
+    if (all || std::any_of(tunnels.begin(), tunnels.end(),
+                           [](const TunnelPeer& t) { return t.pq.packets || t.pq.cnps || t.pq.cnp_errors; })) {
+      std::printf("\ncongestion loop: per peer (the phantom queue towards it; CNPs made from its ACKs)\n");
+      std::printf("%-20s %12s %16s %12s %12s %10s %12s %12s\n", "PEER", "QUEUED", "QUEUED_BYTES", "MARKED_CE",
+                  "UNMARKABLE", "CAPPED", "CNPS_SENT", "CNPS_REFUSED");
+      for (const auto& t : tunnels)
+        std::printf("%-20s %12llu %16llu %12llu %12llu %10llu %12llu %12llu\n", t.name.c_str(),
+                    (unsigned long long)t.pq.packets, (unsigned long long)t.pq.bytes,
+                    (unsigned long long)t.pq.marked, (unsigned long long)t.pq.not_ect,
+                    (unsigned long long)t.pq.capped, (unsigned long long)t.pq.cnps,
+                    (unsigned long long)t.pq.cnp_errors);
+    }
     // The round trip through each tunnel, and the local ACK timeout of the
     // RDMA hosts whose traffic takes it.
     const nic::Profile& p = nic_profile.profile;

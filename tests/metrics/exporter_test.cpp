@@ -523,6 +523,62 @@ TEST_F(ExporterBpf, ShieldFiguresPerPeerInMetricsAndStats) {
   EXPECT_NE(r.output.find(row), std::string::npos) << "want: " << row << "\n" << r.output;
 }
 
+// The congestion loop's phantom queue towards a peer (rg_peer_pq, pinned):
+// the exporter's series and stats' table and JSON show the same counts,
+// and without a packet through the queue stats has no congestion part.
+TEST_F(ExporterBpf, CongestionLoopPerPeerInMetricsAndStats) {
+  const std::string pin = dp_->pin_path();
+  const RecordedConfig recorded(pin, R"({"tunnel": {"peer": [{"name": "gw-a"}, {"name": "gw-b"}]}})");
+  const std::string cmd = std::string(ROCEGUARD_BIN) + " stats --pin-path " + pin;
+  CommandResult r = run_command({"sh", "-c", cmd + " 2>&1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("congestion loop"), std::string::npos) << r.output;
+
+  const int pq = bpf_obj_get((pin + "/" + kMapPeerPq).c_str());
+  ASSERT_GE(pq, 0) << strerror(errno);
+  rg_peer_pq q{};
+  q.empty_at_ns = 123456789;  // a time: in neither output
+  q.packets = 1000;
+  q.bytes = 1000 * 1100;
+  q.marked = 70;
+  q.not_ect = 3;
+  q.capped = 2;
+  q.cnps = 41;
+  q.cnp_errors = 1;
+  const uint32_t slot = 1;
+  ASSERT_EQ(bpf_map_update_elem(pq, &slot, &q, BPF_ANY), 0) << strerror(errno);
+  close(pq);
+
+  Exporter ex(options_for(pin));
+  Scrape s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const Labels peer{{"peer", "gw-b"}};
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_queued_packets_total", peer), 1000);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_marked_total", peer), 70);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_unmarkable_total", peer), 3);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_capped_total", peer), 2);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_cnps_total", {{"peer", "gw-b"}, {"result", "sent"}}), 41);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_cnps_total", {{"peer", "gw-b"}, {"result", "refused"}}),
+            1);
+
+  r = run_command({"sh", "-c", cmd + " --json 2>/dev/null"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["tunnels"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["tunnels"][0]["peer"], "gw-b");
+  EXPECT_EQ(j["tunnels"][0]["congestion"],
+            nlohmann::json({{"queued_packets", 1000}, {"queued_bytes", 1100000}, {"marked", 70}, {"unmarkable", 3},
+                            {"capped", 2}, {"cnps_sent", 41}, {"cnps_refused", 1}}))
+      << j.dump(2);
+
+  r = run_command({"sh", "-c", cmd + " 2>&1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  char row[256];
+  std::snprintf(row, sizeof(row), "%-20s %12d %16d %12d %12d %10d %12d %12d", "gw-b", 1000, 1100000, 70, 3, 2, 41, 1);
+  EXPECT_NE(r.output.find("congestion loop: per peer"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(row), std::string::npos) << "want: " << row << "\n" << r.output;
+}
+
 // Without any shield counter the stats table has no shield part.
 TEST(TunnelShield, ActiveOnlyWhenACounterMoved) {
   TunnelPeer t;
