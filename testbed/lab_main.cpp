@@ -54,6 +54,11 @@ void add_lab_options(CLI::App* lab) {
                   "the bottleneck's buffer in time at --wan-rate, e.g. 500us, 10ms; bdp: one bandwidth-delay "
                   "product over the lab's round trip")
       ->capture_default_str();
+  lab->add_option("--wan-cross", o.wan_cross,
+                  "bulk TCP streams (iperf3) from bulk sender A to the bulk sender through the WAN's bottleneck "
+                  "and delay, sharing it with the RoCE traffic (--scenario bleach and --wan-rate; 0: none)")
+      ->check(CLI::Range(0u, 128u))
+      ->capture_default_str();
   lab->add_option("--reorder", o.reorder_pct,
                   "percent of UDP packets the WAN sends after the packet behind them (default: it never reorders)")
       ->check(CLI::Range(0.0, 100.0))

@@ -141,6 +141,8 @@ BulkPath far_side_bulk(const Topology& topo) { return {Node::kBulk, Node::kHostB
 
 BulkPath uplink_bulk(const Topology& topo) { return {Node::kBulkA, Node::kWan, topo.addr().wan_a4}; }
 
+BulkPath wan_cross_bulk(const Topology& topo) { return {Node::kBulkA, Node::kBulk, topo.addr().bulk4}; }
+
 BulkTraffic::BulkTraffic(const Topology& topo, const BulkPath& path, const std::string& log_dir,
                          const std::string& name, unsigned streams, unsigned seconds) {
   const std::string server_log = log_dir + "/." + name + "-server.log";
@@ -182,6 +184,16 @@ std::optional<BulkResult> BulkTraffic::result() {
     BulkResult r;
     r.received_mbps = end.at("sum_received").at("bits_per_second").get<double>() / 1e6;
     r.retransmits = end.at("sum_sent").value("retransmits", uint64_t{0});
+    r.congestion_control = end.value("sender_tcp_congestion", std::string());
+    double rtt_sum = 0;
+    unsigned rtt_n = 0;
+    if (end.contains("streams"))
+      for (const auto& st : end.at("streams"))
+        if (st.contains("sender") && st.at("sender").contains("mean_rtt")) {
+          rtt_sum += st.at("sender").at("mean_rtt").get<double>();
+          ++rtt_n;
+        }
+    if (rtt_n) r.mean_rtt_us = rtt_sum / rtt_n;
     return r;
   } catch (const json::exception&) {
     return std::nullopt;

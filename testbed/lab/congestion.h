@@ -99,8 +99,10 @@ class SenderLineRate {
 };
 
 struct BulkResult {
-  double received_mbps = 0;  // TCP goodput at host B over the run
+  double received_mbps = 0;  // TCP goodput at the receiver over the run
   uint64_t retransmits = 0;  // TCP segments the bulk sender resent
+  std::string congestion_control;  // the sender's TCP congestion control, as iperf3 reports it
+  double mean_rtt_us = 0;    // the sender's smoothed RTT, the mean over its streams (0: not reported)
 };
 
 // Who sends bulk TCP to whom.
@@ -113,6 +115,9 @@ struct BulkPath {
 BulkPath far_side_bulk(const Topology& topo);
 // Bulk sender A to the WAN router, through gateway A's uplink only.
 BulkPath uplink_bulk(const Topology& topo);
+// Bulk sender A to the bulk sender, across the WAN and its bottleneck (the
+// cross traffic, --wan-cross).
+BulkPath wan_cross_bulk(const Topology& topo);
 
 // iperf3: a one-off server and a client with `streams` TCP connections for
 // `seconds`, along path. Their JSON logs go to log_dir, the client's as

@@ -424,6 +424,7 @@ std::string wan_text(const LabSettings& s) {
   if (s.bottleneck)
     t += fmt(", a bottleneck of %u Mbit/s each direction with %.3g ms of drop-tail buffer", s.bottleneck->mbit,
              static_cast<double>(s.bottleneck->buffer.count()) / 1000.0);
+  if (s.bottleneck && s.wan_cross) t += fmt(" shared with %u TCP streams", s.wan_cross);
   return t + ", DSCP bleached";
 }
 
@@ -580,6 +581,23 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
       if (d >= p.bottleneck.size()) return std::string("-");
       const BottleneckStats& b = p.bottleneck[d];
       return num(b.delay_p50_us) + "/" + num(b.delay_p99_us) + "/" + num(b.delay_max_us);
+    });
+  }
+  // The cross traffic (--wan-cross): each side's goodput as a share of the
+  // bottleneck's rate.
+  if (s.wan_cross && s.bottleneck) {
+    const double rate = s.bottleneck->mbit;
+    row("WAN share: RoCE goodput, Mbit/s (of the bottleneck)", [&, rate](const PhaseResult& p) {
+      const double m = mbps(p.received.goodput_bytes, phase_seconds(p));
+      return fmt("%.1f (%.0f %%)", m, 100 * m / rate);
+    });
+    row("WAN share: cross TCP goodput, Mbit/s (of the bottleneck)", [&, rate](const PhaseResult& p) {
+      return p.wan_cross ? fmt("%.1f (%.0f %%)", p.wan_cross->received_mbps, 100 * p.wan_cross->received_mbps / rate)
+                         : std::string("?");
+    });
+    row("WAN share: cross TCP retransmits, mean RTT ms", [&](const PhaseResult& p) {
+      return p.wan_cross ? num(p.wan_cross->retransmits) + ", " + fmt("%.1f", p.wan_cross->mean_rtt_us / 1e3)
+                         : std::string("?");
     });
   }
   out << "\n";
@@ -741,6 +759,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
                    {"wan_jitter_ms", s.wan_jitter_ms},
                    {"wan_rate_mbit", s.bottleneck ? s.bottleneck->mbit : 0},
                    {"wan_buffer_us", s.bottleneck ? s.bottleneck->buffer.count() : 0},
+                   {"wan_cross_streams", s.wan_cross},
                    {"reorder_pct", s.reorder_pct},
                    {"ce_pct", s.ce_pct},
                    {"qps", s.qps},
@@ -825,6 +844,21 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
       };
       j["phases"][p.name]["bulk"] = bulk_json(p.bulk_log, p.bulk);
       j["phases"][p.name]["bulk_uplink"] = bulk_json(p.uplink_bulk_log, p.uplink_bulk);
+    }
+    if (s.wan_cross && s.bottleneck) {
+      const double rate = s.bottleneck->mbit;
+      json cross = {{"streams", s.wan_cross},
+                    {"log", p.wan_cross_log},
+                    {"roce_goodput_mbps", mbps(p.received.goodput_bytes, phase_seconds(p))},
+                    {"roce_share", mbps(p.received.goodput_bytes, phase_seconds(p)) / rate}};
+      if (p.wan_cross) {
+        cross["congestion_control"] = p.wan_cross->congestion_control;
+        cross["tcp_goodput_mbps"] = p.wan_cross->received_mbps;
+        cross["tcp_share"] = p.wan_cross->received_mbps / rate;
+        cross["tcp_retransmits"] = p.wan_cross->retransmits;
+        cross["tcp_mean_rtt_us"] = p.wan_cross->mean_rtt_us;
+      }
+      j["phases"][p.name]["wan"]["cross"] = cross;
     }
   }
   write_file(dir + "/counters.json", j.dump(2) + "\n");

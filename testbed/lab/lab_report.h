@@ -108,6 +108,8 @@ struct PhaseResult {
   std::string bulk_log;            // iperf3's JSON report, relative to the report directory
   std::optional<BulkResult> uplink_bulk;  // the same for bulk sender A, through gateway A's uplink
   std::string uplink_bulk_log;
+  std::optional<BulkResult> wan_cross;  // --wan-cross: the TCP streams through the WAN's bottleneck
+  std::string wan_cross_log;
   std::vector<TunnelDirection> tunnel;  // with roceguard and its tunnel only
   // The WAN during the phase, per direction (a_to_b, b_to_a): loss runs by
   // length, and what the delay line did (empty without one).
@@ -135,6 +137,7 @@ struct LabSettings {
   double wan_delay_ms = 0;   // one way
   double wan_jitter_ms = 0;
   std::optional<BottleneckConfig> bottleneck;  // --wan-rate
+  unsigned wan_cross = 0;  // --wan-cross: TCP streams sharing the bottleneck
   double reorder_pct = 0;
   double ce_pct = 0;
   unsigned qps = 0;

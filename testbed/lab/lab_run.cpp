@@ -427,7 +427,21 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   }
   check_stop();
 
-  std::unique_ptr<BulkTraffic> bulk, uplink_bulk_traffic;
+  std::unique_ptr<BulkTraffic> bulk, uplink_bulk_traffic, cross;
+  if (lab.opts.wan_cross) {
+    std::filesystem::create_directories(lab.dir + "/bulk");
+    const auto warmup_s = std::chrono::duration_cast<std::chrono::seconds>(kBulkWarmup).count();
+    cross = std::make_unique<BulkTraffic>(lab.topo, wan_cross_bulk(lab.topo), lab.dir + "/bulk", p.name + "-wan-cross",
+                                          lab.opts.wan_cross, lab.opts.duration_s + static_cast<unsigned>(warmup_s));
+    std::cout << "   cross traffic: iperf3, " << lab.opts.wan_cross
+              << " TCP streams from bulk sender A to the bulk sender through the WAN's bottleneck, " << warmup_s
+              << " s ahead of the RoCE traffic\n"
+              << std::flush;
+    for (auto waited = 0ms; waited < kBulkWarmup; waited += 100ms) {
+      check_stop();
+      std::this_thread::sleep_for(100ms);
+    }
+  }
   if (lab.scheduler) {
     std::filesystem::create_directories(lab.dir + "/bulk");
     const auto warmup_s = std::chrono::duration_cast<std::chrono::seconds>(kBulkWarmup).count();
@@ -633,6 +647,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   };
   finish_bulk(bulk, p.bulk, p.bulk_log);
   finish_bulk(uplink_bulk_traffic, p.uplink_bulk, p.uplink_bulk_log);
+  finish_bulk(cross, p.wan_cross, p.wan_cross_log);
   if (with)
     for (size_t i = 0; i < lab.exporters.size(); ++i)
       for (const std::string& hook : {std::string("tc_egress"), ingress_series[i]})
@@ -689,6 +704,9 @@ int run_lab(const LabOptions& opts) {
     throw Error("lab: --uplink-priority-rate is above 0 and below --uplink-rate", kExitUsage);
   if (congestion && (opts.queue_packets == 0 || opts.bulk_streams == 0 || opts.sender_mbit == 0))
     throw Error("lab: --queue, --bulk-streams and --host-rate are at least 1", kExitUsage);
+  if (opts.wan_cross && (congestion || opts.wan_rate_mbit == 0))
+    throw Error("lab: --wan-cross needs --scenario bleach and --wan-rate (a bottleneck to share)", kExitUsage);
+  if (opts.wan_cross > 128) throw Error("lab: --wan-cross is 0..128 streams", kExitUsage);
   if (opts.retry_cnt > 7) throw Error("lab: --retry-cnt is 0..7", kExitUsage);
   if (opts.shield != "off" && opts.shield != "control" && opts.shield != "all" && opts.shield != "auto")
     throw Error("lab: --shield is off, control, all or auto", kExitUsage);
@@ -747,6 +765,7 @@ int run_lab(const LabOptions& opts) {
     b.buffer = std::chrono::microseconds{static_cast<int64_t>(bottleneck_limit_bytes(b) * 8 / b.mbit)};
     settings.bottleneck = b;
   }
+  settings.wan_cross = opts.wan_cross;
   settings.reorder_pct = opts.reorder_pct;
   settings.ce_pct = opts.ce_pct;
   settings.qps = opts.qps;
@@ -784,7 +803,7 @@ int run_lab(const LabOptions& opts) {
             << (congestion ? ", bulk TCP at both gateways" : "") << " (network namespaces " << opts.prefix << "-" << getpid()
             << "-*)\n"
             << std::flush;
-  Topology topo(opts.prefix, congestion);
+  Topology topo(opts.prefix, congestion || opts.wan_cross);
   // Before the path is proved: the proof then crosses the VXLAN too.
   std::optional<KernelVxlan> kernel_vxlan;
   if (vxlan) {
@@ -859,6 +878,8 @@ int run_lab(const LabOptions& opts) {
   // control traffic (ARP, neighbour discovery) stays intact, but for what
   // crosses inside the kernel's VXLAN, which the WAN sees as VXLAN only.
   wan_cfg.flags = RG_WAN_F_BLEACH | RG_WAN_F_ROCE_ONLY;
+  // The cross traffic takes the WAN's delay as the RoCE traffic does.
+  if (opts.wan_cross) wan_cfg.flags |= RG_WAN_F_HOLD_TCP;
   // The sequence option as the gateways write it (gateway_config keeps the
   // defaults), so the WAN counts the numbers every copy of which it dropped.
   const rg_config gateway_rodata = Config{}.rodata();
@@ -904,6 +925,7 @@ int run_lab(const LabOptions& opts) {
   for (const auto& p : results) {
     if (!p.bulk_log.empty()) lab.files.push_back(p.bulk_log);
     if (!p.uplink_bulk_log.empty()) lab.files.push_back(p.uplink_bulk_log);
+    if (!p.wan_cross_log.empty()) lab.files.push_back(p.wan_cross_log);
     for (const auto& f : p.pcaps) lab.files.push_back(f);
   }
   std::cout << "\nreport in " << std::filesystem::absolute(dir).string() << ":\n";

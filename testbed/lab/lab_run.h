@@ -29,6 +29,10 @@ struct LabOptions {
   // bandwidth-delay product over the lab's round trip).
   unsigned wan_rate_mbit = 0;
   std::chrono::microseconds wan_buffer{0};
+  // Bulk TCP streams from bulk sender A to the bulk sender through the
+  // WAN's bottleneck and delay (0: none; needs wan_rate_mbit and the bleach
+  // scenario): what the RoCE traffic shares the pipe with.
+  unsigned wan_cross = 0;
   double reorder_pct = 0;     // WAN reordering, percent of UDP packets (off: the lab never reorders)
   double ce_pct = 0.0;        // WAN ECN CE marks, percent of ECN-capable packets
   unsigned qps = 4;

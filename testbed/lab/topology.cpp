@@ -201,6 +201,14 @@ void Topology::build() {
     routes.push_back({Node::kBulkA, "default", a.gw_a_bulk6});
     routes.push_back({Node::kWan, "198.51.100.12/30", a.gw_a_wan4});
     routes.push_back({Node::kWan, "2001:db8:d::/64", a.gw_a_wan6});
+    // Bulk sender A and the bulk sender reach each other across the WAN
+    // (the lab's cross traffic, --wan-cross).
+    routes.push_back({Node::kGatewayA, "198.51.100.8/30", a.wan_a4});
+    routes.push_back({Node::kGatewayA, "2001:db8:c::/64", a.wan_a6});
+    routes.push_back({Node::kWan, "198.51.100.8/30", a.gw_b_wan4});
+    routes.push_back({Node::kWan, "2001:db8:c::/64", a.gw_b_wan6});
+    routes.push_back({Node::kGatewayB, "198.51.100.12/30", a.wan_b4});
+    routes.push_back({Node::kGatewayB, "2001:db8:d::/64", a.wan_b6});
     // veth hands TCP to the next hop as 64 KB GSO/GRO aggregates; a queue
     // limited in packets would then hold megabytes. Segments of wire size
     // make the gateways' queues count what a switch port counts.

@@ -14,7 +14,8 @@
 // gateway B's lan0 with the RoCE traffic and never crosses the WAN. Bulk
 // sender A is a fabric-side neighbour of gateway A whose traffic goes to the
 // WAN router itself: it shares gateway A's wan0 (the uplink) with the RoCE
-// traffic and reaches neither gateway B nor host B.
+// traffic. The two bulk senders also reach each other across the WAN (the
+// cross traffic of `roceguard lab --wan-cross`), never host A or host B.
 // Only documentation prefixes are used:
 //
 //   host A side  192.0.2.0/24       2001:db8:1::/64

@@ -203,14 +203,18 @@ static __always_inline __u32 wan_class(__be16 dport)
 }
 
 /* The kernel forwards what survived, or the delay line does: every UDP
- * packet when RG_WAN_F_HOLD is set and its direction has a hold device.
- * TCP, ICMP, ARP and neighbour discovery always cross at once. */
-static __always_inline int wan_forward(struct __sk_buff *skb, const struct rg_wan_config *cfg, __u32 cls)
+ * packet when RG_WAN_F_HOLD is set and its direction has a hold device,
+ * and TCP (l4proto) with RG_WAN_F_HOLD_TCP. ICMP, ARP and neighbour
+ * discovery always cross at once, and TCP without the flag. */
+static __always_inline int wan_forward(struct __sk_buff *skb, const struct rg_wan_config *cfg, __u32 cls,
+				       __u8 l4proto)
 {
 	__u32 ifindex = skb->ifindex;
 	struct rg_wan_hold *hold;
 
-	if (!(cfg->flags & RG_WAN_F_HOLD) || cls == RG_WAN_NOT_UDP)
+	if (!(cfg->flags & RG_WAN_F_HOLD))
+		return TC_ACT_OK;
+	if (cls == RG_WAN_NOT_UDP && !((cfg->flags & RG_WAN_F_HOLD_TCP) && l4proto == IPPROTO_TCP))
 		return TC_ACT_OK;
 	hold = bpf_map_lookup_elem(&wan_hold, &ifindex);
 	if (!hold)
@@ -308,7 +312,7 @@ account:
 			st->bleached++;
 	}
 	if (!tos_byte)
-		return wan_forward(skb, cfg, cls);
+		return wan_forward(skb, cfg, cls, l4proto);
 
 	/* Pointers are still valid: nothing above changed the packet. */
 	if (ip_word) {
@@ -330,5 +334,5 @@ account:
 			b[1] = (b[1] & 0x0f) | (tos << 4);
 		}
 	}
-	return wan_forward(skb, cfg, cls);
+	return wan_forward(skb, cfg, cls, l4proto);
 }

@@ -30,6 +30,9 @@ enum rg_wan_class {
 /* Every UDP packet that survives goes to the delay line (wan_hold) instead
  * of the kernel's forwarding. */
 #define RG_WAN_F_HOLD (1u << 2)
+/* With RG_WAN_F_HOLD, TCP goes to the delay line too: the lab's cross
+ * traffic (--wan-cross) then sees the WAN's delay as the RoCE traffic does. */
+#define RG_WAN_F_HOLD_TCP (1u << 3)
 
 /*
  * Loss: independent (each eligible packet dropped with loss_ppm) or, when

@@ -770,6 +770,56 @@ TEST_F(Lab, WanBottleneckDropsTailAndItsQueueStaysWithinItsBuffer) {
   expect_nothing_left(report);
 }
 
+// --wan-cross: TCP streams from bulk sender A to the bulk sender cross the
+// WAN with the RoCE traffic, through its bottleneck and its delay line (a
+// smoothed round trip of at least twice the one-way delay, where its
+// buffer alone, 4 full frames at 20 Mbit/s, could add at most 2.4 ms), and the report gives each
+// side's goodput as a share of the bottleneck and the TCP's congestion
+// control. Without a bottleneck to share, or in the congestion scenario
+// (its own bulk senders), the flag is refused before anything is built.
+TEST_F(Lab, WanCrossTrafficTakesTheWansDelayAndSharesItsBottleneck) {
+  TempDir tmp;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--scenario", "bleach", "--wan-cross", "2"},
+        std::vector<std::string>{"--wan-rate", "20", "--wan-cross", "2"}}) {
+    auto r = run_lab(tmp.path() + "/refused", 3, bad);
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("--wan-cross needs --scenario bleach and --wan-rate"), std::string::npos) << r.err;
+  }
+
+  const std::string report = tmp.path() + "/report";
+  auto r = run_lab(report, 3, {"--scenario", "bleach", "--mode", "with", "--loss", "0", "--wan-rate", "20",
+                               "--wan-buffer", "1ms", "--wan-delay", "5ms", "--wan-cross", "2"});
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  json j = json::parse(read(report + "/counters.json"));
+  EXPECT_EQ(j["settings"]["wan_cross_streams"], 2);
+  const json& wan = j["phases"]["with"]["wan"];
+  const json& cross = wan["cross"];
+  ASSERT_TRUE(cross.is_object()) << wan;
+  EXPECT_EQ(cross["streams"], 2);
+  ASSERT_TRUE(cross["congestion_control"].is_string()) << cross;
+  EXPECT_FALSE(cross["congestion_control"].get<std::string>().empty()) << cross;
+  EXPECT_GT(cross["tcp_goodput_mbps"].get<double>(), 0.0) << cross;
+  EXPECT_LE(cross["tcp_share"].get<double>(), 1.0) << cross;
+  EXPECT_GT(cross["roce_goodput_mbps"].get<double>(), 0.0) << cross;
+  EXPECT_LE(cross["roce_share"].get<double>(), 1.0) << cross;
+  EXPECT_GE(cross["tcp_mean_rtt_us"].get<double>(), 2 * 5000.0) << "TCP crosses the delay line: " << cross;
+  // The TCP segments entered the WAN beside the tunnel's packets, and the
+  // delay line sent them all on (none refused for their size).
+  EXPECT_GT(wan["packets"]["a_to_b"]["not_udp"].get<uint64_t>(), 0u) << wan["packets"];
+  EXPECT_GT(wan["packets"]["b_to_a"]["not_udp"].get<uint64_t>(), 0u) << wan["packets"];
+  EXPECT_EQ(wan["delay_line"]["a_to_b"]["send_errors"].get<uint64_t>(), 0u) << wan["delay_line"];
+  EXPECT_TRUE(fs::exists(report + "/" + cross["log"].get<std::string>())) << cross;
+
+  const std::string summary = read(report + "/summary.txt");
+  for (const char* row : {"WAN share: RoCE goodput, Mbit/s (of the bottleneck)",
+                          "WAN share: cross TCP goodput, Mbit/s (of the bottleneck)",
+                          "of drop-tail buffer shared with 2 TCP streams"})
+    EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
+  expect_nothing_left(report);
+}
+
 // --congestion on --congestion-signal ce: behind a 20 Mbit/s bottleneck
 // that marks nothing, the gateways' congestion loop learns the bottleneck
 // from gateway B's reports and marks inner CE at gateway A; host B, the
