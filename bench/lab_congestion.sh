@@ -16,11 +16,14 @@
 # marks and CNPs made. Prints one Markdown table per WAN (medians over the rounds, and
 # each variant's goodput over off's, median of the per-round ratios with
 # their range) and writes bench/results/lab_congestion.json (OUT=...).
+# With CROSS=N, N bulk TCP streams share the bottleneck (--wan-cross N):
+# each row then has RoCE's and the TCP's goodput as shares of the
+# bottleneck's rate, and a second table per WAN gives them.
 # Needs root and a build directory (BUILD_DIR, default build).
 #   bench/lab_congestion.sh                 ROUNDS=3 WANS="10ms:bdp 10ms:quarter 2ms:bdp"
 #   VARIANTS="off off-tuned ce ce-tuned cnp cnp-tuned" (also both, -scaled)
 #   SCALED=dce_tcp_rtt=1000,rpg_time_reset=5000
-#   LAB_DURATION=10 TUNING=rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1
+#   LAB_DURATION=10 TUNING=rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1 CROSS=0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3}
@@ -28,6 +31,7 @@ wans=${WANS:-10ms:bdp 10ms:quarter 2ms:bdp}
 duration=${LAB_DURATION:-10}
 tuning=${TUNING:-rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1}
 scaled=${SCALED:-dce_tcp_rtt=1000,rpg_time_reset=5000}
+cross=${CROSS:-0}
 out=${OUT:-bench/results/lab_congestion.json}
 . bench/lab_common.sh
 
@@ -53,6 +57,7 @@ for wan in $wans; do
 			quarter) args+=(--wan-buffer "$(( ${delay%ms} * 2 * 1000 / 4 ))us") ;;
 			*) args+=(--wan-buffer "$buffer") ;;
 			esac
+			[ "$cross" -eq 0 ] || args+=(--wan-cross "$cross")
 			[ "$v" = "${v%-tuned}" ] || args+=(--dcqcn "$tuning")
 			[ "$v" = "${v%-scaled}" ] || args+=(--dcqcn "$scaled")
 			report=$tmp/$delay-$buffer-$round-$v
@@ -70,14 +75,17 @@ for wan in $wans; do
 				timeouts: $w.sender.timeouts, qps_failed: $w.sender.qps_failed,
 				queue_p99_us: $q.queue_delay_us.p99, queue_p50_us: $q.queue_delay_us.p50,
 				ce_marked: ($t.congestion.ce_marked // 0), cnps_made: ($t.congestion.cnps_made // 0),
-				cnps: $w.sender.cnps}' "$report/counters.json")")
+				cnps: $w.sender.cnps,
+				roce_share: $w.wan.cross.roce_share, tcp_share: $w.wan.cross.tcp_share,
+				tcp_cc: $w.wan.cross.congestion_control, tcp_retransmits: $w.wan.cross.tcp_retransmits}' "$report/counters.json")")
 			echo "${rows[-1]}" >&2
 		done
 	done
 done
 
 printf '%s\n' "${rows[@]}" | jq -s --arg tuning "$tuning" --arg scaled "$scaled" --arg variants "$variants" \
-	'{tuning: $tuning, scaled: $scaled, variants: ($variants | split(" ")), runs: .}' >"$out"
+	--argjson cross "$cross" \
+	'{tuning: $tuning, scaled: $scaled, cross_streams: $cross, variants: ($variants | split(" ")), runs: .}' >"$out"
 jq -r '
 	.variants as $variants |
 	def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
@@ -97,3 +105,19 @@ jq -r '
 		+ ([$rs[].timeouts] | median | r(1)) + " | " + ([$rs[].qps_failed] | median | r(1)) + " | "
 		+ ([$rs[].queue_p99_us / 1000] | median | r(100)) + " | " + ([$rs[].ce_marked] | median | r(1)) + " | "
 		+ ([$rs[].cnps_made] | median | r(1)) + " | " + ([$rs[].cnps] | median | r(1)) + " |")' "$out"
+[ "$cross" -eq 0 ] || jq -r '
+	.variants as $variants | .cross_streams as $n |
+	def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
+		else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+	def r(n): if . == null then "-" else (. * n | round) / n | tostring end;
+	.runs | group_by(.delay + "/" + .buffer)[] | . as $wan |
+	"\n### Sharing: WAN " + .[0].delay + " one way, buffer " + .[0].buffer + ", " + ($n | tostring)
+		+ " TCP streams (" + (.[0].tcp_cc // "?") + ") through the 50 Mbit/s bottleneck\n",
+	"| variant | RoCE share (min-max) | TCP share (min-max) | TCP retransmits | QPs failed | timeouts |",
+	"|---|---:|---:|---:|---:|---:|",
+	( $variants[] as $v | [$wan[] | select(.variant == $v)] as $rs |
+		"| " + $v + " | " + ([$rs[].roce_share] | median | r(100)) + " (" + ([$rs[].roce_share] | min | r(100)) + "-"
+		+ ([$rs[].roce_share] | max | r(100)) + ") | " + ([$rs[].tcp_share] | median | r(100)) + " ("
+		+ ([$rs[].tcp_share] | min | r(100)) + "-" + ([$rs[].tcp_share] | max | r(100)) + ") | "
+		+ ([$rs[].tcp_retransmits] | median | r(1)) + " | " + ([$rs[].qps_failed] | max | r(1)) + " | "
+		+ ([$rs[].timeouts] | median | r(1)) + " |")' "$out"
