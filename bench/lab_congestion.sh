@@ -75,6 +75,7 @@ for wan in $wans; do
 				timeouts: $w.sender.timeouts, qps_failed: $w.sender.qps_failed,
 				queue_p99_us: $q.queue_delay_us.p99, queue_p50_us: $q.queue_delay_us.p50,
 				ce_marked: ($t.congestion.ce_marked // 0), cnps_made: ($t.congestion.cnps_made // 0),
+				competes: ($t.congestion.competes // 0),
 				cnps: $w.sender.cnps,
 				roce_share: $w.wan.cross.roce_share, tcp_share: $w.wan.cross.tcp_share,
 				tcp_cc: $w.wan.cross.congestion_control, tcp_retransmits: $w.wan.cross.tcp_retransmits}' "$report/counters.json")")

@@ -74,6 +74,7 @@ const char* congestion_state_name(CongestionState s) {
     case CongestionState::kCruise: return "cruise";
     case CongestionState::kProbe: return "probe";
     case CongestionState::kDrain: return "drain";
+    case CongestionState::kCompete: return "compete";
   }
   return "?";
 }
@@ -90,11 +91,18 @@ void BottleneckModel::update(uint64_t now_ns, const std::optional<CongestionRepo
     if (state_ != CongestionState::kNoReport && state_ != CongestionState::kLearning) ++fallbacks_;
     set_state(CongestionState::kNoReport, now_ns);
     last_.reset();
+    squeezed_at_ = 0;
     return;
   }
   const bool new_report = at_ns != last_at_;
   last_ = report;
   last_at_ = at_ns;
+  if (state_ == CongestionState::kCompete) {
+    if (now_ns - phase_at_ < kCompeteNs) return;
+    // Learn again, from nothing: the cross traffic may have gone.
+    btl_kbps_ = max_kbps_ = 0;
+    set_state(CongestionState::kLearning, now_ns);
+  }
   if (state_ == CongestionState::kNoReport) set_state(CongestionState::kLearning, now_ns);
 
   const CongestionReport& r = *report;
@@ -123,6 +131,23 @@ void BottleneckModel::update(uint64_t now_ns, const std::optional<CongestionRepo
     set_state(CongestionState::kLearning, now_ns);
     return;
   }
+  if (btl_kbps_ >= max_kbps_ || now_ns - max_at_ > kBandwidthWindowNs) {
+    max_kbps_ = btl_kbps_;
+    max_at_ = now_ns;
+  }
+  // Drained to under half of what the pipe gave, and the queue stands:
+  // once that lasts, it is cross traffic's.
+  if (!queue || state_ == CongestionState::kProbe ||
+      static_cast<double>(btl_kbps_) >= kCompeteFraction * static_cast<double>(max_kbps_))
+    squeezed_at_ = 0;
+  else if (!squeezed_at_)
+    squeezed_at_ = now_ns;
+  if (squeezed_at_ && now_ns - squeezed_at_ >= kCompeteAfterNs) {
+    squeezed_at_ = 0;
+    ++competes_;
+    set_state(CongestionState::kCompete, now_ns);
+    return;
+  }
   switch (state_) {
     case CongestionState::kNoReport:
     case CongestionState::kLearning:
@@ -141,6 +166,8 @@ void BottleneckModel::update(uint64_t now_ns, const std::optional<CongestionRepo
       break;
     case CongestionState::kDrain:
       if (now_ns - phase_at_ >= kPhaseNs) set_state(CongestionState::kCruise, now_ns);
+      break;
+    case CongestionState::kCompete:  // handled above
       break;
   }
 }
@@ -241,6 +268,7 @@ std::vector<CongestionPeer> CongestionLoop::peers() const {
     c.fallbacks = p.model.fallbacks();
     c.probes = p.model.probes();
     c.resets = p.model.resets();
+    c.competes = p.model.competes();
     out.push_back(c);
   }
   return out;

@@ -22,7 +22,14 @@
 // Never worse than off: with no bottleneck seen yet, no fresh report from
 // the peer (an older roceguard, the kernel's geneve, a stopped daemon), or
 // this daemon stopped (the decision's lifetime), the data path marks
-// nothing.
+// nothing. Nor does it while the WAN's queue is someone else's: a queue
+// that still stands after the model's drains took the estimate below
+// kCompeteFraction of the most it saw in its window is held by cross
+// traffic that does not yield (loss-based or BBR TCP), and marking more
+// would only hand that traffic the pipe. When that has lasted
+// kCompeteAfterNs (longer than a DCQCN cut takes to show as an emptier
+// queue), the model competes (no marks, the RoCE traffic as without the
+// loop) for kCompeteNs and learns again.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +83,11 @@ enum class CongestionState {
   kCruise,    // at kCruiseGain of the bottleneck
   kProbe,     // above it, to learn a rate that grew
   kDrain,     // below it, to drain what the probe queued
+  kCompete,   // the standing queue is cross traffic's: no marks for kCompeteNs
 };
+inline constexpr CongestionState kCongestionStates[] = {CongestionState::kNoReport, CongestionState::kLearning,
+                                                        CongestionState::kCruise,   CongestionState::kProbe,
+                                                        CongestionState::kDrain,    CongestionState::kCompete};
 const char* congestion_state_name(CongestionState s);
 
 // The per-peer model, updated once a tick with the peer's newest report.
@@ -89,6 +100,10 @@ class BottleneckModel {
   // A queue: mean queueing delay at or above this.
   static constexpr uint32_t kQueueUs = 500;
   static constexpr double kCruiseGain = 0.95, kProbeGain = 1.10, kDrainGain = 0.85;
+  // A standing queue with the estimate below this share of the window's
+  // largest: the queue is not this gateway's to drain.
+  static constexpr double kCompeteFraction = 0.5;
+  static constexpr uint64_t kCompeteAfterNs = 250'000'000ull, kCompeteNs = 3'000'000'000ull;
 
   // report: the peer's newest (nullopt: none), which arrived at at_ns.
   void update(uint64_t now_ns, const std::optional<CongestionReport>& report, uint64_t at_ns);
@@ -100,6 +115,7 @@ class BottleneckModel {
   uint64_t fallbacks() const { return fallbacks_; }  // entries into kNoReport after a model
   uint64_t probes() const { return probes_; }
   uint64_t resets() const { return resets_; }  // estimates replaced by a standing queue
+  uint64_t competes() const { return competes_; }  // entries into kCompete
 
  private:
   void set_state(CongestionState s, uint64_t now_ns);
@@ -108,8 +124,10 @@ class BottleneckModel {
   std::optional<CongestionReport> last_;
   uint64_t last_at_ = 0;
   uint64_t btl_kbps_ = 0, btl_at_ = 0;  // the estimate, and when a sample last confirmed it
+  uint64_t max_kbps_ = 0, max_at_ = 0;  // the largest estimate in kBandwidthWindowNs, and when it was set
+  uint64_t squeezed_at_ = 0;  // since when a queue stands with the estimate under kCompeteFraction of max (0: not)
   uint64_t phase_at_ = 0, probe_at_ = 0;
-  uint64_t fallbacks_ = 0, probes_ = 0, resets_ = 0;
+  uint64_t fallbacks_ = 0, probes_ = 0, resets_ = 0, competes_ = 0;
 };
 
 // The loop for every peer of a loaded object: slots[i] is cfg.peers[i]'s

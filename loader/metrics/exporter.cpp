@@ -31,6 +31,7 @@
 #include "common/pause_point.h"
 #include "common/text.h"
 #include "common/version.h"
+#include "daemon/congestion.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "metrics/health.h"
@@ -406,12 +407,15 @@ class MetricsCollector : public prometheus::Collectable {
     std::lock_guard lock(mu_);
     for (const CongestionPeer& p : congestion_) {
       const Labels peer{{"peer", p.name}};
-      for (const char* state : {"no_report", "learning", "cruise", "probe", "drain"})
+      for (CongestionState st : kCongestionStates) {
+        const std::string state = congestion_state_name(st);
         out.add("roceguard_tunnel_congestion_state",
-                "1 for the congestion loop's current phase towards the peer: no_report and learning mark "
-                "nothing (no fresh report from the peer; no bottleneck seen yet), cruise, probe and drain hold "
-                "the peer's RoCE to a share of the modelled bottleneck",
+                "1 for the congestion loop's current phase towards the peer: no_report, learning and compete "
+                "mark nothing (no fresh report from the peer; no bottleneck seen yet; the WAN's standing queue "
+                "is cross traffic's), cruise, probe and drain hold the peer's RoCE to a share of the modelled "
+                "bottleneck",
                 MetricType::Gauge, {{"peer", p.name}, {"state", state}}, p.state == state ? 1 : 0);
+      }
       out.add("roceguard_tunnel_congestion_bottleneck_bits_per_second",
               "The modelled rate of the WAN's bottleneck towards the peer, in inner bits (0: none seen)",
               MetricType::Gauge, peer, static_cast<double>(p.bottleneck_kbps) * 1e3);
@@ -437,10 +441,11 @@ class MetricsCollector : public prometheus::Collectable {
                 "the peer",
                 MetricType::Gauge, peer, p.sent_delay_us * 1e-6);
       for (const auto& [what, n] : {std::pair{"fallback", p.fallbacks}, std::pair{"probe", p.probes},
-                                    std::pair{"reset", p.resets}})
+                                    std::pair{"reset", p.resets}, std::pair{"compete", p.competes}})
         out.add("roceguard_tunnel_congestion_events_total",
                 "Congestion loop events towards the peer: fallback (the peer's reports stopped: no marks), probe "
-                "(a period above the bottleneck), reset (a standing queue replaced the bottleneck estimate)",
+                "(a period above the bottleneck), reset (a standing queue replaced the bottleneck estimate), "
+                "compete (a queue that outlasted the drains: cross traffic's; no marks for a while)",
                 MetricType::Counter, {{"peer", p.name}, {"event", what}}, static_cast<double>(n));
     }
   }

@@ -65,7 +65,7 @@ struct PeerFeedback {
 // per peer: its model, the peer's newest report and this gateway's own.
 struct CongestionPeer {
   std::string name;
-  std::string state;  // no_report, learning, cruise, probe, drain
+  std::string state;  // congestion_state_name (daemon/congestion.h)
   uint64_t bottleneck_kbps = 0;
   uint64_t rate_kbps = 0;  // the phantom queue's drain rate; 0: no marks
   bool reported = false;   // the peer's report below is fresh
@@ -75,7 +75,7 @@ struct CongestionPeer {
   uint64_t sent_rate_kbps = 0;  // what this gateway reports to the peer
   bool sent_has_delay = false;
   uint32_t sent_delay_us = 0;
-  uint64_t fallbacks = 0, probes = 0, resets = 0;
+  uint64_t fallbacks = 0, probes = 0, resets = 0, competes = 0;
 };
 
 // text gzip-compressed at zlib's default level, as a scrape is sent to a

@@ -90,7 +90,8 @@ json tunnel_json(const std::vector<TunnelDirection>& dirs) {
                                        {"rate_mbit", d.cc_rate_kbps / 1e3},
                                        {"fallbacks", d.cc_fallbacks},
                                        {"probes", d.cc_probes},
-                                       {"resets", d.cc_resets}}}};
+                                       {"resets", d.cc_resets},
+                                       {"competes", d.cc_competes}}}};
   }
   return j;
 }
@@ -736,11 +737,11 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
       return d < p.tunnel.size() && p.tunnel[d].congestion ? fmt("%.1f", p.tunnel[d].cc_bottleneck_kbps / 1e3)
                                                            : std::string("-");
     });
-    row((at + "probes / resets / fallbacks").c_str(), [d](const PhaseResult& p) {
+    row((at + "probes / resets / competes / fallbacks").c_str(), [d](const PhaseResult& p) {
       if (d >= p.tunnel.size() || !p.tunnel[d].congestion) return std::string("-");
       const TunnelDirection& t = p.tunnel[d];
       return std::to_string(t.cc_probes) + " / " + std::to_string(t.cc_resets) + " / " +
-             std::to_string(t.cc_fallbacks);
+             std::to_string(t.cc_competes) + " / " + std::to_string(t.cc_fallbacks);
     });
   }
   return out.str();

@@ -87,7 +87,7 @@ struct TunnelDirection {
   uint64_t cc_marked = 0, cc_unmarkable = 0, cc_capped = 0, cc_queued = 0, cc_cnps = 0, cc_cnp_errors = 0;
   std::string cc_state;
   uint64_t cc_bottleneck_kbps = 0, cc_rate_kbps = 0;
-  uint64_t cc_fallbacks = 0, cc_probes = 0, cc_resets = 0;
+  uint64_t cc_fallbacks = 0, cc_probes = 0, cc_resets = 0, cc_competes = 0;
   // Numbers every copy of which the WAN dropped (WanSeqLoss), and of those
   // the ones after the stream's last arrival, which no receiver can count.
   uint64_t wan_all_copies_dropped = 0;

@@ -381,6 +381,7 @@ std::vector<TunnelDirection> measure_tunnel(const Gateway& gw_a, const Gateway& 
       d->cc_fallbacks = c.fallbacks;
       d->cc_probes = c.probes;
       d->cc_resets = c.resets;
+      d->cc_competes = c.competes;
     }
   return out;
 }

@@ -110,6 +110,74 @@ TEST(BottleneckModel, ItProbesAndLearnsARateThatGrew) {
   EXPECT_EQ(m.state(), CongestionState::kDrain);
 }
 
+// RoCE alone behind the bottleneck: the queue stands on report after report
+// while the delivery rate stays at the pipe's, so every drain is its own and
+// the model never competes.
+TEST(BottleneckModel, ItsOwnStandingQueueIsDrainedNotCompetedWith) {
+  BottleneckModel m;
+  for (uint64_t t = 10; t <= 2000; t += 10) {
+    m.update(t * kMs, queued(t % 20 ? 47'000 : 44'000), t * kMs);
+    ASSERT_NE(m.state(), CongestionState::kCompete) << t << " ms";
+    ASSERT_NE(m.rate_kbps(), 0u) << t << " ms";
+  }
+  EXPECT_EQ(m.competes(), 0u);
+  EXPECT_GT(m.resets(), 0u);
+}
+
+// Cross traffic holds the queue: each drain leaves less of the pipe to the
+// RoCE traffic and the queue stands all the same. Once the estimate is under
+// kCompeteFraction of the largest in the window for kCompeteAfterNs, the
+// model competes: no marks for kCompeteNs, whatever the reports say, then
+// it learns again.
+TEST(BottleneckModel, AQueueThatOutlastsTheDrainsIsCrossTrafficsAndTheModelCompetes) {
+  BottleneckModel m;
+  uint64_t t = 10 * kMs;
+  m.update(t, queued(40'000), t);
+  ASSERT_EQ(m.state(), CongestionState::kCruise);
+  for (uint64_t kbps : {30'000u, 25'000u, 20'000u}) {
+    t += 10 * kMs;
+    m.update(t, queued(kbps), t);
+    EXPECT_NE(m.state(), CongestionState::kCompete) << kbps;
+    EXPECT_EQ(m.bottleneck_kbps(), kbps);
+    EXPECT_NE(m.rate_kbps(), 0u);
+  }
+  EXPECT_EQ(m.competes(), 0u) << "half of 40 Mbit/s is not yet under half";
+  // Under half: a DCQCN cut that has not shown in the queue yet, until it
+  // lasts kCompeteAfterNs; a report without a queue in between starts it over.
+  const uint64_t under = t + 10 * kMs;
+  for (t = under; t < under + BottleneckModel::kCompeteAfterNs; t += 10 * kMs) {
+    m.update(t, t == under + 100 * kMs ? clear(19'999) : queued(19'999), t);
+    ASSERT_NE(m.state(), CongestionState::kCompete) << (t - under) / kMs << " ms under";
+  }
+  for (const uint64_t since = under + 110 * kMs; t < since + BottleneckModel::kCompeteAfterNs; t += 10 * kMs) {
+    m.update(t, queued(19'999), t);
+    ASSERT_NE(m.state(), CongestionState::kCompete) << (t - since) / kMs << " ms since the clear report";
+  }
+  m.update(t, queued(19'999), t);
+  EXPECT_EQ(m.state(), CongestionState::kCompete);
+  EXPECT_EQ(m.rate_kbps(), 0u) << "no marks: the RoCE traffic as without the loop";
+  EXPECT_EQ(m.competes(), 1u);
+  const uint64_t entered = t;
+  for (t += 10 * kMs; t < entered + BottleneckModel::kCompeteNs; t += 100 * kMs) {
+    m.update(t, t % 200 ? queued(60'000) : clear(60'000), t);
+    ASSERT_EQ(m.state(), CongestionState::kCompete) << (t - entered) / kMs << " ms in";
+    ASSERT_EQ(m.rate_kbps(), 0u);
+  }
+  // Its time is up: the estimate starts over from the next queue.
+  t = entered + BottleneckModel::kCompeteNs;
+  m.update(t, clear(35'000), t);
+  EXPECT_EQ(m.state(), CongestionState::kLearning);
+  EXPECT_EQ(m.bottleneck_kbps(), 0u);
+  t += 10 * kMs;
+  m.update(t, queued(45'000), t);
+  EXPECT_EQ(m.state(), CongestionState::kCruise);
+  EXPECT_EQ(m.bottleneck_kbps(), 45'000u);
+  EXPECT_EQ(m.competes(), 1u);
+  // A stale report still falls back from anywhere.
+  m.update(t + BottleneckModel::kReportLifetimeNs, queued(45'000), t);
+  EXPECT_EQ(m.state(), CongestionState::kNoReport);
+}
+
 TEST(BottleneckModel, StaleReportsFallBackAndAnUnconfirmedEstimateExpires) {
   BottleneckModel m;
   m.update(10 * kMs, queued(47'000), 10 * kMs);
