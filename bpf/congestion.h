@@ -49,31 +49,27 @@ static __always_inline __u32 rg_tunnel_feedback(__u32 slot, __u32 seq, __u32 los
 }
 
 /*
- * One encapsulated frame whose inner frame is len bytes (copies: 1, or 2
- * with the shield's copy; inner bytes, as the far gateway counts what it
- * delivers) through the phantom queue of the peer in slot; with
- * RG_CC_F_MARK_CE, marks its inner IP header (at inner_l3, IPv6 when
- * inner_v6) CE when the queue says so and the packet is ECN-capable (ECT(0) or ECT(1)); Not-ECT is never marked,
- * and the IPv4 header checksum follows the byte. The outer UDP checksum is
- * zero (rg_encap_udp_geneve), and RoCE's ICRC leaves the traffic class
- * out, so nothing else changes.
+ * One frame to the peer in slot whose inner frame is len bytes (copies: 1,
+ * or 2 with the shield's copy; inner bytes, as the far gateway counts what
+ * it delivers), its inner ECN field ecn, through the peer's phantom queue.
+ * Returns 1 when the frame is to be marked CE: with RG_CC_F_MARK_CE, the
+ * queue says so and the packet is ECN-capable (ECT(0) or ECT(1)); Not-ECT
+ * is never marked. Both encapsulating hooks call it: TC egress
+ * (rg_congestion_mark) and the XDP fast path.
  */
-static __always_inline void rg_congestion_mark(struct __sk_buff *skb, __u32 slot, __u32 inner_l3,
-					       __u32 inner_v6, __u64 len, __u32 copies)
+static __always_inline int rg_congestion_queue(__u32 slot, __u64 len, __u32 copies, __u32 ecn)
 {
 	const struct rg_peer_cc *cc = rg_peer_cc_get(slot);
 	__u64 now, cost, backlog, cap, min, max, scale;
 	struct rg_peer_pq *pq;
-	__u32 key = slot, rnd, mark = 0, ecn, marks;
-	__u8 hdr[2], byte;
+	__u32 key = slot, rnd, mark = 0, marks;
 
 	if (!cc || !cc->ps_per_byte)
-		return;
+		return 0;
 	marks = cc->flags & RG_CC_F_MARK_CE;
 	pq = bpf_map_lookup_elem(&rg_peer_pq, &key);
-	if (!pq || inner_l3 > 512 || bpf_skb_load_bytes(skb, inner_l3, hdr, sizeof(hdr)))
-		return;
-	ecn = inner_v6 ? (hdr[1] >> 4) & 3 : hdr[1] & 3;
+	if (!pq)
+		return 0;
 	cost = len * copies * cc->ps_per_byte / 1000;
 	cap = cc->cap_ns;
 	min = cc->mark_min_ns;
@@ -104,8 +100,24 @@ static __always_inline void rg_congestion_mark(struct __sk_buff *skb, __u32 slot
 	else if (mark)
 		pq->not_ect++;
 	bpf_spin_unlock(&pq->lock);
+	return mark && (ecn == 1 || ecn == 2);
+}
 
-	if (!mark || !(ecn == 1 || ecn == 2))
+/*
+ * TC egress: rg_congestion_queue for an encapsulated frame whose inner IP
+ * header is at inner_l3 (IPv6 when inner_v6), and its CE mark, the IPv4
+ * header checksum following the byte. The outer UDP checksum is zero
+ * (rg_encap_udp_geneve), and RoCE's ICRC leaves the traffic class out, so
+ * nothing else changes.
+ */
+static __always_inline void rg_congestion_mark(struct __sk_buff *skb, __u32 slot, __u32 inner_l3,
+					       __u32 inner_v6, __u64 len, __u32 copies)
+{
+	__u8 hdr[2], byte;
+
+	if (inner_l3 > 512 || bpf_skb_load_bytes(skb, inner_l3, hdr, sizeof(hdr)))
+		return;
+	if (!rg_congestion_queue(slot, len, copies, inner_v6 ? (hdr[1] >> 4) & 3 : hdr[1] & 3))
 		return;
 	if (inner_v6) {
 		byte = hdr[1] | 0x30;

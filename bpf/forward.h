@@ -213,7 +213,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	struct rg_encap_plan e;
 	struct rg_counters *c;
 	struct ethhdr *inner_eth;
-	__u32 slot = 0, dev, out;
+	__u32 slot = 0, dev, out, room;
 	struct rg_qp_key *qp;
 	struct rg_pkt pkt, *p = &pkt;
 	__u32 len = bpf_xdp_get_buff_len(ctx);
@@ -284,6 +284,22 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 			return XDP_DROP;
 		}
 		rg_encap_count(&e, c, ps, 1, len);
+		/*
+		 * The peer's phantom queue, as TC egress runs it after
+		 * encapsulating (rg_tc_congest): the same inner bytes, and CE on
+		 * the inner header only, the outer keeping the ECN it copied.
+		 * rg_account leaves p's pointers unknown to the verifier; the
+		 * frame is untagged, so the inner header follows the outer ones
+		 * and the inner Ethernet header.
+		 */
+		room = e.room;
+		/* Bounded in the register it is used from. */
+		barrier_var(room);
+		if ((rg_cfg.flags & RG_CFG_F_CONGESTION) && room <= RG_ENCAP_ROOM_MAX &&
+		    rg_congestion_queue(slot, len, 1, rg_tos_ecn(p->tos))) {
+			p->l3 = (void *)(long)ctx->data + room + sizeof(struct ethhdr);
+			rg_set_tos(p, (void *)(long)ctx->data_end, p->tos | RG_ECN_CE);
+		}
 	}
 	rg_count(c, RG_EV_XDP_FORWARDED, len);
 	return bpf_redirect_map(&rg_xdp_tx, out, 0);

@@ -105,6 +105,8 @@ _Static_assert(__builtin_offsetof(struct rg_encap6, ip6) % 4 == 0, "outer IPv6 a
 /* Room inserted after the original Ethernet header, which becomes the inner one. */
 #define RG_ENCAP4_ROOM (RG_ENCAP4_LEN - sizeof(struct ethhdr))
 #define RG_ENCAP6_ROOM (RG_ENCAP6_LEN - sizeof(struct ethhdr))
+/* The most any encapsulation adds: IPv6 outer, the option with its MAC and extension. */
+#define RG_ENCAP_ROOM_MAX (RG_ENCAP6_ROOM + RG_TUNNEL_OPT_LEN + RG_TUNNEL_OPT_MAC_LEN + RG_TUNNEL_OPT_EXT_LEN)
 
 /*
  * Every byte of the outer headers is written field by field, so they are

@@ -2090,8 +2090,8 @@ rg_config forward_config() {
 
 // A harness data plane with the fast path on and both devices its targets.
 struct ForwardPlane {
-  Dataplane dp{forward_config()};
-  ForwardPlane() {
+  Dataplane dp;
+  explicit ForwardPlane(const rg_config& cfg = forward_config()) : dp(cfg) {
     dp.tunnels();
     dp.forward_to(dev_ifindex());
     dp.forward_to(other_dev_ifindex());
@@ -2167,6 +2167,72 @@ TEST(XdpForward, LeavesAShieldedPeerToTcEgress) {
   EXPECT_EQ(f.dp.xdp_at(in, other_dev_ifindex()).ret, kXdpRedirect) << "unshielded again: forwarded";
   f.dp.peer_ctl(kPeerSlot4, 0, RG_PEER_F_SHIELD_ALL);
   EXPECT_EQ(f.dp.xdp_at(in, other_dev_ifindex()).ret, kXdpPass) << "shielded by \"auto\": left to TC egress";
+}
+
+// The congestion loop's phantom queue on the fast path: a frame the XDP
+// program encapsulates goes through its peer's queue as it would at TC
+// egress, and leaves byte for byte as TC egress marks it: CE on an
+// ECN-capable inner header, IPv4 (checksum following) and IPv6 alike,
+// Not-ECT and CE as they were; the queues count the same. Without a current
+// decision it neither marks nor queues.
+TEST(CongestionXdpForward, MarksThroughThePeersPhantomQueueAsTcEgress) {
+  KernelRoutes routes;
+  route_remote_nets(routes);
+  rg_config fast = forward_config(), tc = test_config();
+  fast.flags |= RG_CFG_F_CONGESTION;
+  tc.flags |= RG_CFG_F_CONGESTION;
+  ForwardPlane f(fast);
+  Dataplane slow(tc);
+  slow.tunnels();
+  // 1 ms per byte with marking from an empty queue on: every frame alone
+  // fills the queue far above the threshold.
+  rg_peer_cc cc{};
+  cc.until_ns = UINT64_MAX;
+  cc.ps_per_byte = 1'000'000'000;
+  cc.mark_min_ns = 0;
+  cc.mark_max_ns = 1;
+  cc.mark_scale = UINT32_MAX;
+  cc.cap_ns = 1'000'000'000;
+  cc.flags = RG_CC_F_MARK_CE;
+  cc.cnp_gap_ns = 50'000;
+  for (uint32_t slot : {kPeerSlot4, kPeerSlot6}) {
+    f.dp.peer_cc(slot, cc);
+    slow.peer_cc(slot, cc);
+  }
+  for (bool v6 : {false, true}) {
+    for (uint8_t ecn : {0, 1, 2, 3}) {
+      SCOPED_TRACE(std::string(v6 ? "IPv6" : "IPv4") + " ECN " + std::to_string(ecn));
+      const PacketBuilder inner = (v6 ? tunneled6() : tunneled4()).ecn(ecn);
+      const Verdict got = f.dp.xdp_at(from_lan(inner).build(), other_dev_ifindex());
+      const Verdict want = slow.tc(forwarded(inner, 46).build());
+      ASSERT_EQ(got.ret, kXdpRedirect);
+      EXPECT_EQ(hex(got.out), hex(want.out));
+      const View in = parse_inner(got.out);
+      ASSERT_TRUE(in.roce);
+      EXPECT_EQ(in.ecn(), ecn == 1 || ecn == 2 ? 3 : ecn);
+      EXPECT_TRUE(in.icrc_ok);
+      if (!v6) {
+        EXPECT_TRUE(in.ipv4_csum_ok);
+      }
+    }
+  }
+  for (uint32_t slot : {kPeerSlot4, kPeerSlot6}) {
+    const rg_peer_pq got = f.dp.peer_pq(slot), want = slow.peer_pq(slot);
+    EXPECT_EQ(got.packets, 4u);
+    EXPECT_EQ(got.packets, want.packets);
+    EXPECT_EQ(got.bytes, want.bytes);
+    EXPECT_EQ(got.marked, 2u);
+    EXPECT_EQ(got.marked, want.marked);
+    EXPECT_EQ(got.not_ect, 2u);
+    EXPECT_EQ(got.not_ect, want.not_ect);
+  }
+  // The daemon stopped renewing the decision: forwarded as it came, unqueued.
+  cc.until_ns = 1;
+  f.dp.peer_cc(kPeerSlot4, cc);
+  const Verdict r = f.dp.xdp_at(from_lan(tunneled4().ecn(2)).build(), other_dev_ifindex());
+  ASSERT_EQ(r.ret, kXdpRedirect);
+  EXPECT_EQ(parse_inner(r.out).ecn(), 2);
+  EXPECT_EQ(f.dp.peer_pq(kPeerSlot4).packets, 4u);
 }
 
 // The next-hop cache serves the fast path as it serves TC egress.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packet tests whose BPF code Debian 12's kernel (6.1) verifies otherwise
-# than the build machine's: the congestion loop's (inner CE marks, the
-# reports, the CNPs made at TC ingress) run in one guest, both ingress hooks.
+# than the build machine's: the congestion loop's (inner CE marks at TC
+# egress and on the XDP fast path, the reports, the CNPs made at TC
+# ingress) run in one guest, both ingress hooks.
 set -euo pipefail
 . "$(dirname "$0")/vm.sh"
 : "${RGVM_TIMEOUT:=360}"
