@@ -16,7 +16,8 @@
 # marks and CNPs made. Prints one Markdown table per WAN (medians over the rounds, and
 # each variant's goodput over off's, median of the per-round ratios with
 # their range) and writes bench/results/lab_congestion.json (OUT=...).
-# With CROSS=N, N bulk TCP streams share the bottleneck (--wan-cross N):
+# With CROSS=N, N bulk TCP streams share the bottleneck (--wan-cross N,
+# their congestion control CROSS_CC, default the namespace's):
 # each row then has RoCE's and the TCP's goodput as shares of the
 # bottleneck's rate, and a second table per WAN gives them.
 # Needs root and a build directory (BUILD_DIR, default build).
@@ -32,6 +33,7 @@ duration=${LAB_DURATION:-10}
 tuning=${TUNING:-rpg_time_reset=5000,rpg_min_dec_fac=95,clamp_tgt_rate=1}
 scaled=${SCALED:-dce_tcp_rtt=1000,rpg_time_reset=5000}
 cross=${CROSS:-0}
+cross_cc=${CROSS_CC:-}
 out=${OUT:-bench/results/lab_congestion.json}
 . bench/lab_common.sh
 
@@ -58,6 +60,7 @@ for wan in $wans; do
 			*) args+=(--wan-buffer "$buffer") ;;
 			esac
 			[ "$cross" -eq 0 ] || args+=(--wan-cross "$cross")
+			[ -z "$cross_cc" ] || args+=(--wan-cross-cc "$cross_cc")
 			[ "$v" = "${v%-tuned}" ] || args+=(--dcqcn "$tuning")
 			[ "$v" = "${v%-scaled}" ] || args+=(--dcqcn "$scaled")
 			report=$tmp/$delay-$buffer-$round-$v

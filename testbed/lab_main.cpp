@@ -59,6 +59,9 @@ void add_lab_options(CLI::App* lab) {
                   "and delay, sharing it with the RoCE traffic (--scenario bleach and --wan-rate; 0: none)")
       ->check(CLI::Range(0u, 128u))
       ->capture_default_str();
+  lab->add_option("--wan-cross-cc", o.wan_cross_cc,
+                  "the --wan-cross streams' TCP congestion control, one the kernel offers (cubic, reno, bbr, ...; "
+                  "default: the namespace's)");
   lab->add_option("--reorder", o.reorder_pct,
                   "percent of UDP packets the WAN sends after the packet behind them (default: it never reorders)")
       ->check(CLI::Range(0.0, 100.0))

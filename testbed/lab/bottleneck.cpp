@@ -140,6 +140,31 @@ void WanBottleneck::start_phase() {
   for (auto& d : delays_us_) d.clear();
 }
 
+namespace {
+
+void set_delays(BottleneckStats& s, const std::vector<uint32_t>& delays) {
+  s.samples = delays.size();
+  s.delay_max_us = delays.empty() ? 0 : *std::max_element(delays.begin(), delays.end());
+  s.delay_p99_us = sample_quantile(delays, 0.99);
+  s.delay_p50_us = sample_quantile(delays, 0.5);
+}
+
+}  // namespace
+
+BottleneckStats WanBottleneck::delay_since(size_t i, size_t* cursor) {
+  std::vector<uint32_t> delays;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (i >= delays_us_.size()) return {};
+    const auto& all = delays_us_[i];
+    if (*cursor < all.size()) delays.assign(all.begin() + static_cast<long>(*cursor), all.end());
+    *cursor = all.size();
+  }
+  BottleneckStats s;
+  set_delays(s, delays);
+  return s;
+}
+
 BottleneckStats WanBottleneck::phase_stats(size_t i) {
   const std::vector<Counters> now = read_counters();
   std::vector<uint32_t> delays;
@@ -154,10 +179,7 @@ BottleneckStats WanBottleneck::phase_stats(size_t i) {
   s.sent_packets = now[i].packets - base.packets;
   s.sent_bytes = now[i].bytes - base.bytes;
   s.dropped = now[i].drops - base.drops;
-  s.samples = delays.size();
-  s.delay_max_us = delays.empty() ? 0 : *std::max_element(delays.begin(), delays.end());
-  s.delay_p99_us = sample_quantile(delays, 0.99);
-  s.delay_p50_us = sample_quantile(delays, 0.5);
+  set_delays(s, delays);
   return s;
 }
 

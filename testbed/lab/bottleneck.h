@@ -68,6 +68,10 @@ class WanBottleneck {
   void start_phase();
   // What direction i (the order of ifnames) did since start_phase.
   BottleneckStats phase_stats(size_t i);
+  // The queue delay of direction i's samples since *cursor (a count of
+  // samples since start_phase, 0 then), in samples, p50, p99 and max
+  // (BottleneckStats' fields); moves *cursor past them.
+  BottleneckStats delay_since(size_t i, size_t* cursor);
 
  private:
   struct Counters {

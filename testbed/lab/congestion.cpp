@@ -31,6 +31,20 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+}  // namespace
+
+bool tcp_congestion_control_offered(const std::string& name, std::string* offered) {
+  *offered = read_file("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  while (!offered->empty() && offered->back() == '\n') offered->pop_back();
+  std::istringstream names(*offered);
+  std::string n;
+  while (names >> n)
+    if (n == name) return true;
+  return false;
+}
+
+namespace {
+
 ClassStats leaf_stats(const json& qdiscs, const char* handle) {
   for (const auto& q : qdiscs)
     if (q.value("handle", "") == handle)
@@ -144,7 +158,7 @@ BulkPath uplink_bulk(const Topology& topo) { return {Node::kBulkA, Node::kWan, t
 BulkPath wan_cross_bulk(const Topology& topo) { return {Node::kBulkA, Node::kBulk, topo.addr().bulk4}; }
 
 BulkTraffic::BulkTraffic(const Topology& topo, const BulkPath& path, const std::string& log_dir,
-                         const std::string& name, unsigned streams, unsigned seconds) {
+                         const std::string& name, unsigned streams, unsigned seconds, const std::string& cc) {
   const std::string server_log = log_dir + "/." + name + "-server.log";
   const std::string where = topo.netns(path.server);
   client_log_name_ = name + ".json";
@@ -162,9 +176,10 @@ BulkTraffic::BulkTraffic(const Topology& topo, const BulkPath& path, const std::
     std::this_thread::sleep_for(50ms);
   }
   std::remove(client_log_path_.c_str());
-  client_ = std::make_unique<Child>(topo.exec_argv(
-      path.client, {"iperf3", "--client", path.server_address, "--time", std::to_string(seconds), "--parallel",
-                    std::to_string(streams), "--json", "--logfile", client_log_path_}));
+  std::vector<std::string> argv{"iperf3", "--client", path.server_address, "--time", std::to_string(seconds),
+                                "--parallel", std::to_string(streams), "--json", "--logfile", client_log_path_};
+  if (!cc.empty()) argv.insert(argv.end(), {"--congestion", cc});
+  client_ = std::make_unique<Child>(topo.exec_argv(path.client, argv));
   std::remove(server_log.c_str());  // the server keeps it open; the name is no longer needed
 }
 

@@ -119,13 +119,18 @@ BulkPath uplink_bulk(const Topology& topo);
 // cross traffic, --wan-cross).
 BulkPath wan_cross_bulk(const Topology& topo);
 
+// Whether the kernel offers every namespace the TCP congestion control
+// name; *offered: the names it does.
+bool tcp_congestion_control_offered(const std::string& name, std::string* offered);
+
 // iperf3: a one-off server and a client with `streams` TCP connections for
-// `seconds`, along path. Their JSON logs go to log_dir, the client's as
+// `seconds`, along path, with TCP congestion control cc (empty: the
+// namespace's default). Their JSON logs go to log_dir, the client's as
 // <name>.json. Both processes stop with the object.
 class BulkTraffic {
  public:
   BulkTraffic(const Topology& topo, const BulkPath& path, const std::string& log_dir, const std::string& name,
-              unsigned streams, unsigned seconds);
+              unsigned streams, unsigned seconds, const std::string& cc = {});
   ~BulkTraffic();
   BulkTraffic(const BulkTraffic&) = delete;
   BulkTraffic& operator=(const BulkTraffic&) = delete;

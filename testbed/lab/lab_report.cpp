@@ -171,6 +171,7 @@ json snapshot_json(const Snapshot& s, bool scheduler) {
           {"goodput_bytes_b", s.goodput_bytes_b},
           {"lost_estimate_b", s.lost_b},
           {"cnps_b", s.cnps_b},
+          {"cnps_a", s.cnps_a},
           {"ecn_ce_b", s.ecn_ce_b},
           {"dscp_b", dscp_histogram_json(s.dscp_b)},
           {"wan_dropped", s.wan_dropped},
@@ -183,6 +184,9 @@ json snapshot_json(const Snapshot& s, bool scheduler) {
             {"decapsulated_gw_b", s.rg_decapsulated_b},
             {"dscp_repaired_gw_b", s.rg_repaired_b},
             {"lost_estimate_gw_b", s.rg_lost_b}}}};
+  if (s.wan_queue_samples)
+    j["wan_queue_a_to_b_us"] = {
+        {"samples", s.wan_queue_samples}, {"p99", s.wan_queue_p99_us}, {"max", s.wan_queue_max_us}};
   if (scheduler) {
     j["scheduler_gw_b"] = to_json(s.scheduler);
     j["scheduler_gw_a"] = to_json(s.uplink_scheduler);
@@ -242,10 +246,11 @@ std::string dcqcn_charts(const std::string& cdir, const std::vector<PhaseResult>
       rates << "\n";
     }
     std::ostringstream marks;
-    marks << "# second cnps_b ecn_ce_b\n";
+    marks << "# second cnps_b ecn_ce_b cnps_a\n";
     Snapshot prev;
     for (const auto& x : p.seconds) {
-      marks << x.second << " " << x.cnps_b - prev.cnps_b << " " << x.ecn_ce_b - prev.ecn_ce_b << "\n";
+      marks << x.second << " " << x.cnps_b - prev.cnps_b << " " << x.ecn_ce_b - prev.ecn_ce_b << " "
+            << x.cnps_a - prev.cnps_a << "\n";
       prev = x;
     }
     const std::string rates_data = cdir + "/dcqcn-" + p.name + ".dat";
@@ -255,14 +260,41 @@ std::string dcqcn_charts(const std::string& cdir, const std::vector<PhaseResult>
     const std::string png = "charts/dcqcn-rate-" + p.name + ".png";
     gp << "set output " << quote_gp(cdir + "/dcqcn-rate-" + p.name + ".png") << "\n"
        << "set title 'DCQCN rate per QP at host A, " << phase_title(p)
-       << "; CNPs sent and CE marks seen by host B'\nset xlabel 'second'\nset ylabel 'Mbit/s'\n"
+       << "; CNPs sent and CE marks seen by host B, CNPs received by host A'\nset xlabel 'second'\n"
+       << "set ylabel 'Mbit/s'\n"
        << "set y2label 'packets per second'\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\nplot ";
     for (size_t q = 0; q < shown; ++q)
       gp << quote_gp(rates_data) << " using 1:" << q + 2 << " with lines title 'QP " << q << "', ";
     gp << quote_gp(marks_data) << " using 1:2 axes x1y2 with impulses lw 3 title 'CNPs sent by host B (right axis)', "
-       << quote_gp(marks_data) << " using 1:3 axes x1y2 with points pt 7 title 'CE marks at host B (right axis)'\n"
+       << quote_gp(marks_data) << " using 1:3 axes x1y2 with points pt 7 title 'CE marks at host B (right axis)', "
+       << quote_gp(marks_data)
+       << " using 1:4 axes x1y2 with points pt 5 title 'CNPs received by host A (right axis)'\n"
        << "unset y2tics\nunset y2label\n";
     pngs.push_back(png);
+  }
+  return gp.str();
+}
+
+// Per phase with --wan-rate: the WAN bottleneck's A->B queue delay, each
+// second's p99 and largest.
+std::string queue_charts(const std::string& cdir, const std::vector<PhaseResult>& phases,
+                         std::vector<std::string>& pngs) {
+  std::ostringstream gp;
+  for (const auto& p : phases) {
+    if (std::none_of(p.seconds.begin(), p.seconds.end(), [](const Snapshot& x) { return x.wan_queue_samples; }))
+      continue;
+    std::ostringstream data;
+    data << "# second p99_ms max_ms\n";
+    for (const auto& x : p.seconds)
+      if (x.wan_queue_samples)  // a second without a sample has no point, not a zero
+        data << x.second << " " << x.wan_queue_p99_us / 1000.0 << " " << x.wan_queue_max_us / 1000.0 << "\n";
+    const std::string file = cdir + "/wan-queue-" + p.name + ".dat";
+    write_file(file, data.str());
+    gp << "set output " << quote_gp(cdir + "/wan-queue-" + p.name + ".png") << "\n"
+       << "set title 'WAN bottleneck queue delay A->B, each second, " << phase_title(p)
+       << "'\nset xlabel 'second'\nset ylabel 'ms'\nset yrange [0:*]\nplot " << quote_gp(file)
+       << " using 1:2 with linespoints title 'p99', " << quote_gp(file) << " using 1:3 with lines title 'largest'\n";
+    pngs.push_back("charts/wan-queue-" + p.name + ".png");
   }
   return gp.str();
 }
@@ -335,6 +367,7 @@ std::vector<std::string> draw_charts(const std::string& dir, const std::vector<P
   std::vector<std::string> pngs{"charts/goodput.png", "charts/retransmits-vs-wan-drops.png",
                                  "charts/dscp-at-host-b.png"};
   gp << dcqcn_charts(cdir, phases, pngs);
+  gp << queue_charts(cdir, phases, pngs);
   if (scheduler) {
     // Drops per scheduler class, gateway A's uplink and gateway B's port to
     // host B: one cluster per class, one bar per phase.
@@ -872,7 +905,8 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
          "rg_dscp_rewritten_gw_a,rg_encapsulated_gw_a,rg_retransmits_gw_a,rg_decapsulated_gw_b,"
          "rg_dscp_repaired_gw_b,rg_lost_estimate_gw_b,sched_priority_sent_gw_b,sched_priority_dropped_gw_b,"
          "sched_best_effort_sent_gw_b,sched_best_effort_dropped_gw_b,sched_priority_sent_gw_a,"
-         "sched_priority_dropped_gw_a,sched_best_effort_sent_gw_a,sched_best_effort_dropped_gw_a\n";
+         "sched_priority_dropped_gw_a,sched_best_effort_sent_gw_a,sched_best_effort_dropped_gw_a,"
+         "cnps_a,wan_queue_p99_us_a_to_b,wan_queue_max_us_a_to_b\n";
   for (const auto& p : phases) {
     Snapshot prev;
     for (const auto& x : p.seconds) {
@@ -897,9 +931,16 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
             << x.uplink_scheduler.priority.packets - prev.uplink_scheduler.priority.packets << ","
             << x.uplink_scheduler.priority.dropped - prev.uplink_scheduler.priority.dropped << ","
             << x.uplink_scheduler.best_effort.packets - prev.uplink_scheduler.best_effort.packets << ","
-            << x.uplink_scheduler.best_effort.dropped - prev.uplink_scheduler.best_effort.dropped << "\n";
+            << x.uplink_scheduler.best_effort.dropped - prev.uplink_scheduler.best_effort.dropped;
       else
-        csv << ",,,,,,,,\n";
+        csv << ",,,,,,,,";
+      // The queue's delay is this second's already; empty without --wan-rate.
+      csv << "," << x.cnps_a - prev.cnps_a << ",";
+      if (x.wan_queue_samples)
+        csv << x.wan_queue_p99_us << "," << x.wan_queue_max_us;
+      else
+        csv << ",";
+      csv << "\n";
       prev = x;
     }
   }

@@ -30,6 +30,7 @@ struct Snapshot {
   uint64_t goodput_bytes_b = 0;  // payload delivered in order at host B
   uint64_t lost_b = 0;           // PSN-gap estimate at host B
   uint64_t cnps_b = 0;           // CNPs host B sent
+  uint64_t cnps_a = 0;           // CNPs that reached host A (host B's, and its gateway's with the loop)
   uint64_t ecn_ce_b = 0;
   std::array<uint64_t, 64> dscp_b{};  // DSCP of request packets at host B
   uint64_t wan_dropped = 0;      // both directions, since the phase started
@@ -46,6 +47,10 @@ struct Snapshot {
   SchedulerStats scheduler;
   // Gateway A's uplink, congestion scenario only.
   SchedulerStats uplink_scheduler;
+  // The WAN bottleneck's A->B queue over this second alone (--wan-rate;
+  // samples 0 without it): its delay's p99 and largest, us.
+  uint64_t wan_queue_samples = 0;
+  uint32_t wan_queue_p99_us = 0, wan_queue_max_us = 0;
 };
 
 // One direction of the tunnel after the phase, once it fell quiet: what

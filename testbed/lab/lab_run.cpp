@@ -215,6 +215,7 @@ Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const R
   s.goodput_bytes_b = rx.goodput_bytes;
   s.lost_b = rx.lost_estimate;
   s.cnps_b = rx.cnps;
+  s.cnps_a = tx.cnps;
   s.ecn_ce_b = rx.ecn_ce;
   s.dscp_b = rx.dscp;
   for (auto cls : {RG_WAN_ROCE, RG_WAN_GENEVE, RG_WAN_VXLAN}) {
@@ -433,7 +434,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     std::filesystem::create_directories(lab.dir + "/bulk");
     const auto warmup_s = std::chrono::duration_cast<std::chrono::seconds>(kBulkWarmup).count();
     cross = std::make_unique<BulkTraffic>(lab.topo, wan_cross_bulk(lab.topo), lab.dir + "/bulk", p.name + "-wan-cross",
-                                          lab.opts.wan_cross, lab.opts.duration_s + static_cast<unsigned>(warmup_s));
+                                          lab.opts.wan_cross, lab.opts.duration_s + static_cast<unsigned>(warmup_s),
+                                          lab.opts.wan_cross_cc);
     std::cout << "   cross traffic: iperf3, " << lab.opts.wan_cross
               << " TCP streams from bulk sender A to the bulk sender through the WAN's bottleneck, " << warmup_s
               << " s ahead of the RoCE traffic\n"
@@ -468,6 +470,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
   const std::array<std::array<uint64_t, RG_WAN_CLASS_MAX>, 2> packets_base{wan_packets(lab.wan, "to-a"),
                                                                           wan_packets(lab.wan, "to-b")};
   if (lab.bottleneck) lab.bottleneck->start_phase();
+  size_t queue_cursor = 0;  // the bottleneck's A->B samples the seconds so far took
   std::vector<DelayLineStats> delay_base;
   if (const DelayLine* dl = lab.wan.delay_line())
     for (size_t i = 0; i < dl->directions(); ++i) delay_base.push_back(dl->stats(i));
@@ -565,6 +568,12 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
     if (done) break;
     Snapshot cur = take_snapshot(lab, sec, tx_now, rx->stats(), wan_base, gw_a ? &*gw_a : nullptr,
                                  gw_b ? &*gw_b : nullptr);
+    if (lab.bottleneck) {
+      const BottleneckStats q = lab.bottleneck->delay_since(0, &queue_cursor);
+      cur.wan_queue_samples = q.samples;
+      cur.wan_queue_p99_us = q.delay_p99_us;
+      cur.wan_queue_max_us = q.delay_max_us;
+    }
     std::cout << view_row(prev, cur, lab.opts.duration_s, lab.scheduler != nullptr) << std::flush;
     p.seconds.push_back(cur);
     // The congestion loop's model, as each gateway's daemon would export it.
@@ -708,6 +717,14 @@ int run_lab(const LabOptions& opts) {
   if (opts.wan_cross && (congestion || opts.wan_rate_mbit == 0))
     throw Error("lab: --wan-cross needs --scenario bleach and --wan-rate (a bottleneck to share)", kExitUsage);
   if (opts.wan_cross > 128) throw Error("lab: --wan-cross is 0..128 streams", kExitUsage);
+  if (!opts.wan_cross_cc.empty()) {
+    // iperf3 would only fail later.
+    std::string offered;
+    if (!tcp_congestion_control_offered(opts.wan_cross_cc, &offered))
+      throw Error("lab: --wan-cross-cc " + opts.wan_cross_cc + " is not one of this kernel's TCP congestion controls (" +
+                      offered + ")",
+                  kExitUsage);
+  }
   if (opts.retry_cnt > 7) throw Error("lab: --retry-cnt is 0..7", kExitUsage);
   if (opts.shield != "off" && opts.shield != "control" && opts.shield != "all" && opts.shield != "auto")
     throw Error("lab: --shield is off, control, all or auto", kExitUsage);

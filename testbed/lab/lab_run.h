@@ -33,6 +33,7 @@ struct LabOptions {
   // WAN's bottleneck and delay (0: none; needs wan_rate_mbit and the bleach
   // scenario): what the RoCE traffic shares the pipe with.
   unsigned wan_cross = 0;
+  std::string wan_cross_cc;  // their TCP congestion control (empty: the namespace's default)
   double reorder_pct = 0;     // WAN reordering, percent of UDP packets (off: the lab never reorders)
   double ce_pct = 0.0;        // WAN ECN CE marks, percent of ECN-capable packets
   unsigned qps = 4;

@@ -775,8 +775,9 @@ TEST_F(Lab, WanBottleneckDropsTailAndItsQueueStaysWithinItsBuffer) {
 // smoothed round trip of at least twice the one-way delay, where its
 // buffer alone, 4 full frames at 20 Mbit/s, could add at most 2.4 ms), and the report gives each
 // side's goodput as a share of the bottleneck and the TCP's congestion
-// control. Without a bottleneck to share, or in the congestion scenario
-// (its own bulk senders), the flag is refused before anything is built.
+// control (--wan-cross-cc). Without a bottleneck to share, or in the
+// congestion scenario (its own bulk senders), the flag is refused before
+// anything is built, and so is a congestion control the kernel lacks.
 TEST_F(Lab, WanCrossTrafficTakesTheWansDelayAndSharesItsBottleneck) {
   TempDir tmp;
   for (const std::vector<std::string>& bad :
@@ -786,10 +787,17 @@ TEST_F(Lab, WanCrossTrafficTakesTheWansDelayAndSharesItsBottleneck) {
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.err.find("--wan-cross needs --scenario bleach and --wan-rate"), std::string::npos) << r.err;
   }
+  auto refused = run_lab(tmp.path() + "/refused", 3,
+                         {"--scenario", "bleach", "--wan-rate", "20", "--wan-cross", "2", "--wan-cross-cc", "no-such-cc"});
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.err.find("--wan-cross-cc no-such-cc is not one of this kernel's TCP congestion controls"),
+            std::string::npos)
+      << refused.err;
 
   const std::string report = tmp.path() + "/report";
   auto r = run_lab(report, 3, {"--scenario", "bleach", "--mode", "with", "--loss", "0", "--wan-rate", "20",
-                               "--wan-buffer", "1ms", "--wan-delay", "5ms", "--wan-cross", "2"});
+                               "--wan-buffer", "1ms", "--wan-delay", "5ms", "--wan-cross", "2", "--wan-cross-cc",
+                               "cubic"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   json j = json::parse(read(report + "/counters.json"));
@@ -798,8 +806,7 @@ TEST_F(Lab, WanCrossTrafficTakesTheWansDelayAndSharesItsBottleneck) {
   const json& cross = wan["cross"];
   ASSERT_TRUE(cross.is_object()) << wan;
   EXPECT_EQ(cross["streams"], 2);
-  ASSERT_TRUE(cross["congestion_control"].is_string()) << cross;
-  EXPECT_FALSE(cross["congestion_control"].get<std::string>().empty()) << cross;
+  EXPECT_EQ(cross["congestion_control"], "cubic") << cross;
   EXPECT_GT(cross["tcp_goodput_mbps"].get<double>(), 0.0) << cross;
   EXPECT_LE(cross["tcp_share"].get<double>(), 1.0) << cross;
   EXPECT_GT(cross["roce_goodput_mbps"].get<double>(), 0.0) << cross;
@@ -811,6 +818,24 @@ TEST_F(Lab, WanCrossTrafficTakesTheWansDelayAndSharesItsBottleneck) {
   EXPECT_GT(wan["packets"]["b_to_a"]["not_udp"].get<uint64_t>(), 0u) << wan["packets"];
   EXPECT_EQ(wan["delay_line"]["a_to_b"]["send_errors"].get<uint64_t>(), 0u) << wan["delay_line"];
   EXPECT_TRUE(fs::exists(report + "/" + cross["log"].get<std::string>())) << cross;
+  // A second with samples has the queue's own delay over it, no more than
+  // the phase's largest (the last second may end too soon after the one
+  // before it for a sample).
+  const json& seconds = j["phases"]["with"]["seconds"];
+  ASSERT_FALSE(seconds.empty());
+  const uint64_t phase_max = wan["bottleneck"]["a_to_b"]["queue_delay_us"]["max"].get<uint64_t>();
+  uint64_t samples = 0;
+  for (const json& s : seconds) {
+    if (!s.contains("wan_queue_a_to_b_us")) continue;
+    samples += s["wan_queue_a_to_b_us"]["samples"].get<uint64_t>();
+    EXPECT_LE(s["wan_queue_a_to_b_us"]["p99"].get<uint64_t>(), s["wan_queue_a_to_b_us"]["max"].get<uint64_t>());
+    EXPECT_LE(s["wan_queue_a_to_b_us"]["max"].get<uint64_t>(), phase_max) << s;
+  }
+  EXPECT_GT(samples, 0u);
+  EXPECT_LE(samples, wan["bottleneck"]["a_to_b"]["queue_samples"].get<uint64_t>());
+  EXPECT_TRUE(fs::exists(report + "/charts/wan-queue-with.png"));
+  EXPECT_NE(read(report + "/counters.csv").find("cnps_a,wan_queue_p99_us_a_to_b,wan_queue_max_us_a_to_b"),
+            std::string::npos);
 
   const std::string summary = read(report + "/summary.txt");
   for (const char* row : {"WAN share: RoCE goodput, Mbit/s (of the bottleneck)",
@@ -897,6 +922,13 @@ TEST_F(Lab, CongestionLoopCnpsReachTheSenderFromItsGateway) {
   EXPECT_GT(got, 0u);
   // Made after host A stopped listening: counted by the gateway only.
   EXPECT_LE(got, made);
+  // Per second as host A counted them (the DCQCN chart's right axis): the
+  // seconds' counts never run ahead of the phase's total.
+  const json& seconds = with["seconds"];
+  ASSERT_FALSE(seconds.empty());
+  EXPECT_GT(seconds.back()["cnps_a"].get<uint64_t>(), 0u) << seconds.back();
+  EXPECT_LE(seconds.back()["cnps_a"].get<uint64_t>(), got);
+  EXPECT_NE(read(report + "/charts/dcqcn-marks-with.dat").find("cnps_a"), std::string::npos);
   uint64_t cuts = 0;
   for (const json& q : with["sender"]["dcqcn"]) cuts += q["cuts"].get<uint64_t>();
   EXPECT_GT(cuts, 0u);
