@@ -180,7 +180,9 @@ int main(int argc, char** argv) {
     // phantom queue, drained at 50 Mbit/s, so the backlog stands above the
     // marking threshold and every frame (ECT(0)) is marked CE.
     Object congested(config(RG_CFG_F_DEFAULT | RG_CFG_F_TUNNEL_SEQ | RG_CFG_F_CONGESTION));
-    {
+    // And the same on the XDP fast path (below), without the option.
+    Object forward_congested(config(RG_CFG_F_DEFAULT | RG_CFG_F_XDP_FORWARD | RG_CFG_F_CONGESTION));
+    for (const Object* o : {&congested, &forward_congested}) {
       const uint32_t slot = 0;
       rg_peer_cc cc{};
       cc.until_ns = UINT64_MAX;
@@ -190,7 +192,7 @@ int main(int argc, char** argv) {
       cc.mark_scale = static_cast<uint32_t>((1ull << 32) / (cc.mark_max_ns - cc.mark_min_ns));
       cc.cap_ns = 20'000'000;
       cc.flags = RG_CC_F_MARK_CE;
-      if (bpf_map__update_elem(congested.skel()->maps.rg_peer_cc, &slot, sizeof(slot), &cc, sizeof(cc), 0))
+      if (bpf_map__update_elem(o->skel()->maps.rg_peer_cc, &slot, sizeof(slot), &cc, sizeof(cc), 0))
         throw std::runtime_error("rg_peer_cc update: " + std::string(std::strerror(errno)));
     }
     // The same program with the next-hop cache leased, as `roceguard run`
@@ -210,7 +212,7 @@ int main(int argc, char** argv) {
     rg::lab::run_checked({"ip", "route", "add", "203.0.113.0/24", "via", kPeer4, "dev", kDev});
     Object forward(config(RG_CFG_F_DEFAULT | RG_CFG_F_XDP_FORWARD));
     Object forward_cached(config(RG_CFG_F_DEFAULT | RG_CFG_F_XDP_FORWARD));
-    for (const Object* o : {&forward, &forward_cached}) {
+    for (const Object* o : {&forward, &forward_cached, &forward_congested}) {
       const uint32_t target = static_cast<uint32_t>(ifindex);
       if (bpf_map__update_elem(o->skel()->maps.rg_xdp_tx, &target, sizeof(target), &target, sizeof(target), 0))
         throw std::runtime_error("rg_xdp_tx update: " + std::string(std::strerror(errno)));
@@ -268,10 +270,13 @@ int main(int argc, char** argv) {
     cases.push_back({"tc egress: DSCP + accounting + Geneve encap + sequence option + shield copy (all)", "tc",
                      shielded.tc_fd(), roce_frame(host_tos, payload), true, false,
                      50 + static_cast<int>(sizeof(rg_tunnel_opt))});
-    // The congestion loop's row: minus the sequence option's row above.
+    // The congestion loop's rows: minus the sequence option's row above,
+    // and minus the fast path's row without it.
     cases.push_back({"tc egress: DSCP + accounting + Geneve encap + sequence option + congestion loop (CE marked)",
                      "tc", congested.tc_fd(), roce_frame(host_tos, payload), true, false,
                      50 + static_cast<int>(sizeof(rg_tunnel_opt))});
+    cases.push_back({"xdp fast path: forwarded + DSCP + accounting + Geneve encap + congestion loop (CE marked)",
+                     "xdp", forward_congested.xdp_fd(), roce_frame(host_tos, payload), true, false, 50});
     const uint32_t stream = 1u << RG_TUNNEL_EPOCH_SHIFT;  // a sender with epochs: eliminated
     cases.push_back({"xdp ingress: Geneve (sequence option) second copy eliminated", "xdp", shielded.xdp_fd(),
                      geneve_frame(0, payload, true, stream), true, true,
@@ -335,12 +340,12 @@ int main(int argc, char** argv) {
         const std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
         c.wall_ns.push_back(dt.count() / calls);
       }
-    // The congestion loop's row: the frames marked, not passed by (the
+    // The congestion loop's rows: the frames marked, not passed by (the
     // backlog stands above the threshold from the second frame on).
-    {
+    for (const Object* o : {&congested, &forward_congested}) {
       const uint32_t slot = 0;
       rg_peer_pq pq{};
-      if (bpf_map__lookup_elem(congested.skel()->maps.rg_peer_pq, &slot, sizeof(slot), &pq, sizeof(pq), 0) ||
+      if (bpf_map__lookup_elem(o->skel()->maps.rg_peer_pq, &slot, sizeof(slot), &pq, sizeof(pq), 0) ||
           pq.marked == 0)
         throw std::runtime_error("the congestion loop's phantom queue marked nothing");
     }

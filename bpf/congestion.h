@@ -133,22 +133,54 @@ static __always_inline void rg_congestion_mark(struct __sk_buff *skb, __u32 slot
 
 
 /*
- * A CNP (IBA Annex A17.9.2) as it goes on the wire after the Ethernet
- * header: IPv4, UDP to 4791 without a checksum, the BTH (opcode CNP, the
- * BECN bit set, PSN 0), 16 reserved bytes and the ICRC.
+ * A CNP (IBA Annex A17.9.2) after the IP header: UDP to 4791, the BTH
+ * (opcode CNP, the BECN bit set, PSN 0), 16 reserved bytes and the ICRC.
+ * Over IPv4 without a UDP checksum; over IPv6 with one, which IPv6
+ * requires.
  */
-struct rg_cnp {
-	struct iphdr ip;
+struct rg_cnp_tail {
 	struct udphdr udp;
 	__u8 bth[RG_BTH_LEN];
 	__u8 reserved[16];
 	__u8 icrc[4];
 };
 
-/* The largest UDP payload of a RoCE packet a CNP is made from, and written back into; its frame. */
+struct rg_cnp {
+	struct iphdr ip;
+	struct rg_cnp_tail t;
+};
+
+struct rg_cnp6 {
+	struct ipv6hdr ip6;
+	struct rg_cnp_tail t;
+};
+
+/* The largest UDP payload of a RoCE packet a CNP is made from, and written back into; its frames. */
 #define RG_CNP_FROM_MAX (RG_BTH_LEN + 16 + 4)
 #define RG_CNP_FRAME_MAX (sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr) + RG_CNP_FROM_MAX)
+#define RG_CNP6_FRAME_MAX (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + sizeof(struct udphdr) + RG_CNP_FROM_MAX)
 #define RG_CNP_BECN 0x40
+
+/*
+ * The frame a CNP is made from (its IP and UDP headers and UDP payload, as
+ * they were) and the CNP, off the 512-byte stack: TC ingress's own frame
+ * and an IPv6 CNP's two copies together exceed it. Per CPU: the clone goes
+ * to the backlog, so no TC ingress runs inside another on one CPU.
+ */
+struct rg_cnp_scratch {
+	__u8 orig[sizeof(struct ipv6hdr) + sizeof(struct udphdr) + RG_CNP_FROM_MAX];
+	union {
+		struct rg_cnp v4;
+		struct rg_cnp6 v6;
+	} cnp;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rg_cnp_scratch);
+} rg_cnp_buf SEC(".maps");
 
 /*
  * CRC-32's table (IEEE 802.3, reflected: entry n is n's remainder by
@@ -207,27 +239,54 @@ static __always_inline __u32 rg_crc32_byte(__u32 crc, __u8 b)
 }
 
 /*
- * RoCE v2's ICRC of c (IBA Annex A17.3.3): CRC-32 (IEEE 802.3, reflected,
- * as zlib's crc32) over 8 bytes of 1s for the LRH RoCE v2 does not have and
- * the packet with the fields that change on the way masked to 1s (TOS, TTL
- * and the header checksum; the UDP checksum; the BTH's FECN/BECN byte), the
- * ICRC itself left out.
+ * RoCE v2's ICRC of the CNP at b, len bytes from its IP header on, IPv6
+ * when v6 (IBA Annex A17.3.3): CRC-32 (IEEE 802.3, reflected, as zlib's
+ * crc32) over 8 bytes of 1s for the LRH RoCE v2 does not have and the
+ * packet with the fields that change on the way masked to 1s (IPv4: TOS,
+ * TTL and the header checksum; IPv6: the traffic class, the flow label and
+ * the hop limit; the UDP checksum; the BTH's FECN/BECN byte), the ICRC
+ * itself left out.
  */
-static __always_inline __u32 rg_cnp_icrc(const struct rg_cnp *c)
+static __always_inline __u32 rg_cnp_icrc(const __u8 *b, const __u32 len, const int v6)
 {
-	const __u32 udp = sizeof(c->ip), bth = udp + sizeof(c->udp);
-	const __u8 *b = (const __u8 *)c;
+	const __u32 udp = v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr), bth = udp + sizeof(struct udphdr);
 	__u32 crc = 0xffffffff;
 
 	for (int i = 0; i < 8; i++)
 		crc = rg_crc32_byte(crc, 0xff);
-	for (__u32 i = 0; i < sizeof(*c) - sizeof(c->icrc); i++) {
-		/* TOS, TTL, the header checksum, the UDP checksum, the BTH's resv8a. */
-		int masked = i == 1 || i == 8 || i == 10 || i == 11 || i == udp + 6 || i == udp + 7 || i == bth + 4;
+	for (__u32 i = 0; i < len - 4; i++) {
+		int masked = i == udp + 6 || i == udp + 7 || i == bth + 4;
+		__u8 x;
 
-		crc = rg_crc32_byte(crc, masked ? 0xff : b[i]);
+		if (v6)
+			masked |= i == 1 || i == 2 || i == 3 || i == 7;
+		else
+			masked |= i == 1 || i == 8 || i == 10 || i == 11;
+		x = masked ? 0xff : b[i];
+		if (v6 && i == 0)
+			x |= 0x0f; /* the version stays, the class's high nibble is masked */
+		crc = rg_crc32_byte(crc, x);
 	}
 	return ~crc;
+}
+
+/* The UDP checksum of an IPv6 CNP (its check field zero, the ICRC in place). */
+static __always_inline __u16 rg_cnp6_udp_csum(const struct rg_cnp6 *c)
+{
+	const __u16 *w = (const __u16 *)&c->ip6.saddr;
+	__u32 sum = 0;
+	__u16 r;
+
+	/* The pseudo-header: both addresses, the length, the next header. */
+	for (int i = 0; i < 16; i++)
+		sum += w[i];
+	sum += bpf_htons(sizeof(c->t));
+	sum += bpf_htons(IPPROTO_UDP);
+	w = (const __u16 *)&c->t;
+	for (int i = 0; i < (int)sizeof(c->t) / 2; i++)
+		sum += w[i];
+	r = rg_csum_fold(sum);
+	return r ? r : 0xffff;
 }
 
 /* The IPv4 header checksum of ip (its check field zero). */
@@ -243,37 +302,44 @@ static __always_inline __u16 rg_ipv4_csum(const struct iphdr *ip)
 
 /*
  * TC ingress, a RoCE frame the peer in slot sent through its tunnel,
- * decapsulated (the inner frame starts at the skb's data): with
- * RG_CC_F_CNP and the peer's phantom queue above its marking threshold
- * (chosen with the marking's probability), a CNP towards the frame's
- * destination QP — the sending host's, for an ACK of its data — made from
- * the frame itself: turned into the CNP, cloned back into this device's
- * ingress (the stack forwards it to the host as it does the ACK), and
- * restored, byte for byte. The caller's parse found an untagged IPv4
- * RoCE frame; only one whose UDP payload is no longer than a CNP's (an
- * ACK, a NAK, a CNP) is used, at most one per QP in cnp_gap_ns
- * (rg_cnp_at). Returns -1 when the frame could not be restored (drop it),
- * 1 when it was turned into a CNP and back, else 0.
+ * decapsulated (the inner frame starts at the skb's data), IPv6 when v6:
+ * with RG_CC_F_CNP and the peer's phantom queue above its marking
+ * threshold (chosen with the marking's probability), a CNP towards the
+ * frame's destination QP — the sending host's, for an ACK of its data —
+ * made from the frame itself: turned into the CNP, cloned back into this
+ * device's ingress (the stack forwards it to the host as it does the ACK),
+ * and restored, byte for byte. The caller's parse found an untagged RoCE
+ * frame; only one whose UDP payload is no longer than a CNP's (an ACK, a
+ * NAK, a CNP) and whose IP header is the bare one (IPv4 without options,
+ * IPv6 without extension headers) is used, at most one per QP in
+ * cnp_gap_ns (rg_cnp_at). Returns -1 when the frame could not be restored
+ * (drop it), 1 when it was turned into a CNP and back, else 0.
  */
-static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot)
+static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot, const int v6)
 {
-	const __u32 l3 = sizeof(struct ethhdr), l4 = l3 + sizeof(struct iphdr), l5 = l4 + sizeof(struct udphdr);
+	const __u32 iph = v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	const __u32 l3 = sizeof(struct ethhdr), l5 = l3 + iph + sizeof(struct udphdr);
 	const struct rg_peer_cc *cc = rg_peer_cc_get(slot);
+	const __u32 size = v6 ? sizeof(struct rg_cnp6) : sizeof(struct rg_cnp);
 	__u64 now, empty, backlog, min, max, scale, key, *at;
-	struct {
-		struct iphdr ip;
-		struct udphdr udp;
-		__u8 payload[RG_CNP_FROM_MAX];
-	} orig;
-	struct rg_cnp cnp = {};
+	struct rg_cnp_scratch *sc;
+	const struct udphdr *oudp;
+	struct rg_cnp_tail *t;
+	const __u8 *payload;
 	struct rg_peer_pq *pq;
-	__u32 len = skb->len, n, icrc, k = slot;
+	__u32 len = skb->len, n, icrc, k = slot, zero = 0, ip_len;
+	__u8 *orig;
 
 	if (!cc || !cc->ps_per_byte || !(cc->flags & RG_CC_F_CNP))
 		return 0;
 	pq = bpf_map_lookup_elem(&rg_peer_pq, &k);
-	if (!pq)
+	sc = bpf_map_lookup_elem(&rg_cnp_buf, &zero);
+	if (!pq || !sc)
 		return 0;
+	orig = sc->orig;
+	oudp = (const struct udphdr *)(orig + iph);
+	payload = orig + iph + sizeof(struct udphdr);
+	t = v6 ? &sc->cnp.v6.t : &sc->cnp.v4.t;
 	now = bpf_ktime_get_ns();
 	/* Read without the lock: a moment's race only moves the choice by a packet. */
 	empty = *(volatile __u64 *)&pq->empty_at_ns;
@@ -286,49 +352,76 @@ static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot)
 	if (backlog < max && (backlog - min) * scale <= bpf_get_prandom_u32())
 		return 0;
 
-	if (len > l5 + RG_CNP_FROM_MAX || bpf_skb_load_bytes(skb, l3, &orig, l5 - l3))
+	if (len > l5 + RG_CNP_FROM_MAX || bpf_skb_load_bytes(skb, l3, orig, l5 - l3))
 		return 0;
-	/* The CNP keeps the header as it is but for its length: no options. */
-	if (orig.ip.ihl != 5 || rg_ip_is_fragment(&orig.ip))
+	/* The CNP keeps the header as it is but for its length and class. */
+	if (v6) {
+		const struct ipv6hdr *ip6 = (const struct ipv6hdr *)orig;
+
+		if (ip6->nexthdr != IPPROTO_UDP)
+			return 0;
+		ip_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	} else {
+		const struct iphdr *ip = (const struct iphdr *)orig;
+
+		if (ip->ihl != 5 || rg_ip_is_fragment(ip))
+			return 0;
+		ip_len = bpf_ntohs(ip->tot_len);
+	}
+	if (ip_len + l3 > len || ip_len < iph + sizeof(struct udphdr))
 		return 0;
-	if (bpf_ntohs(orig.ip.tot_len) + l3 > len)
-		return 0;
-	n = bpf_ntohs(orig.ip.tot_len) - (__u32)(sizeof(orig.ip) + sizeof(orig.udp));
+	n = ip_len - iph - (__u32)sizeof(struct udphdr);
 	if (n < RG_BTH_LEN + 4 || n > RG_CNP_FROM_MAX)
 		return 0;
-	if (bpf_skb_load_bytes(skb, l5, orig.payload, n))
+	if (bpf_skb_load_bytes(skb, l5, orig + iph + sizeof(struct udphdr), n))
 		return 0;
 
 	/* One per QP in cnp_gap_ns, as a notification point sends them. */
-	key = ((__u64)slot << 32) | ((__u32)orig.payload[5] << 16) | ((__u32)orig.payload[6] << 8) | orig.payload[7];
+	key = ((__u64)slot << 32) | ((__u32)payload[5] << 16) | ((__u32)payload[6] << 8) | payload[7];
 	at = bpf_map_lookup_elem(&rg_cnp_at, &key);
 	if (at && now - *at < cc->cnp_gap_ns)
 		return 0;
 	bpf_map_update_elem(&rg_cnp_at, &key, &now, BPF_ANY);
 
-	cnp.ip = orig.ip;
-	cnp.ip.tos = rg_cfg.cnp_dscp << 2;
-	cnp.ip.tot_len = bpf_htons(sizeof(cnp));
-	cnp.ip.check = 0;
-	cnp.ip.check = rg_ipv4_csum(&cnp.ip);
-	cnp.udp.source = orig.udp.source;
-	cnp.udp.dest = bpf_htons(RG_ROCE_UDP_PORT);
-	cnp.udp.len = bpf_htons(sizeof(cnp) - sizeof(cnp.ip));
-	cnp.bth[0] = RG_BTH_OPCODE_CNP;
-	cnp.bth[2] = orig.payload[2]; /* P_Key */
-	cnp.bth[3] = orig.payload[3];
-	cnp.bth[4] = RG_CNP_BECN;
-	cnp.bth[5] = orig.payload[5]; /* destination QP: the sending host's */
-	cnp.bth[6] = orig.payload[6];
-	cnp.bth[7] = orig.payload[7];
-	icrc = rg_cnp_icrc(&cnp);
-	cnp.icrc[0] = icrc;
-	cnp.icrc[1] = icrc >> 8;
-	cnp.icrc[2] = icrc >> 16;
-	cnp.icrc[3] = icrc >> 24;
+	__builtin_memset(&sc->cnp, 0, sizeof(sc->cnp));
+	t->udp.source = oudp->source;
+	t->udp.dest = bpf_htons(RG_ROCE_UDP_PORT);
+	t->udp.len = bpf_htons(sizeof(*t));
+	t->bth[0] = RG_BTH_OPCODE_CNP;
+	t->bth[2] = payload[2]; /* P_Key */
+	t->bth[3] = payload[3];
+	t->bth[4] = RG_CNP_BECN;
+	t->bth[5] = payload[5]; /* destination QP: the sending host's */
+	t->bth[6] = payload[6];
+	t->bth[7] = payload[7];
+	if (v6) {
+		struct rg_cnp6 *c = &sc->cnp.v6;
+		__u8 tc = rg_cfg.cnp_dscp << 2, *b = (__u8 *)&c->ip6;
 
-	if (bpf_skb_change_tail(skb, l3 + sizeof(cnp), 0) ||
-	    bpf_skb_store_bytes(skb, l3, &cnp, sizeof(cnp), BPF_F_RECOMPUTE_CSUM)) {
+		__builtin_memcpy(&c->ip6, orig, sizeof(c->ip6));
+		/* The class across the first two bytes; version and flow label stay. */
+		b[0] = (b[0] & 0xf0) | (tc >> 4);
+		b[1] = (b[1] & 0x0f) | (tc << 4);
+		c->ip6.payload_len = bpf_htons(sizeof(*t));
+	} else {
+		struct rg_cnp *c = &sc->cnp.v4;
+
+		__builtin_memcpy(&c->ip, orig, sizeof(c->ip));
+		c->ip.tos = rg_cfg.cnp_dscp << 2;
+		c->ip.tot_len = bpf_htons(sizeof(*c));
+		c->ip.check = 0;
+		c->ip.check = rg_ipv4_csum(&c->ip);
+	}
+	icrc = rg_cnp_icrc((const __u8 *)&sc->cnp, size, v6);
+	t->icrc[0] = icrc;
+	t->icrc[1] = icrc >> 8;
+	t->icrc[2] = icrc >> 16;
+	t->icrc[3] = icrc >> 24;
+	if (v6)
+		t->udp.check = rg_cnp6_udp_csum(&sc->cnp.v6);
+
+	if (bpf_skb_change_tail(skb, l3 + size, 0) ||
+	    bpf_skb_store_bytes(skb, l3, &sc->cnp, size, BPF_F_RECOMPUTE_CSUM)) {
 		__sync_fetch_and_add(&pq->cnp_errors, 1);
 	} else if (bpf_clone_redirect(skb, skb->ifindex, BPF_F_INGRESS)) {
 		__sync_fetch_and_add(&pq->cnp_errors, 1);
@@ -343,7 +436,7 @@ static __always_inline int rg_congestion_cnp(struct __sk_buff *skb, __u32 slot)
 	 */
 	barrier_var(n);
 	if (n > RG_CNP_FROM_MAX ||
-	    bpf_skb_store_bytes(skb, l3, &orig, sizeof(orig.ip) + sizeof(orig.udp) + n, BPF_F_RECOMPUTE_CSUM))
+	    bpf_skb_store_bytes(skb, l3, orig, iph + sizeof(struct udphdr) + n, BPF_F_RECOMPUTE_CSUM))
 		return -1;
 	return 1;
 }

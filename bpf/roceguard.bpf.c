@@ -110,15 +110,23 @@ __noinline int rg_tc_congest(struct __sk_buff *skb, __u32 copies)
 
 /*
  * TC ingress: the congestion loop's CNP towards the sending host, made from
- * a RoCE frame the peer in slot sent (rg_congestion_cnp). Returns -1 (drop
- * the frame: it could not be restored), 1 (it was turned into a CNP and
- * back) or 0 (untouched).
+ * a RoCE frame the peer in slot sent (rg_congestion_cnp); IPv4 and IPv6
+ * each in a function of its own, so only one's stack is on the call chain.
+ * Returns -1 (drop the frame: it could not be restored), 1 (it was turned
+ * into a CNP and back) or 0 (untouched).
  */
-__noinline int rg_tc_cnp(struct __sk_buff *skb, __u32 slot)
+__noinline int rg_tc_cnp4(struct __sk_buff *skb, __u32 slot)
 {
 	if (!skb)
 		return 0;
-	return rg_congestion_cnp(skb, slot);
+	return rg_congestion_cnp(skb, slot, 0);
+}
+
+__noinline int rg_tc_cnp6(struct __sk_buff *skb, __u32 slot)
+{
+	if (!skb)
+		return 0;
+	return rg_congestion_cnp(skb, slot, 1);
 }
 
 /* The MAC of the option rg_tc_encap wrote (RG_TC_NEXT_SIGN). */
@@ -347,9 +355,9 @@ int rg_tc_ingress(struct __sk_buff *skb)
 			if (cls != RG_PKT_ROCE)
 				break;
 			rg_skb_segments(skb, &p, (void *)(long)skb->data);
-			/* The congestion loop may make a CNP from an IPv4 frame no longer than one (an ACK). */
-			cnp = (rg_cfg.flags & RG_CFG_F_CONGESTION) && p.family == AF_INET && !p.vlan_depth &&
-			      skb->len <= RG_CNP_FRAME_MAX;
+			/* The congestion loop may make a CNP from a frame no longer than one (an ACK). */
+			cnp = (rg_cfg.flags & RG_CFG_F_CONGESTION) && !p.vlan_depth &&
+			      skb->len <= (p.family == AF_INET6 ? RG_CNP6_FRAME_MAX : RG_CNP_FRAME_MAX);
 			break;
 		}
 	}
@@ -374,7 +382,7 @@ int rg_tc_ingress(struct __sk_buff *skb)
 	 * Last: the CNP is made from the frame and the frame restored, which
 	 * moves its data, so nothing reads the parse after it.
 	 */
-	if (cnp && rg_tc_cnp(skb, slot) < 0)
+	if (cnp && (p.family == AF_INET6 ? rg_tc_cnp6(skb, slot) : rg_tc_cnp4(skb, slot)) < 0)
 		return TC_ACT_SHOT;
 	return RG_TC_PASS;
 }

@@ -68,15 +68,8 @@ uint32_t ArrivalMeter::update(uint64_t now_ns, const ArrivalCounts& c) {
 }
 
 const char* congestion_state_name(CongestionState s) {
-  switch (s) {
-    case CongestionState::kNoReport: return "no_report";
-    case CongestionState::kLearning: return "learning";
-    case CongestionState::kCruise: return "cruise";
-    case CongestionState::kProbe: return "probe";
-    case CongestionState::kDrain: return "drain";
-    case CongestionState::kCompete: return "compete";
-  }
-  return "?";
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(kCongestionStateNames) ? kCongestionStateNames[i] : "?";
 }
 
 void BottleneckModel::set_state(CongestionState s, uint64_t now_ns) {

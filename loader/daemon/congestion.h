@@ -32,8 +32,10 @@
 // loop) for kCompeteNs and learns again.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
@@ -85,9 +87,8 @@ enum class CongestionState {
   kDrain,     // below it, to drain what the probe queued
   kCompete,   // the standing queue is cross traffic's: no marks for kCompeteNs
 };
-inline constexpr CongestionState kCongestionStates[] = {CongestionState::kNoReport, CongestionState::kLearning,
-                                                        CongestionState::kCruise,   CongestionState::kProbe,
-                                                        CongestionState::kDrain,    CongestionState::kCompete};
+static_assert(std::size(kCongestionStateNames) == static_cast<size_t>(CongestionState::kCompete) + 1,
+              "a name for every state");
 const char* congestion_state_name(CongestionState s);
 
 // The per-peer model, updated once a tick with the peer's newest report.

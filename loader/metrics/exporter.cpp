@@ -31,7 +31,6 @@
 #include "common/pause_point.h"
 #include "common/text.h"
 #include "common/version.h"
-#include "daemon/congestion.h"
 #include "dataplane/maps.h"
 #include "dataplane/names.h"
 #include "metrics/health.h"
@@ -407,15 +406,13 @@ class MetricsCollector : public prometheus::Collectable {
     std::lock_guard lock(mu_);
     for (const CongestionPeer& p : congestion_) {
       const Labels peer{{"peer", p.name}};
-      for (CongestionState st : kCongestionStates) {
-        const std::string state = congestion_state_name(st);
+      for (const char* state : kCongestionStateNames)
         out.add("roceguard_tunnel_congestion_state",
                 "1 for the congestion loop's current phase towards the peer: no_report, learning and compete "
                 "mark nothing (no fresh report from the peer; no bottleneck seen yet; the WAN's standing queue "
                 "is cross traffic's), cruise, probe and drain hold the peer's RoCE to a share of the modelled "
                 "bottleneck",
                 MetricType::Gauge, {{"peer", p.name}, {"state", state}}, p.state == state ? 1 : 0);
-      }
       out.add("roceguard_tunnel_congestion_bottleneck_bits_per_second",
               "The modelled rate of the WAN's bottleneck towards the peer, in inner bits (0: none seen)",
               MetricType::Gauge, peer, static_cast<double>(p.bottleneck_kbps) * 1e3);

@@ -61,11 +61,16 @@ struct PeerFeedback {
   bool congested = false;
 };
 
+// The congestion loop's states by name, in the order of daemon/congestion.h's
+// CongestionState.
+inline constexpr const char* kCongestionStateNames[] = {"no_report", "learning", "cruise",
+                                                        "probe",     "drain",    "compete"};
+
 // The congestion loop as `roceguard run` runs it (daemon/congestion.h),
 // per peer: its model, the peer's newest report and this gateway's own.
 struct CongestionPeer {
   std::string name;
-  std::string state;  // congestion_state_name (daemon/congestion.h)
+  std::string state;  // one of kCongestionStateNames
   uint64_t bottleneck_kbps = 0;
   uint64_t rate_kbps = 0;  // the phantom queue's drain rate; 0: no marks
   bool reported = false;   // the peer's report below is fresh
