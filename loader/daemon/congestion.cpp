@@ -82,6 +82,11 @@ void BottleneckModel::update(uint64_t now_ns, const std::optional<CongestionRepo
   const bool fresh = report && at_ns && (at_ns >= now_ns || now_ns - at_ns < kReportLifetimeNs);
   if (!fresh) {
     if (state_ != CongestionState::kNoReport && state_ != CongestionState::kLearning) ++fallbacks_;
+    // Competing, the estimates are the squeezed ones: learn again, from nothing.
+    if (state_ == CongestionState::kCompete) {
+      btl_kbps_ = 0;
+      window_.clear();
+    }
     set_state(CongestionState::kNoReport, now_ns);
     last_.reset();
     squeezed_at_ = 0;
@@ -93,7 +98,8 @@ void BottleneckModel::update(uint64_t now_ns, const std::optional<CongestionRepo
   if (state_ == CongestionState::kCompete) {
     if (now_ns - phase_at_ < kCompeteNs) return;
     // Learn again, from nothing: the cross traffic may have gone.
-    btl_kbps_ = max_kbps_ = 0;
+    btl_kbps_ = 0;
+    window_.clear();
     set_state(CongestionState::kLearning, now_ns);
   }
   if (state_ == CongestionState::kNoReport) set_state(CongestionState::kLearning, now_ns);
@@ -124,14 +130,13 @@ void BottleneckModel::update(uint64_t now_ns, const std::optional<CongestionRepo
     set_state(CongestionState::kLearning, now_ns);
     return;
   }
-  if (btl_kbps_ >= max_kbps_ || now_ns - max_at_ > kBandwidthWindowNs) {
-    max_kbps_ = btl_kbps_;
-    max_at_ = now_ns;
-  }
+  while (!window_.empty() && window_.back().second <= btl_kbps_) window_.pop_back();
+  window_.emplace_back(now_ns, btl_kbps_);
+  while (now_ns - window_.front().first > kBandwidthWindowNs) window_.pop_front();
   // Drained to under half of what the pipe gave, and the queue stands:
   // once that lasts, it is cross traffic's.
   if (!queue || state_ == CongestionState::kProbe ||
-      static_cast<double>(btl_kbps_) >= kCompeteFraction * static_cast<double>(max_kbps_))
+      static_cast<double>(btl_kbps_) >= kCompeteFraction * static_cast<double>(window_.front().second))
     squeezed_at_ = 0;
   else if (!squeezed_at_)
     squeezed_at_ = now_ns;

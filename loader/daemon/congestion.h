@@ -125,7 +125,10 @@ class BottleneckModel {
   std::optional<CongestionReport> last_;
   uint64_t last_at_ = 0;
   uint64_t btl_kbps_ = 0, btl_at_ = 0;  // the estimate, and when a sample last confirmed it
-  uint64_t max_kbps_ = 0, max_at_ = 0;  // the largest estimate in kBandwidthWindowNs, and when it was set
+  // The estimates of the last kBandwidthWindowNs, each with its time, as a
+  // sliding maximum: the front is the largest, each later one smaller than
+  // the one before it.
+  std::deque<std::pair<uint64_t, uint64_t>> window_;
   uint64_t squeezed_at_ = 0;  // since when a queue stands with the estimate under kCompeteFraction of max (0: not)
   uint64_t phase_at_ = 0, probe_at_ = 0;
   uint64_t fallbacks_ = 0, probes_ = 0, resets_ = 0, competes_ = 0;

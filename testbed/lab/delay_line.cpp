@@ -265,7 +265,11 @@ void DelayLine::run(Direction& d) {
       const auto read_at_real = realtime_now();
       for (int i = 0; i < n; ++i) {
         const size_t len = msgs[i].msg_len;
-        if (len < kVnet + sizeof(ether_header) || (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||
+        if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+          local.rx_dropped++;  // longer than kFrameMax: lost here, counted as the socket's own drops are
+          continue;
+        }
+        if (len < kVnet + sizeof(ether_header) ||
             std::memcmp(bufs[i].data() + kVnet, d.where.arrival_mac.data(), 6) != 0)
           continue;
         Direction::Frame f;

@@ -89,7 +89,7 @@ struct DelayLineStats {
   // Frames the outgoing interface's queue dropped (ENOBUFS: the WAN's
   // bottleneck, --wan-rate, was full): lost there, as drop-tail loses them.
   uint64_t queue_dropped = 0;
-  uint64_t rx_dropped = 0;  // the socket's receive queue overflowed (PACKET_STATISTICS)
+  uint64_t rx_dropped = 0;  // the socket's receive queue overflowed (PACKET_STATISTICS), or a frame over 64 KiB
   uint64_t max_held = 0;    // most frames held at once
   // Lateness: how long after its due time each frame was handed to the
   // outgoing interface.

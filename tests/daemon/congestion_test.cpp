@@ -178,6 +178,61 @@ TEST(BottleneckModel, AQueueThatOutlastsTheDrainsIsCrossTrafficsAndTheModelCompe
   EXPECT_EQ(m.state(), CongestionState::kNoReport);
 }
 
+// Reports that lapse while the model competes do not end the hold with the
+// squeezed estimate: when they come back, it learns from nothing.
+TEST(BottleneckModel, ReportsThatLapseWhileCompetingLeaveNothingToMarkBy) {
+  BottleneckModel m;
+  uint64_t t = 10 * kMs;
+  m.update(t, queued(40'000), t);
+  const uint64_t under = t + 10 * kMs;
+  for (t = under; t <= under + BottleneckModel::kCompeteAfterNs; t += 10 * kMs) m.update(t, queued(10'000), t);
+  ASSERT_EQ(m.state(), CongestionState::kCompete);
+  const uint64_t last = t - 10 * kMs;
+  t = last + BottleneckModel::kReportLifetimeNs;
+  m.update(t, queued(10'000), last);
+  EXPECT_EQ(m.state(), CongestionState::kNoReport);
+  t += 10 * kMs;
+  m.update(t, clear(10'000), t);
+  EXPECT_EQ(m.state(), CongestionState::kLearning);
+  EXPECT_EQ(m.bottleneck_kbps(), 0u);
+  EXPECT_EQ(m.rate_kbps(), 0u) << "no marks by the squeezed estimate";
+}
+
+// The largest estimate the compete rule holds the current one against is
+// the window's, not the one that happened to be largest when the window
+// last began: a probe's 90 Mbit/s a second in still counts after the
+// first 100 lapsed, so 44 is under half of it.
+TEST(BottleneckModel, TheCompeteRuleHoldsTheEstimateAgainstTheWindowsLargest) {
+  BottleneckModel m;
+  uint64_t t = 10 * kMs;
+  m.update(t, queued(100'000), t);
+  t += 10 * kMs;
+  m.update(t, queued(60'000), t);
+  ASSERT_EQ(m.bottleneck_kbps(), 60'000u);
+  // No queue until the probe (a standing one keeps the model draining).
+  for (int i = 0; i < 300 && m.state() != CongestionState::kProbe; ++i) {
+    t += 10 * kMs;
+    m.update(t, clear(55'000), t);
+  }
+  ASSERT_EQ(m.state(), CongestionState::kProbe);
+  t += 5 * kMs;
+  m.update(t, queued(90'000), t);
+  ASSERT_EQ(m.bottleneck_kbps(), 90'000u);
+  const uint64_t probed = t;
+  // The first estimate lapses from the window; 50 is not under half of 90.
+  for (t += 10 * kMs; t < 10 * kMs + BottleneckModel::kBandwidthWindowNs + 200 * kMs; t += 10 * kMs) {
+    m.update(t, queued(50'000), t);
+    ASSERT_NE(m.state(), CongestionState::kCompete) << (t - probed) / kMs << " ms after the probe";
+  }
+  ASSERT_LT(t - probed, BottleneckModel::kBandwidthWindowNs) << "the probe's estimate is still in the window";
+  // 44 is: once that lasts, the model competes.
+  const uint64_t under = t;
+  for (; t <= under + BottleneckModel::kCompeteAfterNs + 100 * kMs && m.state() != CongestionState::kCompete;
+       t += 10 * kMs)
+    m.update(t, queued(44'000), t);
+  EXPECT_EQ(m.state(), CongestionState::kCompete);
+}
+
 TEST(BottleneckModel, StaleReportsFallBackAndAnUnconfirmedEstimateExpires) {
   BottleneckModel m;
   m.update(10 * kMs, queued(47'000), 10 * kMs);
