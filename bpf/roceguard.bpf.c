@@ -111,7 +111,8 @@ __noinline int rg_tc_congest(struct __sk_buff *skb, __u32 copies)
 /*
  * TC ingress: the congestion loop's CNP towards the sending host, made from
  * a RoCE frame the peer in slot sent (rg_congestion_cnp); IPv4 and IPv6
- * each in a function of its own, so only one's stack is on the call chain.
+ * each in a function of its own, where the family's header sizes are
+ * constants.
  * Returns -1 (drop the frame: it could not be restored), 1 (it was turned
  * into a CNP and back) or 0 (untouched).
  */

@@ -72,6 +72,11 @@ const char* congestion_state_name(CongestionState s) {
   return i < std::size(kCongestionStateNames) ? kCongestionStateNames[i] : "?";
 }
 
+void BottleneckModel::forget_estimates() {
+  btl_kbps_ = 0;
+  window_.clear();
+}
+
 void BottleneckModel::set_state(CongestionState s, uint64_t now_ns) {
   if (s == state_) return;
   state_ = s;
@@ -82,11 +87,8 @@ void BottleneckModel::update(uint64_t now_ns, const std::optional<CongestionRepo
   const bool fresh = report && at_ns && (at_ns >= now_ns || now_ns - at_ns < kReportLifetimeNs);
   if (!fresh) {
     if (state_ != CongestionState::kNoReport && state_ != CongestionState::kLearning) ++fallbacks_;
-    // Competing, the estimates are the squeezed ones: learn again, from nothing.
-    if (state_ == CongestionState::kCompete) {
-      btl_kbps_ = 0;
-      window_.clear();
-    }
+    // Competing, the estimates are the squeezed ones.
+    if (state_ == CongestionState::kCompete) forget_estimates();
     set_state(CongestionState::kNoReport, now_ns);
     last_.reset();
     squeezed_at_ = 0;
@@ -97,9 +99,8 @@ void BottleneckModel::update(uint64_t now_ns, const std::optional<CongestionRepo
   last_at_ = at_ns;
   if (state_ == CongestionState::kCompete) {
     if (now_ns - phase_at_ < kCompeteNs) return;
-    // Learn again, from nothing: the cross traffic may have gone.
-    btl_kbps_ = 0;
-    window_.clear();
+    // The cross traffic may have gone.
+    forget_estimates();
     set_state(CongestionState::kLearning, now_ns);
   }
   if (state_ == CongestionState::kNoReport) set_state(CongestionState::kLearning, now_ns);

@@ -120,6 +120,8 @@ class BottleneckModel {
 
  private:
   void set_state(CongestionState s, uint64_t now_ns);
+  // After competing: the next queue is the first estimate again.
+  void forget_estimates();
 
   CongestionState state_ = CongestionState::kNoReport;
   std::optional<CongestionReport> last_;

@@ -31,20 +31,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace
-
-bool tcp_congestion_control_offered(const std::string& name, std::string* offered) {
-  *offered = read_file("/proc/sys/net/ipv4/tcp_available_congestion_control");
-  while (!offered->empty() && offered->back() == '\n') offered->pop_back();
-  std::istringstream names(*offered);
-  std::string n;
-  while (names >> n)
-    if (n == name) return true;
-  return false;
-}
-
-namespace {
-
 ClassStats leaf_stats(const json& qdiscs, const char* handle) {
   for (const auto& q : qdiscs)
     if (q.value("handle", "") == handle)
@@ -149,6 +135,16 @@ SenderLineRate::~SenderLineRate() {
     run({"tc", "-n", netns_, "qdisc", "del", "dev", "eth0", "root"}, 10s);
   } catch (...) {
   }
+}
+
+bool tcp_congestion_control_offered(const std::string& name, std::string* offered) {
+  *offered = read_file("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  while (!offered->empty() && offered->back() == '\n') offered->pop_back();
+  std::istringstream names(*offered);
+  std::string n;
+  while (names >> n)
+    if (n == name) return true;
+  return false;
 }
 
 BulkPath far_side_bulk(const Topology& topo) { return {Node::kBulk, Node::kHostB, topo.addr().host_b4}; }

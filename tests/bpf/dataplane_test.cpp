@@ -2082,11 +2082,12 @@ TEST(ConcurrentQpHooks, EgressAndIngressEachCreateTheirEntryOnce) {
 // path would send it: forwarded by the kernel (TTL down by one, the next
 // hop's MACs), then through rg_tc_egress on the device it went out of.
 
-rg_config forward_config() {
-  rg_config c = test_config();
-  c.flags |= RG_CFG_F_XDP_FORWARD;
+rg_config with_flags(rg_config c, uint32_t flags) {
+  c.flags |= flags;
   return c;
 }
+
+rg_config forward_config() { return with_flags(test_config(), RG_CFG_F_XDP_FORWARD); }
 
 // A harness data plane with the fast path on and both devices its targets.
 struct ForwardPlane {
@@ -2178,23 +2179,10 @@ TEST(XdpForward, LeavesAShieldedPeerToTcEgress) {
 TEST(CongestionXdpForward, MarksThroughThePeersPhantomQueueAsTcEgress) {
   KernelRoutes routes;
   route_remote_nets(routes);
-  rg_config fast = forward_config(), tc = test_config();
-  fast.flags |= RG_CFG_F_CONGESTION;
-  tc.flags |= RG_CFG_F_CONGESTION;
-  ForwardPlane f(fast);
-  Dataplane slow(tc);
+  ForwardPlane f(with_flags(forward_config(), RG_CFG_F_CONGESTION));
+  Dataplane slow(with_flags(test_config(), RG_CFG_F_CONGESTION));
   slow.tunnels();
-  // 1 ms per byte with marking from an empty queue on: every frame alone
-  // fills the queue far above the threshold.
-  rg_peer_cc cc{};
-  cc.until_ns = UINT64_MAX;
-  cc.ps_per_byte = 1'000'000'000;
-  cc.mark_min_ns = 0;
-  cc.mark_max_ns = 1;
-  cc.mark_scale = UINT32_MAX;
-  cc.cap_ns = 1'000'000'000;
-  cc.flags = RG_CC_F_MARK_CE;
-  cc.cnp_gap_ns = 50'000;
+  rg_peer_cc cc = cc_of(kSlowDrain, 0, 1);
   for (uint32_t slot : {kPeerSlot4, kPeerSlot6}) {
     f.dp.peer_cc(slot, cc);
     slow.peer_cc(slot, cc);
@@ -2259,10 +2247,8 @@ class XdpForwardOnOneCpu : public OnOneCpu {};
 TEST_F(XdpForwardOnOneCpu, NumbersWhatItEncapsulatesAsTcEgress) {
   KernelRoutes routes;
   route_remote_nets(routes);
-  rg_config fast_cfg = forward_config(), slow_cfg = test_config();
-  fast_cfg.flags |= RG_CFG_F_TUNNEL_SEQ;
-  slow_cfg.flags |= RG_CFG_F_TUNNEL_SEQ;
-  Dataplane fast(fast_cfg), slow(slow_cfg);
+  Dataplane fast(with_flags(forward_config(), RG_CFG_F_TUNNEL_SEQ)),
+      slow(with_flags(test_config(), RG_CFG_F_TUNNEL_SEQ));
   fast.tunnels();
   slow.tunnels();
   fast.forward_to(dev_ifindex());

@@ -227,4 +227,24 @@ std::string temp_dir();  // this process's private scratch directory
 // Runs a command; returns its stdout, fails (throws) on a non-zero exit.
 std::string run_command(const std::string& cmd, bool with_stderr = true);
 
+// A decision as `roceguard run` writes it: draining a byte in ps_per_byte
+// picoseconds, marking from min_ns to max_ns of backlog.
+inline rg_peer_cc cc_of(uint32_t ps_per_byte, uint32_t min_ns, uint32_t max_ns, uint64_t until_ns = UINT64_MAX,
+                 uint32_t report = 0, uint32_t flags = RG_CC_F_MARK_CE) {
+  rg_peer_cc c{};
+  c.flags = flags;
+  c.cnp_gap_ns = 50'000;
+  c.until_ns = until_ns;
+  c.report = report;
+  c.ps_per_byte = ps_per_byte;
+  c.mark_min_ns = min_ns;
+  c.mark_max_ns = max_ns;
+  c.mark_scale = max_ns > min_ns ? static_cast<uint32_t>((1ull << 32) / (max_ns - min_ns)) : 0;
+  c.cap_ns = 1'000'000'000;
+  return c;
+}
+
+// 1 ms per byte: every frame alone fills the queue far above any threshold.
+inline constexpr uint32_t kSlowDrain = 1'000'000'000;
+
 }  // namespace rg::test

@@ -1515,25 +1515,6 @@ rg_config congestion_config() {
   return c;
 }
 
-// A decision as `roceguard run` writes it: draining a byte in ps_per_byte
-// picoseconds, marking from min_ns to max_ns of backlog.
-rg_peer_cc cc_of(uint32_t ps_per_byte, uint32_t min_ns, uint32_t max_ns, uint64_t until_ns = UINT64_MAX,
-                 uint32_t report = 0, uint32_t flags = RG_CC_F_MARK_CE) {
-  rg_peer_cc c{};
-  c.flags = flags;
-  c.cnp_gap_ns = 50'000;
-  c.until_ns = until_ns;
-  c.report = report;
-  c.ps_per_byte = ps_per_byte;
-  c.mark_min_ns = min_ns;
-  c.mark_max_ns = max_ns;
-  c.mark_scale = max_ns > min_ns ? static_cast<uint32_t>((1ull << 32) / (max_ns - min_ns)) : 0;
-  c.cap_ns = 1'000'000'000;
-  return c;
-}
-
-// 1 ms per byte: every frame alone fills the queue far above any threshold.
-constexpr uint32_t kSlowDrain = 1'000'000'000;
 
 // The inner IPv4 header's checksum as RFC 1071 computes it, here, over the
 // header the program left: 0 when the header is consistent.
@@ -1711,21 +1692,22 @@ class IngressTap : public Tap {
   }
 };
 
-// An ACK of host B's for host A's QP, through the IPv4 peer's tunnel.
-Bytes ack_from_peer(uint32_t qp, uint32_t psn) {
+// An ACK of host B's for host A's QP, through the IPv4 peer's tunnel; with
+// v6 an IPv6 one (flow label 0xabcde) through the IPv6 peer's (an inner
+// family other than the outer one takes Linux 6.3 to decapsulate at TC).
+Bytes ack_from_peer(uint32_t qp, uint32_t psn, bool v6 = false) {
   Bth b;
   b.opcode = kOpAck;
   b.dest_qp = qp;
   b.psn = psn;
-  const Bytes ack = PacketBuilder()
-                        .eth(kPeerMac, kDevMac)
-                        .ipv4("203.0.113.20", "198.51.100.10")
-                        .dscp(46)
-                        .udp(49300, kRoceV2Port)
-                        .bth(b)
-                        .aeth(0, 7)
-                        .build();
-  return geneve_with(seq_option_short(stream_of(5, 0, 0), psn), ack);
+  PacketBuilder ack;
+  ack.eth(kPeerMac, kDevMac);
+  if (v6)
+    ack.ipv6("2001:db8:6::20", "2001:db8:5::10").flow_label(0xabcde);
+  else
+    ack.ipv4("203.0.113.20", "198.51.100.10");
+  ack.dscp(46).udp(49300, kRoceV2Port).bth(b).aeth(0, 7);
+  return geneve_with(seq_option_short(stream_of(5, 0, 0), psn), ack.build(), v6);
 }
 
 // What TC ingress hands the stack of in without the loop.
@@ -1819,25 +1801,11 @@ TEST(CongestionCnp, AnAckFromThePeerBecomesACnpTowardsItsQpAndGoesOnUnchanged) {
   EXPECT_EQ(dp.peer_pq(kPeerSlot4).cnps, 2u);
 }
 
-// An IPv6 ACK of host B's, through the IPv6 peer's tunnel (an inner family
-// other than the outer one takes Linux 6.3 to decapsulate at TC): the CNP
-// is IPv6 too, with the UDP checksum IPv6 requires and the ACK's flow
-// label (expect_cnp_of); the ACK goes on byte for byte.
+// An IPv6 ACK of host B's: the CNP is IPv6 too, with the UDP checksum IPv6
+// requires and the ACK's flow label (expect_cnp_of); the ACK goes on byte
+// for byte.
 TEST(CongestionCnp, AnIpv6AckBecomesAnIpv6CnpWithItsUdpChecksum) {
-  Bth b;
-  b.opcode = kOpAck;
-  b.dest_qp = 0x4321;
-  b.psn = 77;
-  const Bytes ack = PacketBuilder()
-                        .eth(kPeerMac, kDevMac)
-                        .ipv6("2001:db8:6::20", "2001:db8:5::10")
-                        .flow_label(0xabcde)
-                        .dscp(46)
-                        .udp(49300, kRoceV2Port)
-                        .bth(b)
-                        .aeth(0, 7)
-                        .build();
-  const Bytes in = geneve_with(seq_option_short(stream_of(5, 0, 0), 77), ack, true);
+  const Bytes in = ack_from_peer(0x4321, 77, true);
   const Bytes plain = decapsulated(in);
   ASSERT_TRUE(parse(plain).roce);
   Dataplane dp(congestion_config());
