@@ -1763,6 +1763,21 @@ void expect_cnp_of(const Bytes& cnp, const Bytes& ack, uint32_t qp) {
   expect_tshark_row(rows[0], want, 0);
 }
 
+// TC ingress on in, the ACK the peer in slot sent: it goes on as plain, byte
+// for byte, and makes one CNP towards qp (expect_cnp_of), which tap reads
+// and the peer's queue counts.
+void expect_one_cnp(Dataplane& dp, IngressTap& tap, const Bytes& in, const Bytes& plain, uint32_t qp,
+                    uint32_t slot) {
+  const Verdict v = dp.tc_ingress(in);
+  EXPECT_EQ(v.ret, kTcPass);
+  EXPECT_EQ(hex(v.out), hex(plain)) << "the ACK, restored";
+  const std::vector<Bytes> got = tap.roce();
+  ASSERT_EQ(got.size(), 1u);
+  expect_cnp_of(got[0], plain, qp);
+  EXPECT_EQ(dp.peer_pq(slot).cnps, 1u);
+  EXPECT_EQ(dp.peer_pq(slot).cnp_errors, 0u);
+}
+
 // With the CNP signal and the peer's phantom queue above its threshold,
 // TC ingress makes a CNP of an ACK from the peer, towards the ACK's QP (the
 // sending host's), as expect_cnp_of checks it. The ACK itself goes on byte
@@ -1781,14 +1796,7 @@ TEST(CongestionCnp, AnAckFromThePeerBecomesACnpTowardsItsQpAndGoesOnUnchanged) {
   const Bytes data = towards_peer(false).build();
   dp.tc(data);
   IngressTap tap;
-  const Verdict v = dp.tc_ingress(in);
-  EXPECT_EQ(v.ret, kTcPass);
-  EXPECT_EQ(hex(v.out), hex(plain)) << "the ACK, restored";
-  const std::vector<Bytes> got = tap.roce();
-  ASSERT_EQ(got.size(), 1u);
-  expect_cnp_of(got[0], plain, 0x1234);
-  EXPECT_EQ(dp.peer_pq(kPeerSlot4).cnps, 1u);
-  EXPECT_EQ(dp.peer_pq(kPeerSlot4).cnp_errors, 0u);
+  expect_one_cnp(dp, tap, in, plain, 0x1234, kPeerSlot4);
 
   // One per QP in cnp_gap_ns: the next ACK of the same QP makes none, another QP's does.
   dp.tc(data);
@@ -1808,20 +1816,13 @@ TEST(CongestionCnp, AnIpv6AckBecomesAnIpv6CnpWithItsUdpChecksum) {
   const Bytes in = ack_from_peer(0x4321, 77, true);
   const Bytes plain = decapsulated(in);
   ASSERT_TRUE(parse(plain).roce);
+  EXPECT_EQ(parse(plain).flow_label, 0xabcdeu) << "a label for the CNP to keep";
   Dataplane dp(congestion_config());
   dp.tunnels();
   dp.peer_cc(kPeerSlot6, cc_of(kSlowDrain, 0, 1, UINT64_MAX, 0, RG_CC_F_CNP));
   dp.tc(towards_peer(true).build());
   IngressTap tap;
-  const Verdict v = dp.tc_ingress(in);
-  EXPECT_EQ(v.ret, kTcPass);
-  EXPECT_EQ(hex(v.out), hex(plain)) << "the ACK, restored";
-  const std::vector<Bytes> got = tap.roce();
-  ASSERT_EQ(got.size(), 1u);
-  expect_cnp_of(got[0], plain, 0x4321);
-  EXPECT_EQ(parse(got[0]).flow_label, 0xabcdeu);
-  EXPECT_EQ(dp.peer_pq(kPeerSlot6).cnps, 1u);
-  EXPECT_EQ(dp.peer_pq(kPeerSlot6).cnp_errors, 0u);
+  expect_one_cnp(dp, tap, in, plain, 0x4321, kPeerSlot6);
 }
 
 // No CNP below the threshold, with the CE signal alone, without a current
