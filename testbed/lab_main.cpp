@@ -177,6 +177,11 @@ void add_lab_options(CLI::App* lab) {
   lab->add_option("--queue", o.queue_packets, "congestion: buffer of each scheduler class, packets")
       ->check(CLI::Range(1u, 10000u))
       ->capture_default_str();
+  lab->add_option("--fabric-ecn", o.fabric_ecn,
+                  "congestion: ECN marking at gateway B's port, by each class queue's depth as a datacenter switch "
+                  "marks: on (Kmin a quarter, Kmax three quarters of --queue full frames, Pmax 0.2), off, or "
+                  "KMIN,KMAX,PMAX (bytes, bytes, a fraction)")
+      ->capture_default_str();
   lab->add_option("--bulk-streams", o.bulk_streams, "congestion: TCP streams of each bulk sender (iperf3)")
       ->check(CLI::Range(1u, 128u))
       ->capture_default_str();

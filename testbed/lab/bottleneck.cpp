@@ -85,20 +85,19 @@ WanBottleneck::~WanBottleneck() {
   }
 }
 
-// One dump of the namespace's qdiscs; the root qdisc of each of ours.
-std::vector<WanBottleneck::Counters> WanBottleneck::read_counters() const {
-  std::vector<Counters> out(ifindexes_.size());
-  std::lock_guard<std::mutex> lock(nl_mu_);
-  NetlinkRequest req("the WAN's qdiscs", RTM_GETQDISC, NLM_F_DUMP);
+std::vector<QdiscCounters> dump_qdisc_counters(NetlinkSocket& nl, const std::vector<QdiscPlace>& places) {
+  std::vector<QdiscCounters> out(places.size());
+  NetlinkRequest req("the qdiscs", RTM_GETQDISC, NLM_F_DUMP);
   req.header<tcmsg>()->tcm_family = AF_UNSPEC;
   try {
-    nl_->request(req, [&](const nlmsghdr& msg) {
+    nl.request(req, [&](const nlmsghdr& msg) {
       if (msg.nlmsg_type != RTM_NEWQDISC) return;
       const tcmsg* tc = payload<tcmsg>(msg);
-      if (tc->tcm_parent != TC_H_ROOT) return;
-      const auto at = std::find(ifindexes_.begin(), ifindexes_.end(), tc->tcm_ifindex);
-      if (at == ifindexes_.end()) return;
-      Counters& c = out[static_cast<size_t>(at - ifindexes_.begin())];
+      const auto at = std::find_if(places.begin(), places.end(), [&](const QdiscPlace& p) {
+        return p.ifindex == tc->tcm_ifindex && p.parent == tc->tcm_parent;
+      });
+      if (at == places.end()) return;
+      QdiscCounters& c = out[static_cast<size_t>(at - places.begin())];
       for_each_attr(msg, sizeof(tcmsg), [&](const nlattr& a) {
         if (attr_type(a) != TCA_STATS || attr_len(a) < sizeof(tc_stats)) return true;
         tc_stats s;
@@ -113,8 +112,17 @@ std::vector<WanBottleneck::Counters> WanBottleneck::read_counters() const {
     });
   } catch (const NetlinkError&) {
     // A sample missed (the namespace going away at the end): nothing found.
+    out.assign(places.size(), QdiscCounters{});
   }
   return out;
+}
+
+// One dump of the namespace's qdiscs; the root qdisc of each of ours.
+std::vector<WanBottleneck::Counters> WanBottleneck::read_counters() const {
+  std::vector<QdiscPlace> places;
+  for (int ifindex : ifindexes_) places.push_back({ifindex, TC_H_ROOT});
+  std::lock_guard<std::mutex> lock(nl_mu_);
+  return dump_qdisc_counters(*nl_, places);
 }
 
 void WanBottleneck::sample_loop() {

@@ -27,6 +27,22 @@ class NetlinkSocket;
 
 namespace rg::lab {
 
+// One qdisc's counters, as the kernel keeps them (struct tc_stats).
+struct QdiscCounters {
+  uint64_t packets = 0, bytes = 0, drops = 0, backlog = 0;  // backlog: bytes queued now
+  bool found = false;
+};
+// A qdisc by where it hangs: its interface and its parent (TC_H_ROOT, or a
+// class's handle for the leaf under it).
+struct QdiscPlace {
+  int ifindex = 0;
+  uint32_t parent = 0;
+};
+// One rtnetlink dump of the qdiscs of nl's namespace: the counters of each
+// place's qdisc, in places' order (found false where there is none, and for
+// all when the dump fails: the namespace going away).
+std::vector<QdiscCounters> dump_qdisc_counters(NetlinkSocket& nl, const std::vector<QdiscPlace>& places);
+
 struct BottleneckConfig {
   unsigned mbit = 0;                  // each direction's rate; 0: no bottleneck
   std::chrono::microseconds buffer{0};  // the queue's length in time at that rate
@@ -74,10 +90,7 @@ class WanBottleneck {
   BottleneckStats delay_since(size_t i, size_t* cursor);
 
  private:
-  struct Counters {
-    uint64_t packets = 0, bytes = 0, drops = 0, backlog = 0;
-    bool found = false;
-  };
+  using Counters = QdiscCounters;
   std::vector<Counters> read_counters() const;
   void sample_loop();
 

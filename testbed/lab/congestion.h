@@ -72,6 +72,8 @@ class HtbScheduler {
 
   // The priority class 1:10 as an skb->priority: (major << 16) | minor.
   static constexpr uint32_t kPriorityClassId = (1u << 16) | 0x10;
+  // The best-effort class 1:20 (each class's pfifo leaf hangs under it).
+  static constexpr uint32_t kBestEffortClassId = (1u << 16) | 0x20;
 
  private:
   std::string netns_, ifname_;

@@ -190,6 +190,8 @@ json snapshot_json(const Snapshot& s, bool scheduler) {
   if (scheduler) {
     j["scheduler_gw_b"] = to_json(s.scheduler);
     j["scheduler_gw_a"] = to_json(s.uplink_scheduler);
+    j["ecn_marked_gw_b"] = {{"priority", s.fabric_ecn.marked(RG_ECN_PRIORITY)},
+                            {"best_effort", s.fabric_ecn.marked(RG_ECN_BEST_EFFORT)}};
   }
   return j;
 }
@@ -680,6 +682,12 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
       row(sent_labels[i], [&](const PhaseResult& p) { return num((p.final.scheduler.*classes[i]).packets); });
       row(drop_labels[i], [&](const PhaseResult& p) { return num((p.final.scheduler.*classes[i]).dropped); });
     }
+    if (s.fabric_ecn) {
+      row("gw B ECN marks, priority class (46)",
+          [&](const PhaseResult& p) { return num(p.final.fabric_ecn.marked(RG_ECN_PRIORITY)); });
+      row("gw B ECN marks, best-effort class",
+          [&](const PhaseResult& p) { return num(p.final.fabric_ecn.marked(RG_ECN_BEST_EFFORT)); });
+    }
     row("bulk TCP goodput at host B, Mbit/s", [&](const PhaseResult& p) {
       return p.bulk ? fmt("%.1f", p.bulk->received_mbps) : std::string("?");
     });
@@ -838,6 +846,7 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
         {"best_effort_mbit", s.uplink_scheduler->link_mbit - s.uplink_scheduler->priority_mbit},
         {"queue_packets", s.uplink_scheduler->queue_packets},
         {"skb_priority", HtbScheduler::kPriorityClassId}};
+  if (s.scheduler) j["settings"]["congestion"]["fabric_ecn"] = s.fabric_ecn ? to_json(*s.fabric_ecn) : json("off");
   const bool scheduler = s.scheduler.has_value();
   j["phases"] = json::object();
   for (const auto& p : phases) {
@@ -878,6 +887,9 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
       };
       j["phases"][p.name]["bulk"] = bulk_json(p.bulk_log, p.bulk);
       j["phases"][p.name]["bulk_uplink"] = bulk_json(p.uplink_bulk_log, p.uplink_bulk);
+      // Per class and region of the profile: the packets the marker saw and
+      // marked, and the marks its line predicts.
+      if (s.fabric_ecn) j["phases"][p.name]["fabric_ecn_gw_b"] = to_json(p.final.fabric_ecn);
     }
     if (s.wan_cross && s.bottleneck) {
       const double rate = s.bottleneck->mbit;
@@ -906,7 +918,8 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
          "rg_dscp_repaired_gw_b,rg_lost_estimate_gw_b,sched_priority_sent_gw_b,sched_priority_dropped_gw_b,"
          "sched_best_effort_sent_gw_b,sched_best_effort_dropped_gw_b,sched_priority_sent_gw_a,"
          "sched_priority_dropped_gw_a,sched_best_effort_sent_gw_a,sched_best_effort_dropped_gw_a,"
-         "cnps_a,wan_queue_p99_us_a_to_b,wan_queue_max_us_a_to_b\n";
+         "cnps_a,wan_queue_p99_us_a_to_b,wan_queue_max_us_a_to_b,ecn_marked_priority_gw_b,"
+         "ecn_marked_best_effort_gw_b\n";
   for (const auto& p : phases) {
     Snapshot prev;
     for (const auto& x : p.seconds) {
@@ -940,6 +953,12 @@ std::vector<std::string> write_report(const std::string& dir, const LabSettings&
         csv << x.wan_queue_p99_us << "," << x.wan_queue_max_us;
       else
         csv << ",";
+      // Empty without the marker (the bleach scenario, --fabric-ecn off).
+      if (s.scheduler && s.fabric_ecn)
+        csv << "," << x.fabric_ecn.marked(RG_ECN_PRIORITY) - prev.fabric_ecn.marked(RG_ECN_PRIORITY) << ","
+            << x.fabric_ecn.marked(RG_ECN_BEST_EFFORT) - prev.fabric_ecn.marked(RG_ECN_BEST_EFFORT);
+      else
+        csv << ",,";
       csv << "\n";
       prev = x;
     }

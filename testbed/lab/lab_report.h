@@ -14,6 +14,7 @@
 
 #include "lab/bottleneck.h"
 #include "lab/congestion.h"
+#include "lab/fabric_ecn.h"
 #include "lab/roce_gen.h"
 #include "lab/wan.h"
 
@@ -43,8 +44,10 @@ struct Snapshot {
   uint64_t rg_decapsulated_b = 0;
   uint64_t rg_repaired_b = 0;
   uint64_t rg_lost_b = 0;
-  // Gateway B's port to host B, congestion scenario only.
+  // Gateway B's port to host B, congestion scenario only: its classes, and
+  // what the far fabric's ECN marker did there (with --fabric-ecn).
   SchedulerStats scheduler;
+  FabricEcnStats fabric_ecn;
   // Gateway A's uplink, congestion scenario only.
   SchedulerStats uplink_scheduler;
   // The WAN bottleneck's A->B queue over this second alone (--wan-rate;
@@ -132,6 +135,7 @@ struct PhaseResult {
 struct LabSettings {
   std::string scenario;
   std::optional<SchedulerConfig> scheduler;  // congestion scenario only
+  std::optional<FabricEcnConfig> fabric_ecn;  // the marking at gateway B's port; congestion scenario only
   std::optional<SchedulerConfig> uplink_scheduler;  // gateway A's uplink, congestion scenario only
   unsigned bulk_streams = 0;
   unsigned sender_mbit = 0;  // host A's line rate, congestion scenario only

@@ -25,6 +25,7 @@
 #include "dataplane/maps.h"
 #include "dataplane/state.h"
 #include "lab/congestion.h"
+#include "lab/fabric_ecn.h"
 #include "lab/kernel_vxlan.h"
 #include "lab/lab_gateway.h"
 #include "lab/lab_report.h"
@@ -199,6 +200,8 @@ struct Lab {
   std::vector<std::string> files;
   HtbScheduler* scheduler = nullptr;  // congestion scenario only: gateway B's port to host B
   SchedulerStats scheduler_base{};    // the scheduler's counters when the phase's RoCE traffic started
+  FabricEcn* fabric_ecn = nullptr;    // the marking at that port (--fabric-ecn)
+  FabricEcnStats fabric_ecn_base{};
   HtbScheduler* uplink_scheduler = nullptr;  // congestion scenario only: gateway A's uplink
   SchedulerStats uplink_scheduler_base{};
   WanBottleneck* bottleneck = nullptr;  // --wan-rate: on to-b (A to B) and to-a (B to A)
@@ -228,6 +231,7 @@ Snapshot take_snapshot(Lab& lab, unsigned second, const SenderStats& tx, const R
   s.wan_bleached -= wan_base.wan_bleached;
   s.wan_ce_marked -= wan_base.wan_ce_marked;
   if (lab.scheduler) s.scheduler = lab.scheduler->stats() - lab.scheduler_base;
+  if (lab.fabric_ecn) s.fabric_ecn = lab.fabric_ecn->stats() - lab.fabric_ecn_base;
   if (lab.uplink_scheduler) s.uplink_scheduler = lab.uplink_scheduler->stats() - lab.uplink_scheduler_base;
   if (gw_a) {
     auto rows = MapReader(gw_a->pin()).counters();
@@ -462,6 +466,7 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
       std::this_thread::sleep_for(100ms);
     }
     lab.scheduler_base = lab.scheduler->stats();
+    if (lab.fabric_ecn) lab.fabric_ecn_base = lab.fabric_ecn->stats();
     lab.uplink_scheduler_base = lab.uplink_scheduler->stats();
   }
   Snapshot wan_base = take_snapshot(lab, 0, {}, {}, {}, nullptr, nullptr);
@@ -714,6 +719,10 @@ int run_lab(const LabOptions& opts) {
     throw Error("lab: --uplink-priority-rate is above 0 and below --uplink-rate", kExitUsage);
   if (congestion && (opts.queue_packets == 0 || opts.bulk_streams == 0 || opts.sender_mbit == 0))
     throw Error("lab: --queue, --bulk-streams and --host-rate are at least 1", kExitUsage);
+  // Throws a usage error for a profile that is no RED line.
+  const std::optional<FabricEcnConfig> fabric_ecn = parse_fabric_ecn(opts.fabric_ecn, opts.queue_packets);
+  if (!congestion && opts.fabric_ecn != "on" && opts.fabric_ecn != "off")
+    throw Error("lab: --fabric-ecn marks at gateway B's port of the congestion scenario", kExitUsage);
   if (opts.wan_cross && (congestion || opts.wan_rate_mbit == 0))
     throw Error("lab: --wan-cross needs --scenario bleach and --wan-rate (a bottleneck to share)", kExitUsage);
   if (opts.wan_cross > 128) throw Error("lab: --wan-cross is 0..128 streams", kExitUsage);
@@ -765,6 +774,7 @@ int run_lab(const LabOptions& opts) {
   settings.scenario = opts.scenario;
   if (congestion) {
     settings.scheduler = scheduler_cfg;
+    settings.fabric_ecn = fabric_ecn;
     settings.uplink_scheduler = uplink_cfg;
     settings.bulk_streams = opts.bulk_streams;
     settings.sender_mbit = opts.sender_mbit;
@@ -844,20 +854,32 @@ int run_lab(const LabOptions& opts) {
               << " packets of a QP per UDP_SEGMENT send; its eth0 puts them on the link one by one\n";
   check_stop();
   std::optional<HtbScheduler> scheduler, uplink_scheduler;
+  std::optional<FabricEcn> fabric_marker;
   std::optional<SenderLineRate> line_rate;
   if (congestion) {
     scheduler.emplace(topo, Node::kGatewayB, kFarSidePort, scheduler_cfg, PriorityMatch::kDscp46);
+    if (settings.fabric_ecn) {
+      fabric_marker.emplace(*settings.fabric_ecn);
+      fabric_marker->attach(topo.netns(Node::kGatewayB), kFarSidePort,
+                            {HtbScheduler::kPriorityClassId, HtbScheduler::kBestEffortClassId});
+    }
     uplink_scheduler.emplace(topo, Node::kGatewayA, kUplink, uplink_cfg, PriorityMatch::kSkbPriority);
     line_rate.emplace(topo, opts.sender_mbit, opts.qps * settings.window);
     std::cout << "host A sends at up to " << opts.sender_mbit << " Mbit/s (its line rate); congestion at gateway B's " << scheduler->interface() << " (towards host B): "
               << scheduler_cfg.link_mbit << " Mbit/s, DSCP 46 guaranteed " << scheduler_cfg.priority_mbit
               << " Mbit/s, best effort " << scheduler_cfg.link_mbit - scheduler_cfg.priority_mbit
               << " Mbit/s, each may borrow up to the link rate; " << scheduler_cfg.queue_packets
-              << "-packet buffer per class\n"
-              << "and at gateway A's " << uplink_scheduler->interface() << " (its uplink): " << uplink_cfg.link_mbit
+              << "-packet buffer per class; ";
+    if (settings.fabric_ecn)
+      std::cout << "each class marks ECN-capable packets CE by its queue's depth, as a datacenter switch does: Kmin "
+                << settings.fabric_ecn->kmin_bytes << " B, Kmax " << settings.fabric_ecn->kmax_bytes << " B, Pmax "
+                << settings.fabric_ecn->pmax << "\n";
+    else
+      std::cout << "no ECN marking (--fabric-ecn off)\n";
+    std::cout << "and at gateway A's " << uplink_scheduler->interface() << " (its uplink): " << uplink_cfg.link_mbit
               << " Mbit/s, class 1:10 (skb->priority 0x10010, what roceguard sets for RoCE) guaranteed "
               << uplink_cfg.priority_mbit << " Mbit/s, best effort " << uplink_cfg.link_mbit - uplink_cfg.priority_mbit
-              << " Mbit/s, same buffers\n"
+              << " Mbit/s, same buffers, no marking\n"
               << std::flush;
   }
 
@@ -922,7 +944,7 @@ int run_lab(const LabOptions& opts) {
   std::optional<WanBottleneck> bottleneck;
   if (settings.bottleneck) bottleneck.emplace(topo.netns(Node::kWan), std::vector<std::string>{"to-b", "to-a"}, *settings.bottleneck);
   Lab lab{opts, wan_if, settings, dir, topo, wan, {&exporter_a, &exporter_b}, {}, scheduler ? &*scheduler : nullptr, {},
-          uplink_scheduler ? &*uplink_scheduler : nullptr, {}, bottleneck ? &*bottleneck : nullptr};
+          fabric_marker ? &*fabric_marker : nullptr, {}, uplink_scheduler ? &*uplink_scheduler : nullptr, {}, bottleneck ? &*bottleneck : nullptr};
   std::vector<bool> phases;
   if (opts.mode != "with") phases.push_back(false);
   if (opts.mode != "without") phases.push_back(true);

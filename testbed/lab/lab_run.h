@@ -87,6 +87,9 @@ struct LabOptions {
   unsigned link_mbit = 200;
   unsigned priority_mbit = 125;
   unsigned queue_packets = 32;
+  // The far fabric's ECN marking at that port (lab/fabric_ecn.h): "on" (the
+  // profile for queue_packets), "off", or "KMIN,KMAX,PMAX".
+  std::string fabric_ecn = "on";
   unsigned bulk_streams = 4;  // each bulk sender's
   // Congestion scenario: gateway A's uplink, HTB class 1:10 chosen by skb->priority.
   unsigned uplink_mbit = 200;

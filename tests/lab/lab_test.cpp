@@ -573,6 +573,17 @@ TEST_F(Lab, AutoShieldFollowsTheLossThePeerReports) {
 
 TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   TempDir tmp;
+  // The far fabric's marking takes a RED line, and only where there is a
+  // port to mark at.
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--fabric-ecn", "30000,10000,0.1"},
+                                               std::vector<std::string>{"--fabric-ecn", "1000,2000,0"},
+                                               std::vector<std::string>{"--fabric-ecn", "sometimes"},
+                                               std::vector<std::string>{"--scenario", "bleach", "--fabric-ecn",
+                                                                        "1000,2000,0.1"}}) {
+    auto r = run_lab(tmp.path() + "/refused", 3, bad);
+    EXPECT_NE(r.status, 0) << bad[1];
+    EXPECT_NE(r.err.find("--fabric-ecn"), std::string::npos) << r.err;
+  }
   const std::string report = tmp.path() + "/report";
   const std::string log = tmp.path() + "/lab.log";
   int status = -1;
@@ -621,6 +632,13 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   EXPECT_GT(congestion["priority_mbit"].get<unsigned>(), 0u);
   EXPECT_LT(congestion["priority_mbit"].get<unsigned>(), congestion["link_mbit"].get<unsigned>());
   EXPECT_EQ(congestion["uplink"]["skb_priority"].get<uint32_t>(), 0x10010u) << congestion;
+  // The far fabric marks by default: a quarter and three quarters of the
+  // 32-packet buffer in full frames.
+  const json& ecn = congestion["fabric_ecn"];
+  EXPECT_EQ(ecn["kmin_bytes"].get<uint32_t>(), 32u * 1514 / 4) << ecn;
+  EXPECT_EQ(ecn["kmax_bytes"].get<uint32_t>(), 32u * 1514 * 3 / 4) << ecn;
+  EXPECT_EQ(ecn["pmax"].get<double>(), 0.2) << ecn;
+  EXPECT_GT(ecn["sample_us"].get<unsigned>(), 0u) << ecn;
   for (const char* phase : {"without", "with"}) {
     const json& p = j["phases"][phase];
     const json& sched = p["totals"]["scheduler_gw_b"];
@@ -639,7 +657,34 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
     EXPECT_TRUE(fs::exists(report + "/" + p["bulk"]["log"].get<std::string>())) << p["bulk"];
     EXPECT_TRUE(fs::exists(report + "/" + p["bulk_uplink"]["log"].get<std::string>())) << p["bulk_uplink"];
     ASSERT_GT(p["receiver"]["packets"].get<uint64_t>(), 0u) << phase;
+    // The marking kept to its line in both classes: nothing below Kmin,
+    // every ECT packet at Kmax or more. Only host A's RoCE is ECN-capable
+    // here (the WAN marks nothing, iperf3's TCP does not ask for ECN), so
+    // host B saw at most the marks (a marked packet may still meet a full
+    // queue), and answered each QP's marks with at most one CNP per 4 us.
+    const json& marker = p["fabric_ecn_gw_b"];
+    uint64_t marks = 0;
+    for (const char* cls : {"priority", "best_effort"}) {
+      SCOPED_TRACE(cls);
+      EXPECT_EQ(marker[cls]["below_kmin"]["marked"].get<uint64_t>(), 0u) << marker;
+      EXPECT_EQ(marker[cls]["at_kmax"]["marked"], marker[cls]["at_kmax"]["ect"]) << marker;
+      EXPECT_LE(marker[cls]["between"]["marked"].get<uint64_t>(), marker[cls]["between"]["ect"].get<uint64_t>());
+      for (const char* region : {"below_kmin", "between", "at_kmax"}) marks += marker[cls][region]["marked"].get<uint64_t>();
+    }
+    EXPECT_LE(p["receiver"]["ecn_ce"].get<uint64_t>(), marks) << phase;
+    EXPECT_LE(p["receiver"]["cnps"].get<uint64_t>(), p["receiver"]["ecn_ce"].get<uint64_t>()) << phase;
+    EXPECT_EQ(p["totals"]["ecn_marked_gw_b"]["priority"].get<uint64_t>() +
+                  p["totals"]["ecn_marked_gw_b"]["best_effort"].get<uint64_t>(),
+              marks);
   }
+  // Without roceguard the bleached RoCE shares the best-effort queue the
+  // bulk TCP keeps full, and that queue marks it: host A's DCQCN hears it.
+  const json& without = j["phases"]["without"];
+  EXPECT_EQ(without["fabric_ecn_gw_b"]["priority"]["below_kmin"]["ect"].get<uint64_t>(), 0u);
+  EXPECT_GT(without["fabric_ecn_gw_b"]["best_effort"]["at_kmax"]["marked"].get<uint64_t>(), 0u)
+      << without["fabric_ecn_gw_b"];
+  EXPECT_GT(without["receiver"]["ecn_ce"].get<uint64_t>(), 0u);
+  EXPECT_GT(without["sender"]["cnps"].get<uint64_t>(), 0u);
   // Bleached RoCE never reaches the priority class; with roceguard every
   // RoCE packet arrives as 46 and nothing else is 46, so the class carries
   // exactly what host B received.
@@ -673,7 +718,8 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   const std::string summary = read(report + "/summary.txt");
   for (const char* row : {"gw B priority class (46): dropped", "gw B best-effort class: dropped",
                           "bulk TCP goodput at host B, Mbit/s", "gw A uplink priority (1:10): dropped",
-                          "gw A uplink best effort: dropped", "uplink bulk TCP goodput, Mbit/s"})
+                          "gw A uplink best effort: dropped", "uplink bulk TCP goodput, Mbit/s",
+                          "gw B ECN marks, priority class (46)", "gw B ECN marks, best-effort class"})
     EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
   const std::string csv = read(report + "/counters.csv");
   EXPECT_NE(csv.find("sched_priority_dropped_gw_b,sched_best_effort_sent_gw_b,sched_best_effort_dropped_gw_b"),
@@ -681,6 +727,7 @@ TEST_F(Lab, CongestionScenarioRunsBulkTrafficAndReportsDropsPerClass) {
   EXPECT_NE(csv.find("sched_priority_sent_gw_a,sched_priority_dropped_gw_a,sched_best_effort_sent_gw_a,"
                      "sched_best_effort_dropped_gw_a"),
             std::string::npos);
+  EXPECT_NE(csv.find("ecn_marked_priority_gw_b,ecn_marked_best_effort_gw_b\n"), std::string::npos);
   const std::string drops = read(report + "/charts/drops-per-class.dat");
   for (const char* cls : {"gw A uplink: priority (1:10)", "gw A uplink: best effort", "gw B: priority (DSCP 46)",
                           "gw B: best effort"})
