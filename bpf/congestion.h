@@ -54,19 +54,27 @@ static __always_inline __u32 rg_tunnel_feedback(__u32 slot, __u32 seq, __u32 los
  * it delivers), its inner ECN field ecn, through the peer's phantom queue.
  * Returns 1 when the frame is to be marked CE: with RG_CC_F_MARK_CE, the
  * queue says so and the packet is ECN-capable (ECT(0) or ECT(1)); Not-ECT
- * is never marked. Both encapsulating hooks call it: TC egress
- * (rg_congestion_mark) and the XDP fast path.
+ * is never marked. With RG_CC_F_PACE, *depart_ns is the frame's earliest
+ * departure: when the queue reaches it, the later of the queue's end and
+ * now (0 otherwise). The queue's end never moves back, even when the bound
+ * cuts its backlog after another CPU read a later clock (it stays at that
+ * frame's departure at least), so neither do the departures. Both
+ * encapsulating hooks call it: TC egress (rg_congestion_mark) and the XDP
+ * fast path, which has no departure time to set.
  */
-static __always_inline int rg_congestion_queue(__u32 slot, __u64 len, __u32 copies, __u32 ecn)
+static __always_inline int rg_congestion_queue(__u32 slot, __u64 len, __u32 copies, __u32 ecn,
+					       __u64 *depart_ns)
 {
 	const struct rg_peer_cc *cc = rg_peer_cc_get(slot);
-	__u64 now, cost, backlog, cap, min, max, scale;
+	__u64 now, cost, backlog, cap, min, max, scale, start;
 	struct rg_peer_pq *pq;
-	__u32 key = slot, rnd, mark = 0, marks;
+	__u32 key = slot, rnd, mark = 0, marks, pace;
 
+	*depart_ns = 0;
 	if (!cc || !cc->ps_per_byte)
 		return 0;
 	marks = cc->flags & RG_CC_F_MARK_CE;
+	pace = cc->flags & RG_CC_F_PACE;
 	pq = bpf_map_lookup_elem(&rg_peer_pq, &key);
 	if (!pq)
 		return 0;
@@ -79,14 +87,13 @@ static __always_inline int rg_congestion_queue(__u32 slot, __u64 len, __u32 copi
 	now = bpf_ktime_get_ns();
 
 	bpf_spin_lock(&pq->lock);
-	if (pq->empty_at_ns < now)
-		pq->empty_at_ns = now;
-	backlog = pq->empty_at_ns - now + cost;
+	start = pq->empty_at_ns < now ? now : pq->empty_at_ns;
+	backlog = start - now + cost;
 	if (backlog > cap) {
 		backlog = cap;
 		pq->capped++;
 	}
-	pq->empty_at_ns = now + backlog;
+	pq->empty_at_ns = now + backlog < start ? start : now + backlog;
 	pq->packets += copies;
 	pq->bytes += len * copies;
 	if (!marks)
@@ -100,24 +107,32 @@ static __always_inline int rg_congestion_queue(__u32 slot, __u64 len, __u32 copi
 	else if (mark)
 		pq->not_ect++;
 	bpf_spin_unlock(&pq->lock);
+	if (pace)
+		*depart_ns = start;
 	return mark && (ecn == 1 || ecn == 2);
 }
 
 /*
  * TC egress: rg_congestion_queue for an encapsulated frame whose inner IP
- * header is at inner_l3 (IPv6 when inner_v6), and its CE mark, the IPv4
- * header checksum following the byte. The outer UDP checksum is zero
- * (rg_encap_udp_geneve), and RoCE's ICRC leaves the traffic class out, so
- * nothing else changes.
+ * header is at inner_l3 (IPv6 when inner_v6), its departure time
+ * (skb->tstamp, which the shield's copy, cloned after, shares) and its CE
+ * mark, the IPv4 header checksum following the byte. The outer UDP
+ * checksum is zero (rg_encap_udp_geneve), and RoCE's ICRC leaves the
+ * traffic class out, so nothing else changes.
  */
 static __always_inline void rg_congestion_mark(struct __sk_buff *skb, __u32 slot, __u32 inner_l3,
 					       __u32 inner_v6, __u64 len, __u32 copies)
 {
 	__u8 hdr[2], byte;
+	__u64 depart = 0;
+	int mark;
 
 	if (inner_l3 > 512 || bpf_skb_load_bytes(skb, inner_l3, hdr, sizeof(hdr)))
 		return;
-	if (!rg_congestion_queue(slot, len, copies, inner_v6 ? (hdr[1] >> 4) & 3 : hdr[1] & 3))
+	mark = rg_congestion_queue(slot, len, copies, inner_v6 ? (hdr[1] >> 4) & 3 : hdr[1] & 3, &depart);
+	if (depart)
+		skb->tstamp = depart;
+	if (!mark)
 		return;
 	if (inner_v6) {
 		byte = hdr[1] | 0x30;

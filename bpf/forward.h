@@ -214,6 +214,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 	struct rg_counters *c;
 	struct ethhdr *inner_eth;
 	__u32 slot = 0, dev, out, room;
+	__u64 depart; /* unused: a redirected frame passes no qdisc, so nothing paces it */
 	struct rg_qp_key *qp;
 	struct rg_pkt pkt, *p = &pkt;
 	__u32 len = bpf_xdp_get_buff_len(ctx);
@@ -296,7 +297,7 @@ static __always_inline int rg_forward(struct xdp_md *ctx)
 		/* Bounded in the register it is used from. */
 		barrier_var(room);
 		if ((rg_cfg.flags & RG_CFG_F_CONGESTION) && room <= RG_ENCAP_ROOM_MAX &&
-		    rg_congestion_queue(slot, len, 1, rg_tos_ecn(p->tos))) {
+		    rg_congestion_queue(slot, len, 1, rg_tos_ecn(p->tos), &depart)) {
 			p->l3 = (void *)(long)ctx->data + room + sizeof(struct ethhdr);
 			rg_set_tos(p, (void *)(long)ctx->data_end, p->tos | RG_ECN_CE);
 		}

@@ -657,6 +657,14 @@ struct rg_peer_cc {
  */
 #define RG_CC_F_MARK_CE (1u << 0)
 #define RG_CC_F_CNP (1u << 1)
+/*
+ * Pacing: TC egress stamps each frame to the peer with its earliest
+ * departure time (skb->tstamp, CLOCK_MONOTONIC), the time the phantom queue
+ * reaches it: the peer's aggregate leaves at the queue's drain rate where
+ * the WAN device's qdisc honours the stamp (fq). Never earlier than the
+ * stamp before it, on any CPU.
+ */
+#define RG_CC_F_PACE (1u << 2)
 
 /*
  * Per peer slot, the phantom queue and what it did (rg_peer_pq; shared by

@@ -125,6 +125,10 @@ struct Config {
   bool tunnel_congestion = false;
   // What its phantom queues send (RG_CC_F_*): inner CE, CNPs of their own, or both.
   uint32_t congestion_signal = RG_CC_F_CNP | RG_CC_F_MARK_CE;
+  // tunnel.congestion_pace "auto": TC egress stamps each frame's earliest
+  // departure (RG_CC_F_PACE) while every attached interface's qdisc holds
+  // packets until then (fq); "off": never.
+  bool congestion_pace = true;
   std::vector<PeerConfig> peers;
 
   // [metrics]

@@ -465,6 +465,13 @@ std::vector<Option> make_options() {
                      "host's ACKs and sends the QP's own host within microseconds (needs the TC ingress hook: "
                      "dataplane.ingress_hook, auto on veths and tunnel devices); ce, inner CE marks the far host "
                      "answers with CNPs a WAN round trip later; both"));
+  o.push_back(choice("tunnel.congestion_pace", "", &Config::congestion_pace,
+                     std::array<std::pair<std::string_view, bool>, 2>{{{"auto", true}, {"off", false}}},
+                     "the congestion loop's pacing: auto, TC egress stamps each frame to a peer with its earliest "
+                     "departure time (skb->tstamp), when the peer's phantom queue reaches it, while every attached "
+                     "interface's qdisc holds packets until then (fq, at the root or on every queue of mq; "
+                     "`tc qdisc replace dev IF root fq`), so the peer's traffic leaves at a little under the "
+                     "bottleneck's rate; off, never; the XDP fast path, which passes no qdisc, never paces"));
   {
     Option peers;
     peers.path = "tunnel.peer";

@@ -203,7 +203,7 @@ void CongestionLoop::write_cc(const Peer& p, uint64_t until_ns) const {
   v.mark_max_ns = kMarkMaxNs;
   v.mark_scale = static_cast<uint32_t>((1ull << 32) / (kMarkMaxNs - kMarkMinNs));
   v.cap_ns = kPhantomCapNs;
-  v.flags = signal_;
+  v.flags = signal_ | (pace_ ? RG_CC_F_PACE : 0);
   v.cnp_gap_ns = kCnpGapNs;
   if (bpf_map_update_elem(cc_fd_, &p.slot, &v, BPF_ANY) != 0)
     spdlog::warn("cannot write {}[{}]: {}", kMapPeerCc, p.slot, errno_text(errno));

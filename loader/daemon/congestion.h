@@ -148,6 +148,12 @@ class CongestionLoop {
 
   std::vector<CongestionPeer> peers() const;
 
+  // Whether the frames to every peer are stamped with their departure
+  // (RG_CC_F_PACE) from the next tick on: the daemon says so while the
+  // attached interfaces' qdiscs honour the stamps.
+  void set_pace(bool on) { pace_ = on; }
+  bool pace() const { return pace_; }
+
  private:
   struct Peer {
     std::string name;
@@ -160,6 +166,7 @@ class CongestionLoop {
 
   int cc_fd_, rx_fd_, stats_fd_;
   uint32_t signal_;  // RG_CC_F_*
+  bool pace_ = false;
   std::vector<Peer> peers_;
   uint64_t last_ns_ = 0;
 };

@@ -657,6 +657,30 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
   // The congestion loop: every kCongestionTickNs, from the first attach on.
   std::unique_ptr<CongestionLoop> congestion;
   std::array<int, 3> congestion_fds{-1, -1, -1};
+  // Pacing while every attached interface's qdisc holds a packet until its
+  // stamp; looked at again on every watch pass (a qdisc change is a TC event).
+  auto set_pace = [&] {
+    if (!congestion) return;
+    bool all = cfg.congestion_pace;
+    std::string seen;
+    for (const auto& name : cfg.interfaces) {
+      const int ifindex = static_cast<int>(if_nametoindex(name.c_str()));
+      if (!ifindex) continue;
+      std::string what;
+      try {
+        all = qdisc_honours_edt(ifindex, &what) && all;
+      } catch (const Error& e) {
+        all = false;
+        what = e.what();
+      }
+      seen += (seen.empty() ? "" : ", ") + name + ": " + what;
+    }
+    if (seen.empty()) all = false;
+    if (all != congestion->pace())
+      spdlog::info("congestion loop: pacing by departure time {} ({})", all ? "on" : "off",
+                   cfg.congestion_pace ? seen : "tunnel.congestion_pace off");
+    congestion->set_pace(all);
+  };
   auto run_congestion = [&] {
     if (!cfg.tunnel_congestion || !cfg.tunnel_sequence || cfg.peers.empty()) return;
     const std::array<int, 3> fds{dp.map_fd(kMapPeerCc), dp.map_fd(kMapPeerRx), dp.map_fd(kMapPeerStats)};
@@ -665,6 +689,7 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
       if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) return;
       congestion = std::make_unique<CongestionLoop>(cfg, dp.peer_slots(), fds[0], fds[1], fds[2]);
       congestion_fds = fds;
+      set_pace();
     }
     congestion->tick(monotonic_now_ns());
     exporter.set_congestion(congestion->peers());
@@ -745,6 +770,7 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
     last_watch = now;
     runner.note_links(d.links);
     runner.watch();
+    set_pace();
     start_leases();
     evict_streams(dp);
   }

@@ -426,6 +426,43 @@ void tc_put_back(int ifindex, TcHook h, uint32_t handle, uint32_t priority, int 
 
 }  // namespace
 
+bool qdisc_honours_edt(int ifindex, std::string* what) {
+  NetlinkSocket nl(NETLINK_ROUTE);
+  NetlinkRequest req("qdisc dump (RTM_GETQDISC)", RTM_GETQDISC, NLM_F_DUMP);
+  req.header<tcmsg>()->tcm_family = AF_UNSPEC;
+  std::string root;
+  uint32_t root_handle = 0;
+  std::vector<std::pair<uint32_t, std::string>> others;  // parent, kind
+  nl.request(req, [&](const nlmsghdr& m) {
+    if (m.nlmsg_type != RTM_NEWQDISC) return;
+    const tcmsg* q = payload<tcmsg>(m);
+    if (q->tcm_ifindex != ifindex) return;
+    std::string kind;
+    for_each_attr(m, sizeof(tcmsg), [&](const nlattr& a) {
+      if (attr_type(a) == TCA_KIND) kind = attr_string(a);
+      return true;
+    });
+    if (q->tcm_parent == TC_H_ROOT) {
+      root = kind;
+      root_handle = q->tcm_handle;
+    } else {
+      others.emplace_back(q->tcm_parent, kind);
+    }
+  });
+  size_t children = 0, fq = 0;
+  for (const auto& [parent, kind] : others)
+    if (TC_H_MAJ(parent) == TC_H_MAJ(root_handle) && kind != "clsact" && kind != "ingress") {
+      ++children;
+      fq += kind == "fq";
+    }
+  const bool mq_of_fq = root == "mq" && children > 0 && fq == children;
+  if (what) {
+    *what = root.empty() ? "none" : root;
+    if (root == "mq") *what += " of " + std::to_string(children) + (mq_of_fq ? " fq" : " queues, " + std::to_string(fq) + " fq");
+  }
+  return root == "fq" || mq_of_fq;
+}
+
 void Rollback::run() noexcept {
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
     try {

@@ -88,6 +88,13 @@ void refuse_foreign_hooks(const HookOwner& owner, int ifindex, const std::string
 // into a page for its native XDP.
 bool xdp_runs_on_skb(const std::string& ifname);
 
+// Whether ifindex's qdisc holds a packet until its skb->tstamp, the
+// earliest departure time TC egress sets (the congestion loop's pacing):
+// fq at the root, or under an mq root on every TX queue. Every other qdisc
+// (pfifo_fast, fq_codel, htb, noqueue, ...) sends it at once. *what: the
+// qdiscs found, as text ("fq", "mq of 4 fq", "fq_codel").
+bool qdisc_honours_edt(int ifindex, std::string* what = nullptr);
+
 struct XdpAttachment {
   std::string mode;  // "dispatcher" or "direct"
   uint32_t prog_id = 0;

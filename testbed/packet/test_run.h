@@ -16,6 +16,7 @@ struct TestRun {
   uint32_t duration = 0;  // ns per run, as the kernel measured it
   uint32_t size_out = 0;  // bytes of the frame after the program
   uint32_t skb_priority = 0;  // TC: skb->priority after the program
+  uint64_t tstamp = 0;        // TC: skb->tstamp after the program (0 on the way in)
 };
 
 // Runs prog_fd on in, the output frame written to out (which must have room
@@ -49,6 +50,7 @@ inline TestRun test_run_frame(int prog_fd, bool xdp, uint32_t ifindex, const std
   r.duration = o.duration;
   r.size_out = o.data_size_out;
   r.skb_priority = skb_out.priority;
+  r.tstamp = skb_out.tstamp;
   return r;
 }
 

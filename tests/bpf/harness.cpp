@@ -377,7 +377,7 @@ Verdict Dataplane::run_tc(const Bytes& in, uint32_t repeat, uint32_t skb_priorit
   if (r.err) throw std::runtime_error("test_run tc: " + std::string(std::strerror(-r.err)));
   buf.resize(r.size_out);
   Capture::current().record(buf);
-  return {r.retval, buf, r.skb_priority};
+  return {r.retval, buf, r.skb_priority, r.tstamp};
 }
 
 bool ingress_at_tc() {

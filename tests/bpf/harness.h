@@ -79,6 +79,7 @@ struct Verdict {
   uint32_t ret = 0;
   Bytes out;
   uint32_t skb_priority = 0;  // tc: skb->priority as the program left it
+  uint64_t tstamp = 0;        // tc: skb->tstamp as the program left it (the departure time it set)
 };
 
 // Counter values that are not zero, by event name (readable when a test fails).

@@ -1610,6 +1610,17 @@ TEST(CongestionEncap, WithoutACurrentDecisionNothingIsMarked) {
   }
 }
 
+// A phantom queue that drains a frame of in bytes in about frame_ns: its
+// picoseconds per byte, and the frame's drain at that rate, exactly.
+struct FrameDrain {
+  uint32_t ps_per_byte;
+  uint64_t frame_ns;
+};
+FrameDrain frame_drain(const Bytes& in, uint64_t frame_ns) {
+  const auto ps = static_cast<uint32_t>(frame_ns * 1000 / in.size());
+  return {ps, uint64_t{in.size()} * ps / 1000};
+}
+
 // Between its thresholds the queue marks a share that grows with its
 // backlog. Drained so slowly that a frame takes 100 ms, frame k finds about
 // k frames' time queued: with thresholds at 10 and 20 frames' time, frames
@@ -1619,9 +1630,7 @@ TEST(CongestionEncap, TheMarkingShareGrowsWithTheBacklog) {
   Dataplane dp(congestion_config());
   dp.tunnels();
   const Bytes in = towards_peer(false).ecn(2).build();
-  constexpr uint64_t kFrameNs = 100'000'000;
-  const auto ps_per_byte = static_cast<uint32_t>(kFrameNs * 1000 / in.size());
-  const uint64_t frame_ns = uint64_t{in.size()} * ps_per_byte / 1000;
+  const auto [ps_per_byte, frame_ns] = frame_drain(in, 100'000'000);
   rg_peer_cc cc = cc_of(ps_per_byte, static_cast<uint32_t>(10 * frame_ns), static_cast<uint32_t>(20 * frame_ns));
   cc.cap_ns = UINT32_MAX;
   ASSERT_LT(40 * frame_ns, uint64_t{UINT32_MAX});
@@ -1651,6 +1660,89 @@ TEST_F(CongestionEncapReport, EveryOtherExtensionCarriesTheReport) {
     if (n % RG_TUNNEL_EXT_EVERY) continue;
     ASSERT_EQ(parse(out).gnv_optlen, kOptLen + kExtLen) << "number " << n;
     EXPECT_EQ(be32_at(out, kOpt4 + 16), n == 16 ? report : loss) << "number " << n;
+  }
+}
+
+// CLOCK_MONOTONIC, bpf_ktime_get_ns()'s clock and an EDT stamp's.
+uint64_t monotonic_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
+// A decision that paces at ps_per_byte and marks only far above anything a
+// test queues: pacing alone.
+rg_peer_cc paced(uint32_t ps_per_byte, uint64_t until_ns = UINT64_MAX) {
+  return cc_of(ps_per_byte, UINT32_MAX - 1, UINT32_MAX, until_ns, 0, RG_CC_F_MARK_CE | RG_CC_F_PACE);
+}
+
+// With RG_CC_F_PACE, TC egress stamps each frame to the peer with its
+// earliest departure (skb->tstamp): when the phantom queue reaches it. The
+// first finds the queue empty and may leave now; each later one at least a
+// frame's drain after the one before it, two after a frame the shield sent
+// twice. Bounds only, never a timing: a slow run only spaces the stamps
+// further.
+TEST(CongestionEncap, PacingStampsEachFrameWhenTheQueueReachesItNeverEarlier) {
+  Dataplane dp(congestion_config());
+  dp.tunnels();
+  const Bytes in = towards_peer(false).ecn(2).build();
+  const auto [ps_per_byte, frame_ns] = frame_drain(in, 10'000'000);
+  rg_peer_cc cc = paced(ps_per_byte);
+  cc.cap_ns = UINT32_MAX;
+  dp.peer_cc(kPeerSlot4, cc);
+
+  const uint64_t before = monotonic_ns();
+  std::vector<uint64_t> stamps;
+  for (int k = 0; k < 20; ++k) {
+    if (k == 10) dp.shield(kPeerSlot4, RG_PEER_F_SHIELD_ALL);
+    const Verdict v = dp.tc(in);
+    EXPECT_EQ(parse_inner(v.out).ecn(), 2) << "frame " << k << ": paced, not marked";
+    stamps.push_back(v.tstamp);
+  }
+  const uint64_t after = monotonic_ns();
+  EXPECT_GE(stamps[0], before);
+  EXPECT_LE(stamps[0], after);
+  for (size_t k = 1; k < stamps.size(); ++k) {
+    const uint64_t copies_before = k >= 11 ? 2 : 1;
+    EXPECT_GE(stamps[k], stamps[k - 1] + copies_before * frame_ns) << "frame " << k;
+    EXPECT_LE(stamps[k], after + (k + (k >= 11 ? k - 10 : 0)) * frame_ns) << "frame " << k;
+  }
+  EXPECT_EQ(dp.peer_pq(kPeerSlot4).capped, 0u);
+}
+
+// A bound of three frames' drain: from the fourth frame on, frames meet it
+// and the backlog is cut, and still no stamp is earlier than the one
+// before it, nor more than the bound ahead of the clock.
+TEST(CongestionEncap, PacingStampsStayInOrderWhenTheQueueMeetsItsBound) {
+  Dataplane dp(congestion_config());
+  dp.tunnels();
+  const Bytes in = towards_peer(false).ecn(2).build();
+  const auto [ps_per_byte, frame_ns] = frame_drain(in, 10'000'000);
+  rg_peer_cc cc = paced(ps_per_byte);
+  cc.cap_ns = static_cast<uint32_t>(3 * frame_ns);
+  dp.peer_cc(kPeerSlot4, cc);
+  uint64_t last = 0;
+  for (int k = 0; k < 10; ++k) {
+    const uint64_t stamp = dp.tc(in).tstamp;
+    EXPECT_GE(stamp, last) << "frame " << k;
+    EXPECT_LE(stamp, monotonic_ns() + 3 * frame_ns) << "frame " << k;
+    last = stamp;
+  }
+  EXPECT_GT(dp.peer_pq(kPeerSlot4).capped, 0u);
+}
+
+// No stamp without RG_CC_F_PACE, without a current decision or without a
+// rate: the frame leaves as the stack sent it.
+TEST(CongestionEncap, WithoutPacingOrADecisionNoFrameIsStamped) {
+  const Bytes in = towards_peer(false).ecn(2).build();
+  for (const auto& [what, cc] : {std::pair{"marks only", cc_of(kSlowDrain, UINT32_MAX - 1, UINT32_MAX)},
+                                 std::pair{"the decision's lifetime is over", paced(kSlowDrain, 1)},
+                                 std::pair{"no rate", paced(0)}}) {
+    SCOPED_TRACE(what);
+    Dataplane dp(congestion_config());
+    dp.tunnels();
+    dp.peer_cc(kPeerSlot4, cc);
+    EXPECT_EQ(dp.tc(in).tstamp, 0u);
   }
 }
 

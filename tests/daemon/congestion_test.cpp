@@ -1,8 +1,15 @@
 // The congestion loop without a data path: the report's word, the receiving
 // side's measure (ArrivalMeter) and the sending side's model of the WAN's
-// bottleneck (BottleneckModel), fed with counts and reports.
+// bottleneck (BottleneckModel), fed with counts and reports; and the
+// decision the loop writes, into maps of the object's shape.
+#include <bpf/bpf.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include "config/config.h"
 #include "daemon/congestion.h"
 #include "roceguard/roceguard.h"
 
@@ -248,6 +255,52 @@ TEST(BottleneckModel, StaleReportsFallBackAndAnUnconfirmedEstimateExpires) {
   m.update(much_later, clear(5'000), much_later);
   EXPECT_EQ(m.state(), CongestionState::kLearning);
   EXPECT_EQ(m.rate_kbps(), 0u);
+}
+
+}  // namespace
+}  // namespace rg
+
+namespace rg {
+namespace {
+
+// A map of the object's shape, closed with the test.
+struct OwnMap {
+  OwnMap(bpf_map_type type, uint32_t value_size) : fd(bpf_map_create(type, nullptr, 4, value_size, RG_MAX_PEERS, nullptr)) {}
+  ~OwnMap() {
+    if (fd >= 0) close(fd);
+  }
+  int fd;
+};
+
+// The loop writes every peer's decision at each tick: the signals
+// configured and, while the daemon says the attached interfaces' qdiscs
+// honour departure times, the pacing flag; without it again once told so.
+TEST(CongestionLoopDecision, CarriesThePacingFlagOnlyWhileTheQdiscsHonourIt) {
+  OwnMap cc(BPF_MAP_TYPE_ARRAY, sizeof(rg_peer_cc)), rx(BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(rg_peer_rx)),
+      stats(BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(rg_peer_stats));
+  ASSERT_GE(cc.fd, 0) << "creating BPF maps needs CAP_BPF: " << std::strerror(errno);
+  ASSERT_GE(rx.fd, 0);
+  ASSERT_GE(stats.fd, 0);
+  Config cfg;
+  cfg.congestion_signal = RG_CC_F_MARK_CE;
+  PeerConfig p;
+  p.name = "far";
+  cfg.peers = {p};
+  const uint32_t slot = 3;
+  CongestionLoop loop(cfg, {slot}, cc.fd, rx.fd, stats.fd);
+  auto flags_at = [&](uint64_t now_ns) {
+    loop.tick(now_ns);
+    rg_peer_cc v{};
+    EXPECT_EQ(bpf_map_lookup_elem(cc.fd, &slot, &v), 0);
+    EXPECT_EQ(v.until_ns, now_ns + kCcLifetimeNs);
+    return v.flags;
+  };
+  EXPECT_FALSE(loop.pace());
+  EXPECT_EQ(flags_at(1000 * kMs), RG_CC_F_MARK_CE);
+  loop.set_pace(true);
+  EXPECT_EQ(flags_at(2000 * kMs), RG_CC_F_MARK_CE | RG_CC_F_PACE);
+  loop.set_pace(false);
+  EXPECT_EQ(flags_at(3000 * kMs), RG_CC_F_MARK_CE);
 }
 
 }  // namespace
