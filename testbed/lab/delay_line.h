@@ -37,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include "wan/wan.h"
+
 namespace rg::lab {
 
 // The longest arrival gap the line keeps (half of it at least, see below):
@@ -89,6 +91,9 @@ struct DelayLineStats {
   // Frames the outgoing interface's queue dropped (ENOBUFS: the WAN's
   // bottleneck, --wan-rate, was full): lost there, as drop-tail loses them.
   uint64_t queue_dropped = 0;
+  // Of those, by the WAN's class of the frame (rg_wan_class, by outer UDP
+  // port: RoCE, Geneve, VXLAN, other UDP; not UDP, as TCP).
+  std::array<uint64_t, RG_WAN_CLASS_MAX> queue_dropped_by_class{};
   uint64_t rx_dropped = 0;  // the socket's receive queue overflowed (PACKET_STATISTICS), or a frame over 64 KiB
   uint64_t max_held = 0;    // most frames held at once
   // Lateness: how long after its due time each frame was handed to the

@@ -125,7 +125,22 @@ json wan_json(const PhaseResult& p) {
   }
   if (!p.bottleneck.empty()) {
     j["bottleneck"] = json::object();
-    for (size_t d = 0; d < p.bottleneck.size() && d < 2; ++d) j["bottleneck"][names[d]] = to_json(p.bottleneck[d]);
+    for (size_t d = 0; d < p.bottleneck.size() && d < 2; ++d) {
+      json b = to_json(p.bottleneck[d]);
+      // By class, what the delay line sent into the queue and the queue
+      // refused; the rest (unclassified) crossed the WAN without the line
+      // (neighbour discovery, ICMP, TCP without --wan-cross).
+      if (d < p.delay_line.size()) {
+        uint64_t classified = 0;
+        for (size_t c = 0; c < RG_WAN_CLASS_MAX; ++c) {
+          const uint64_t n = p.delay_line[d].queue_dropped_by_class[c];
+          b["dropped_by_class"][wan_class_name(static_cast<rg_wan_class>(c))] = n;
+          classified += n;
+        }
+        b["dropped_by_class"]["unclassified"] = p.bottleneck[d].dropped > classified ? p.bottleneck[d].dropped - classified : 0;
+      }
+      j["bottleneck"][names[d]] = b;
+    }
   }
   if (!p.delay_line.empty()) {
     j["delay_line"] = json::object();
@@ -612,6 +627,12 @@ std::string summary_table(const LabSettings& s, const std::vector<PhaseResult>& 
     row(("WAN queue " + dir + ": dropped / sent").c_str(), [d, &num](const PhaseResult& p) {
       if (d >= p.bottleneck.size()) return std::string("-");
       return num(p.bottleneck[d].dropped) + " / " + num(p.bottleneck[d].sent_packets);
+    });
+    row(("WAN queue " + dir + ": dropped RoCE+tunnel / TCP+other").c_str(), [d, &num](const PhaseResult& p) {
+      if (d >= p.delay_line.size() || d >= p.bottleneck.size()) return std::string("-");
+      const auto& by = p.delay_line[d].queue_dropped_by_class;
+      const uint64_t roce = by[RG_WAN_ROCE] + by[RG_WAN_GENEVE] + by[RG_WAN_VXLAN];
+      return num(roce) + " / " + num(p.bottleneck[d].dropped > roce ? p.bottleneck[d].dropped - roce : 0);
     });
     row(("WAN queue " + dir + ": delay p50/p99/max us").c_str(), [d, &num](const PhaseResult& p) {
       if (d >= p.bottleneck.size()) return std::string("-");

@@ -627,6 +627,8 @@ PhaseResult run_phase(Lab& lab, bool with, unsigned index, unsigned count) {
       x.reordered -= b.reordered;
       x.send_errors -= b.send_errors;
       x.queue_dropped -= b.queue_dropped;
+      for (size_t c = 0; c < x.queue_dropped_by_class.size(); ++c)
+        x.queue_dropped_by_class[c] -= b.queue_dropped_by_class[c];
       x.rx_dropped -= b.rx_dropped;
       x.late_sum_ns -= b.late_sum_ns;
       x.gap_in -= b.gap_in;

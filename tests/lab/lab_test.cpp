@@ -810,8 +810,17 @@ TEST_F(Lab, WanBottleneckDropsTailAndItsQueueStaysWithinItsBuffer) {
   EXPECT_GT(refused, 0u) << wan["delay_line"];
   EXPECT_GE(a_to_b["dropped"].get<uint64_t>(), refused) << "every frame the queue refused is one of its drops";
   EXPECT_EQ(wan["delay_line"]["a_to_b"]["send_errors"].get<uint64_t>(), 0u) << wan["delay_line"];
+  // By class: host A's requests, bare RoCE without roceguard, are all that
+  // goes from A to B, and every one the queue refused came through the
+  // delay line.
+  const json& by_class = a_to_b["dropped_by_class"];
+  EXPECT_EQ(by_class["roce"].get<uint64_t>(), refused) << by_class;
+  for (const char* cls : {"geneve", "vxlan", "udp_other", "not_udp"})
+    EXPECT_EQ(by_class[cls].get<uint64_t>(), 0u) << cls << " " << by_class;
+  EXPECT_EQ(by_class["unclassified"].get<uint64_t>(), a_to_b["dropped"].get<uint64_t>() - refused) << by_class;
   const std::string summary = read(report + "/summary.txt");
   for (const char* row : {"WAN queue A->B: dropped / sent", "WAN queue A->B: delay p50/p99/max us",
+                          "WAN queue A->B: dropped RoCE+tunnel / TCP+other",
                           "a bottleneck of 10 Mbit/s each direction with 4.84 ms of drop-tail buffer"})
     EXPECT_NE(summary.find(row), std::string::npos) << row << "\n" << summary;
   expect_nothing_left(report);
@@ -865,6 +874,15 @@ TEST_F(Lab, WanCrossTrafficTakesTheWansDelayAndSharesItsBottleneck) {
   EXPECT_GT(wan["packets"]["b_to_a"]["not_udp"].get<uint64_t>(), 0u) << wan["packets"];
   EXPECT_EQ(wan["delay_line"]["a_to_b"]["send_errors"].get<uint64_t>(), 0u) << wan["delay_line"];
   EXPECT_TRUE(fs::exists(report + "/" + cross["log"].get<std::string>())) << cross;
+  // The bottleneck's drops by class add up to its drops: host A's RoCE
+  // only in the tunnel (100 Mbit/s into 20: some dropped), never bare.
+  const json& by_class = wan["bottleneck"]["a_to_b"]["dropped_by_class"];
+  uint64_t classes = 0;
+  for (const char* cls : {"roce", "geneve", "vxlan", "udp_other", "not_udp", "unclassified"})
+    classes += by_class[cls].get<uint64_t>();
+  EXPECT_EQ(classes, wan["bottleneck"]["a_to_b"]["dropped"].get<uint64_t>()) << by_class;
+  EXPECT_EQ(by_class["roce"].get<uint64_t>(), 0u) << by_class;
+  EXPECT_GT(by_class["geneve"].get<uint64_t>(), 0u) << by_class;
   // A second with samples has the queue's own delay over it, no more than
   // the phase's largest (the last second may end too soon after the one
   // before it for a sample).
