@@ -469,9 +469,10 @@ std::vector<Option> make_options() {
                      std::array<std::pair<std::string_view, bool>, 2>{{{"auto", true}, {"off", false}}},
                      "the congestion loop's pacing: auto, TC egress stamps each frame to a peer with its earliest "
                      "departure time (skb->tstamp), when the peer's phantom queue reaches it, while every attached "
-                     "interface's qdisc holds packets until then (fq, at the root or on every queue of mq; "
-                     "`tc qdisc replace dev IF root fq`), so the peer's traffic leaves at a little under the "
-                     "bottleneck's rate; off, never; the XDP fast path, which passes no qdisc, never paces"));
+                     "interface's qdisc holds packets until then (fq, at the root or on every queue of mq, with room "
+                     "for 20 ms of a peer's traffic per flow: docs/runbook.md), so the peer's traffic leaves at a "
+                     "little under the bottleneck's rate; off, never; the XDP fast path, which passes no qdisc, "
+                     "never paces"));
   {
     Option peers;
     peers.path = "tunnel.peer";

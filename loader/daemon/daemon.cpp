@@ -659,6 +659,7 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
   std::array<int, 3> congestion_fds{-1, -1, -1};
   // Pacing while every attached interface's qdisc holds a packet until its
   // stamp; looked at again on every watch pass (a qdisc change is a TC event).
+  std::optional<bool> pace_logged;  // what the log said last: the first look is always said
   auto set_pace = [&] {
     if (!congestion) return;
     bool all = cfg.congestion_pace;
@@ -676,9 +677,11 @@ void run_daemon(const Config& initial, const std::string& pin_path, bool reset_s
       seen += (seen.empty() ? "" : ", ") + name + ": " + what;
     }
     if (seen.empty()) all = false;
-    if (all != congestion->pace())
+    if (pace_logged != all)
       spdlog::info("congestion loop: pacing by departure time {} ({})", all ? "on" : "off",
-                   cfg.congestion_pace ? seen : "tunnel.congestion_pace off");
+                   cfg.congestion_pace ? (seen.empty() ? "no attached interface" : seen)
+                                       : "tunnel.congestion_pace off");
+    pace_logged = all;
     congestion->set_pace(all);
   };
   auto run_congestion = [&] {

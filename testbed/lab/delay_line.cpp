@@ -21,7 +21,6 @@
 #include <random>
 
 #include "common/error.h"
-#include "roceguard/roceguard.h"
 #include "lab/topology.h"
 
 namespace rg::lab {
@@ -39,23 +38,19 @@ using namespace std::chrono_literals;
 // csum_offset; <linux/virtio_net.h> itself does not compile as C++.)
 constexpr size_t kVnet = 10;
 
-// The WAN program's class of an untagged Ethernet frame (wan.bpf.c's
-// wan_class): by the UDP destination port, RG_WAN_NOT_UDP for the rest.
+// The WAN program's class of an untagged Ethernet frame: by the UDP
+// destination port (rg_wan_udp_class), RG_WAN_NOT_UDP for the rest.
 rg_wan_class frame_class(const uint8_t* f, size_t len) {
   if (len < 14) return RG_WAN_NOT_UDP;
   const uint16_t type = static_cast<uint16_t>(f[12] << 8 | f[13]);
   size_t l4 = 0;
-  if (type == ETHERTYPE_IP && len >= 14 + 20 && f[14 + 9] == IPPROTO_UDP &&
+  if (type == ETHERTYPE_IP && len >= 14 + 20 && (f[14] & 0x0f) >= 5 && f[14 + 9] == IPPROTO_UDP &&
       !((f[14 + 6] & 0x1f) | f[14 + 7]))  // a later fragment has no UDP header
     l4 = 14 + size_t{f[14] & 0x0fu} * 4;
   else if (type == ETHERTYPE_IPV6 && len >= 14 + 40 && f[14 + 6] == IPPROTO_UDP)
     l4 = 14 + 40;
   if (!l4 || len < l4 + 8) return RG_WAN_NOT_UDP;
-  const uint16_t dport = static_cast<uint16_t>(f[l4 + 2] << 8 | f[l4 + 3]);
-  if (dport == RG_ROCE_UDP_PORT) return RG_WAN_ROCE;
-  if (dport == RG_GENEVE_UDP_PORT) return RG_WAN_GENEVE;
-  if (dport == RG_WAN_VXLAN_UDP_PORT) return RG_WAN_VXLAN;
-  return RG_WAN_UDP_OTHER;
+  return rg_wan_udp_class(static_cast<uint16_t>(f[l4 + 2] << 8 | f[l4 + 3]));
 }
 constexpr size_t kFrameMax = kVnet + 65536 + 256;
 constexpr unsigned kBatch = 64;

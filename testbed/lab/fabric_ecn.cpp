@@ -49,7 +49,7 @@ std::optional<FabricEcnConfig> parse_fabric_ecn(const std::string& text, unsigne
     double pmax = 0;
     int used = 0;
     if (std::sscanf(text.c_str(), "%lu,%lu,%lf%n", &kmin, &kmax, &pmax, &used) != 3 ||
-        static_cast<size_t>(used) != text.size() || kmax > UINT32_MAX)
+        static_cast<size_t>(used) != text.size() || kmin > UINT32_MAX || kmax > UINT32_MAX)
       throw Error("lab: --fabric-ecn is off, on or KMIN,KMAX,PMAX (bytes, bytes, a fraction): " + text, kExitUsage);
     c = {static_cast<uint32_t>(kmin), static_cast<uint32_t>(kmax), pmax};
   }
@@ -126,6 +126,7 @@ void FabricEcn::attach(const std::string& netns, const std::string& ifname,
                        const std::array<uint32_t, RG_ECN_CLASSES>& classes, bool sample) {
   if (ifindex_) throw Error("the fabric's ECN marker is attached already");
   classes_ = classes;
+  stop_ = false;  // a failed attach before stopped the sampler it never started
   {
     NetnsGuard in(netns);
     const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
@@ -174,10 +175,11 @@ std::array<uint64_t, RG_ECN_CLASSES> FabricEcn::sample_once() {
   }
   std::array<uint64_t, RG_ECN_CLASSES> depths{};
   for (size_t c = 0; c < RG_ECN_CLASSES; ++c) {
+    const auto cls = static_cast<rg_ecn_class>(c);
     // A queue not found (the namespace going away) keeps its last depth.
-    if (!now[c].found) continue;
-    depths[c] = now[c].backlog;
-    set_depth(static_cast<rg_ecn_class>(c), depths[c]);
+    if (now[c].found)
+      set_depth(cls, now[c].backlog);
+    depths[c] = depth(cls);
   }
   return depths;
 }

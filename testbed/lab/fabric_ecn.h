@@ -84,7 +84,8 @@ class FabricEcn {
   void attach(const std::string& netns, const std::string& ifname,
               const std::array<uint32_t, RG_ECN_CLASSES>& classes, bool sample = true);
   // One sample of the backlogs, written for the program: what the sampler
-  // does every period. Returns them, by class.
+  // does every period. Returns the depths the program now marks by, by
+  // class (a queue not found keeps its last).
   std::array<uint64_t, RG_ECN_CLASSES> sample_once();
   // The depth the program marks cls by (a test sets it without a port).
   void set_depth(rg_ecn_class cls, uint64_t bytes);

@@ -193,13 +193,7 @@ static __always_inline void wan_seq_track(struct __sk_buff *skb, const struct rg
 
 static __always_inline __u32 wan_class(__be16 dport)
 {
-	if (dport == bpf_htons(RG_ROCE_UDP_PORT))
-		return RG_WAN_ROCE;
-	if (dport == bpf_htons(RG_GENEVE_UDP_PORT))
-		return RG_WAN_GENEVE;
-	if (dport == bpf_htons(RG_WAN_VXLAN_UDP_PORT))
-		return RG_WAN_VXLAN;
-	return RG_WAN_UDP_OTHER;
+	return rg_wan_udp_class(bpf_ntohs(dport));
 }
 
 /* The kernel forwards what survived, or the delay line does: every UDP

@@ -11,6 +11,8 @@
 #include <linux/bpf.h> /* struct bpf_spin_lock */
 #include <linux/types.h>
 
+#include "roceguard/roceguard.h" /* RG_ROCE_UDP_PORT, RG_GENEVE_UDP_PORT */
+
 #define RG_WAN_PPM 1000000u /* loss and CE rates are parts per million */
 
 #define RG_WAN_VXLAN_UDP_PORT 4789
@@ -24,6 +26,20 @@ enum rg_wan_class {
 	RG_WAN_NOT_UDP,    /* IP but not UDP, or not IP (ARP, ...) */
 	RG_WAN_CLASS_MAX,
 };
+
+/* The class of a UDP packet by its destination port (host byte order):
+ * the program's, and the delay line's for the frames the bottleneck
+ * refuses. */
+static inline enum rg_wan_class rg_wan_udp_class(__u16 dport)
+{
+	if (dport == RG_ROCE_UDP_PORT)
+		return RG_WAN_ROCE;
+	if (dport == RG_GENEVE_UDP_PORT)
+		return RG_WAN_GENEVE;
+	if (dport == RG_WAN_VXLAN_UDP_PORT)
+		return RG_WAN_VXLAN;
+	return RG_WAN_UDP_OTHER;
+}
 
 #define RG_WAN_F_BLEACH (1u << 0)     /* zero DSCP of every IP packet, keep ECN */
 #define RG_WAN_F_ROCE_ONLY (1u << 1)  /* drop/mark only UDP 4791, 6081 and 4789 */

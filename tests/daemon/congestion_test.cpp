@@ -278,7 +278,8 @@ struct OwnMap {
 TEST(CongestionLoopDecision, CarriesThePacingFlagOnlyWhileTheQdiscsHonourIt) {
   OwnMap cc(BPF_MAP_TYPE_ARRAY, sizeof(rg_peer_cc)), rx(BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(rg_peer_rx)),
       stats(BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(rg_peer_stats));
-  ASSERT_GE(cc.fd, 0) << "creating BPF maps needs CAP_BPF: " << std::strerror(errno);
+  if (cc.fd < 0 && errno == EPERM && geteuid() != 0) GTEST_SKIP() << "creating BPF maps needs root";
+  ASSERT_GE(cc.fd, 0) << std::strerror(errno);
   ASSERT_GE(rx.fd, 0);
   ASSERT_GE(stats.fd, 0);
   Config cfg;
