@@ -528,7 +528,8 @@ std::vector<PeerStatsRow> read_peer_stats(int fd, int guard_fd, int retired_fd, 
                rg_peer_pq q;
                std::memcpy(&q, v, sizeof(q));
                q.lock = {};
-               q.empty_at_ns = 0;  // a time, not a count
+               // empty_at_ns is a time, not a count: the presentation turns
+               // it into the backlog at the moment of reading.
                if (q.packets) row_of(k).pq = q;
              });
   }

@@ -319,6 +319,10 @@ class MetricsCollector : public prometheus::Collectable {
                 "Packets that found the peer's phantom queue at its bound (RoCE sent far above the modelled "
                 "bottleneck, marked but not slowed)",
                 MetricType::Counter, {{"peer", t.name}}, static_cast<double>(t.pq.capped));
+        out.add("roceguard_tunnel_congestion_backlog_seconds",
+                "The peer's phantom queue's backlog when scraped, in time at its drain rate: with pacing, how far "
+                "ahead of now the next frame to the peer may leave",
+                MetricType::Gauge, {{"peer", t.name}}, static_cast<double>(t.pq_backlog_ns) / 1e9);
       }
       {
         const char* help =

@@ -286,6 +286,7 @@ std::vector<TunnelPeer> tunnel_peers(const std::vector<PeerStatsRow>& stats,
     t.auth_missing = row.guard.auth_missing;
     t.auth_next = row.guard.auth_next;
     t.pq = row.pq;
+    t.pq_backlog_ns = row.pq.empty_at_ns > now_ns ? row.pq.empty_at_ns - now_ns : 0;
   }
   for (const auto& row : streams) {
     TunnelPeer& t = peer(row.key.peer);
@@ -441,7 +442,8 @@ nlohmann::json tunnel_peer_json(const TunnelPeer& t) {
                           {"unmarkable", t.pq.not_ect},
                           {"capped", t.pq.capped},
                           {"cnps_sent", t.pq.cnps},
-                          {"cnps_refused", t.pq.cnp_errors}}},
+                          {"cnps_refused", t.pq.cnp_errors},
+                          {"backlog_us", t.pq_backlog_ns / 1000}}},
           {"streams", t.streams},
           {"streams_evicted", t.evicted},
           {"auth", {{"bad_mac", t.auth_bad}, {"no_mac", t.auth_missing}, {"next_key", t.auth_next}}},

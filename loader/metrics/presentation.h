@@ -99,8 +99,11 @@ struct TunnelPeer {
   uint64_t auth_bad = 0;
   uint64_t auth_missing = 0;
   uint64_t auth_next = 0;
-  // The congestion loop's phantom queue towards the peer (rg_peer_pq).
+  // The congestion loop's phantom queue towards the peer (rg_peer_pq), and
+  // its backlog in time when read: how far its end lies ahead of the clock,
+  // with pacing how far ahead of now the next frame to the peer may leave.
   rg_peer_pq pq{};
+  uint64_t pq_backlog_ns = 0;
 };
 
 // The lengths bucket k of TunnelPeer::loss_runs counts: "1", "2-3", ..., "128+".

@@ -537,7 +537,7 @@ TEST_F(ExporterBpf, CongestionLoopPerPeerInMetricsAndStats) {
   const int pq = bpf_obj_get((pin + "/" + kMapPeerPq).c_str());
   ASSERT_GE(pq, 0) << strerror(errno);
   rg_peer_pq q{};
-  q.empty_at_ns = 123456789;  // a time: in neither output
+  q.empty_at_ns = 123456789;  // a time long past: no backlog
   q.packets = 1000;
   q.bytes = 1000 * 1100;
   q.marked = 70;
@@ -560,6 +560,7 @@ TEST_F(ExporterBpf, CongestionLoopPerPeerInMetricsAndStats) {
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_cnps_total", {{"peer", "gw-b"}, {"result", "sent"}}), 41);
   EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_cnps_total", {{"peer", "gw-b"}, {"result", "refused"}}),
             1);
+  EXPECT_EQ(value_of(s.samples, "roceguard_tunnel_congestion_backlog_seconds", peer), 0) << "its end is long past";
 
   r = run_command({"sh", "-c", cmd + " --json 2>/dev/null"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -568,7 +569,7 @@ TEST_F(ExporterBpf, CongestionLoopPerPeerInMetricsAndStats) {
   EXPECT_EQ(j["tunnels"][0]["peer"], "gw-b");
   EXPECT_EQ(j["tunnels"][0]["congestion"],
             nlohmann::json({{"queued_packets", 1000}, {"queued_bytes", 1100000}, {"marked", 70}, {"unmarkable", 3},
-                            {"capped", 2}, {"cnps_sent", 41}, {"cnps_refused", 1}}))
+                            {"capped", 2}, {"cnps_sent", 41}, {"cnps_refused", 1}, {"backlog_us", 0}}))
       << j.dump(2);
 
   r = run_command({"sh", "-c", cmd + " 2>&1"});
@@ -577,6 +578,23 @@ TEST_F(ExporterBpf, CongestionLoopPerPeerInMetricsAndStats) {
   std::snprintf(row, sizeof(row), "%-20s %12d %16d %12d %12d %10d %12d %12d", "gw-b", 1000, 1100000, 70, 3, 2, 41, 1);
   EXPECT_NE(r.output.find("congestion loop: per peer"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(row), std::string::npos) << "want: " << row << "\n" << r.output;
+
+  // A queue whose end lies 1000 s ahead of the clock (CLOCK_MONOTONIC, the
+  // programs' bpf_ktime_get_ns): its backlog, less the time the test took.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  q.empty_at_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec) +
+                  1000'000'000'000ull;
+  const int pq2 = bpf_obj_get((pin + "/" + kMapPeerPq).c_str());
+  ASSERT_GE(pq2, 0) << strerror(errno);
+  ASSERT_EQ(bpf_map_update_elem(pq2, &slot, &q, BPF_ANY), 0) << strerror(errno);
+  close(pq2);
+  s = scrape(ex);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const auto backlog = value_of(s.samples, "roceguard_tunnel_congestion_backlog_seconds", peer);
+  ASSERT_TRUE(backlog);
+  EXPECT_GT(*backlog, 0);
+  EXPECT_LE(*backlog, 1000);
 }
 
 // Without any shield counter the stats table has no shield part.
