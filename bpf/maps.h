@@ -29,23 +29,32 @@ struct {
 } rg_zero SEC(".maps");
 
 /*
- * Per-QP state, one entry per QP and direction, IPv4 and IPv6 apart so an
- * IPv4 entry carries a 16-byte key; max_entries of each is set by the
- * loader at load time.
+ * Per-QP state, one slot per QP and direction (roceguard.h: the slot
+ * tables), IPv4 and IPv6 apart so an IPv4 slot is one cache line. Their
+ * sizes are set by the loader at load time (rg_qp_slots() of the entries
+ * wanted), and so are their bucket counts below. BPF_F_MMAPABLE starts the
+ * slots on a page, so every slot begins a cache line, and lets userspace
+ * read a table without copying it.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RG_DEFAULT_QP_ENTRIES);
-	__type(key, struct rg_qp4_key);
-	__type(value, struct rg_qp_dir);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, RG_QP_BUCKET_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rg_qp4_slot);
 } rg_qp4 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RG_DEFAULT_QP_ENTRIES);
-	__type(key, struct rg_qp6_key);
-	__type(value, struct rg_qp_dir);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, RG_QP_BUCKET_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rg_qp6_slot);
 } rg_qp6 SEC(".maps");
+
+/* Buckets of rg_qp4 and rg_qp6: max_entries / RG_QP_BUCKET_SLOTS. */
+const volatile __u32 rg_qp4_buckets = 1;
+const volatile __u32 rg_qp6_buckets = 1;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -11,6 +11,7 @@
 #include "counters.h"
 #include "dscp.h"
 #include "parse.h"
+#include "qp_table.h"
 
 /*
  * Request opcodes carry the requester's PSN sequence: RC and XRC SEND,
@@ -86,6 +87,30 @@ static __always_inline __u64 *rg_psn_word(struct rg_qp_dir *d)
 #define rg_add(field, n) __sync_fetch_and_add(&(field), (n))
 
 /*
+ * Adds n to the 16-bit count at bit shift of the word of gaps and NAKs
+ * (RG_QP_RARE_*), wrapping that count alone: a compare-and-swap, so
+ * another CPU's add to a neighbour is never lost. These are loss events
+ * and NAKs, rare beside packets, so a swap seldom fails; RG_QP_RARE_TRIES
+ * failures in a row (another CPU adding each time) drop this one add.
+ */
+#define RG_QP_RARE_TRIES 16
+
+static __always_inline void rg_add_rare(struct rg_qp_dir *d, int shift, __u32 n)
+{
+	__u64 *word = (__u64 *)&d->gaps;
+	int i;
+
+	for (i = 0; i < RG_QP_RARE_TRIES; i++) {
+		__u64 old = *(volatile __u64 *)word;
+		__u64 count = ((old >> shift) + n) & 0xffff;
+		__u64 next = (old & ~(0xffffULL << shift)) | count << shift;
+
+		if (__sync_val_compare_and_swap(word, old, next) == old)
+			return;
+	}
+}
+
+/*
  * A QP direction silent for longer than the idle time may be a new QP on the
  * same number: its PSN tracking restarts, its counts stay.
  */
@@ -139,17 +164,22 @@ enum rg_psn_verdict {
  * burst is under way; resend_next holds the low byte of the PSN that would
  * continue it (a new burst whose first PSN has that low byte, one in 256,
  * is taken for a continuation).
+ *
+ * A global function, verified once on its own: it keeps the stack of the
+ * accounting small enough for the claim of a new QP's slot below it.
  */
-static __always_inline int rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt *p,
-					struct rg_counters *c, __u32 len)
+__noinline int rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt *p, struct rg_counters *c, __u32 len)
 {
 	__u32 jump_max = rg_cfg.psn_jump_max;
 	enum rg_psn_verdict verdict = RG_PSN_UNTRACKED;
 	union rg_psn_state old, next, mark;
 	__u32 ahead, behind, span, lost = 0, resent = 0, inner_lost = 0;
-	__u32 segs = p->segs ? p->segs : 1, batch;
+	__u32 segs, batch;
 	int i, head = 0;
 
+	if (!d || !p || !c)
+		return 0;
+	segs = p->segs ? p->segs : 1;
 	/* PSNs the batch skips: its span beyond one per packet, when forward. */
 	batch = (p->last_psn - p->psn) & RG_PSN_MASK;
 	if (batch < RG_PSN_HALF && batch > segs - 1)
@@ -212,7 +242,7 @@ static __always_inline int rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt
 		rg_count_n(c, RG_EV_RETRANSMITS, resent, resent == segs ? len : len / segs * resent);
 		break;
 	case RG_PSN_GAP:
-		rg_add(d->gaps, 1u);
+		rg_add_rare(d, RG_QP_RARE_GAPS, 1);
 		rg_add(d->lost, lost);
 		rg_count(c, RG_EV_PSN_GAPS, 0);
 		rg_count_n(c, RG_EV_LOST_ESTIMATE, lost, 0);
@@ -226,7 +256,7 @@ static __always_inline int rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt
 		break;
 	}
 	if (inner_lost) {
-		rg_add(d->gaps, 1);
+		rg_add_rare(d, RG_QP_RARE_GAPS, 1);
 		rg_add(d->lost, inner_lost);
 		rg_count(c, RG_EV_PSN_GAPS, 0);
 		rg_count_n(c, RG_EV_LOST_ESTIMATE, inner_lost, 0);
@@ -235,29 +265,43 @@ static __always_inline int rg_track_psn(struct rg_qp_dir *d, const struct rg_pkt
 }
 
 /*
- * The entry of one QP direction in map, created when missing; the same code
- * for both per-family tables, so each call site names its map as a constant
- * and the verifier inlines the lookup. NULL when the table could not take
- * it (then only the interface counters count the packet).
+ * The slot of one QP direction (k's), claimed when missing; NULL when the
+ * table could not take it (then only the interface counters count the
+ * packet). A slot silent for longer than the idle time may be a new QP on
+ * the same number: its PSN tracking restarts, its counts stay.
  */
-static __always_inline struct rg_qp_dir *rg_qp_entry(void *map, const void *key,
-						     struct rg_counters *c, __u64 now)
+static __always_inline struct rg_qp_dir *rg_qp_entry(struct rg_qp_scratch *x, int v6, struct rg_counters *c,
+						     __u32 now, __u32 n)
 {
-	struct rg_qp_dir *d = bpf_map_lookup_elem(map, key);
+	/* The idle time in slot clock units, at least one. */
+	__s32 idle = (__s32)(((__u64)(rg_cfg.qp_idle_ms ? rg_cfg.qp_idle_ms : RG_DEFAULT_QP_IDLE_MS) * 1000000) >>
+			     RG_QP_CLOCK_SHIFT);
+	long i = v6 ? rg_qp6_find(&x->probe) : rg_qp4_find(&x->probe);
+	struct rg_qp_slot_head *s = i < 0 ? NULL : rg_qp_slot(v6, (__u32)i);
 
-	if (!d) {
-		struct rg_qp_dir init = {};
-
-		/* Two CPUs may both miss; only the one whose insert wins has a new QP. */
-		if (bpf_map_update_elem(map, key, &init, BPF_NOEXIST) == 0)
+	if (!s) {
+		x->scan.now = now;
+		x->scan.idle = idle;
+		x->scan.evicted = 0;
+		x->scan.found = RG_QP_NONE;
+		i = v6 ? rg_qp6_claim(x) : rg_qp4_claim(x);
+		s = i < 0 ? NULL : rg_qp_slot(v6, (__u32)i);
+		if (!s) {
+			rg_count_n(c, RG_EV_QP_UNTRACKED, n, 0);
+			return NULL;
+		}
+		/* Found READY by the claim's scan: another CPU's insert, not ours. */
+		if ((__u32)i != x->scan.found) {
 			rg_count(c, RG_EV_QP_NEW, 0);
-		return bpf_map_lookup_elem(map, key);
+			if (x->scan.evicted)
+				rg_count(c, RG_EV_QP_EVICTED, 0);
+		}
 	}
-	if (rg_cfg.qp_idle_ms &&
-	    /* signed: another CPU may have stored a later time than our now */
-	    (__s64)(now - d->last_seen_ns) > (__s64)rg_cfg.qp_idle_ms * 1000000)
-		rg_qp_dir_idle(d);
-	return d;
+	/* signed: another CPU may have stored a later time than our now */
+	if (rg_cfg.qp_idle_ms && (__s32)(now - s->last_seen) > idle)
+		rg_qp_dir_idle(&s->dir);
+	s->last_seen = now;
+	return &s->dir;
 }
 
 /*
@@ -274,11 +318,12 @@ static __always_inline struct rg_qp_dir *rg_qp_entry(void *map, const void *key,
 __noinline int rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
 			  struct rg_counters *c, __u32 dir, __u32 len)
 {
+	struct rg_qp_scratch *x;
 	struct rg_qp_dir *d;
+	__u32 zero = 0;
 	__u8 kind;
 	int is_ack, ce;
-	__u32 n;
-	__u64 now;
+	__u32 n, now;
 
 	if (!p || !key)
 		return 0;
@@ -309,27 +354,23 @@ __noinline int rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
 	 * coarse one (CLOCK_MONOTONIC at tick resolution) reads a variable
 	 * where bpf_ktime_get_ns reads the clocksource on every packet.
 	 */
-	now = bpf_ktime_get_coarse_ns();
+	now = (__u32)(bpf_ktime_get_coarse_ns() >> RG_QP_CLOCK_SHIFT);
+	x = bpf_map_lookup_elem(&rg_qp_scratch, &zero);
+	if (!x)
+		return 0;
 	if (key->family == AF_INET) {
-		struct rg_qp4_key k4;
-
-		__builtin_memcpy(k4.src, key->src, 4);
-		__builtin_memcpy(k4.dst, key->dst, 4);
-		k4.dest_qp = key->dest_qp;
-		k4.direction = dir & 1;
-		d = rg_qp_entry(&rg_qp4, &k4, c, now);
+		__builtin_memcpy(x->probe.addr, key->src, 4);
+		__builtin_memcpy((__u8 *)x->probe.addr + 4, key->dst, 4);
+		rg_qp_probe_init(&x->probe, 0, key->dest_qp, dir);
+		d = rg_qp_entry(x, 0, c, now, n);
 	} else {
-		struct rg_qp6_key k6;
-
-		__builtin_memcpy(k6.src, key->src, 16);
-		__builtin_memcpy(k6.dst, key->dst, 16);
-		k6.dest_qp = key->dest_qp;
-		k6.direction = dir & 1;
-		d = rg_qp_entry(&rg_qp6, &k6, c, now);
+		__builtin_memcpy(x->probe.addr, key->src, 16);
+		__builtin_memcpy(&x->probe.addr[2], key->dst, 16);
+		rg_qp_probe_init(&x->probe, 1, key->dest_qp, dir);
+		d = rg_qp_entry(x, 1, c, now, n);
 	}
 	if (!d)
 		return 0;
-	d->last_seen_ns = now;
 	rg_add(d->packets, n);
 	rg_add(d->bytes, len);
 	if (ce)
@@ -340,11 +381,11 @@ __noinline int rg_account(const struct rg_pkt *p, const struct rg_qp_key *key,
 	}
 	if (is_ack) {
 		if (kind == RG_AETH_KIND_RNR_NAK)
-			rg_add(d->rnr_nak, n);
+			rg_add_rare(d, RG_QP_RARE_RNR_NAK, n);
 		else if (p->syndrome == RG_AETH_NAK_PSN_SEQ_ERR)
-			rg_add(d->nak_seq_err, n);
+			rg_add_rare(d, RG_QP_RARE_NAK_SEQ_ERR, n);
 		else if (kind == RG_AETH_KIND_NAK)
-			rg_add(d->nak_other, n);
+			rg_add_rare(d, RG_QP_RARE_NAK_OTHER, n);
 		return 0;
 	}
 	if (rg_opcode_tracks_psn(p->opcode))

@@ -115,7 +115,7 @@ enum rg_event {
 	RG_EV_PARSE_TRUNC_L4,      /* UDP header cut short */
 	RG_EV_PARSE_TRUNC_BTH,     /* UDP 4791 without room for a BTH (or AETH) */
 	RG_EV_PARSE_GENEVE,        /* Geneve header malformed, untouched */
-	RG_EV_QP_NEW,              /* QP entries created (LRU evictions = new - fill) */
+	RG_EV_QP_NEW,              /* QP entries created (evictions among them: RG_EV_QP_EVICTED) */
 	RG_EV_PARSE_BAD_BTH,       /* UDP 4791 that is no RoCE v2: BTH version, opcode, no ICRC room */
 	RG_EV_GENEVE_BAD_CSUM,     /* Geneve with a wrong outer IPv4 header checksum, untouched */
 	RG_EV_GENEVE_NOT_LOCAL,    /* Geneve of a known tunnel to another outer destination, untouched */
@@ -123,6 +123,8 @@ enum rg_event {
 	RG_EV_GENEVE_CRITICAL,     /* Geneve with critical options (C bit) on our tunnel: dropped */
 	RG_EV_PSN_RESYNC,          /* PSN tracking restarted: QP idle, or a jump no window allows */
 	RG_EV_XDP_FORWARDED,       /* egress: forwarded out of this device from an XDP hook (fast path) */
+	RG_EV_QP_EVICTED,          /* QP entries that took the slot of a QP silent past the idle time */
+	RG_EV_QP_UNTRACKED,        /* RoCE packets of a QP the table had no slot for (all candidates active) */
 	RG_EV_MAX,
 };
 
@@ -179,16 +181,16 @@ struct rg_qp6_key {
 };
 
 /*
- * What one direction of a QP looked like at this hook: the value of both
- * per-QP tables. 64 bytes, so that with the kernel's 48-byte LRU element
- * header and a 16-byte IPv4 key an element is 128 bytes: a preallocated
- * table strides by two cache lines, every element starts on a line, and
- * the whole value is the element's second line, next to the key's.
- * The fields every packet touches come first; the rarer counters follow
- * in 32 bits (userspace reads every count as 64). A 32-bit count of a busy
- * QP can wrap (ECN CE marks at millions a second do in an hour or so): the
- * exporter shows it as a Prometheus counter, where a wrap reads as a
- * counter reset, which rate() and increase() take in their stride.
+ * What one direction of a QP looked like at this hook: the part of a slot
+ * of the per-QP tables (below) that the accounting updates, the same for
+ * both families. The fields every packet touches come first. The rarer
+ * counts are 32 bits (userspace reads every count as 64); gaps and the
+ * three NAK kinds, which count loss events and NAKs rather than packets,
+ * are 16 bits in one 64-bit word, each raised by compare-and-swap and
+ * wrapping at 2^16 on its own. A wrap of a count reads in Prometheus as a
+ * counter reset, which rate() and increase() take in their stride (a
+ * 32-bit count of ECN CE marks at millions a second wraps in an hour or
+ * so; 65 536 NAKs of one QP between two scrapes are a QP that is broken).
  */
 struct rg_qp_dir {
 	__u64 packets;
@@ -196,16 +198,154 @@ struct rg_qp_dir {
 	__u32 max_psn : 24;    /* highest PSN seen, serial arithmetic */
 	__u32 resend_next : 8; /* with RG_QP_F_RESENDING: low byte of the PSN after the last one resent */
 	__u32 flags;           /* RG_QP_F_* */
-	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC, tick resolution) of the last packet */
 	__u32 retransmits; /* egress: resent; ingress: duplicate/retransmission received */
 	__u32 lost;
 	__u32 cnp;
 	__u32 ecn_ce;
-	__u32 gaps;
-	__u32 nak_seq_err;
-	__u32 nak_other;
-	__u32 rnr_nak;
+	__u16 gaps;        /* the four in one word: RG_QP_RARE_* */
+	__u16 nak_seq_err;
+	__u16 nak_other;
+	__u16 rnr_nak;
 };
+
+/* Bit offsets of the 16-bit counts in their 64-bit word (little endian). */
+#define RG_QP_RARE_GAPS 0
+#define RG_QP_RARE_NAK_SEQ_ERR 16
+#define RG_QP_RARE_NAK_OTHER 32
+#define RG_QP_RARE_RNR_NAK 48
+
+/*
+ * The per-QP tables, rg_qp4 and rg_qp6, are arrays of slots: one slot per
+ * QP direction, 64 bytes for IPv4 (a cache line) and 128 for IPv6. Slots
+ * are grouped in buckets of RG_QP_BUCKET_SLOTS (512 bytes of IPv4). A QP
+ * direction has two candidate buckets and a home slot in each, all from
+ * one 64-bit hash of its key (rg_qp_hash: each half chooses a bucket by a
+ * multiply and a home by its low bits). Its probe sequence goes from the
+ * two homes onwards in step, wrapping within each bucket: home 0, home 1,
+ * home 0 + 1, home 1 + 1, ... An insert takes a home slot when it can,
+ * else a free slot of the emptier bucket (bpf/qp_table.h has the rule); a
+ * slot never becomes empty again, so a lookup follows the sequence and
+ * leaves a bucket at its first empty slot. Most QPs are found in a home
+ * slot: one cache line, or two read side by side.
+ *
+ * A slot's state (RG_QP_SLOT_*) is in its id word, beside the QP number
+ * and the direction, so that claiming a slot is one compare-and-swap; the
+ * data path claims, publishes and checks for a twin as bpf/qp_table.h
+ * describes. The table is sized at load to RG_QP_SLOTS_PER_ENTRY_NUM /
+ * _DEN slots per QP direction it is meant to hold (rg_qp_slots()).
+ */
+#define RG_QP_BUCKET_SLOTS 8
+#define RG_QP_SLOTS_PER_ENTRY_NUM 3
+#define RG_QP_SLOTS_PER_ENTRY_DEN 2
+
+enum rg_qp_slot_state {
+	RG_QP_SLOT_EMPTY = 0,   /* never used: ends a bucket's lookup */
+	RG_QP_SLOT_CLAIMED = 1, /* taken by an insert, the key being written */
+	RG_QP_SLOT_KEYED = 2,   /* key written, the insert checking for a twin */
+	RG_QP_SLOT_READY = 3,   /* holds the QP direction of its key */
+	RG_QP_SLOT_ABANDONED = 4, /* an insert that found a twin left it: free again */
+};
+
+#define RG_QP_ID_QP_MASK 0xffffffu
+#define RG_QP_ID_DIR_SHIFT 24
+#define RG_QP_ID_STATE_SHIFT 28
+
+static inline __u32 rg_qp_id(__u32 dest_qp, __u32 direction, __u32 state)
+{
+	return (dest_qp & RG_QP_ID_QP_MASK) | (direction & 1) << RG_QP_ID_DIR_SHIFT |
+	       state << RG_QP_ID_STATE_SHIFT;
+}
+
+static inline __u32 rg_qp_id_state(__u32 id)
+{
+	return id >> RG_QP_ID_STATE_SHIFT;
+}
+
+/*
+ * The slot's clock: bpf_ktime_get_coarse_ns() >> RG_QP_CLOCK_SHIFT, about
+ * a millisecond, 32 bits, wrapping after 52 days (compared as a signed
+ * difference).
+ */
+#define RG_QP_CLOCK_SHIFT 20
+
+struct rg_qp_slot_head {
+	union {
+		__u32 id; /* rg_qp_id() */
+		struct {
+			__u32 dest_qp : 24;
+			__u32 direction : 4; /* enum rg_direction */
+			__u32 state : 4;     /* enum rg_qp_slot_state */
+		};
+	};
+	__u32 last_seen; /* RG_QP_CLOCK_SHIFT units of CLOCK_MONOTONIC: the last packet */
+	struct rg_qp_dir dir;
+};
+
+struct rg_qp4_slot {
+	struct rg_qp_slot_head head;
+	__u8 src[4];
+	__u8 dst[4];
+} __attribute__((aligned(64)));
+
+struct rg_qp6_slot {
+	struct rg_qp_slot_head head;
+	__u8 src[16];
+	__u8 dst[16];
+} __attribute__((aligned(64)));
+
+/* Slots a table meant to hold entries QP directions takes: whole buckets. */
+static inline __u32 rg_qp_slots(__u32 entries)
+{
+	__u64 slots = ((__u64)entries * RG_QP_SLOTS_PER_ENTRY_NUM + RG_QP_SLOTS_PER_ENTRY_DEN - 1) /
+		      RG_QP_SLOTS_PER_ENTRY_DEN;
+
+	slots = (slots + RG_QP_BUCKET_SLOTS - 1) / RG_QP_BUCKET_SLOTS * RG_QP_BUCKET_SLOTS;
+	return slots > 0xfffffffcu ? 0xfffffffcu : (__u32)slots;
+}
+
+/* splitmix64's finaliser */
+static inline __u64 rg_qp_mix(__u64 x)
+{
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+/*
+ * The hash of a key: its addresses as 64-bit words (an IPv4 pair is one,
+ * an IPv6 pair four) folded through rg_qp_mix with the id word of its
+ * QP number and direction (state 0).
+ */
+static inline __u64 rg_qp_hash(const __u64 *addr_words, int n, __u32 id)
+{
+	__u64 h = rg_qp_mix((__u64)id + 0x9e3779b97f4a7c15ULL);
+	int i;
+
+	for (i = 0; i < 4; i++)
+		if (i < n)
+			h = rg_qp_mix(h ^ addr_words[i]);
+	return h;
+}
+
+/* Candidate bucket 0 from the hash's low half, 1 from its high half. */
+static inline __u32 rg_qp_bucket(__u64 hash, int second, __u32 buckets)
+{
+	__u32 h = second ? (__u32)(hash >> 32) : (__u32)hash;
+	__u32 b = (__u32)(((__u64)h * buckets) >> 32);
+
+	if (second && b == (__u32)(((__u64)(__u32)hash * buckets) >> 32))
+		b = b + 1 < buckets ? b + 1 : 0; /* never the first one twice */
+	return b;
+}
+
+/*
+ * The key's home slot in candidate bucket 0 or 1: the low bits of the half
+ * of the hash that chose the bucket (the multiply reads its high bits).
+ */
+static inline __u32 rg_qp_home(__u64 hash, int second)
+{
+	return (__u32)(second ? hash >> 32 : hash) & (RG_QP_BUCKET_SLOTS - 1);
+}
 
 #define RG_QP_F_SEEN (1u << 0)
 #define RG_QP_F_READ_PENDING (1u << 1) /* READ request: the next PSN may jump */
@@ -780,8 +920,10 @@ RG_STATIC_ASSERT(sizeof(struct rg_counters) == 16 * RG_EV_MAX, "rg_counters layo
 RG_STATIC_ASSERT(sizeof(struct rg_qp_key) == 40, "rg_qp_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_qp4_key) == 16, "rg_qp4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_qp6_key) == 40, "rg_qp6_key layout");
-/* 64: an IPv4 LRU element (48-byte header, 16-byte key) fills two cache lines. */
-RG_STATIC_ASSERT(sizeof(struct rg_qp_dir) == 64, "rg_qp_dir layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp_dir) == 48, "rg_qp_dir layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp_slot_head) == 56, "rg_qp_slot_head layout");
+RG_STATIC_ASSERT(sizeof(struct rg_qp4_slot) == 64, "rg_qp4_slot layout: a cache line");
+RG_STATIC_ASSERT(sizeof(struct rg_qp6_slot) == 128, "rg_qp6_slot layout: two cache lines");
 RG_STATIC_ASSERT(sizeof(struct rg_route4_key) == 8, "rg_route4_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_route6_key) == 20, "rg_route6_key layout");
 RG_STATIC_ASSERT(sizeof(struct rg_peer) == 40, "rg_peer layout");

@@ -368,7 +368,7 @@ std::vector<Option> make_options() {
   o.push_back(boolean("dataplane.remark", &Config::remark, "egress: re-mark DSCP (ECN bits are kept)"));
   o.push_back(boolean("dataplane.repair", &Config::repair, "ingress: restore a bleached DSCP"));
   o.push_back(u32("dataplane.qp_entries", "--qp-entries", kMinQpEntries, kMaxQpEntries, &Config::qp_entries,
-                  "capacity of each per-QP LRU map (rg_qp4, rg_qp6), in QP directions; changing it needs --reset-state"));
+                  "QP directions each per-QP table (rg_qp4, rg_qp6) is sized to hold, in 3/2 as many slots; changing it needs --reset-state"));
   o.push_back(u32("dataplane.qp_idle_ms", "--qp-idle-ms", 0, 0xffffffffLL, &Config::qp_idle_ms,
                   "a QP silent this long restarts its PSN tracking (a resync, not a loss); 0 = never"));
   o.push_back(u32("dataplane.psn_jump_max", "--psn-jump-max", 0, (1u << 23) - 1, &Config::psn_jump_max,

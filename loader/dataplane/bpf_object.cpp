@@ -156,10 +156,7 @@ BpfObject::BpfObject(const Config& cfg, const std::string& pin_path, bool reset_
       return (m.name == kMapCounters && counters_need_migration(pin_path, bpf_map__value_size(skel_->maps.rg_counters))) ||
              (m.name == kMapPeerStats && peer_stats_need_migration(pin_path)) ||
              (m.name == kMapTunnelStreams && tunnel_streams_need_migration(pin_path)) ||
-             (m.name == kMapQp4 && qp_values_need_migration(pin_path, m.name, bpf_map__max_entries(skel_->maps.rg_qp4),
-                                                            bpf_map__map_flags(skel_->maps.rg_qp4))) ||
-             (m.name == kMapQp6 && qp_values_need_migration(pin_path, m.name, bpf_map__max_entries(skel_->maps.rg_qp6),
-                                                            bpf_map__map_flags(skel_->maps.rg_qp6)));
+             ((m.name == kMapQp4 || m.name == kMapQp6) && qp_values_need_migration(pin_path, m.name, cfg.qp_entries));
     });
     if (!mismatches.empty()) {
       if (!reset_state) {
@@ -221,11 +218,12 @@ void BpfObject::prepare_pins() {
                  kMapQp4, kMapQp6);
     carried_.push_back({std::move(qps), "rg_qp4 and rg_qp6", "QP directions"});
   }
-  // A build before the 64-byte per-QP value: its tables carry over, the
-  // counts now kept in 32 bits by their low 32 bits.
-  if (auto qps = migrate_qp_values(pin_path, cfg_.qp_entries, bpf_map__map_flags(skel_->maps.rg_qp4))) {
-    spdlog::info("carried {} QP directions in {}/{} and {} over to this build's {}-byte value", qps->carried(),
-                 pin_path, kMapQp4, kMapQp6, sizeof(rg_qp_dir));
+  // A build whose rg_qp4 and rg_qp6 were LRU hashes (of the 80- or the
+  // 64-byte value): its tables carry over into slot tables, the counts now
+  // kept in 32 or 16 bits by their low bits.
+  if (auto qps = migrate_qp_values(pin_path, cfg_.qp_entries)) {
+    spdlog::info("carried {} QP directions in {}/{} and {} over to this build's slot tables", qps->carried(),
+                 pin_path, kMapQp4, kMapQp6);
     carried_.push_back({std::move(qps), "rg_qp4 and rg_qp6", "QP directions"});
   }
 }

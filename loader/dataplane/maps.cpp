@@ -4,7 +4,9 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <net/if.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -166,8 +168,8 @@ const MapLayout* pinned_map_layout(const std::string& name) {
   // value of whole rg_counter slots is readable: the newer events read 0.
   static const MapLayout counters{BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), sizeof(rg_counters),
                                   sizeof(rg_counter), sizeof(rg_counter)};
-  static const MapLayout qp4{BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), sizeof(rg_qp_dir), 1};
-  static const MapLayout qp6{BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), sizeof(rg_qp_dir), 1};
+  static const MapLayout qp4{BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_qp4_slot), sizeof(rg_qp4_slot), 1};
+  static const MapLayout qp6{BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_qp6_slot), sizeof(rg_qp6_slot), 1};
   static const MapLayout peers{BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_peer), sizeof(rg_peer), 1};
   static const MapLayout route4{BPF_MAP_TYPE_LPM_TRIE, sizeof(rg_route4_key), sizeof(uint32_t),
                                 sizeof(uint32_t), 1};
@@ -287,6 +289,155 @@ size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_en
   return visited;
 }
 
+QpSlotTable::QpSlotTable(int fd, int family, bool writable) : family_(family) {
+  const char* name = family == AF_INET ? kMapQp4 : kMapQp6;
+  const MapUsage u = map_info(fd, name);
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0)
+    throw Error(std::string("cannot read info of map ") + name + ": " + errno_text(errno));
+  const uint32_t want = family == AF_INET ? sizeof(rg_qp4_slot) : sizeof(rg_qp6_slot);
+  if (info.type != BPF_MAP_TYPE_ARRAY || !(info.map_flags & BPF_F_MMAPABLE) || u.value_size != want ||
+      u.max_entries % RG_QP_BUCKET_SLOTS != 0)
+    throw Error(std::string("map ") + name +
+                    " is no per-QP slot table of this roceguard (an array of whole buckets, mmapable); refusing to "
+                    "read it. `roceguard attach` (or `run`) of this version carries over the tables of the earlier "
+                    "builds it knows; `--reset-state` replaces any other, its contents lost",
+                kExitConflict);
+  slots_ = u.max_entries;
+  slot_size_ = want;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  length_ = (static_cast<size_t>(slots_) * want + page - 1) / page * page;
+  void* p = mmap(nullptr, length_, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw Error(std::string("cannot map ") + name + ": " + errno_text(errno));
+  base_ = static_cast<uint8_t*>(p);
+}
+
+QpSlotTable::~QpSlotTable() {
+  if (base_) munmap(base_, length_);
+}
+
+rg_qp_slot_head* QpSlotTable::slot(uint32_t i) const {
+  return reinterpret_cast<rg_qp_slot_head*>(base_ + static_cast<size_t>(i) * slot_size_);
+}
+
+namespace {
+
+// The address words of a QP's key as the programs hash and compare them.
+void qp_addr_words(const rg_qp_key& qp, int family, uint64_t words[4]) {
+  std::memset(words, 0, 4 * sizeof(uint64_t));
+  if (family == AF_INET) {
+    std::memcpy(words, qp.src, 4);
+    std::memcpy(reinterpret_cast<uint8_t*>(words) + 4, qp.dst, 4);
+  } else {
+    std::memcpy(words, qp.src, 16);
+    std::memcpy(words + 2, qp.dst, 16);
+  }
+}
+
+}  // namespace
+
+void QpSlotTable::probe_of(const rg_qp_key& qp, uint32_t dir, uint32_t bucket[2], uint32_t home[2]) const {
+  uint64_t words[4];
+  qp_addr_words(qp, family_, words);
+  const uint64_t h = rg_qp_hash(reinterpret_cast<const __u64*>(words), family_ == AF_INET ? 1 : 4,
+                                rg_qp_id(qp.dest_qp, dir, 0));
+  for (int b = 0; b < 2; ++b) {
+    bucket[b] = rg_qp_bucket(h, b, buckets());
+    home[b] = rg_qp_home(h, b);
+  }
+}
+
+bool QpSlotTable::matches(const rg_qp_slot_head* s, const rg_qp_key& qp, uint32_t dir) const {
+  uint64_t words[4];
+  qp_addr_words(qp, family_, words);
+  const __u32 id = __atomic_load_n(&s->id, __ATOMIC_ACQUIRE);
+  return id == rg_qp_id(qp.dest_qp, dir, RG_QP_SLOT_READY) &&
+         std::memcmp(s + 1, words, family_ == AF_INET ? 8 : 32) == 0;
+}
+
+uint32_t QpSlotTable::walk(const Visitor& visit) const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < slots_; ++i) {
+    const rg_qp_slot_head* s = slot(i);
+    const __u32 id = __atomic_load_n(&s->id, __ATOMIC_ACQUIRE);
+    if (rg_qp_id_state(id) != RG_QP_SLOT_READY) continue;
+    rg_qp_slot_head copy;
+    std::memcpy(&copy, s, sizeof(copy));
+    rg_qp_key qp{};
+    qp.family = static_cast<uint32_t>(family_);
+    const size_t addr = family_ == AF_INET ? 4 : 16;
+    std::memcpy(qp.src, reinterpret_cast<const uint8_t*>(s + 1), addr);
+    std::memcpy(qp.dst, reinterpret_cast<const uint8_t*>(s + 1) + addr, addr);
+    qp.dest_qp = id & RG_QP_ID_QP_MASK;
+    visit(qp, (id >> RG_QP_ID_DIR_SHIFT) & 1 ? RG_DIR_INGRESS : RG_DIR_EGRESS, copy);
+    ++n;
+  }
+  return n;
+}
+
+const rg_qp_slot_head* QpSlotTable::find(const rg_qp_key& qp, uint32_t dir) const {
+  uint32_t bucket[2], home[2];
+  probe_of(qp, dir, bucket, home);
+  bool done[2] = {false, false};
+  for (uint32_t j = 0; j < RG_QP_BUCKET_SLOTS && !(done[0] && done[1]); ++j)
+    for (int b = 0; b < 2; ++b) {
+      if (done[b]) continue;
+      const rg_qp_slot_head* s = slot(bucket[b] * RG_QP_BUCKET_SLOTS + ((home[b] + j) & (RG_QP_BUCKET_SLOTS - 1)));
+      if (__atomic_load_n(&s->id, __ATOMIC_ACQUIRE) == RG_QP_SLOT_EMPTY)
+        done[b] = true;
+      else if (matches(s, qp, dir))
+        return s;
+    }
+  return nullptr;
+}
+
+bool QpSlotTable::place(const rg_qp_key& qp, uint32_t dir, const rg_qp_dir& value, uint32_t last_seen) {
+  if (const rg_qp_slot_head* there = find(qp, dir)) {  // already there: overwrite
+    auto* s = const_cast<rg_qp_slot_head*>(there);
+    s->dir = value;
+    s->last_seen = last_seen;
+    return true;
+  }
+  uint32_t bucket[2], home[2];
+  probe_of(qp, dir, bucket, home);
+  // As rg_qp_scan: the emptier bucket's home, or the other's if they hold
+  // as many; else the emptier bucket's first free slot, else the other's.
+  rg_qp_slot_head* first_free[2] = {nullptr, nullptr};
+  uint32_t step[2] = {RG_QP_BUCKET_SLOTS, RG_QP_BUCKET_SLOTS}, used[2] = {0, 0};
+  for (uint32_t j = 0; j < RG_QP_BUCKET_SLOTS; ++j)
+    for (int b = 0; b < 2; ++b) {
+      rg_qp_slot_head* s = slot(bucket[b] * RG_QP_BUCKET_SLOTS + ((home[b] + j) & (RG_QP_BUCKET_SLOTS - 1)));
+      const uint32_t st = rg_qp_id_state(s->id);
+      if (st == RG_QP_SLOT_EMPTY || st == RG_QP_SLOT_ABANDONED) {
+        if (!first_free[b]) first_free[b] = s, step[b] = j;
+      } else {
+        ++used[b];
+      }
+    }
+  int b = used[1] < used[0];
+  if (step[b] != 0 && step[!b] == 0 && used[0] == used[1])
+    b = !b;
+  else if (step[b] == RG_QP_BUCKET_SLOTS)
+    b = !b;
+  rg_qp_slot_head* s = first_free[b];
+  if (!s) return false;
+  uint64_t words[4];
+  qp_addr_words(qp, family_, words);
+  std::memcpy(s + 1, words, family_ == AF_INET ? 8 : 32);
+  s->dir = value;
+  s->last_seen = last_seen;
+  __atomic_store_n(&s->id, rg_qp_id(qp.dest_qp, dir, RG_QP_SLOT_READY), __ATOMIC_RELEASE);
+  return true;
+}
+
+uint32_t qp_clock_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const uint64_t ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  return static_cast<uint32_t>(ns >> RG_QP_CLOCK_SHIFT);
+}
+
 MapReader::MapReader(const std::string& pin_path) : owned_(true), pin_path_(pin_path) {
   try {
     counters_fd_ = open_pinned(pin_path + "/" + kMapCounters);
@@ -295,6 +446,8 @@ MapReader::MapReader(const std::string& pin_path) : owned_(true), pin_path_(pin_
     check_map_layout(counters_fd_, pin_path + "/" + kMapCounters, *pinned_map_layout(kMapCounters));
     check_map_layout(qp_.v4, pin_path + "/" + kMapQp4, *pinned_map_layout(kMapQp4));
     check_map_layout(qp_.v6, pin_path + "/" + kMapQp6, *pinned_map_layout(kMapQp6));
+    slots4_ = std::make_unique<QpSlotTable>(qp_.v4, AF_INET);
+    slots6_ = std::make_unique<QpSlotTable>(qp_.v6, AF_INET6);
   } catch (...) {
     for (int fd : {counters_fd_, qp_.v4, qp_.v6})
       if (fd >= 0) close(fd);
@@ -313,10 +466,12 @@ MapReader::MapReader(int counters_fd, QpMaps qp) : counters_fd_(counters_fd), qp
   if (qp_.v4 >= 0) {
     check_map_layout(qp_.v4, kMapQp4, *pinned_map_layout(kMapQp4));
     qp_max_.v4 = map_info(qp_.v4, kMapQp4).max_entries;
+    slots4_ = std::make_unique<QpSlotTable>(qp_.v4, AF_INET);
   }
   if (qp_.v6 >= 0) {
     check_map_layout(qp_.v6, kMapQp6, *pinned_map_layout(kMapQp6));
     qp_max_.v6 = map_info(qp_.v6, kMapQp6).max_entries;
+    slots6_ = std::make_unique<QpSlotTable>(qp_.v6, AF_INET6);
   }
 }
 
@@ -352,22 +507,9 @@ std::vector<CounterRow> MapReader::counters() const {
 
 namespace {
 
-rg_direction direction_of(uint32_t d) { return d == RG_DIR_INGRESS ? RG_DIR_INGRESS : RG_DIR_EGRESS; }
-
 std::string qp_identity(const rg_qp_key& k) { return std::string(reinterpret_cast<const char*>(&k), sizeof(k)); }
 
-// The per-family table key (rg_qp4_key or rg_qp6_key) of a QP direction, and
-// the QP a table key names.
-template <typename Key>
-Key qp_table_key(const rg_qp_key& k, uint32_t direction) {
-  Key key{};
-  std::memcpy(key.src, k.src, sizeof(key.src));
-  std::memcpy(key.dst, k.dst, sizeof(key.dst));
-  key.dest_qp = k.dest_qp;
-  key.direction = direction;
-  return key;
-}
-
+// The QP a per-family table key (rg_qp4_key or rg_qp6_key) names.
 template <typename Key>
 rg_qp_key qp_of(const Key& key) {
   rg_qp_key k{};
@@ -378,42 +520,29 @@ rg_qp_key qp_of(const Key& key) {
   return k;
 }
 
-// Calls fn(key, fd) with the table key of QP k's direction in the table of
-// its family: v4 or v6.
-template <typename Fn>
-auto in_qp_table(const rg_qp_key& k, uint32_t direction, int v4, int v6, Fn fn) {
-  return k.family == AF_INET ? fn(qp_table_key<rg_qp4_key>(k, direction), v4)
-                             : fn(qp_table_key<rg_qp6_key>(k, direction), v6);
-}
-
-template <typename Key>
-uint32_t walk_qp_table(int fd, uint32_t max_entries, const std::function<void(const QpRow&, rg_direction)>& visit) {
-  if (fd < 0) return 0;
-  return static_cast<uint32_t>(
-      walk_map(fd, sizeof(Key), sizeof(rg_qp_dir), max_entries, [&](const uint8_t* k, const uint8_t* v) {
-        Key key;
-        std::memcpy(&key, k, sizeof(key));
-        QpRow row;
-        row.key = qp_of(key);
-        const rg_direction d = direction_of(key.direction);
-        std::memcpy(&row.state.dir[d], v, sizeof(rg_qp_dir));
-        visit(row, d);
-      }));
+uint32_t walk_qp_table(const QpSlotTable* t, const std::function<void(const QpRow&, rg_direction)>& visit) {
+  if (!t) return 0;
+  return t->walk([&](const rg_qp_key& qp, rg_direction d, const rg_qp_slot_head& slot) {
+    QpRow row;
+    row.key = qp;
+    row.state.dir[d] = slot.dir;
+    row.state.last_seen_ns[d] = qp_clock_ns(slot.last_seen);
+    visit(row, d);
+  });
 }
 
 }  // namespace
 
 QpEntries MapReader::walk_qps(const std::function<void(const QpRow&, rg_direction)>& visit) const {
-  return {walk_qp_table<rg_qp4_key>(qp_.v4, qp_max_.v4, visit), walk_qp_table<rg_qp6_key>(qp_.v6, qp_max_.v6, visit)};
+  return {walk_qp_table(slots4_.get(), visit), walk_qp_table(slots6_.get(), visit)};
 }
 
 void MapReader::join_other_direction(QpRow& row, rg_direction have) const {
   const uint32_t other = have == RG_DIR_EGRESS ? RG_DIR_INGRESS : RG_DIR_EGRESS;
-  rg_qp_dir& out = row.state.dir[other];
-  const bool found = in_qp_table(row.key, other, qp_.v4, qp_.v6, [&out](const auto& key, int fd) {
-    return fd >= 0 && bpf_map_lookup_elem(fd, &key, &out) == 0;
-  });
-  if (!found) out = {};
+  const QpSlotTable* t = row.key.family == AF_INET ? slots4_.get() : slots6_.get();
+  const rg_qp_slot_head* s = t ? t->find(row.key, other) : nullptr;
+  row.state.dir[other] = s ? s->dir : rg_qp_dir{};
+  row.state.last_seen_ns[other] = s ? qp_clock_ns(s->last_seen) : 0;
 }
 
 std::vector<QpRow> MapReader::qps() const {
@@ -424,7 +553,7 @@ std::vector<QpRow> MapReader::qps() const {
     if (added)
       rows.push_back(half);
     else
-      rows[it->second].state.dir[d] = half.state.dir[d];
+      rows[it->second].state.dir[d] = half.state.dir[d], rows[it->second].state.last_seen_ns[d] = half.state.last_seen_ns[d];
   });
   return rows;
 }
@@ -602,8 +731,11 @@ std::vector<MapUsage> MapReader::usage_all(std::optional<QpEntries> qp_entries,
   for (auto [fd, name, walked] : {std::tuple{qp_.v4, kMapQp4, qp_entries ? qp_entries->v4 : 0u},
                                   std::tuple{qp_.v6, kMapQp6, qp_entries ? qp_entries->v6 : 0u}}) {
     if (fd < 0) continue;
-    MapUsage qp = qp_entries ? info(fd, name) : usage(fd, name);
-    if (qp_entries) qp.entries = walked;
+    // A slot table is an array, every slot an entry to the kernel: its
+    // entries are the slots holding a QP direction.
+    MapUsage qp = info(fd, name);
+    const QpSlotTable* t = name == kMapQp4 ? slots4_.get() : slots6_.get();
+    qp.entries = qp_entries ? walked : t->walk([](const rg_qp_key&, rg_direction, const rg_qp_slot_head&) {});
     out.push_back(qp);
   }
   if (pin_path_.empty()) return out;
@@ -740,29 +872,33 @@ std::unique_ptr<CounterMigration> migrate_counters(const std::string& pin_path, 
 
 namespace {
 
-uint32_t saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
-
 // A count this build keeps in 32 bits, from one kept in 64: its low 32
 // bits, the count modulo 2^32 that the programs' own adds keep.
 uint32_t low32(uint64_t v) { return static_cast<uint32_t>(v); }
 
-rg_qp_dir from_legacy(const LegacyQpDir& o, uint64_t last_seen_ns) {
+// A count this build keeps in 16 bits: the count modulo 2^16.
+uint16_t low16(uint64_t v) { return static_cast<uint16_t>(v); }
+
+rg_qp_dir from_legacy(const LegacyQpDir& o) {
   rg_qp_dir d{};
   d.packets = o.packets;
   d.bytes = o.bytes;
   d.max_psn = o.max_psn;
   d.flags = o.flags;
-  d.last_seen_ns = last_seen_ns;
   d.retransmits = low32(o.retransmits);
   d.lost = low32(o.lost);
   d.cnp = low32(o.cnp);
   d.ecn_ce = low32(o.ecn_ce);
-  d.gaps = saturate32(o.gaps);
-  d.nak_seq_err = saturate32(o.nak_seq_err);
-  d.nak_other = saturate32(o.nak_other);
-  d.rnr_nak = saturate32(o.rnr_nak);
+  d.gaps = low16(o.gaps);
+  d.nak_seq_err = low16(o.nak_seq_err);
+  d.nak_other = low16(o.nak_other);
+  d.rnr_nak = low16(o.rnr_nak);
   return d;
 }
+
+// The slot clock of a CLOCK_MONOTONIC time in nanoseconds (earlier builds
+// kept bpf_ktime_get_coarse_ns(), the same clock).
+uint32_t qp_clock_of(uint64_t ns) { return static_cast<uint32_t>(ns >> RG_QP_CLOCK_SHIFT); }
 
 }  // namespace
 
@@ -859,45 +995,51 @@ int create_peer_stats_map(uint32_t max_entries, uint32_t map_flags) {
                          value, max_entries, map_flags);
 }
 
-// A per-QP table of this build's layout (rg_qp4 or rg_qp6 by key_size),
-// with the BTF the BPF object gives it, so `bpftool map dump` shows the
-// fields of a table the loader created as of one libbpf created.
-int create_qp_table(uint32_t key_size, uint32_t max_entries, uint32_t map_flags) {
-  const bool v4 = key_size == sizeof(rg_qp4_key);
+// A per-QP slot table of this build's layout (rg_qp4 or rg_qp6 by family)
+// meant for entries QP directions, with the BTF the BPF object gives it
+// (the slot, its head and rg_qp_dir by their members), so `bpftool map
+// dump` shows the fields of a table the loader created as of one libbpf
+// created.
+int create_qp_table(int family, uint32_t entries) {
+  const bool v4 = family == AF_INET;
   const char* name = v4 ? kMapQp4 : kMapQp6;
   MapBtf b(name);
-  const uint32_t addr_len = v4 ? 4 : 16;
-  const int addr = b.array(b.u8, addr_len);
-  const int key = v4 ? b.add_struct("rg_qp4_key", sizeof(rg_qp4_key),
-                                    {{"src", addr, offsetof(rg_qp4_key, src)},
-                                     {"dst", addr, offsetof(rg_qp4_key, dst)},
-                                     {"dest_qp", b.u32, offsetof(rg_qp4_key, dest_qp)},
-                                     {"direction", b.u32, offsetof(rg_qp4_key, direction)}})
-                     : b.add_struct("rg_qp6_key", sizeof(rg_qp6_key),
-                                    {{"src", addr, offsetof(rg_qp6_key, src)},
-                                     {"dst", addr, offsetof(rg_qp6_key, dst)},
-                                     {"dest_qp", b.u32, offsetof(rg_qp6_key, dest_qp)},
-                                     {"direction", b.u32, offsetof(rg_qp6_key, direction)}});
+  const int addr = b.array(b.u8, v4 ? 4 : 16);
   // max_psn and resend_next share the 32 bits before flags (qp_accounting.h).
   constexpr uint32_t psn_bits = (offsetof(rg_qp_dir, flags) - sizeof(uint32_t)) * 8;
   auto at = [](size_t offset) { return static_cast<uint32_t>(offset * 8); };
-  const int value = b.add_struct_bits("rg_qp_dir", sizeof(rg_qp_dir),
-                                      {{"packets", b.u64, at(offsetof(rg_qp_dir, packets)), 0},
-                                       {"bytes", b.u64, at(offsetof(rg_qp_dir, bytes)), 0},
-                                       {"max_psn", b.u32, psn_bits, 24},
-                                       {"resend_next", b.u32, psn_bits + 24, 8},
-                                       {"flags", b.u32, at(offsetof(rg_qp_dir, flags)), 0},
-                                       {"last_seen_ns", b.u64, at(offsetof(rg_qp_dir, last_seen_ns)), 0},
-                                       {"retransmits", b.u32, at(offsetof(rg_qp_dir, retransmits)), 0},
-                                       {"lost", b.u32, at(offsetof(rg_qp_dir, lost)), 0},
-                                       {"cnp", b.u32, at(offsetof(rg_qp_dir, cnp)), 0},
-                                       {"ecn_ce", b.u32, at(offsetof(rg_qp_dir, ecn_ce)), 0},
-                                       {"gaps", b.u32, at(offsetof(rg_qp_dir, gaps)), 0},
-                                       {"nak_seq_err", b.u32, at(offsetof(rg_qp_dir, nak_seq_err)), 0},
-                                       {"nak_other", b.u32, at(offsetof(rg_qp_dir, nak_other)), 0},
-                                       {"rnr_nak", b.u32, at(offsetof(rg_qp_dir, rnr_nak)), 0}});
-  return create_with_btf(b, BPF_MAP_TYPE_LRU_HASH, name, key_size, sizeof(rg_qp_dir), key, value, max_entries,
-                         map_flags);
+  const int dir = b.add_struct_bits("rg_qp_dir", sizeof(rg_qp_dir),
+                                    {{"packets", b.u64, at(offsetof(rg_qp_dir, packets)), 0},
+                                     {"bytes", b.u64, at(offsetof(rg_qp_dir, bytes)), 0},
+                                     {"max_psn", b.u32, psn_bits, 24},
+                                     {"resend_next", b.u32, psn_bits + 24, 8},
+                                     {"flags", b.u32, at(offsetof(rg_qp_dir, flags)), 0},
+                                     {"retransmits", b.u32, at(offsetof(rg_qp_dir, retransmits)), 0},
+                                     {"lost", b.u32, at(offsetof(rg_qp_dir, lost)), 0},
+                                     {"cnp", b.u32, at(offsetof(rg_qp_dir, cnp)), 0},
+                                     {"ecn_ce", b.u32, at(offsetof(rg_qp_dir, ecn_ce)), 0},
+                                     {"gaps", b.u16, at(offsetof(rg_qp_dir, gaps)), 0},
+                                     {"nak_seq_err", b.u16, at(offsetof(rg_qp_dir, nak_seq_err)), 0},
+                                     {"nak_other", b.u16, at(offsetof(rg_qp_dir, nak_other)), 0},
+                                     {"rnr_nak", b.u16, at(offsetof(rg_qp_dir, rnr_nak)), 0}});
+  // The id word as its fields (the programs' union of the word and them).
+  const int head = b.add_struct_bits("rg_qp_slot_head", sizeof(rg_qp_slot_head),
+                                     {{"dest_qp", b.u32, 0, 24},
+                                      {"direction", b.u32, RG_QP_ID_DIR_SHIFT, 4},
+                                      {"state", b.u32, RG_QP_ID_STATE_SHIFT, 4},
+                                      {"last_seen", b.u32, at(offsetof(rg_qp_slot_head, last_seen)), 0},
+                                      {"dir", dir, at(offsetof(rg_qp_slot_head, dir)), 0}});
+  const int value = v4 ? b.add_struct("rg_qp4_slot", sizeof(rg_qp4_slot),
+                                      {{"head", head, offsetof(rg_qp4_slot, head)},
+                                       {"src", addr, offsetof(rg_qp4_slot, src)},
+                                       {"dst", addr, offsetof(rg_qp4_slot, dst)}})
+                       : b.add_struct("rg_qp6_slot", sizeof(rg_qp6_slot),
+                                      {{"head", head, offsetof(rg_qp6_slot, head)},
+                                       {"src", addr, offsetof(rg_qp6_slot, src)},
+                                       {"dst", addr, offsetof(rg_qp6_slot, dst)}});
+  return create_with_btf(b, BPF_MAP_TYPE_ARRAY, name, sizeof(uint32_t),
+                         v4 ? sizeof(rg_qp4_slot) : sizeof(rg_qp6_slot), b.u32, value, rg_qp_slots(entries),
+                         BPF_F_MMAPABLE);
 }
 
 // The old stream's counters added to into's (a stream of either layout).
@@ -1095,13 +1237,50 @@ std::unique_ptr<StreamMigration> migrate_tunnel_streams(const std::string& pin_p
   return done;
 }
 
+namespace {
+
+// Sets the read-only global name (a __u32 of the object's .rodata) of an
+// opened, not yet loaded object.
+void set_rodata_u32(struct bpf_object* obj, const char* name, uint32_t value) {
+  const btf* types = bpf_object__btf(obj);
+  bpf_map* rodata = nullptr;
+  bpf_map* m = nullptr;
+  bpf_object__for_each_map(m, obj) {
+    const std::string n = bpf_map__name(m);
+    if (n.size() >= 7 && n.compare(n.size() - 7, 7, ".rodata") == 0) rodata = m;
+  }
+  const int sec = types ? btf__find_by_name_kind(types, ".rodata", BTF_KIND_DATASEC) : -1;
+  size_t size = 0;
+  const void* initial = rodata ? bpf_map__initial_value(rodata, &size) : nullptr;
+  if (sec > 0 && initial) {
+    std::vector<uint8_t> data(static_cast<const uint8_t*>(initial), static_cast<const uint8_t*>(initial) + size);
+    const btf_type* t = btf__type_by_id(types, static_cast<uint32_t>(sec));
+    const btf_var_secinfo* v = btf_var_secinfos(t);
+    for (uint16_t i = 0; i < btf_vlen(t); ++i, ++v) {
+      const btf_type* var = btf__type_by_id(types, v->type);
+      if (std::strcmp(btf__name_by_offset(types, var->name_off), name) != 0) continue;
+      if (v->size != sizeof(value) || v->offset + sizeof(value) > size) break;
+      std::memcpy(data.data() + v->offset, &value, sizeof(value));
+      if (int err = bpf_map__set_initial_value(rodata, data.data(), size))
+        throw Error(std::string("cannot set ") + name + ": " + errno_text(err));
+      return;
+    }
+  }
+  throw Error(std::string("BPF object has no read-only ") + name);
+}
+
+}  // namespace
+
 void set_qp_entries(struct bpf_object* obj, uint32_t entries) {
+  const uint32_t slots = rg_qp_slots(entries);
   for (const char* name : {kMapQp4, kMapQp6}) {
     bpf_map* m = bpf_object__find_map_by_name(obj, name);
     if (!m) throw Error(std::string("BPF object has no map ") + name);
-    if (int err = bpf_map__set_max_entries(m, entries))
-      throw Error(std::string("cannot size ") + name + " to " + std::to_string(entries) + ": " + errno_text(err));
+    if (int err = bpf_map__set_max_entries(m, slots))
+      throw Error(std::string("cannot size ") + name + " to " + std::to_string(slots) + " slots: " + errno_text(err));
   }
+  set_rodata_u32(obj, "rg_qp4_buckets", slots / RG_QP_BUCKET_SLOTS);
+  set_rodata_u32(obj, "rg_qp6_buckets", slots / RG_QP_BUCKET_SLOTS);
 }
 
 void link_xdp_forward(struct bpf_object* obj) {
@@ -1125,8 +1304,6 @@ std::optional<bool> pinned_xdp_forward_linked(const std::string& pin_path) {
 
 namespace {
 
-uint32_t add_saturating32(uint32_t a, uint64_t b) { return saturate32(uint64_t{a} + b); }
-
 // What the old direction now counted beyond was (a count that went down
 // was reset by someone: nothing to add), added to into; false when nothing.
 bool add_qp_gain(rg_qp_dir& into, const LegacyQpDir& now, const LegacyQpDir& was) {
@@ -1145,11 +1322,16 @@ bool add_qp_gain(rg_qp_dir& into, const LegacyQpDir& now, const LegacyQpDir& was
   into.lost += low32(g.lost);
   into.cnp += low32(g.cnp);
   into.ecn_ce += low32(g.ecn_ce);
-  into.gaps = add_saturating32(into.gaps, g.gaps);
-  into.nak_seq_err = add_saturating32(into.nak_seq_err, g.nak_seq_err);
-  into.nak_other = add_saturating32(into.nak_other, g.nak_other);
-  into.rnr_nak = add_saturating32(into.rnr_nak, g.rnr_nak);
+  into.gaps += low16(g.gaps);
+  into.nak_seq_err += low16(g.nak_seq_err);
+  into.nak_other += low16(g.nak_other);
+  into.rnr_nak += low16(g.rnr_nak);
   return true;
+}
+
+// The table of qp's family of the pair v4/v6.
+QpSlotTable& table_of(const rg_qp_key& qp, QpSlotTable& v4, QpSlotTable& v6) {
+  return qp.family == AF_INET ? v4 : v6;
 }
 
 }  // namespace
@@ -1167,27 +1349,22 @@ QpMigration::~QpMigration() {
 
 size_t QpMigration::carry_since_copy() const {
   size_t gained = 0;
+  QpSlotTable v4(v4_fd_, AF_INET, true), v6(v6_fd_, AF_INET6, true);
   walk_map(old_fd_, sizeof(rg_qp_key), sizeof(LegacyQpState), max_entries_, [&](const uint8_t* k, const uint8_t* v) {
     rg_qp_key key;
     LegacyQpState now;
     std::memcpy(&key, k, sizeof(key));
     std::memcpy(&now, v, sizeof(now));
     auto it = copied_.find(std::string(reinterpret_cast<const char*>(k), sizeof(key)));
+    QpSlotTable& t = table_of(key, v4, v6);
     for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
       const LegacyQpDir& o = now.dir[d];
       if (o.packets == 0 && o.flags == 0) continue;  // this direction never seen
       const LegacyQpDir was = it != copied_.end() ? it->second.dir[d] : LegacyQpDir{};
-      const int rc = in_qp_table(key, d, v4_fd_, v6_fd_, [&](const auto& table_key, int fd) {
-        rg_qp_dir value{};
-        if (bpf_map_lookup_elem(fd, &table_key, &value) != 0) {
-          // Met first after the copy, or evicted since: it comes whole.
-          value = from_legacy(o, now.last_seen_ns);
-        } else if (!add_qp_gain(value, o, was)) {
-          return 1;
-        }
-        return bpf_map_update_elem(fd, &table_key, &value, BPF_ANY) == 0 ? 0 : -1;
-      });
-      gained += rc == 0;
+      const rg_qp_slot_head* s = t.find(key, d);
+      rg_qp_dir value = s ? s->dir : from_legacy(o);  // met first after the copy: it comes whole
+      if (s && !add_qp_gain(value, o, was)) continue;
+      gained += t.place(key, d, value, s ? s->last_seen : qp_clock_of(now.last_seen_ns));
     }
   });
   return gained;
@@ -1209,27 +1386,28 @@ std::unique_ptr<QpMigration> migrate_qp_table(const std::string& pin_path, uint3
                     "); refusing to read it. `roceguard attach --reset-state` (or `run --reset-state`) removes it",
                 kExitConflict);
 
-  Owned v4{create_qp_table(sizeof(rg_qp4_key), entries, 0)};
-  Owned v6{create_qp_table(sizeof(rg_qp6_key), entries, 0)};
+  Owned v4{create_qp_table(AF_INET, entries)};
+  Owned v6{create_qp_table(AF_INET6, entries)};
   size_t carried = 0;
   std::map<std::string, LegacyQpState> copied;
-  walk_map(old.fd, sizeof(rg_qp_key), sizeof(LegacyQpState), info.max_entries, [&](const uint8_t* k, const uint8_t* v) {
-    rg_qp_key key;
-    LegacyQpState st;
-    std::memcpy(&key, k, sizeof(key));
-    std::memcpy(&st, v, sizeof(st));
-    copied.emplace(std::string(reinterpret_cast<const char*>(k), sizeof(key)), st);
-    for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
-      const LegacyQpDir& o = st.dir[d];
-      if (o.packets == 0 && o.flags == 0) continue;  // this direction never seen
-      const rg_qp_dir value = from_legacy(o, st.last_seen_ns);
-      const int rc = in_qp_table(key, d, v4.fd, v6.fd, [&value](const auto& table_key, int fd) {
-        return bpf_map_update_elem(fd, &table_key, &value, BPF_ANY);
-      });
-      if (rc != 0) throw Error("cannot copy a QP of " + path + " into its new table: " + errno_text(errno));
-      ++carried;
-    }
-  });
+  {
+    QpSlotTable t4(v4.fd, AF_INET, true), t6(v6.fd, AF_INET6, true);
+    walk_map(old.fd, sizeof(rg_qp_key), sizeof(LegacyQpState), info.max_entries,
+             [&](const uint8_t* k, const uint8_t* v) {
+               rg_qp_key key;
+               LegacyQpState st;
+               std::memcpy(&key, k, sizeof(key));
+               std::memcpy(&st, v, sizeof(st));
+               copied.emplace(std::string(reinterpret_cast<const char*>(k), sizeof(key)), st);
+               for (uint32_t d = 0; d < RG_DIR_MAX; ++d) {
+                 const LegacyQpDir& o = st.dir[d];
+                 if (o.packets == 0 && o.flags == 0) continue;  // this direction never seen
+                 // A QP whose two buckets are full is not carried (the table
+                 // is meant for entries; the old one may hold more).
+                 carried += table_of(key, t4, t6).place(key, d, from_legacy(o), qp_clock_of(st.last_seen_ns));
+               }
+             });
+  }
   pin_replacing(v4.fd, pin_path + "/" + kMapQp4);
   pin_replacing(v6.fd, pin_path + "/" + kMapQp6);
   auto done = std::make_unique<QpMigration>(old.fd, v4.fd, v6.fd, info.max_entries, carried, std::move(copied));
@@ -1246,21 +1424,46 @@ rg_qp_dir from_v80(const QpDirV80& o) {
   d.max_psn = o.max_psn;
   d.resend_next = o.resend_next;
   d.flags = o.flags;
-  d.last_seen_ns = o.last_seen_ns;
   d.retransmits = low32(o.retransmits);
   d.lost = low32(o.lost);
   d.cnp = low32(o.cnp);
   d.ecn_ce = low32(o.ecn_ce);
-  d.gaps = o.gaps;
-  d.nak_seq_err = o.nak_seq_err;
-  d.nak_other = o.nak_other;
-  d.rnr_nak = o.rnr_nak;
+  d.gaps = low16(o.gaps);
+  d.nak_seq_err = low16(o.nak_seq_err);
+  d.nak_other = low16(o.nak_other);
+  d.rnr_nak = low16(o.rnr_nak);
   return d;
 }
 
+// An entry of either LRU value as the 80-byte one.
+QpDirV80 widen(const uint8_t* v, uint32_t value_size) {
+  QpDirV80 w{};
+  if (value_size == sizeof(QpDirV80)) {
+    std::memcpy(&w, v, sizeof(w));
+    return w;
+  }
+  QpDirV64 o;
+  std::memcpy(&o, v, sizeof(o));
+  w.packets = o.packets;
+  w.bytes = o.bytes;
+  w.max_psn = o.max_psn;
+  w.resend_next = o.resend_next;
+  w.flags = o.flags;
+  w.last_seen_ns = o.last_seen_ns;
+  w.retransmits = o.retransmits;
+  w.lost = o.lost;
+  w.cnp = o.cnp;
+  w.ecn_ce = o.ecn_ce;
+  w.gaps = o.gaps;
+  w.nak_seq_err = o.nak_seq_err;
+  w.nak_other = o.nak_other;
+  w.rnr_nak = o.rnr_nak;
+  return w;
+}
+
 // What the old entry now counted beyond was (a count that went down was
-// reset by someone: nothing to add), added to into, modulo 2^32 where into
-// keeps 32 bits; false when nothing.
+// reset by someone, or wrapped: nothing to add), added to into, modulo
+// 2^32 or 2^16 where into keeps 32 or 16 bits; false when nothing.
 bool add_v80_gain(rg_qp_dir& into, const QpDirV80& now, const QpDirV80& was) {
   auto more = [](uint64_t is, uint64_t before) { return is > before ? is - before : 0; };
   const uint64_t packets = more(now.packets, was.packets), bytes = more(now.bytes, was.bytes),
@@ -1275,26 +1478,37 @@ bool add_v80_gain(rg_qp_dir& into, const QpDirV80& now, const QpDirV80& was) {
   into.lost += low32(lost);
   into.cnp += low32(cnp);
   into.ecn_ce += low32(ecn_ce);
-  into.gaps += low32(gaps);
-  into.nak_seq_err += low32(nak_seq_err);
-  into.nak_other += low32(nak_other);
-  into.rnr_nak += low32(rnr_nak);
+  into.gaps += low16(gaps);
+  into.nak_seq_err += low16(nak_seq_err);
+  into.nak_other += low16(nak_other);
+  into.rnr_nak += low16(rnr_nak);
   return true;
 }
 
-bool is_v80_qp_table(const bpf_map_info& info, uint32_t key_size) {
-  return info.type == BPF_MAP_TYPE_LRU_HASH && info.key_size == key_size && info.value_size == sizeof(QpDirV80);
+bool is_lru_qp_table(const bpf_map_info& info, uint32_t key_size) {
+  return info.type == BPF_MAP_TYPE_LRU_HASH && info.key_size == key_size &&
+         (info.value_size == sizeof(QpDirV80) || info.value_size == sizeof(QpDirV64));
+}
+
+// The QP and direction of a key of an LRU table (rg_qp4_key or rg_qp6_key).
+std::pair<rg_qp_key, uint32_t> qp_of_table_key(const uint8_t* k, uint32_t key_size) {
+  if (key_size == sizeof(rg_qp4_key)) {
+    rg_qp4_key key;
+    std::memcpy(&key, k, sizeof(key));
+    return {qp_of(key), key.direction};
+  }
+  rg_qp6_key key;
+  std::memcpy(&key, k, sizeof(key));
+  return {qp_of(key), key.direction};
 }
 
 }  // namespace
 
-bool qp_values_need_migration(const std::string& pin_path, const std::string& name, uint32_t max_entries,
-                              uint32_t map_flags) {
+bool qp_values_need_migration(const std::string& pin_path, const std::string& name, uint32_t entries) {
   const uint32_t key_size = name == kMapQp4 ? sizeof(rg_qp4_key) : name == kMapQp6 ? sizeof(rg_qp6_key) : 0;
   if (!key_size) return false;
   auto info = pinned_info(pin_path + "/" + name);
-  return info && is_v80_qp_table(*info, key_size) && info->max_entries == max_entries &&
-         info->map_flags == map_flags;
+  return info && is_lru_qp_table(*info, key_size) && info->max_entries == entries;
 }
 
 QpValueMigration::QpValueMigration(std::vector<Table> tables) : tables_(std::move(tables)) {}
@@ -1315,26 +1529,22 @@ size_t QpValueMigration::carried() const {
 size_t QpValueMigration::carry_since_copy() const {
   size_t gained = 0;
   for (const Table& t : tables_) {
-    walk_map(t.old_fd, t.key_size, sizeof(QpDirV80), t.max_entries, [&](const uint8_t* k, const uint8_t* v) {
-      QpDirV80 now;
-      std::memcpy(&now, v, sizeof(now));
+    QpSlotTable slots(t.new_fd, t.key_size == sizeof(rg_qp4_key) ? AF_INET : AF_INET6, true);
+    walk_map(t.old_fd, t.key_size, t.value_size, t.max_entries, [&](const uint8_t* k, const uint8_t* v) {
+      const QpDirV80 now = widen(v, t.value_size);
       auto it = t.copied.find(std::string(reinterpret_cast<const char*>(k), t.key_size));
       const QpDirV80 was = it != t.copied.end() ? it->second : QpDirV80{};
-      rg_qp_dir value{};
-      if (bpf_map_lookup_elem(t.new_fd, k, &value) != 0) {
-        // Met first after the copy, or evicted since: it comes whole.
-        value = from_v80(now);
-      } else if (!add_v80_gain(value, now, was)) {
-        return;
-      }
-      gained += bpf_map_update_elem(t.new_fd, k, &value, BPF_ANY) == 0;
+      const auto [qp, d] = qp_of_table_key(k, t.key_size);
+      const rg_qp_slot_head* s = slots.find(qp, d);
+      rg_qp_dir value = s ? s->dir : from_v80(now);  // met first after the copy: it comes whole
+      if (s && !add_v80_gain(value, now, was)) return;
+      gained += slots.place(qp, d, value, s ? s->last_seen : qp_clock_of(now.last_seen_ns));
     });
   }
   return gained;
 }
 
-std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path, uint32_t entries,
-                                                    uint32_t map_flags) {
+std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path, uint32_t entries) {
   std::vector<QpValueMigration::Table> tables;
   auto release = [&tables] {
     for (auto& t : tables) {
@@ -1344,25 +1554,28 @@ std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path,
   };
   try {
     for (const uint32_t key_size : {uint32_t{sizeof(rg_qp4_key)}, uint32_t{sizeof(rg_qp6_key)}}) {
-      const char* name = key_size == sizeof(rg_qp4_key) ? kMapQp4 : kMapQp6;
-      const std::string path = pin_path + "/" + name;
+      const bool v4 = key_size == sizeof(rg_qp4_key);
+      const std::string path = pin_path + "/" + (v4 ? kMapQp4 : kMapQp6);
       Owned old{bpf_obj_get(path.c_str())};
       if (old.fd < 0) continue;
       bpf_map_info info{};
       uint32_t len = sizeof(info);
-      if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0 || !is_v80_qp_table(info, key_size)) continue;
-      Owned fresh{create_qp_table(key_size, entries, map_flags)};
+      if (bpf_obj_get_info_by_fd(old.fd, &info, &len) != 0 || !is_lru_qp_table(info, key_size)) continue;
+      Owned fresh{create_qp_table(v4 ? AF_INET : AF_INET6, entries)};
       QpValueMigration::Table t;
       t.key_size = key_size;
+      t.value_size = info.value_size;
       t.max_entries = info.max_entries;
-      walk_map(old.fd, key_size, sizeof(QpDirV80), info.max_entries, [&](const uint8_t* k, const uint8_t* v) {
-        QpDirV80 o;
-        std::memcpy(&o, v, sizeof(o));
-        t.copied.emplace(std::string(reinterpret_cast<const char*>(k), key_size), o);
-        const rg_qp_dir value = from_v80(o);
-        if (bpf_map_update_elem(fresh.fd, k, &value, BPF_ANY) != 0)
-          throw Error("cannot copy a QP of " + path + " into its new table: " + errno_text(errno));
-      });
+      {
+        QpSlotTable slots(fresh.fd, v4 ? AF_INET : AF_INET6, true);
+        walk_map(old.fd, key_size, info.value_size, info.max_entries, [&](const uint8_t* k, const uint8_t* v) {
+          const QpDirV80 o = widen(v, info.value_size);
+          const auto [qp, d] = qp_of_table_key(k, key_size);
+          // A QP whose two buckets are full is not carried.
+          if (slots.place(qp, d, from_v80(o), qp_clock_of(o.last_seen_ns)))
+            t.copied.emplace(std::string(reinterpret_cast<const char*>(k), key_size), o);
+        });
+      }
       pin_replacing(fresh.fd, path);
       t.old_fd = old.fd;
       t.new_fd = fresh.fd;

@@ -77,6 +77,9 @@ struct CounterRow {
 // Both directions of one QP, joined from their entries in rg_qp4/rg_qp6.
 struct QpState {
   std::array<rg_qp_dir, RG_DIR_MAX> dir{};
+  // CLOCK_MONOTONIC of each direction's last packet, to the slot clock's
+  // resolution (RG_QP_CLOCK_SHIFT); 0 for a direction not in the table.
+  std::array<uint64_t, RG_DIR_MAX> last_seen_ns{};
 };
 
 struct QpRow {
@@ -155,6 +158,52 @@ void check_map_layout(int fd, const std::string& name, const MapLayout& layout);
 // the size of the buffers the kernel writes into. Returns the number of
 // entries visited.
 using EntryVisitor = std::function<void(const uint8_t* key, const uint8_t* value)>;
+
+// One per-QP slot table (rg_qp4 or rg_qp6, roceguard.h) mapped into this
+// process (the tables are BPF_F_MMAPABLE arrays): the one place userspace
+// reads slots, finds a QP direction's slot and places one.
+class QpSlotTable {
+ public:
+  // family AF_INET (rg_qp4) or AF_INET6 (rg_qp6); writable maps it for
+  // place() as well. Throws when fd is no slot table of that family.
+  QpSlotTable(int fd, int family, bool writable = false);
+  ~QpSlotTable();
+  QpSlotTable(const QpSlotTable&) = delete;
+  QpSlotTable& operator=(const QpSlotTable&) = delete;
+
+  uint32_t slots() const { return slots_; }
+  uint32_t buckets() const { return slots_ / RG_QP_BUCKET_SLOTS; }
+  // Bytes of the table in the kernel, per slot.
+  uint32_t slot_size() const { return slot_size_; }
+
+  // Calls visit for every READY slot; returns how many.
+  using Visitor = std::function<void(const rg_qp_key& qp, rg_direction dir, const rg_qp_slot_head& slot)>;
+  uint32_t walk(const Visitor& visit) const;
+  // The READY slot of qp's direction dir, as the programs' lookup finds it;
+  // nullptr when absent.
+  const rg_qp_slot_head* find(const rg_qp_key& qp, uint32_t dir) const;
+  // Writes qp's direction dir with its counts and clock into its slot, or
+  // into the slot the programs would claim for it (rg_qp_scan's rule).
+  // Only while no program writes the table (an upgrade before
+  // attach, benchmarks, tests). False when both its buckets are full.
+  bool place(const rg_qp_key& qp, uint32_t dir, const rg_qp_dir& value, uint32_t last_seen);
+
+ private:
+  rg_qp_slot_head* slot(uint32_t i) const;
+  void probe_of(const rg_qp_key& qp, uint32_t dir, uint32_t bucket[2], uint32_t home[2]) const;
+  bool matches(const rg_qp_slot_head* s, const rg_qp_key& qp, uint32_t dir) const;
+
+  int family_;
+  uint32_t slots_ = 0;
+  uint32_t slot_size_ = 0;
+  size_t length_ = 0;
+  uint8_t* base_ = nullptr;
+};
+
+// The slot clock (RG_QP_CLOCK_SHIFT units of CLOCK_MONOTONIC) now, and a
+// slot clock value in nanoseconds.
+uint32_t qp_clock_now();
+inline uint64_t qp_clock_ns(uint32_t clock) { return static_cast<uint64_t>(clock) << RG_QP_CLOCK_SHIFT; }
 size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_entries,
                 const EntryVisitor& visit);
 
@@ -205,6 +254,7 @@ class MapReader {
   uint32_t counters_value_size_ = sizeof(rg_counters);
   uint32_t counters_max_ = 0;
   QpEntries qp_max_{};
+  std::unique_ptr<QpSlotTable> slots4_, slots6_;  // qp_ mapped
   bool owned_ = false;
   std::string pin_path_;
 };
@@ -406,12 +456,24 @@ struct QpDirV80 {
 };
 static_assert(sizeof(QpDirV80) == 80, "the 80-byte rg_qp_dir");
 
-// Is the pinned per-QP table name (rg_qp4 or rg_qp6) one of the 80-byte
-// value that migrate_qp_values carries over, and otherwise what this build
-// wants (type, key size, max_entries, map_flags)? Any other difference is
-// for the compatibility check to name.
-bool qp_values_need_migration(const std::string& pin_path, const std::string& name, uint32_t max_entries,
-                              uint32_t map_flags);
+// The value of rg_qp4 and rg_qp6 when they were LRU hashes of the 64-byte
+// rg_qp_dir, before the slot tables: retransmits, lost, cnp, ecn_ce and the
+// rarer four in 32 bits. An upgrade carries such tables over too
+// (migrate_qp_values).
+struct QpDirV64 {
+  uint64_t packets, bytes;
+  uint32_t max_psn : 24, resend_next : 8;
+  uint32_t flags;
+  uint64_t last_seen_ns;
+  uint32_t retransmits, lost, cnp, ecn_ce, gaps, nak_seq_err, nak_other, rnr_nak;
+};
+static_assert(sizeof(QpDirV64) == 64, "the 64-byte rg_qp_dir of the LRU tables");
+
+// Is the pinned per-QP table name (rg_qp4 or rg_qp6) an LRU hash of the
+// 80- or the 64-byte value that migrate_qp_values carries over, sized for
+// the entries this load wants? Any other difference is for the
+// compatibility check to name.
+bool qp_values_need_migration(const std::string& pin_path, const std::string& name, uint32_t entries);
 
 // What migrate_qp_values carried: as for QpMigration, the earlier build's
 // programs count on in the old tables until the attach takes their hooks,
@@ -422,8 +484,8 @@ class QpValueMigration : public CarriedMap {
  public:
   struct Table {
     int old_fd = -1, new_fd = -1;
-    uint32_t key_size = 0, max_entries = 0;  // of the old table
-    std::map<std::string, QpDirV80> copied;  // by the key's bytes
+    uint32_t key_size = 0, value_size = 0, max_entries = 0;  // of the old table
+    std::map<std::string, QpDirV80> copied;  // by the key's bytes; a 64-byte value widened
   };
   explicit QpValueMigration(std::vector<Table> tables);
   ~QpValueMigration() override;
@@ -437,16 +499,16 @@ class QpValueMigration : public CarriedMap {
   std::vector<Table> tables_;
 };
 
-// Carries the entries of the pinned rg_qp4 and rg_qp6 of the 80-byte value
-// into new tables of this build's value, of the given capacity and
-// map_flags (with the object's BTF of key and value), pinned in their
-// place. The counts this build keeps in 32 bits keep their low 32 bits: a
-// 32-bit count is a count modulo 2^32, as the programs' own adds make it,
-// so what is carried later adds on exactly and a consumer of counters sees
-// at most one reset. Returns the migration, or nullptr when neither table
-// is of that value.
-std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path, uint32_t entries,
-                                                    uint32_t map_flags);
+// Carries the entries of the pinned rg_qp4 and rg_qp6 LRU hashes (of the
+// 80- or the 64-byte value) into new slot tables meant for the given
+// entries (with the object's BTF of the slot), pinned in their place, each
+// QP direction in the slot the programs would claim for it. The counts
+// this build keeps in 32 or 16 bits keep their low bits: such a count is a
+// count modulo 2^32 or 2^16, as the programs' own adds make it, so what is
+// carried later adds on exactly and a consumer of counters sees at most one
+// reset. Returns the migration, or nullptr when neither table is of such a
+// value.
+std::unique_ptr<QpValueMigration> migrate_qp_values(const std::string& pin_path, uint32_t entries);
 
 // Carries the entries of an earlier build's pinned rg_qp (both directions
 // in one value, one table for both families) into new rg_qp4 and rg_qp6

@@ -42,6 +42,8 @@ constexpr std::array<EventName, RG_EV_MAX> kEvents{{
     {RG_EV_GENEVE_CRITICAL, "geneve_critical", "geneve_critical_dropped_packets", "Geneve with critical options (C bit) on a configured tunnel, dropped", "geneve_critical_dropped_bytes"},
     {RG_EV_PSN_RESYNC, "psn_resync", "psn_resyncs", "PSN tracking restarted (QP idle, or a jump beyond any window)"},
     {RG_EV_XDP_FORWARDED, "xdp_forwarded", "xdp_forwarded_packets", "RoCE packets forwarded out of this interface from an XDP hook (fast path), past its qdisc", "xdp_forwarded_bytes"},
+    {RG_EV_QP_EVICTED, "qp_evicted", "qp_evicted", "Per-QP entries that took the slot of a QP silent past the idle time"},
+    {RG_EV_QP_UNTRACKED, "qp_untracked", "qp_untracked_packets", "RoCE packets of a QP the per-QP table had no slot for (every candidate slot held an active QP)"},
 }};
 
 // Order must match enum rg_peer_event; names_test checks it.

@@ -1924,22 +1924,66 @@ TEST(QpTable, KeyedByAddressesAndQp) {
       EXPECT_EQ(row.key.family, static_cast<uint32_t>(AF_INET6));
       EXPECT_EQ(Bytes(row.key.dst, row.key.dst + 16), ip_addr("2001:db8:5::20"));
     }
-    EXPECT_NE(row.state.dir[RG_DIR_EGRESS].last_seen_ns, 0u);
+    EXPECT_NE(row.state.last_seen_ns[RG_DIR_EGRESS], 0u);
   }
   EXPECT_EQ(dp.events(RG_DIR_EGRESS)["qp_new"], 3u);
   EXPECT_EQ(dp.events(RG_DIR_INGRESS)["qp_new"], 1u) << "each direction of a QP is an entry of its own";
 }
 
-TEST(QpTable, BoundedByLruEvictingOldQps) {
-  Dataplane dp;  // rg_qp sized 1024 by the harness
+// The harness sizes the table for 1024 QP directions: 1536 slots in
+// buckets of 8, each QP direction with two candidate buckets.
+TEST(QpTable, HoldsEveryQpItIsSizedFor) {
+  Dataplane dp;
+  for (uint32_t qp = 1; qp <= 512; ++qp) {
+    dp.tc(roce4(kOpSendOnly, qp, 1).build());
+    dp.xdp(roce4(kOpSendOnly, qp, 1).build());
+  }
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["qp_new"], 512u);
+  EXPECT_EQ(dp.events(RG_DIR_INGRESS)["qp_new"], 512u);
+  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["qp_untracked"] + dp.events(RG_DIR_INGRESS)["qp_untracked"], 0u);
+  size_t both = 0;
+  for (const auto& row : dp.qps()) both += row.state.dir[RG_DIR_EGRESS].packets == 1 && row.state.dir[RG_DIR_INGRESS].packets == 1;
+  EXPECT_EQ(both, 512u);
+}
+
+// Past what it holds, a table of QPs that all send keeps them and counts
+// the packets of the QPs it has no slot for: none is evicted.
+TEST(QpTable, FullOfActiveQpsKeepsThemAndCountsTheRestUntracked) {
+  Dataplane dp;
   const uint32_t qps = 3000;
   for (uint32_t qp = 1; qp <= qps; ++qp) dp.tc(roce4(kOpSendOnly, qp, 1).build());
-  size_t entries = dp.qps().size();
-  EXPECT_LE(entries, 1024u);
-  EXPECT_GT(entries, 0u);
-  EXPECT_EQ(dp.events(RG_DIR_EGRESS)["qp_new"], qps) << "evicted QPs are new when seen again";
-  // The newest QP is still tracked.
-  EXPECT_EQ(dp.qp(RG_DIR_EGRESS, qps).packets, 1u);
+  const size_t entries = dp.qps().size();
+  EXPECT_GE(entries, 1024u) << "at least what it is sized for";
+  EXPECT_LE(entries, 1536u) << "at most a QP direction per slot";
+  Events e = dp.events(RG_DIR_EGRESS);
+  EXPECT_EQ(e["qp_new"], entries);
+  EXPECT_EQ(e["qp_evicted"], 0u);
+  EXPECT_EQ(e["qp_untracked"], qps - entries);
+  EXPECT_EQ(e["roce_packets"], qps);
+  // The first QP keeps its slot and counts on.
+  dp.tc(roce4(kOpSendOnly, 1, 2).build());
+  EXPECT_EQ(dp.qp(RG_DIR_EGRESS, 1).packets, 2u);
+}
+
+// A QP silent past the idle time gives its slot to a new one: the one
+// silent the longest among the new QP's candidates.
+TEST(QpTable, FullTableEvictsAQpSilentPastTheIdleTime) {
+  Dataplane dp;
+  const uint32_t qps = 3000;
+  for (uint32_t qp = 1; qp <= qps; ++qp) dp.tc(roce4(kOpSendOnly, qp, 1).build());
+  const size_t entries = dp.qps().size();
+  const uint64_t untracked = dp.events(RG_DIR_EGRESS)["qp_untracked"];
+  ASSERT_GT(untracked, 0u);
+  dp.age_qps();
+  // QPs beyond those tracked: each takes the slot of a silent one.
+  uint32_t fresh = 0;
+  for (uint32_t qp = qps + 1; qp <= qps + 16; ++qp, ++fresh) dp.tc(roce4(kOpSendOnly, qp, 7).build());
+  Events e = dp.events(RG_DIR_EGRESS);
+  EXPECT_EQ(e["qp_evicted"], fresh);
+  EXPECT_EQ(e["qp_new"], entries + fresh);
+  EXPECT_EQ(e["qp_untracked"], untracked) << "no packet of the new QPs went untracked";
+  EXPECT_EQ(dp.qps().size(), entries) << "each took a slot, none added one";
+  for (uint32_t qp = qps + 1; qp <= qps + 16; ++qp) EXPECT_EQ(dp.qp(RG_DIR_EGRESS, qp).packets, 1u) << qp;
 }
 
 TEST(QpTable, AccountingDisabledKeepsEventCountersOnly) {

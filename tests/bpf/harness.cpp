@@ -233,7 +233,7 @@ roceguard* load_object(const rg_config& cfg) {
   roceguard* skel = roceguard__open();
   if (!skel) throw std::runtime_error("roceguard__open: " + std::string(std::strerror(errno)));
   skel->rodata->rg_cfg = cfg;
-  // A small QP table keeps each load cheap; LRU behaviour is not what
+  // A small QP table keeps each load cheap; a full table is not what
   // these tests are about.
   rg::set_qp_entries(skel->obj, 1024);
   if (int err = roceguard__load(skel)) {
@@ -555,16 +555,14 @@ void Dataplane::tunnels(uint16_t mtu) {
 
 void Dataplane::age_qps() {
   for (bpf_map* m : {skel_->maps.rg_qp4, skel_->maps.rg_qp6}) {
-    const uint32_t key_size = bpf_map__key_size(m);
-    std::vector<std::vector<uint8_t>> keys;
-    walk_map(bpf_map__fd(m), key_size, sizeof(rg_qp_dir), bpf_map__max_entries(m),
-             [&](const uint8_t* k, const uint8_t*) { keys.emplace_back(k, k + key_size); });
-    for (const auto& k : keys) {
-      rg_qp_dir d{};
-      if (bpf_map__lookup_elem(m, k.data(), key_size, &d, sizeof(d), 0))
+    std::vector<uint8_t> slot(bpf_map__value_size(m));
+    for (uint32_t i = 0; i < bpf_map__max_entries(m); ++i) {
+      if (bpf_map__lookup_elem(m, &i, sizeof(i), slot.data(), slot.size(), 0))
         throw std::runtime_error(std::string(bpf_map__name(m)) + " lookup: " + std::strerror(errno));
-      d.last_seen_ns = 1;
-      if (bpf_map__update_elem(m, k.data(), key_size, &d, sizeof(d), BPF_EXIST))
+      auto* head = reinterpret_cast<rg_qp_slot_head*>(slot.data());
+      if (rg_qp_id_state(head->id) != RG_QP_SLOT_READY) continue;
+      head->last_seen = 1;  // long before now, in the slot clock
+      if (bpf_map__update_elem(m, &i, sizeof(i), slot.data(), slot.size(), 0))
         throw std::runtime_error(std::string(bpf_map__name(m)) + " update: " + std::strerror(errno));
     }
   }

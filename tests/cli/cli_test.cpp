@@ -1293,8 +1293,12 @@ TEST_F(LoaderNetns, IncompatiblePinnedMapNeedsResetState) {
   json before = status();
   Result r = rg("attach --interface veth0 --qp-entries 1024");
   EXPECT_EQ(r.rc, 4) << r.out;
-  EXPECT_NE(r.out.find("rg_qp4: max_entries 65536 pinned, 1024 wanted"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("rg_qp6: max_entries 65536 pinned, 1024 wanted"), std::string::npos) << r.out;
+  // The tables' max_entries are their slots: 3/2 of the QP directions they
+  // are sized for, in whole buckets (65536 -> 98304, 1024 -> 1536).
+  ASSERT_EQ(rg_qp_slots(RG_DEFAULT_QP_ENTRIES), 98304u);
+  ASSERT_EQ(rg_qp_slots(1024), 1536u);
+  EXPECT_NE(r.out.find("rg_qp4: max_entries 98304 pinned, 1536 wanted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rg_qp6: max_entries 98304 pinned, 1536 wanted"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--reset-state"), std::string::npos) << r.out;
   json after = status();
   EXPECT_EQ(after["interfaces"][0]["tc"]["prog_id"], before["interfaces"][0]["tc"]["prog_id"])
@@ -1308,7 +1312,7 @@ TEST_F(LoaderNetns, IncompatiblePinnedMapNeedsResetState) {
   const json st = status();
   for (const auto& m : st["maps"]) {
     if (m["name"] == "rg_qp4" || m["name"] == "rg_qp6") {
-      EXPECT_EQ(m["max_entries"], 1024) << m["name"];
+      EXPECT_EQ(m["max_entries"], rg_qp_slots(1024)) << m["name"] << ": slots for 1024 QP directions";
       ++qp_tables;
     }
   }
@@ -1381,23 +1385,40 @@ TEST_F(LoaderNetns, UpgradeCarriesAnEarlierBuildsQpTable) {
   EXPECT_EQ(q["egress"]["gaps"], 2);
 }
 
-// An upgrade from a build whose rg_qp4 and rg_qp6 held the 80-byte value:
-// a first attach that fails half-way pins the old tables again; the attach
-// that completes carries their QPs into tables of this build's value
-// (instead of refusing them as of another value size), and the programs
-// count on from the carried values.
-TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
-  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
-  ASSERT_EQ(send_roce(1, 3), 0);
-  // The earlier build's tables, holding QP 0x11 (what send_roce sends)
-  // leaving, and an IPv6 QP arriving.
-  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) ASSERT_EQ(unlink((pin_ + "/" + name).c_str()), 0) << name;
-  int v4 = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, rg::kMapQp4, sizeof(rg_qp4_key), sizeof(rg::QpDirV80),
+// rg_qp4 and rg_qp6 as an earlier build whose tables were LRU hashes of
+// value_size (sizeof(rg::QpDirV80) or sizeof(rg::QpDirV64)) pinned them in
+// pin, replacing this build's: QP 0x11 (what send_roce sends) leaving, its
+// CE count past 2^32 where the value keeps 64 bits and its gaps past 2^16,
+// and an IPv6 QP arriving, its RNR NAKs past 2^16.
+void pin_lru_qp_tables(const std::string& pin, uint32_t value_size) {
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) ASSERT_EQ(unlink((pin + "/" + name).c_str()), 0) << name;
+  int v4 = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, rg::kMapQp4, sizeof(rg_qp4_key), value_size,
                           RG_DEFAULT_QP_ENTRIES, nullptr);
-  int v6 = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, rg::kMapQp6, sizeof(rg_qp6_key), sizeof(rg::QpDirV80),
+  int v6 = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, rg::kMapQp6, sizeof(rg_qp6_key), value_size,
                           RG_DEFAULT_QP_ENTRIES, nullptr);
   ASSERT_GE(v4, 0) << strerror(errno);
   ASSERT_GE(v6, 0) << strerror(errno);
+  // Either value from the 80-byte one: the 64-byte value keeps the four
+  // counts below in 32 bits.
+  auto put = [value_size](int fd, const void* key, const rg::QpDirV80& o) {
+    if (value_size == sizeof(rg::QpDirV80)) return bpf_map_update_elem(fd, key, &o, BPF_NOEXIST);
+    rg::QpDirV64 n{};
+    n.packets = o.packets;
+    n.bytes = o.bytes;
+    n.max_psn = o.max_psn;
+    n.resend_next = o.resend_next;
+    n.flags = o.flags;
+    n.last_seen_ns = o.last_seen_ns;
+    n.retransmits = static_cast<uint32_t>(o.retransmits);
+    n.lost = static_cast<uint32_t>(o.lost);
+    n.cnp = static_cast<uint32_t>(o.cnp);
+    n.ecn_ce = static_cast<uint32_t>(o.ecn_ce);
+    n.gaps = o.gaps;
+    n.nak_seq_err = o.nak_seq_err;
+    n.nak_other = o.nak_other;
+    n.rnr_nak = o.rnr_nak;
+    return bpf_map_update_elem(fd, key, &n, BPF_NOEXIST);
+  };
   struct timespec now {};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
   rg_qp4_key k4{};
@@ -1415,8 +1436,8 @@ TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
   o4.lost = 5;
   o4.cnp = 3;
   o4.ecn_ce = (1ull << 32) + 4;
-  o4.gaps = 2;
-  ASSERT_EQ(bpf_map_update_elem(v4, &k4, &o4, BPF_NOEXIST), 0) << strerror(errno);
+  o4.gaps = 0x10000 + 2;
+  ASSERT_EQ(put(v4, &k4, o4), 0) << strerror(errno);
   rg_qp6_key k6{};
   inet_pton(AF_INET6, "2001:db8::1", k6.src);
   inet_pton(AF_INET6, "2001:db8::2", k6.dst);
@@ -1426,53 +1447,113 @@ TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
   o6.packets = 500;
   o6.bytes = 32000;
   o6.flags = RG_QP_F_SEEN;
-  o6.rnr_nak = 2;
-  ASSERT_EQ(bpf_map_update_elem(v6, &k6, &o6, BPF_NOEXIST), 0) << strerror(errno);
-  ASSERT_EQ(bpf_obj_pin(v4, (pin_ + "/" + rg::kMapQp4).c_str()), 0) << strerror(errno);
-  ASSERT_EQ(bpf_obj_pin(v6, (pin_ + "/" + rg::kMapQp6).c_str()), 0) << strerror(errno);
+  o6.last_seen_ns = o4.last_seen_ns;
+  o6.rnr_nak = 0x20000 + 2;
+  ASSERT_EQ(put(v6, &k6, o6), 0) << strerror(errno);
+  ASSERT_EQ(bpf_obj_pin(v4, (pin + "/" + rg::kMapQp4).c_str()), 0) << strerror(errno);
+  ASSERT_EQ(bpf_obj_pin(v6, (pin + "/" + rg::kMapQp6).c_str()), 0) << strerror(errno);
   close(v4);
   close(v6);
-  auto pinned_value_size = [&](const char* name) {
-    const int fd = bpf_obj_get((pin_ + "/" + name).c_str());
-    bpf_map_info info{};
-    uint32_t len = sizeof(info);
-    const bool ok = fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0;
-    if (fd >= 0) close(fd);
-    return ok ? info.value_size : 0u;
-  };
+}
 
-  // Fails at vbig0, after veth0: everything is put back, the old tables too.
-  create_xdp_refusing_veth();
-  Result r = rg("attach --interface veth0 --interface vbig0");
-  ASSERT_NE(r.rc, 0) << r.out;
-  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
-    EXPECT_EQ(pinned_value_size(name), sizeof(rg::QpDirV80)) << name << ": a failed upgrade keeps the earlier build's\n"
-                                                             << r.out;
+// The value size of a pinned map; 0 when it cannot be read.
+uint32_t pinned_value_size(const std::string& path) {
+  const int fd = bpf_obj_get(path.c_str());
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  const bool ok = fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? info.value_size : 0u;
+}
 
-  r = rg("attach --interface veth0");
-  ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("carried 2 QP directions"), std::string::npos) << r.out;
-  for (const char* name : {rg::kMapQp4, rg::kMapQp6}) EXPECT_EQ(pinned_value_size(name), sizeof(rg_qp_dir)) << name;
-  Result q = rg("stats --json --qp --top 5");
-  auto j = json::parse(q.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << q.out;
+// The QPs of `stats --json --qp --top 5` by dest_qp.
+std::map<uint32_t, json> qps_by_number(const Result& q) {
   std::map<uint32_t, json> qps;
+  auto j = json::parse(q.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << q.out;
+  if (j.is_discarded()) return qps;
   for (const auto& e : j.value("qps", json::array())) qps[e.value("dest_qp", 0u)] = e;
+  return qps;
+}
+
+// What pin_lru_qp_tables pinned, in this build's slot tables: every count,
+// those this build keeps in 32 or 16 bits by their low bits.
+void expect_lru_qps_carried(const Result& q) {
+  std::map<uint32_t, json> qps = qps_by_number(q);
   ASSERT_EQ(qps.size(), 2u) << q.out;
   EXPECT_EQ(qps[0x11]["egress"]["packets"], 1000);
   EXPECT_EQ(qps[0x11]["egress"]["retransmits"], 7);
   EXPECT_EQ(qps[0x11]["egress"]["lost"], 5);
   EXPECT_EQ(qps[0x11]["egress"]["cnp"], 3);
   EXPECT_EQ(qps[0x11]["egress"]["ecn_ce"], 4) << "the low 32 bits";
+  EXPECT_EQ(qps[0x11]["egress"]["gaps"], 2) << "the low 16 bits";
   EXPECT_EQ(qps[0x11]["egress"]["max_psn"], 99);
   EXPECT_EQ(qps[0x22]["ingress"]["packets"], 500);
-  EXPECT_EQ(qps[0x22]["ingress"]["rnr_nak"], 2);
+  EXPECT_EQ(qps[0x22]["ingress"]["rnr_nak"], 2) << "the low 16 bits";
+}
+
+// An upgrade from a build whose rg_qp4 and rg_qp6 were LRU hashes of the
+// 80-byte value: a first attach that fails half-way pins the old tables
+// again; the attach that completes carries their QPs into slot tables
+// (instead of refusing them as of another type and value size), and the
+// programs count on from the carried values.
+TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  pin_lru_qp_tables(pin_, sizeof(rg::QpDirV80));
+  ASSERT_FALSE(HasFatalFailure());
+
+  // Fails at vbig0, after veth0: everything is put back, the old tables too.
+  create_xdp_refusing_veth();
+  Result r = rg("attach --interface veth0 --interface vbig0");
+  ASSERT_NE(r.rc, 0) << r.out;
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
+    EXPECT_EQ(pinned_value_size(pin_ + "/" + name), sizeof(rg::QpDirV80))
+        << name << ": a failed upgrade keeps the earlier build's\n"
+        << r.out;
+
+  r = rg("attach --interface veth0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("carried 2 QP directions"), std::string::npos) << r.out;
+  EXPECT_EQ(pinned_value_size(pin_ + "/" + rg::kMapQp4), sizeof(rg_qp4_slot));
+  EXPECT_EQ(pinned_value_size(pin_ + "/" + rg::kMapQp6), sizeof(rg_qp6_slot));
+  expect_lru_qps_carried(rg("stats --json --qp --top 5"));
   // The attached programs count on in the carried entry: PSN 100 after 99.
   ASSERT_EQ(send_roce(100, 2), 0);
-  q = rg("stats --json --qp --top 5");
-  j = json::parse(q.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << q.out;
-  for (const auto& e : j.value("qps", json::array())) qps[e.value("dest_qp", 0u)] = e;
+  std::map<uint32_t, json> qps = qps_by_number(rg("stats --json --qp --top 5"));
+  EXPECT_EQ(qps[0x11]["egress"]["packets"], 1002);
+  EXPECT_EQ(qps[0x11]["egress"]["retransmits"], 7);
+  EXPECT_EQ(qps[0x11]["egress"]["gaps"], 2);
+}
+
+// The same from the build just before the slot tables, whose LRU hashes
+// held the 64-byte value (its counts in 32 bits).
+TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe64ByteValue) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  pin_lru_qp_tables(pin_, sizeof(rg::QpDirV64));
+  ASSERT_FALSE(HasFatalFailure());
+  // Until an attach carries them over, the readers refuse them by name.
+  Result r = rg("stats --json --qp");
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_NE(r.out.find("type lru_hash, expected array"), std::string::npos) << r.out;
+
+  create_xdp_refusing_veth();
+  r = rg("attach --interface veth0 --interface vbig0");
+  ASSERT_NE(r.rc, 0) << r.out;
+  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
+    EXPECT_EQ(pinned_value_size(pin_ + "/" + name), sizeof(rg::QpDirV64))
+        << name << ": a failed upgrade keeps the earlier build's\n"
+        << r.out;
+
+  r = rg("attach --interface veth0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("carried 2 QP directions"), std::string::npos) << r.out;
+  EXPECT_EQ(pinned_value_size(pin_ + "/" + rg::kMapQp4), sizeof(rg_qp4_slot));
+  EXPECT_EQ(pinned_value_size(pin_ + "/" + rg::kMapQp6), sizeof(rg_qp6_slot));
+  expect_lru_qps_carried(rg("stats --json --qp --top 5"));
+  ASSERT_EQ(send_roce(100, 2), 0);
+  std::map<uint32_t, json> qps = qps_by_number(rg("stats --json --qp --top 5"));
   EXPECT_EQ(qps[0x11]["egress"]["packets"], 1002);
   EXPECT_EQ(qps[0x11]["egress"]["retransmits"], 7);
   EXPECT_EQ(qps[0x11]["egress"]["gaps"], 2);

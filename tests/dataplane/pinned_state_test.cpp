@@ -1,8 +1,8 @@
 // What roceguard reads back from its pin path when that state is not what
 // it wrote: maps of another type or size, an attach record of another
 // layout or shape, a counter map left by a build with fewer events, a
-// counter map full of interfaces that are gone, and a QP table churned by
-// the data path while it is walked. Every map here is created by the test in
+// counter map full of interfaces that are gone, and QP tables churned while
+// they are walked. Every map here is created by the test in
 // a private bpffs directory of its own, removed even when a case fails; no
 // packet is sent.
 #include <arpa/inet.h>
@@ -11,6 +11,7 @@
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
 #include <net/if.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,10 +59,20 @@ Result sh(const std::string& cmd) {
 }
 
 int create_map(bpf_map_type type, uint32_t key_size, uint32_t value_size, uint32_t max_entries,
-               const char* name = "rg_test") {
-  LIBBPF_OPTS(bpf_map_create_opts, opts);
+               const char* name = "rg_test", uint32_t map_flags = 0) {
+  LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = map_flags);
   return bpf_map_create(type, name, key_size, value_size, max_entries, &opts);
 }
+
+// A per-QP slot table of this build (rg_qp4 or rg_qp6, by family) sized
+// for entries QP directions, as the object creates it.
+int create_slot_table(int family, uint32_t entries, const char* name = "rg_test") {
+  return create_map(BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), family == AF_INET ? sizeof(rg_qp4_slot) : sizeof(rg_qp6_slot),
+                    rg_qp_slots(entries), name, BPF_F_MMAPABLE);
+}
+
+// A CLOCK_MONOTONIC time as a slot keeps it: to the slot clock's resolution.
+uint64_t on_slot_clock(uint64_t ns) { return ns >> RG_QP_CLOCK_SHIFT << RG_QP_CLOCK_SHIFT; }
 
 class PinnedState : public ::testing::Test {
  protected:
@@ -79,8 +90,8 @@ class PinnedState : public ::testing::Test {
 
   // Creates a map and pins it as <pin>/<name>; the fd stays open.
   int pin(const std::string& name, bpf_map_type type, uint32_t key_size, uint32_t value_size,
-          uint32_t max_entries) {
-    int fd = create_map(type, key_size, value_size, max_entries, name.c_str());
+          uint32_t max_entries, uint32_t map_flags = 0) {
+    int fd = create_map(type, key_size, value_size, max_entries, name.c_str(), map_flags);
     EXPECT_GE(fd, 0) << name << ": " << strerror(errno);
     if (fd < 0) return fd;
     fds_.push_back(fd);
@@ -92,9 +103,19 @@ class PinnedState : public ::testing::Test {
     return pin(rg::kMapCounters, BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), value_size,
                RG_MAX_COUNTER_KEYS);
   }
+  // rg_qp4 and rg_qp6 as this build pins them: slot tables for 1024 QP
+  // directions.
+  int pin_qp4() {
+    return pin(rg::kMapQp4, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_qp4_slot), rg_qp_slots(1024),
+               BPF_F_MMAPABLE);
+  }
+  int pin_qp6() {
+    return pin(rg::kMapQp6, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_qp6_slot), rg_qp_slots(1024),
+               BPF_F_MMAPABLE);
+  }
   void pin_qp() {
-    pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), 1024);
-    pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), 1024);
+    pin_qp4();
+    pin_qp6();
   }
 
   // rg_state holding text, in the layout roceguard writes.
@@ -138,13 +159,16 @@ TEST_F(PinnedState, CounterMapOfAnotherTypeIsRefusedByName) {
   EXPECT_NE(r.out.find(rg::kMapCounters), std::string::npos) << r.out;
 }
 
+// rg_qp4 a hash of another key and value (the slot table is an array of
+// 64-byte slots by a 4-byte index): every difference is named.
 TEST_F(PinnedState, QpMapOfAnotherKeyOrValueSizeIsRefusedByName) {
   pin_counters();
-  pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key) + 8, 65536, 1024);
-  pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir), 1024);
+  pin(rg::kMapQp4, BPF_MAP_TYPE_HASH, sizeof(rg_qp4_key) + 8, 65536, 1024);
+  pin_qp6();
   std::string msg = error_of([&] { rg::MapReader reader(pin_); });
   EXPECT_NE(msg.find(rg::kMapQp4), std::string::npos) << msg;
-  EXPECT_NE(msg.find("key_size 24, expected 16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("type hash, expected array"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key_size 24, expected 4"), std::string::npos) << msg;
   EXPECT_NE(msg.find("value_size 65536, expected 64"), std::string::npos) << msg;
 
   Result r = rg("stats --qp");
@@ -154,15 +178,40 @@ TEST_F(PinnedState, QpMapOfAnotherKeyOrValueSizeIsRefusedByName) {
 
 TEST_F(PinnedState, Ipv6QpMapOfAnotherValueSizeIsRefusedByName) {
   pin_counters();
-  pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), 1024);
-  pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(rg_qp_dir) + 8, 1024);
+  pin_qp4();
+  pin(rg::kMapQp6, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_qp6_slot) + 8, rg_qp_slots(1024),
+      BPF_F_MMAPABLE);
   std::string msg = error_of([&] { rg::MapReader reader(pin_); });
   EXPECT_NE(msg.find(rg::kMapQp6), std::string::npos) << msg;
-  EXPECT_NE(msg.find("value_size 72, expected 64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value_size 136, expected 128"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("type "), std::string::npos) << "the type is right: " << msg;
 
   Result r = rg("stats --qp");
   EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
   EXPECT_NE(r.out.find(rg::kMapQp6), std::string::npos) << r.out;
+}
+
+// An array of the slots' sizes that the reader cannot map as a slot table
+// (not BPF_F_MMAPABLE, or slots in no whole buckets) is refused by name too,
+// never read.
+TEST_F(PinnedState, QpArrayThatIsNoSlotTableIsRefusedByName) {
+  pin_counters();
+  pin(rg::kMapQp4, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_qp4_slot), rg_qp_slots(1024));
+  pin_qp6();
+  std::string msg = error_of([&] { rg::MapReader reader(pin_); });
+  EXPECT_NE(msg.find(rg::kMapQp4), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no per-QP slot table"), std::string::npos) << msg;
+  Result r = rg("stats --qp");
+  EXPECT_EQ(r.rc, rg::kExitConflict) << r.out;
+  EXPECT_NE(r.out.find(rg::kMapQp4), std::string::npos) << r.out;
+
+  const int odd = create_map(BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(rg_qp6_slot), rg_qp_slots(1024) + 1,
+                             "rg_qp6", BPF_F_MMAPABLE);
+  ASSERT_GE(odd, 0) << strerror(errno);
+  fds_.push_back(odd);
+  msg = error_of([&] { rg::QpSlotTable t(odd, AF_INET6); });
+  EXPECT_NE(msg.find(rg::kMapQp6), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no per-QP slot table"), std::string::npos) << msg;
 }
 
 // A counter value longer than this build's (a later build with more events)
@@ -334,8 +383,8 @@ TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
   const rg_qp_key k4 = legacy_qp4(0x11, "198.51.100.2");
   LegacyQpState v4{};
   v4.dir[RG_DIR_EGRESS] = {100, 102400, 3, 2, 7, 1, 0, 4, 5, 6, 0x123456, RG_QP_F_SEEN};
-  v4.dir[RG_DIR_INGRESS] = {50, 51200, 1, 1ull << 33, 9, 0, 2, 0, 0, 8, 0x654321, RG_QP_F_SEEN};
-  v4.last_seen_ns = 777;
+  v4.dir[RG_DIR_INGRESS] = {50, 51200, 1, (1ull << 33) + 5, 9, 0, 2, 0, 0, 8, 0x654321, RG_QP_F_SEEN};
+  v4.last_seen_ns = 777'123'456'789ull;
   ASSERT_EQ(bpf_map_update_elem(legacy, &k4, &v4, BPF_NOEXIST), 0) << strerror(errno);
   rg_qp_key k6{};
   k6.family = AF_INET6;
@@ -344,7 +393,7 @@ TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
   k6.dest_qp = 0x22;
   LegacyQpState v6{};
   v6.dir[RG_DIR_EGRESS] = {10, 10240, 0, 0, 0, 0, 0, 0, 0, 0, 9, RG_QP_F_SEEN};
-  v6.last_seen_ns = 888;
+  v6.last_seen_ns = 888'987'654'321ull;
   ASSERT_EQ(bpf_map_update_elem(legacy, &k6, &v6, BPF_NOEXIST), 0) << strerror(errno);
 
   auto carried = rg::migrate_qp_table(pin_, 2048);
@@ -355,7 +404,9 @@ TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
   EXPECT_EQ(stat((pin_ + "/" + rg::kMapQpLegacy).c_str(), &st), 0);
   for (const char* name : {rg::kMapQp4, rg::kMapQp6}) {
     rg::MapUsage u = rg::map_info(fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())), name);
-    EXPECT_EQ(u.max_entries, 2048u) << name;
+    EXPECT_EQ(u.max_entries, rg_qp_slots(2048)) << name << ": slot tables for 2048 QP directions";
+    EXPECT_EQ(u.max_entries, 3072u) << name;
+    EXPECT_EQ(u.value_size, name == std::string(rg::kMapQp4) ? sizeof(rg_qp4_slot) : sizeof(rg_qp6_slot)) << name;
     EXPECT_NE(stat((pin_ + "/" + name + "_migrating").c_str(), &st), 0) << name;
   }
 
@@ -378,16 +429,17 @@ TEST_F(PinnedState, LegacyQpTableIsCarriedIntoThePerFamilyTables) {
         EXPECT_EQ(n.ecn_ce, o.ecn_ce) << d;
         EXPECT_EQ(n.max_psn, o.max_psn) << d;
         EXPECT_EQ(n.flags, o.flags) << d;
-        EXPECT_EQ(n.last_seen_ns, 777u) << d;
+        EXPECT_EQ(row.state.last_seen_ns[d], on_slot_clock(v4.last_seen_ns)) << d << ": to the slot clock's resolution";
       }
       EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].gaps, 2u);
-      EXPECT_EQ(row.state.dir[RG_DIR_INGRESS].gaps, UINT32_MAX);  // 32 bits now: saturated, not wrapped
+      EXPECT_EQ(row.state.dir[RG_DIR_INGRESS].gaps, 5u) << "16 bits now: modulo 2^16, as the programs' own adds";
     } else {
       EXPECT_EQ(std::memcmp(&row.key, &k6, sizeof(k6)), 0);
       EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].packets, 10u);
       EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].max_psn, 9u);
-      EXPECT_EQ(row.state.dir[RG_DIR_EGRESS].last_seen_ns, 888u);
+      EXPECT_EQ(row.state.last_seen_ns[RG_DIR_EGRESS], on_slot_clock(v6.last_seen_ns));
       EXPECT_EQ(row.state.dir[RG_DIR_INGRESS].packets, 0u);
+      EXPECT_EQ(row.state.last_seen_ns[RG_DIR_INGRESS], 0u) << "never seen";
     }
   }
 
@@ -416,24 +468,25 @@ TEST_F(PinnedState, WhatTheEarlierBuildCountsInItsQpTableDuringTheUpgradeIsCarri
   const int legacy = pin(rg::kMapQpLegacy, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 64);
   const rg_qp_key k4 = legacy_qp4(0x11, "192.0.2.2");
   LegacyQpState v4{};
-  v4.dir[RG_DIR_EGRESS] = {100, 102400, 3, 2, 7, 1, 0, 4, 5, 6, 0x123456, RG_QP_F_SEEN};
-  v4.last_seen_ns = 777;
+  v4.dir[RG_DIR_EGRESS] = {100, 102400, 3, 0xfffe, 7, 1, 0, 4, 5, 6, 0x123456, RG_QP_F_SEEN};
+  v4.last_seen_ns = 777'123'456'789ull;
   ASSERT_EQ(bpf_map_update_elem(legacy, &k4, &v4, BPF_NOEXIST), 0) << strerror(errno);
   auto carried = rg::migrate_qp_table(pin_, 2048);
   ASSERT_TRUE(carried);
 
-  // 10 more packets, 2 more resent, 1 more gap, a later PSN; and a new QP.
+  // 10 more packets, 2 more resent, 3 more gaps (past 2^16), a later PSN;
+  // and a new QP.
   LegacyQpState later = v4;
   later.dir[RG_DIR_EGRESS].packets += 10;
   later.dir[RG_DIR_EGRESS].bytes += 10240;
   later.dir[RG_DIR_EGRESS].retransmits += 2;
-  later.dir[RG_DIR_EGRESS].gaps += 1;
+  later.dir[RG_DIR_EGRESS].gaps += 3;
   later.dir[RG_DIR_EGRESS].max_psn = 0x123500;
   ASSERT_EQ(bpf_map_update_elem(legacy, &k4, &later, BPF_EXIST), 0) << strerror(errno);
   const rg_qp_key k_new = legacy_qp4(0x12, "192.0.2.2");
   LegacyQpState v_new{};
   v_new.dir[RG_DIR_INGRESS] = {4, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 77, RG_QP_F_SEEN};
-  v_new.last_seen_ns = 999;
+  v_new.last_seen_ns = 999'987'654'321ull;
   ASSERT_EQ(bpf_map_update_elem(legacy, &k_new, &v_new, BPF_NOEXIST), 0) << strerror(errno);
   EXPECT_EQ(carried->carry_since_copy(), 2u);
 
@@ -444,13 +497,13 @@ TEST_F(PinnedState, WhatTheEarlierBuildCountsInItsQpTableDuringTheUpgradeIsCarri
   EXPECT_EQ(e.packets, 110u);
   EXPECT_EQ(e.bytes, 112640u);
   EXPECT_EQ(e.retransmits, 5u);
-  EXPECT_EQ(e.gaps, 3u);
+  EXPECT_EQ(e.gaps, 1u) << "0xfffe + 3 modulo 2^16";
   EXPECT_EQ(e.lost, 7u);
   EXPECT_EQ(e.max_psn, 0x123456u) << "the tracking is the new programs'";
   const rg_qp_dir& n = rows[0x12].state.dir[RG_DIR_INGRESS];
   EXPECT_EQ(n.packets, 4u);
   EXPECT_EQ(n.max_psn, 77u);
-  EXPECT_EQ(n.last_seen_ns, 999u);
+  EXPECT_EQ(rows[0x12].state.last_seen_ns[RG_DIR_INGRESS], on_slot_clock(v_new.last_seen_ns));
 }
 
 TEST_F(PinnedState, LegacyQpTableOfAnotherLayoutIsRefusedByName) {
@@ -694,10 +747,45 @@ TEST_F(ShieldUpgrade, WhatTheEarlierBuildCountsDuringTheUpgradeIsCarried) {
   EXPECT_EQ(now2[static_cast<size_t>(1 % ncpu_)].ev[0].packets, 3u);
 }
 
+// Struct a of BTF mine described as struct b of theirs, member by member:
+// names, bit offsets and bitfield sizes.
+void expect_members_alike(const btf* mine, const btf_type* a, const btf* theirs, const btf_type* b,
+                          const std::string& what) {
+  EXPECT_EQ(a->size, b->size) << what;
+  EXPECT_EQ(btf_vlen(a), btf_vlen(b)) << what;
+  for (uint16_t i = 0; i < std::min(btf_vlen(a), btf_vlen(b)); ++i) {
+    EXPECT_STREQ(btf__name_by_offset(mine, btf_members(a)[i].name_off),
+                 btf__name_by_offset(theirs, btf_members(b)[i].name_off))
+        << what << " member " << i;
+    EXPECT_EQ(btf_member_bit_offset(a, i), btf_member_bit_offset(b, i)) << what << " member " << i;
+    EXPECT_EQ(btf_member_bitfield_size(a, i), btf_member_bitfield_size(b, i)) << what << " member " << i;
+  }
+}
+
+// The named members of struct t, those of its anonymous members (a union
+// of a word and its fields) among them: bit offset and bitfield size.
+void named_members(const btf* types, const btf_type* t, uint32_t base,
+                   std::map<std::string, std::pair<uint32_t, uint32_t>>& out) {
+  for (uint16_t i = 0; i < btf_vlen(t); ++i) {
+    const char* name = btf__name_by_offset(types, btf_members(t)[i].name_off);
+    const uint32_t at = base + btf_member_bit_offset(t, i);
+    if (!name || !*name) {
+      named_members(types, btf__type_by_id(types, static_cast<uint32_t>(btf__resolve_type(types, btf_members(t)[i].type))),
+                    at, out);
+      continue;
+    }
+    out[name] = {at, btf_member_bitfield_size(t, i)};
+  }
+}
+
 // The BTF the loader writes for the maps it creates describes the value as
 // the BPF object's BTF does, member by member: a field added to roceguard.h
-// and not to the loader's description fails here.
-void expect_btf_like_the_objects(int map_fd, const char* type_name) {
+// and not to the loader's description fails here. nested: structs inside
+// the value compared the same way, by name; flattened: structs whose
+// members the loader names where the object has a union of them, each
+// member the loader names at the object's place for it.
+void expect_btf_like_the_objects(int map_fd, const char* type_name, std::vector<const char*> nested = {},
+                                 std::vector<const char*> flattened = {}) {
   bpf_map_info info{};
   uint32_t len = sizeof(info);
   ASSERT_EQ(bpf_obj_get_info_by_fd(map_fd, &info, &len), 0) << strerror(errno);
@@ -710,15 +798,30 @@ void expect_btf_like_the_objects(int map_fd, const char* type_name) {
   const int id = btf__find_by_name_kind(theirs, type_name, BTF_KIND_STRUCT);
   ASSERT_GT(id, 0) << type_name;
   const btf_type* a = btf__type_by_id(mine, info.btf_value_type_id);
-  const btf_type* b = btf__type_by_id(theirs, static_cast<__u32>(id));
   EXPECT_STREQ(btf__name_by_offset(mine, a->name_off), type_name);
-  EXPECT_EQ(a->size, b->size) << type_name;
-  EXPECT_EQ(btf_vlen(a), btf_vlen(b)) << type_name;
-  for (uint16_t i = 0; i < std::min(btf_vlen(a), btf_vlen(b)); ++i) {
-    EXPECT_STREQ(btf__name_by_offset(mine, btf_members(a)[i].name_off),
-                 btf__name_by_offset(theirs, btf_members(b)[i].name_off))
-        << type_name << " member " << i;
-    EXPECT_EQ(btf_member_bit_offset(a, i), btf_member_bit_offset(b, i)) << type_name << " member " << i;
+  expect_members_alike(mine, a, theirs, btf__type_by_id(theirs, static_cast<__u32>(id)), type_name);
+  for (const char* name : nested) {
+    const int m = btf__find_by_name_kind(mine, name, BTF_KIND_STRUCT), t = btf__find_by_name_kind(theirs, name, BTF_KIND_STRUCT);
+    ASSERT_GT(m, 0) << name << " in the map's BTF";
+    ASSERT_GT(t, 0) << name << " in the object's BTF";
+    expect_members_alike(mine, btf__type_by_id(mine, static_cast<__u32>(m)), theirs,
+                         btf__type_by_id(theirs, static_cast<__u32>(t)), name);
+  }
+  for (const char* name : flattened) {
+    const int m = btf__find_by_name_kind(mine, name, BTF_KIND_STRUCT), t = btf__find_by_name_kind(theirs, name, BTF_KIND_STRUCT);
+    ASSERT_GT(m, 0) << name << " in the map's BTF";
+    ASSERT_GT(t, 0) << name << " in the object's BTF";
+    const btf_type* ma = btf__type_by_id(mine, static_cast<__u32>(m));
+    const btf_type* ta = btf__type_by_id(theirs, static_cast<__u32>(t));
+    EXPECT_EQ(ma->size, ta->size) << name;
+    std::map<std::string, std::pair<uint32_t, uint32_t>> want, got;
+    named_members(theirs, ta, 0, want);
+    named_members(mine, ma, 0, got);
+    EXPECT_GE(got.size(), 1u) << name;
+    for (const auto& [member, place] : got) {
+      ASSERT_TRUE(want.count(member)) << name << "." << member << " is not the object's";
+      EXPECT_EQ(place, want[member]) << name << "." << member << ": bit offset, bitfield size";
+    }
   }
   roceguard__destroy(skel);
   btf__free(mine);
@@ -751,12 +854,13 @@ TEST_F(ShieldUpgrade, LoadOnTheEarlierBuildsPinsCarriesThemOver) {
   expect_carried_over();
 }
 
-// --- QPs across the upgrade to the 64-byte per-QP value -------------------
+// --- QPs across the upgrade from the LRU tables to the slot tables --------
 
+using rg::QpDirV64;
 using rg::QpDirV80;
 
 // The rg_qp4 key of IPv4 QP dest_qp from 192.0.2.1 to 192.0.2.2, and the
-// rg_qp6 one from 2001:db8::1 to 2001:db8::2.
+// rg_qp6 one from 2001:db8::1 to 2001:db8::2, as the LRU tables had them.
 rg_qp4_key qp4_key(uint32_t dest_qp, rg_direction d) {
   rg_qp4_key k{};
   inet_pton(AF_INET, "192.0.2.1", k.src);
@@ -775,8 +879,9 @@ rg_qp6_key qp6_key(uint32_t dest_qp, rg_direction d) {
   return k;
 }
 
-// A direction as the build before the 64-byte value counted it: every
-// count distinct, seed apart.
+// A direction as an earlier build counted it: every count distinct, seed
+// apart, three of the rarer four past 2^16 (this build keeps their low 16
+// bits), its last packet some 777 s after boot.
 QpDirV80 v80_dir(uint64_t seed) {
   QpDirV80 v{};
   v.packets = 1000 + seed;
@@ -784,45 +889,85 @@ QpDirV80 v80_dir(uint64_t seed) {
   v.max_psn = 0x123400 + static_cast<uint32_t>(seed);
   v.resend_next = 0x56;
   v.flags = RG_QP_F_SEEN | RG_QP_F_RESENDING;
-  v.last_seen_ns = 777 + seed;
+  v.last_seen_ns = (777 + seed) * 1'000'000'000ull + 123'456'789;
   v.retransmits = 3 + seed;
   v.lost = 4 + seed;
   v.cnp = 5 + seed;
   v.ecn_ce = 6 + seed;
-  v.gaps = static_cast<uint32_t>(7 + seed);
-  v.nak_seq_err = static_cast<uint32_t>(8 + seed);
-  v.nak_other = static_cast<uint32_t>(9 + seed);
+  v.gaps = static_cast<uint32_t>(0x10000 + 7 + seed);
+  v.nak_seq_err = static_cast<uint32_t>(0x20000 + 8 + seed);
+  v.nak_other = static_cast<uint32_t>(0x30000 + 9 + seed);
   v.rnr_nak = static_cast<uint32_t>(10 + seed);
   return v;
 }
 
-// Every field of n as o's, the 64-bit counts this build keeps in 32 bits
-// by their low 32 bits.
-void expect_carried(const rg_qp_dir& n, const QpDirV80& o, const std::string& what) {
+// The same direction as the build just before the slot tables kept it:
+// the 64-byte value, retransmits, lost, cnp and ecn_ce in 32 bits (its
+// programs' own adds wrap them).
+QpDirV64 v64_of(const QpDirV80& o) {
+  QpDirV64 v{};
+  v.packets = o.packets;
+  v.bytes = o.bytes;
+  v.max_psn = o.max_psn;
+  v.resend_next = o.resend_next;
+  v.flags = o.flags;
+  v.last_seen_ns = o.last_seen_ns;
+  v.retransmits = static_cast<uint32_t>(o.retransmits);
+  v.lost = static_cast<uint32_t>(o.lost);
+  v.cnp = static_cast<uint32_t>(o.cnp);
+  v.ecn_ce = static_cast<uint32_t>(o.ecn_ce);
+  v.gaps = o.gaps;
+  v.nak_seq_err = o.nak_seq_err;
+  v.nak_other = o.nak_other;
+  v.rnr_nak = o.rnr_nak;
+  return v;
+}
+
+// Every field of row's direction d as o's: the counts this build keeps in
+// 32 or 16 bits by their low bits, the last packet to the slot clock's
+// resolution.
+void expect_carried(const rg::QpRow& row, rg_direction d, const QpDirV80& o, const std::string& what) {
+  const rg_qp_dir& n = row.state.dir[d];
   EXPECT_EQ(n.packets, o.packets) << what;
   EXPECT_EQ(n.bytes, o.bytes) << what;
   EXPECT_EQ(n.max_psn, o.max_psn) << what;
   EXPECT_EQ(n.resend_next, o.resend_next) << what;
   EXPECT_EQ(n.flags, o.flags) << what;
-  EXPECT_EQ(n.last_seen_ns, o.last_seen_ns) << what;
+  EXPECT_EQ(row.state.last_seen_ns[d], on_slot_clock(o.last_seen_ns)) << what;
+  EXPECT_NE(row.state.last_seen_ns[d], 0u) << what;
   EXPECT_EQ(n.retransmits, static_cast<uint32_t>(o.retransmits)) << what;
   EXPECT_EQ(n.lost, static_cast<uint32_t>(o.lost)) << what;
   EXPECT_EQ(n.cnp, static_cast<uint32_t>(o.cnp)) << what;
   EXPECT_EQ(n.ecn_ce, static_cast<uint32_t>(o.ecn_ce)) << what;
-  EXPECT_EQ(n.gaps, o.gaps) << what;
-  EXPECT_EQ(n.nak_seq_err, o.nak_seq_err) << what;
-  EXPECT_EQ(n.nak_other, o.nak_other) << what;
-  EXPECT_EQ(n.rnr_nak, o.rnr_nak) << what;
+  EXPECT_EQ(n.gaps, static_cast<uint16_t>(o.gaps)) << what;
+  EXPECT_EQ(n.nak_seq_err, static_cast<uint16_t>(o.nak_seq_err)) << what;
+  EXPECT_EQ(n.nak_other, static_cast<uint16_t>(o.nak_other)) << what;
+  EXPECT_EQ(n.rnr_nak, static_cast<uint16_t>(o.rnr_nak)) << what;
 }
 
+// rg_qp4 and rg_qp6 as an earlier build pinned them: LRU hashes of the
+// 80-byte value here, of the 64-byte one in QpV64Upgrade (the build just
+// before the slot tables). The cases run the same upgrade on either.
 class QpValueUpgrade : public PinnedState {
  protected:
-  // rg_qp4 and rg_qp6 as the build before the 64-byte value pinned them:
-  // IPv4 QP 0x11 seen both ways (its egress CE count past 2^32), IPv6 QP
-  // 0x22 seen leaving.
-  void pin_v80_tables(uint32_t entries) {
-    old4_ = pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(QpDirV80), entries);
-    old6_ = pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), sizeof(QpDirV80), entries);
+  virtual uint32_t value_size() const { return sizeof(QpDirV80); }
+  bool wide() const { return value_size() == sizeof(QpDirV80); }
+
+  // Writes o into the old table fd as the earlier build's value.
+  void put(int fd, const void* key, const QpDirV80& o, uint64_t flags) {
+    if (wide()) {
+      ASSERT_EQ(bpf_map_update_elem(fd, key, &o, flags), 0) << strerror(errno);
+    } else {
+      const QpDirV64 v = v64_of(o);
+      ASSERT_EQ(bpf_map_update_elem(fd, key, &v, flags), 0) << strerror(errno);
+    }
+  }
+
+  // IPv4 QP 0x11 seen both ways (its egress CE count past 2^32: the 64-byte
+  // value kept its low 32 bits already), IPv6 QP 0x22 seen leaving.
+  void pin_old_tables(uint32_t entries) {
+    old4_ = pin(rg::kMapQp4, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), value_size(), entries);
+    old6_ = pin(rg::kMapQp6, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp6_key), value_size(), entries);
     ASSERT_GE(old4_, 0);
     ASSERT_GE(old6_, 0);
     e4_ = v80_dir(0);
@@ -831,9 +976,9 @@ class QpValueUpgrade : public PinnedState {
     e6_ = v80_dir(200);
     const rg_qp4_key ke = qp4_key(0x11, RG_DIR_EGRESS), ki = qp4_key(0x11, RG_DIR_INGRESS);
     const rg_qp6_key k6 = qp6_key(0x22, RG_DIR_EGRESS);
-    ASSERT_EQ(bpf_map_update_elem(old4_, &ke, &e4_, BPF_NOEXIST), 0) << strerror(errno);
-    ASSERT_EQ(bpf_map_update_elem(old4_, &ki, &i4_, BPF_NOEXIST), 0) << strerror(errno);
-    ASSERT_EQ(bpf_map_update_elem(old6_, &k6, &e6_, BPF_NOEXIST), 0) << strerror(errno);
+    put(old4_, &ke, e4_, BPF_NOEXIST);
+    put(old4_, &ki, i4_, BPF_NOEXIST);
+    put(old6_, &k6, e6_, BPF_NOEXIST);
   }
 
   // The QPs of the pinned tables, through the one reader stats and the
@@ -846,137 +991,187 @@ class QpValueUpgrade : public PinnedState {
 
   void expect_carried_over(uint32_t entries) {
     struct stat st {};
+    std::map<std::string, int> fd;
     for (const char* name : {rg::kMapQp4, rg::kMapQp6}) {
-      const int fd = fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str()));
-      ASSERT_GE(fd, 0) << name;
-      rg::MapUsage u = rg::map_info(fd, name);
-      EXPECT_EQ(u.value_size, sizeof(rg_qp_dir)) << name;
-      EXPECT_EQ(u.max_entries, entries) << name;
+      fd[name] = fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str()));
+      ASSERT_GE(fd[name], 0) << name;
+      rg::MapUsage u = rg::map_info(fd[name], name);
+      EXPECT_EQ(u.value_size, name == std::string(rg::kMapQp4) ? sizeof(rg_qp4_slot) : sizeof(rg_qp6_slot)) << name;
+      EXPECT_EQ(u.max_entries, rg_qp_slots(entries)) << name << ": slots for " << entries << " QP directions";
       EXPECT_NE(stat((pin_ + "/" + name + "_migrating").c_str(), &st), 0) << name;
     }
     auto got = rows();
     ASSERT_EQ(got.size(), 2u);
     EXPECT_EQ(got[0x11].key.family, static_cast<uint32_t>(AF_INET));
-    expect_carried(got[0x11].state.dir[RG_DIR_EGRESS], e4_, "IPv4 egress");
+    expect_carried(got[0x11], RG_DIR_EGRESS, e4_, "IPv4 egress");
     EXPECT_EQ(got[0x11].state.dir[RG_DIR_EGRESS].ecn_ce, 6u);
-    expect_carried(got[0x11].state.dir[RG_DIR_INGRESS], i4_, "IPv4 ingress");
+    expect_carried(got[0x11], RG_DIR_INGRESS, i4_, "IPv4 ingress");
     EXPECT_EQ(got[0x22].key.family, static_cast<uint32_t>(AF_INET6));
-    expect_carried(got[0x22].state.dir[RG_DIR_EGRESS], e6_, "IPv6 egress");
+    expect_carried(got[0x22], RG_DIR_EGRESS, e6_, "IPv6 egress");
     EXPECT_EQ(got[0x22].state.dir[RG_DIR_INGRESS].packets, 0u) << "never seen";
+    EXPECT_EQ(got[0x22].state.last_seen_ns[RG_DIR_INGRESS], 0u) << "never seen";
+    // Each where the programs' lookup finds it.
+    const rg::QpSlotTable t4(fd[rg::kMapQp4], AF_INET), t6(fd[rg::kMapQp6], AF_INET6);
+    EXPECT_NE(t4.find(got[0x11].key, RG_DIR_EGRESS), nullptr);
+    EXPECT_NE(t4.find(got[0x11].key, RG_DIR_INGRESS), nullptr);
+    EXPECT_NE(t6.find(got[0x22].key, RG_DIR_EGRESS), nullptr);
+    EXPECT_EQ(t6.find(got[0x22].key, RG_DIR_INGRESS), nullptr);
+  }
+
+  // The reader refuses the old tables by name (refused_as: what it names
+  // beside the type) until an upgrade carries them over into slot tables;
+  // then there is nothing left to migrate.
+  void tables_are_carried(const std::string& refused_as) {
+    pin_counters();
+    pin_old_tables(2048);
+    std::string msg = error_of([&] { rg::MapReader reader(pin_); });
+    EXPECT_NE(msg.find(rg::kMapQp4), std::string::npos) << msg;
+    EXPECT_NE(msg.find("type lru_hash, expected array"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(refused_as), std::string::npos) << msg;
+    EXPECT_TRUE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 2048));
+    EXPECT_TRUE(rg::qp_values_need_migration(pin_, rg::kMapQp6, 2048));
+    EXPECT_FALSE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 4096)) << "another capacity is no upgrade";
+
+    auto carried = rg::migrate_qp_values(pin_, 2048);
+    ASSERT_TRUE(carried);
+    EXPECT_EQ(carried->carried(), 3u);
+    expect_carried_over(2048);
+    // The tables are this build's slot tables now: nothing to migrate.
+    EXPECT_FALSE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 2048));
+    EXPECT_FALSE(rg::qp_values_need_migration(pin_, rg::kMapQp6, 2048));
+    EXPECT_FALSE(rg::migrate_qp_values(pin_, 2048));
+  }
+
+  // The earlier build's programs go on counting into the old tables until
+  // the attach takes their hooks: once none runs, what each entry counted
+  // since the copy is added to the new tables (modulo 2^32 or 2^16 where
+  // they keep 32 or 16 bits; the PSN tracking is the new programs'), and a
+  // QP met first after the copy comes whole.
+  void counts_during_the_upgrade_are_carried() {
+    pin_counters();
+    pin_old_tables(2048);
+    // The 80-byte value's retransmits at 2^32 - 1: the next 3 wrap the
+    // 32-bit count to 2 (the 64-byte value wraps its own). NAKs at 0x3ffff,
+    // 0xffff in 16 bits: the next 3 wrap them to 2.
+    i4_.retransmits = wide() ? UINT32_MAX : UINT32_MAX - 5;
+    i4_.nak_other = 0x3ffff;
+    const rg_qp4_key ki = qp4_key(0x11, RG_DIR_INGRESS);
+    put(old4_, &ki, i4_, BPF_EXIST);
+    auto carried = rg::migrate_qp_values(pin_, 2048);
+    ASSERT_TRUE(carried);
+
+    // IPv4 egress: 10 more packets, 2 more CE marks, 1 more gap, a later
+    // PSN; IPv4 ingress: 3 more resent, 3 more NAKs; IPv6: a new QP; the
+    // IPv6 QP 0x22 as it was.
+    QpDirV80 e4 = e4_, i4 = i4_;
+    e4.packets += 10;
+    e4.bytes += 10240;
+    e4.ecn_ce += 2;
+    e4.gaps += 1;
+    e4.max_psn = 0x123500;
+    i4.retransmits += 3;
+    i4.nak_other += 3;
+    const rg_qp4_key ke = qp4_key(0x11, RG_DIR_EGRESS);
+    put(old4_, &ke, e4, BPF_EXIST);
+    put(old4_, &ki, i4, BPF_EXIST);
+    const QpDirV80 n6 = v80_dir(300);
+    const rg_qp6_key k_new = qp6_key(0x33, RG_DIR_INGRESS);
+    put(old6_, &k_new, n6, BPF_NOEXIST);
+    EXPECT_EQ(carried->carry_since_copy(), 3u);
+
+    auto got = rows();
+    ASSERT_EQ(got.size(), 3u);
+    const rg_qp_dir& e = got[0x11].state.dir[RG_DIR_EGRESS];
+    EXPECT_EQ(e.packets, e4_.packets + 10);
+    EXPECT_EQ(e.bytes, e4_.bytes + 10240);
+    EXPECT_EQ(e.ecn_ce, 8u);
+    EXPECT_EQ(e.gaps, static_cast<uint16_t>(e4_.gaps + 1));
+    EXPECT_EQ(e.retransmits, e4_.retransmits);
+    EXPECT_EQ(e.max_psn, e4_.max_psn) << "the tracking is the new programs'";
+    EXPECT_EQ(got[0x11].state.last_seen_ns[RG_DIR_EGRESS], on_slot_clock(e4_.last_seen_ns));
+    const rg_qp_dir& i = got[0x11].state.dir[RG_DIR_INGRESS];
+    EXPECT_EQ(i.retransmits, wide() ? 2u : UINT32_MAX - 2) << "modulo 2^32, as the programs' own adds";
+    EXPECT_EQ(i.nak_other, 2u) << "modulo 2^16, as the programs' own adds";
+    EXPECT_EQ(i.packets, i4_.packets);
+    expect_carried(got[0x22], RG_DIR_EGRESS, e6_, "unchanged");
+    expect_carried(got[0x33], RG_DIR_INGRESS, n6, "met after the copy");
+  }
+
+  // A load on the earlier build's pins starts (without the migration its
+  // tables are refused as of another type): the object loads on the
+  // carried tables, and what the earlier programs counted meanwhile is
+  // carried once this load's programs run.
+  void a_load_carries_them_over() {
+    ASSERT_EQ(geteuid(), 0u) << "needs root: loads the BPF object";
+    rg::Config cfg;
+    cfg.qp_entries = 2048;
+    pin_old_tables(cfg.qp_entries);
+    {
+      rg::BpfObject obj(cfg, pin_, false);
+      ASSERT_NO_THROW(obj.load());
+      // The object's tables are the pinned ones.
+      for (const char* name : {rg::kMapQp4, rg::kMapQp6}) {
+        const int pinned = fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str()));
+        EXPECT_EQ(rg::map_info(obj.map_fd(name), name).id, rg::map_info(pinned, name).id) << name;
+      }
+      QpDirV80 e4 = e4_;
+      e4.packets += 5;
+      e4.cnp += 4;
+      const rg_qp4_key ke = qp4_key(0x11, RG_DIR_EGRESS);
+      put(old4_, &ke, e4, BPF_EXIST);
+      obj.finish_pins();
+    }
+    e4_.packets += 5;
+    e4_.cnp += 4;
+    expect_carried_over(cfg.qp_entries);
   }
 
   int old4_ = -1, old6_ = -1;
   QpDirV80 e4_{}, i4_{}, e6_{};
 };
 
-TEST_F(QpValueUpgrade, TablesOfThe80ByteValueAreCarriedIntoThe64ByteOnes) {
-  pin_counters();
-  pin_v80_tables(2048);
-  // The reader refuses the old value by name until an attach carries it over.
-  std::string msg = error_of([&] { rg::MapReader reader(pin_); });
-  EXPECT_NE(msg.find("value_size 80, expected 64"), std::string::npos) << msg;
-  EXPECT_TRUE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 2048, 0));
-  EXPECT_TRUE(rg::qp_values_need_migration(pin_, rg::kMapQp6, 2048, 0));
-  EXPECT_FALSE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 4096, 0)) << "another capacity is no upgrade";
+class QpV64Upgrade : public QpValueUpgrade {
+ protected:
+  uint32_t value_size() const override { return sizeof(QpDirV64); }
+};
 
-  auto carried = rg::migrate_qp_values(pin_, 2048, 0);
-  ASSERT_TRUE(carried);
-  EXPECT_EQ(carried->carried(), 3u);
-  expect_carried_over(2048);
-  // The tables are of this build's value now: nothing to migrate.
-  EXPECT_FALSE(rg::qp_values_need_migration(pin_, rg::kMapQp4, 2048, 0));
-  EXPECT_FALSE(rg::migrate_qp_values(pin_, 2048, 0));
+TEST_F(QpValueUpgrade, TablesOfThe80ByteValueAreCarriedIntoTheSlotTables) {
+  tables_are_carried("value_size 80, expected 64");
 }
 
-// The earlier build's programs go on counting into the old tables until
-// the attach takes their hooks: once none runs, what each entry counted
-// since the copy is added to the new tables (modulo 2^32 where they keep
-// 32 bits; the PSN tracking is the new programs'), and a QP met first
-// after the copy comes whole.
-TEST_F(QpValueUpgrade, WhatTheEarlierBuildCountsDuringTheUpgradeIsCarried) {
-  pin_counters();
-  pin_v80_tables(2048);
-  i4_.retransmits = UINT32_MAX;  // the next 3 wrap the 32-bit count to 2
-  const rg_qp4_key ki = qp4_key(0x11, RG_DIR_INGRESS);
-  ASSERT_EQ(bpf_map_update_elem(old4_, &ki, &i4_, BPF_EXIST), 0) << strerror(errno);
-  auto carried = rg::migrate_qp_values(pin_, 2048, 0);
-  ASSERT_TRUE(carried);
-
-  // IPv4 egress: 10 more packets, 2 more CE marks, 1 more gap, a later PSN;
-  // IPv4 ingress: 3 more resent; IPv6: a new QP; the IPv6 QP 0x22 as it was.
-  QpDirV80 e4 = e4_, i4 = i4_;
-  e4.packets += 10;
-  e4.bytes += 10240;
-  e4.ecn_ce += 2;
-  e4.gaps += 1;
-  e4.max_psn = 0x123500;
-  i4.retransmits += 3;
-  const rg_qp4_key ke = qp4_key(0x11, RG_DIR_EGRESS);
-  ASSERT_EQ(bpf_map_update_elem(old4_, &ke, &e4, BPF_EXIST), 0) << strerror(errno);
-  ASSERT_EQ(bpf_map_update_elem(old4_, &ki, &i4, BPF_EXIST), 0) << strerror(errno);
-  const QpDirV80 n6 = v80_dir(300);
-  const rg_qp6_key k_new = qp6_key(0x33, RG_DIR_INGRESS);
-  ASSERT_EQ(bpf_map_update_elem(old6_, &k_new, &n6, BPF_NOEXIST), 0) << strerror(errno);
-  EXPECT_EQ(carried->carry_since_copy(), 3u);
-
-  auto got = rows();
-  ASSERT_EQ(got.size(), 3u);
-  const rg_qp_dir& e = got[0x11].state.dir[RG_DIR_EGRESS];
-  EXPECT_EQ(e.packets, e4_.packets + 10);
-  EXPECT_EQ(e.bytes, e4_.bytes + 10240);
-  EXPECT_EQ(e.ecn_ce, 8u);
-  EXPECT_EQ(e.gaps, e4_.gaps + 1);
-  EXPECT_EQ(e.retransmits, e4_.retransmits);
-  EXPECT_EQ(e.max_psn, e4_.max_psn) << "the tracking is the new programs'";
-  const rg_qp_dir& i = got[0x11].state.dir[RG_DIR_INGRESS];
-  EXPECT_EQ(i.retransmits, 2u) << "modulo 2^32, as the programs' own adds";
-  EXPECT_EQ(i.packets, i4_.packets);
-  expect_carried(got[0x22].state.dir[RG_DIR_EGRESS], e6_, "unchanged");
-  expect_carried(got[0x33].state.dir[RG_DIR_INGRESS], n6, "met after the copy");
+TEST_F(QpV64Upgrade, TablesOfThe64ByteValueAreCarriedIntoTheSlotTables) {
+  // The 64-byte value is the IPv4 slot's size: the type and the key differ.
+  tables_are_carried("key_size 16, expected 4");
 }
 
+TEST_F(QpValueUpgrade, WhatTheEarlierBuildCountsDuringTheUpgradeIsCarried) { counts_during_the_upgrade_are_carried(); }
+
+TEST_F(QpV64Upgrade, WhatTheEarlierBuildCountsDuringTheUpgradeIsCarried) { counts_during_the_upgrade_are_carried(); }
+
+// The migration's tables are of the object's slot type (head, src, dst),
+// their rg_qp_dir member by member, and the head's fields where the
+// object's union of the id word and its fields has them.
 TEST_F(QpValueUpgrade, MigratedTablesCarryTheValueTypesOfTheObject) {
-  pin_v80_tables(1024);
-  ASSERT_TRUE(rg::migrate_qp_values(pin_, 1024, 0));
-  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
-    expect_btf_like_the_objects(fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())), "rg_qp_dir");
+  pin_old_tables(1024);
+  ASSERT_TRUE(rg::migrate_qp_values(pin_, 1024));
+  expect_btf_like_the_objects(fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapQp4).c_str())), "rg_qp4_slot",
+                              {"rg_qp_dir"}, {"rg_qp_slot_head"});
+  expect_btf_like_the_objects(fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapQp6).c_str())), "rg_qp6_slot",
+                              {"rg_qp_dir"}, {"rg_qp_slot_head"});
 }
 
 TEST_F(PinnedState, TablesOfTheLegacyQpMigrationCarryTheValueTypesOfTheObject) {
   pin(rg::kMapQpLegacy, BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp_key), sizeof(LegacyQpState), 64);
   ASSERT_TRUE(rg::migrate_qp_table(pin_, 1024));
-  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
-    expect_btf_like_the_objects(fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str())), "rg_qp_dir");
+  expect_btf_like_the_objects(fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapQp4).c_str())), "rg_qp4_slot",
+                              {"rg_qp_dir"}, {"rg_qp_slot_head"});
+  expect_btf_like_the_objects(fds_.emplace_back(bpf_obj_get((pin_ + "/" + rg::kMapQp6).c_str())), "rg_qp6_slot",
+                              {"rg_qp_dir"}, {"rg_qp_slot_head"});
 }
 
-// A load on the earlier build's pins starts (without the migration its
-// tables are refused as of another value size): the object loads on the
-// carried tables, and what the earlier programs counted meanwhile is
-// carried once this load's programs run.
-TEST_F(QpValueUpgrade, LoadOnTheEarlierBuildsTablesCarriesThemOver) {
-  ASSERT_EQ(geteuid(), 0u) << "needs root: loads the BPF object";
-  rg::Config cfg;
-  cfg.qp_entries = 2048;
-  pin_v80_tables(cfg.qp_entries);
-  {
-    rg::BpfObject obj(cfg, pin_, false);
-    ASSERT_NO_THROW(obj.load());
-    // The object's tables are the pinned ones.
-    for (const char* name : {rg::kMapQp4, rg::kMapQp6}) {
-      const int pinned = fds_.emplace_back(bpf_obj_get((pin_ + "/" + name).c_str()));
-      EXPECT_EQ(rg::map_info(obj.map_fd(name), name).id, rg::map_info(pinned, name).id) << name;
-    }
-    QpDirV80 e4 = e4_;
-    e4.packets += 5;
-    e4.cnp += 4;
-    const rg_qp4_key ke = qp4_key(0x11, RG_DIR_EGRESS);
-    ASSERT_EQ(bpf_map_update_elem(old4_, &ke, &e4, BPF_EXIST), 0) << strerror(errno);
-    obj.finish_pins();
-  }
-  e4_.packets += 5;
-  e4_.cnp += 4;
-  expect_carried_over(cfg.qp_entries);
-}
+TEST_F(QpValueUpgrade, LoadOnTheEarlierBuildsTablesCarriesThemOver) { a_load_carries_them_over(); }
+
+TEST_F(QpV64Upgrade, LoadOnTheEarlierBuildsTablesCarriesThemOver) { a_load_carries_them_over(); }
 
 // --- The load's sequence epoch ----------------------------------------------
 
@@ -1212,22 +1407,21 @@ TEST_F(PinnedState, StaleInterfacesArePrunedSoANewOneStillCounts) {
 
 // --- Walks under churn ------------------------------------------------------
 
-// One thread inserts random QP keys into a small LRU table, evicting as it
-// goes, while walks run: every walk ends and returns each key at most once,
+// One thread inserts random QP keys into a small LRU table of an earlier
+// build's (the 64-byte value), evicting as it goes, while walks run, as an
+// upgrade walks that table while the earlier build's programs still count
+// (migrate_qp_values): every walk ends and returns each key at most once,
 // never more keys than the table holds.
 TEST(MapWalk, LruChurnNeverRepeatsOrExceedsCapacity) {
   constexpr uint32_t kCapacity = 1024;
-  int counters = create_map(BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), sizeof(rg_counters),
-                            RG_MAX_COUNTER_KEYS);
-  int qp = create_map(BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg_qp_dir), kCapacity);
-  ASSERT_GE(counters, 0) << strerror(errno);
+  int qp = create_map(BPF_MAP_TYPE_LRU_HASH, sizeof(rg_qp4_key), sizeof(rg::QpDirV64), kCapacity);
   ASSERT_GE(qp, 0) << strerror(errno);
   auto insert = [qp](std::mt19937& rng) {
     rg_qp4_key key{};
     key.dest_qp = rng();
     key.src[0] = static_cast<uint8_t>(rng());
     key.direction = rng() & 1;
-    rg_qp_dir value{};
+    rg::QpDirV64 value{};
     value.packets = 1;
     bpf_map_update_elem(qp, &key, &value, BPF_ANY);
   };
@@ -1239,28 +1433,161 @@ TEST(MapWalk, LruChurnNeverRepeatsOrExceedsCapacity) {
     std::mt19937 rng(2);
     while (!stop.load(std::memory_order_relaxed)) insert(rng);
   });
-  rg::MapReader reader(counters, rg::QpMaps{qp, -1});
   size_t worst = 0;
   bool repeated = false;
   for (int walk = 0; walk < 200; ++walk) {
-    // The walk itself: the reader joins a QP's two directions into a row.
     std::vector<std::string> walked;
-    rg::walk_map(qp, sizeof(rg_qp4_key), sizeof(rg_qp_dir), kCapacity, [&](const uint8_t* k, const uint8_t*) {
+    rg::walk_map(qp, sizeof(rg_qp4_key), sizeof(rg::QpDirV64), kCapacity, [&](const uint8_t* k, const uint8_t*) {
       walked.emplace_back(reinterpret_cast<const char*>(k), sizeof(rg_qp4_key));
     });
     std::set<std::string> keys(walked.begin(), walked.end());
     repeated |= keys.size() != walked.size();
     worst = std::max(worst, walked.size());
-    worst = std::max(worst, reader.qps().size());
-    auto usage = reader.usage(qp, rg::kMapQp4);
-    worst = std::max<size_t>(worst, usage.entries);
   }
   stop = true;
   churn.join();
-  close(counters);
   close(qp);
   EXPECT_FALSE(repeated);
   EXPECT_LE(worst, kCapacity);
+}
+
+// The slot table under churn: one thread claims slots the way the programs
+// do (a free slot of the key's candidate buckets, or else the slot of a QP
+// it evicts; one compare-and-swap of the id word to CLAIMED, the key and
+// counts written, then READY), evicting as it goes, while the reader
+// walks: every walk returns each QP direction at most once and never more
+// than the table has slots, and a QP that is never evicted is in every
+// walk, with its counts.
+TEST(MapWalk, SlotChurnNeverRepeatsOrMissesAQpThatStays) {
+  constexpr uint32_t kEntries = 1024, kStaying = 256, kChurned = 0x800000;  // churned QPs' numbers from here
+  int counters = create_map(BPF_MAP_TYPE_PERCPU_HASH, sizeof(rg_counter_key), sizeof(rg_counters),
+                            RG_MAX_COUNTER_KEYS);
+  int qp = create_slot_table(AF_INET, kEntries, "rg_qp4");
+  ASSERT_GE(counters, 0) << strerror(errno);
+  ASSERT_GE(qp, 0) << strerror(errno);
+  const uint32_t slots = rg_qp_slots(kEntries), buckets = slots / RG_QP_BUCKET_SLOTS;
+  auto qp4 = [](uint32_t dest_qp, uint32_t src) {
+    rg_qp_key k{};
+    k.family = AF_INET;
+    std::memcpy(k.src, &src, 4);
+    inet_pton(AF_INET, "192.0.2.2", k.dst);
+    k.dest_qp = dest_qp;
+    return k;
+  };
+  {
+    rg::QpSlotTable table(qp, AF_INET, true);
+    for (uint32_t i = 1; i <= kStaying; ++i) {
+      rg_qp_dir v{};
+      v.packets = i;
+      ASSERT_TRUE(table.place(qp4(i, 0x010200c0), RG_DIR_EGRESS, v, rg::qp_clock_now())) << i;
+    }
+  }
+  const size_t length = static_cast<size_t>(slots) * sizeof(rg_qp4_slot);
+  void* mapped = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, qp, 0);
+  ASSERT_NE(mapped, MAP_FAILED) << strerror(errno);
+  auto* table = static_cast<rg_qp4_slot*>(mapped);
+
+  // A new QP direction n (unique: its number and source from n) into one of
+  // its candidate slots; false when all sixteen hold QPs that stay.
+  auto claim = [&](uint64_t n) {
+    const rg_qp_key k = qp4(kChurned + static_cast<uint32_t>(n % kChurned), static_cast<uint32_t>(n / kChurned));
+    const uint32_t dir = static_cast<uint32_t>(n & 1);
+    uint64_t words[1];
+    std::memcpy(words, k.src, 4);
+    std::memcpy(reinterpret_cast<uint8_t*>(words) + 4, k.dst, 4);
+    const uint64_t h = rg_qp_hash(reinterpret_cast<const __u64*>(words), 1, rg_qp_id(k.dest_qp, dir, 0));
+    rg_qp4_slot* target = nullptr;
+    uint32_t expect = 0;
+    rg_qp4_slot* victim = nullptr;
+    uint32_t victim_id = 0;
+    for (int second = 0; second < 2 && !target; ++second) {
+      const uint32_t b = rg_qp_bucket(h, second, buckets);
+      for (uint32_t j = 0; j < RG_QP_BUCKET_SLOTS; ++j) {
+        rg_qp4_slot* s = &table[b * RG_QP_BUCKET_SLOTS + j];
+        const uint32_t id = __atomic_load_n(&s->head.id, __ATOMIC_ACQUIRE), st = rg_qp_id_state(id);
+        if (st == RG_QP_SLOT_EMPTY || st == RG_QP_SLOT_ABANDONED) {
+          target = s;
+          expect = id;
+          break;
+        }
+        if (st == RG_QP_SLOT_READY && (id & RG_QP_ID_QP_MASK) >= kChurned && !victim) {
+          victim = s;
+          victim_id = id;
+        }
+      }
+    }
+    if (!target) target = victim, expect = victim_id;
+    if (!target) return false;
+    const uint32_t claimed = rg_qp_id(k.dest_qp, dir, RG_QP_SLOT_CLAIMED);
+    if (!__atomic_compare_exchange_n(&target->head.id, &expect, claimed, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return false;
+    std::memcpy(target->src, k.src, 4);
+    std::memcpy(target->dst, k.dst, 4);
+    target->head.dir = rg_qp_dir{};
+    target->head.dir.packets = 1;
+    target->head.last_seen = rg::qp_clock_now();
+    __atomic_store_n(&target->head.id, rg_qp_id(k.dest_qp, dir, RG_QP_SLOT_READY), __ATOMIC_RELEASE);
+    return true;
+  };
+  uint64_t next = 0;
+  for (uint32_t i = 0; i < 4 * slots; ++i) claim(next++);
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> claims{0};
+  std::thread churn([&, n = next]() mutable {
+    while (!stop.load(std::memory_order_relaxed)) claims += claim(n++);
+  });
+  rg::MapReader reader(counters, rg::QpMaps{qp, -1});
+  const rg::QpSlotTable slot_table(qp, AF_INET);
+  size_t worst = 0;
+  bool repeated = false, missed = false, wrong = false;
+  for (int walk = 0; walk < 200; ++walk) {
+    // The walk itself, then the reader's rows (a QP's two directions
+    // joined) and its fill of the table.
+    std::vector<std::string> walked;
+    size_t staying = 0;
+    slot_table.walk([&](const rg_qp_key& k, rg_direction d, const rg_qp_slot_head& s) {
+      walked.emplace_back(reinterpret_cast<const char*>(&k), sizeof(k));
+      walked.back().push_back(static_cast<char>(d));
+      if (k.dest_qp < kChurned) {
+        ++staying;
+        wrong |= s.dir.packets != k.dest_qp;
+      }
+    });
+    std::set<std::string> keys(walked.begin(), walked.end());
+    repeated |= keys.size() != walked.size();
+    missed |= staying != kStaying;
+    worst = std::max(worst, walked.size());
+
+    const auto rows = reader.qps();
+    std::set<std::string> qps;
+    size_t rows_staying = 0;
+    for (const auto& row : rows) {
+      qps.emplace(reinterpret_cast<const char*>(&row.key), sizeof(row.key));
+      if (row.key.dest_qp < kChurned) {
+        ++rows_staying;
+        wrong |= row.state.dir[RG_DIR_EGRESS].packets != row.key.dest_qp;
+      }
+    }
+    repeated |= qps.size() != rows.size();
+    missed |= rows_staying != kStaying;
+    worst = std::max(worst, rows.size());
+    for (const auto& u : reader.usage_all())
+      if (u.name == rg::kMapQp4) {
+        worst = std::max<size_t>(worst, u.entries);
+        EXPECT_EQ(u.max_entries, slots);
+      }
+  }
+  stop = true;
+  churn.join();
+  munmap(mapped, length);
+  close(counters);
+  close(qp);
+  EXPECT_GT(claims.load(), 0u) << "the churn claimed no slot";
+  EXPECT_FALSE(repeated);
+  EXPECT_FALSE(missed) << "a QP that stays is in every walk";
+  EXPECT_FALSE(wrong) << "with its own counts";
+  EXPECT_LE(worst, slots);
 }
 
 // walk_map stops at max_entries even when asked for fewer than the map
