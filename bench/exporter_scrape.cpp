@@ -5,8 +5,8 @@
 // and the time zlib takes at the default level.
 //
 // The roceguard object is loaded with its maps pinned in a private bpffs
-// directory, rg_qp is filled from userspace with QPs that carry traffic and
-// a few counter rows are written; the exporter (loader/metrics/exporter.cpp, as
+// directory, rg_qp4 is filled from userspace (QpSlotTable::place) with QPs
+// that carry traffic and a few counter rows are written; the exporter (loader/metrics/exporter.cpp, as
 // `roceguard run` starts it) serves them on a loopback port and this
 // process scrapes it over HTTP. Allocations are counted by replacing the
 // global operator new, which sees every C++ allocation in the process: the
@@ -171,24 +171,29 @@ int main(int argc, char** argv) {
 
     // Traffic on every QP, some with losses, so the top-N selection has
     // work. A gateway sees a QP in one direction: half of them leave
-    // (retransmissions), half arrive (losses), one rg_qp4 entry each.
-    const int qp_fd = bpf_map__fd(obj.skel()->maps.rg_qp4);
-    rg_qp4_key k{};
-    inet_pton(AF_INET, kHost4, k.src);
-    inet_pton(AF_INET, kRemoteHost4, k.dst);
-    for (uint32_t q = 0; q < qps; ++q) {
-      rg_qp_dir v{};
-      k.dest_qp = q;
-      k.direction = q % 2 ? RG_DIR_INGRESS : RG_DIR_EGRESS;
-      v.packets = 1000 + q;
-      v.bytes = (1000 + q) * 1024ull;
-      if (k.direction == RG_DIR_EGRESS)
-        v.retransmits = q % 97;
-      else
-        v.lost = q % 89;
-      v.flags = RG_QP_F_SEEN;
-      if (bpf_map_update_elem(qp_fd, &k, &v, BPF_ANY))
-        throw std::runtime_error("filling rg_qp4: " + std::string(std::strerror(errno)));
+    // (retransmissions), half arrive (losses), one rg_qp4 slot each,
+    // placed through the table's mapping where the programs would claim it.
+    {
+      rg::QpSlotTable slots(bpf_map__fd(obj.skel()->maps.rg_qp4), AF_INET, true);
+      rg_qp_key qp{};
+      qp.family = AF_INET;
+      inet_pton(AF_INET, kHost4, qp.src);
+      inet_pton(AF_INET, kRemoteHost4, qp.dst);
+      const uint32_t now = rg::qp_clock_now();
+      for (uint32_t q = 0; q < qps; ++q) {
+        rg_qp_dir v{};
+        qp.dest_qp = q;
+        const uint32_t dir = q % 2 ? RG_DIR_INGRESS : RG_DIR_EGRESS;
+        v.packets = 1000 + q;
+        v.bytes = (1000 + q) * 1024ull;
+        if (dir == RG_DIR_EGRESS)
+          v.retransmits = q % 97;
+        else
+          v.lost = q % 89;
+        v.flags = RG_QP_F_SEEN;
+        if (!slots.place(qp, dir, v, now))
+          throw std::runtime_error("filling rg_qp4: QP " + std::to_string(q) + " found both its buckets full");
+      }
     }
     const int ncpu = libbpf_num_possible_cpus();
     std::vector<rg_counters> per_cpu(static_cast<size_t>(ncpu));

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * The per-QP table's lookups in a loop inside one program run
- * (bench_qp_scale --loop): a test run's own cost (context, skb or frame,
- * timer) is paid once for QP_LOOP_KEYS lookups instead of once per lookup,
- * so what is left is the table. rg_qp4 is the loaded roceguard object's
- * table, filled from userspace (the benchmark reuses its fd); qp_keys the
- * keys to look up, in the order drawn. Each found entry has its packet
- * count raised atomically, as the accounting does, so the element's line
- * is written as on the data path. qp_keys_only walks the same keys without
- * the table: the floor subtracted.
+ * The reference per-QP table's lookups in a loop inside one program run
+ * (bench_qp_scale --loop-rounds): a test run's own cost (context, skb or
+ * frame, timer) is paid once for QP_LOOP_KEYS lookups instead of once per
+ * lookup, so what is left is the table. The reference is the layout the
+ * data path had before its slot tables: an LRU hash keyed by rg_qp4_key
+ * with the 64-byte value (qp_loop.h), qp_lru4, sized and filled from
+ * userspace by the benchmark; qp_lru6, its IPv6 twin, is never looked up:
+ * it is there for its memory (an LRU hash preallocates every element).
+ * qp_keys holds the keys to look up, in the order drawn. Each found entry
+ * has its packet count raised atomically, as the accounting did, so the
+ * element's line is written as on the data path. qp_keys_only walks the
+ * same keys without the table: the floor subtracted from both tables'
+ * runs (qp_datapath.bpf.c is the other table's).
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -19,11 +23,17 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1); /* the reused table's own size applies */
+	__uint(max_entries, 1); /* set before load: the size measured */
 	__type(key, struct rg_qp4_key);
-	__type(value, struct rg_qp_dir);
-} rg_qp4 SEC(".maps");
+	__type(value, struct qp_dir_v64);
+} qp_lru4 SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1); /* set before load: the size measured */
+	__type(key, struct rg_qp6_key);
+	__type(value, struct qp_dir_v64);
+} qp_lru6 SEC(".maps");
 
 struct walk {
 	__u64 found;
@@ -42,7 +52,7 @@ static long step(__u32 i, void *arg)
 		w->found += key->dest_qp & 1;
 		return 0;
 	}
-	struct rg_qp_dir *d = bpf_map_lookup_elem(&rg_qp4, key);
+	struct qp_dir_v64 *d = bpf_map_lookup_elem(&qp_lru4, key);
 
 	if (d) {
 		__sync_fetch_and_add(&d->packets, 1);
