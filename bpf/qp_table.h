@@ -186,6 +186,12 @@ static __always_inline int rg_qp_swap_id(struct rg_qp_slot_head *s, __u32 old, _
 	return 0;
 }
 
+/* k's id word in state st. */
+static __always_inline __u32 rg_qp_key_state(const struct rg_qp_probe *k, __u32 st)
+{
+	return (k->id & RG_QP_ID_KEY_MASK) | st << RG_QP_ID_STATE_SHIFT;
+}
+
 static __always_inline int rg_qp_same_key(const struct rg_qp_slot_head *s, __u32 id, const struct rg_qp_probe *k,
 					  int v6)
 {
@@ -350,25 +356,23 @@ wait:
  */
 static __always_inline long rg_qp_claim(struct rg_qp_scratch *x, int v6)
 {
-	const struct rg_qp_probe *k = &x->probe;
-	struct rg_qp_scan *sc = &x->scan;
-	__u32 key_id = k->id & RG_QP_ID_KEY_MASK;
-	__u32 claimed = key_id | RG_QP_SLOT_CLAIMED << RG_QP_ID_STATE_SHIFT;
-	__u32 keyed = key_id | RG_QP_SLOT_KEYED << RG_QP_ID_STATE_SHIFT;
 	int t;
 
+	/*
+	 * What a try chose lives in x->scan, not in locals: with the passes
+	 * inlined, the frame stays small enough for the deepest chain of calls
+	 * (the fast path's program, the accounting, this).
+	 */
 #pragma clang loop unroll(disable)
 	for (t = 0; t < RG_QP_CLAIM_TRIES; t++) {
 		struct rg_qp_slot_head *target;
-		__u32 target_i, expect;
-		int evicts = 0;
 
-		rg_qp_scan(k, v6, sc);
-		if (sc->found != RG_QP_NONE)
-			return sc->found; /* inserted meanwhile */
-		if (sc->pending != RG_QP_NONE) {
+		rg_qp_scan(&x->probe, v6, &x->scan);
+		if (x->scan.found != RG_QP_NONE)
+			return x->scan.found; /* inserted meanwhile */
+		if (x->scan.pending != RG_QP_NONE) {
 			/* Another CPU inserting this QP number and direction: wait for it. */
-			struct rg_qp_slot_head *p = rg_qp_slot(v6, sc->pending);
+			struct rg_qp_slot_head *p = rg_qp_slot(v6, x->scan.pending);
 			int w;
 
 			if (!p)
@@ -381,42 +385,42 @@ static __always_inline long rg_qp_claim(struct rg_qp_scratch *x, int v6)
 			}
 			continue;
 		}
-		if (sc->target != RG_QP_NONE) {
-			target_i = sc->target;
-			expect = sc->target_id;
-		} else if (sc->victim != RG_QP_NONE) {
-			target_i = sc->victim;
-			expect = sc->victim_id;
-			evicts = 1;
-		} else {
-			return -1;
+		x->scan.evicted = 0;
+		if (x->scan.target == RG_QP_NONE) {
+			if (x->scan.victim == RG_QP_NONE)
+				return -1;
+			x->scan.target = x->scan.victim;
+			x->scan.target_id = x->scan.victim_id;
+			x->scan.evicted = 1;
 		}
-		target = rg_qp_slot(v6, target_i);
+		target = rg_qp_slot(v6, x->scan.target);
 		if (!target)
 			return -1;
-		if (!rg_qp_swap_id(target, expect, claimed))
+		if (!rg_qp_swap_id(target, x->scan.target_id, rg_qp_key_state(&x->probe, RG_QP_SLOT_CLAIMED)))
 			continue; /* another CPU took it first */
 		{
 			__u64 *a = (__u64 *)(target + 1);
 
-			a[0] = k->addr[0];
+			a[0] = x->probe.addr[0];
 			if (v6) {
-				a[1] = k->addr[1];
-				a[2] = k->addr[2];
-				a[3] = k->addr[3];
+				a[1] = x->probe.addr[1];
+				a[2] = x->probe.addr[2];
+				a[3] = x->probe.addr[3];
 			}
 		}
-		if (evicts)
+		if (x->scan.evicted)
 			__builtin_memset(&target->dir, 0, sizeof(target->dir));
-		target->last_seen = sc->now;
-		rg_qp_swap_id(target, claimed, keyed);
-		if (rg_qp_twin(k, v6, target_i)) {
-			rg_qp_swap_id(target, keyed, key_id | RG_QP_SLOT_ABANDONED << RG_QP_ID_STATE_SHIFT);
+		target->last_seen = x->scan.now;
+		rg_qp_swap_id(target, rg_qp_key_state(&x->probe, RG_QP_SLOT_CLAIMED),
+			      rg_qp_key_state(&x->probe, RG_QP_SLOT_KEYED));
+		if (rg_qp_twin(&x->probe, v6, x->scan.target)) {
+			rg_qp_swap_id(target, rg_qp_key_state(&x->probe, RG_QP_SLOT_KEYED),
+				      rg_qp_key_state(&x->probe, RG_QP_SLOT_ABANDONED));
 			continue; /* the next try finds the twin READY, or claims again */
 		}
-		rg_qp_swap_id(target, keyed, key_id | RG_QP_SLOT_READY << RG_QP_ID_STATE_SHIFT);
-		sc->evicted = evicts;
-		return target_i;
+		rg_qp_swap_id(target, rg_qp_key_state(&x->probe, RG_QP_SLOT_KEYED),
+			      rg_qp_key_state(&x->probe, RG_QP_SLOT_READY));
+		return x->scan.target;
 	}
 	return -1;
 }
