@@ -70,21 +70,22 @@ class PinnedDataPlane {
   PinnedDataPlane() : PinnedDataPlane(next_dir()) {}
   explicit PinnedDataPlane(std::string dir) : dir_(std::move(dir)) {
     if (mkdir(dir_.c_str(), 0700) != 0) throw std::runtime_error("mkdir " + dir_);
-    skel_ = roceguard__open();
-    if (!skel_) throw std::runtime_error("open the BPF object");
-    for (const char* name : kPinnedMaps) {
-      bpf_map* map = bpf_object__find_map_by_name(skel_->obj, name);
-      if (!map || bpf_map__set_pin_path(map, (dir_ + "/" + name).c_str()) != 0)
-        throw std::runtime_error(std::string("set pin path of ") + name);
+    try {
+      skel_ = roceguard__open();
+      if (!skel_) throw std::runtime_error("open the BPF object");
+      for (const char* name : kPinnedMaps) {
+        bpf_map* map = bpf_object__find_map_by_name(skel_->obj, name);
+        if (!map || bpf_map__set_pin_path(map, (dir_ + "/" + name).c_str()) != 0)
+          throw std::runtime_error(std::string("set pin path of ") + name);
+      }
+      if (int err = roceguard__load(skel_); err != 0)
+        throw std::runtime_error("load the BPF object: " + std::to_string(err));
+    } catch (...) {
+      remove();  // a constructor that throws runs no destructor: the directory goes here
+      throw;
     }
-    if (int err = roceguard__load(skel_); err != 0)
-      throw std::runtime_error("load the BPF object: " + std::to_string(err));
   }
-  ~PinnedDataPlane() {
-    if (skel_) roceguard__destroy(skel_);
-    for (const char* name : kPinnedMaps) unlink((dir_ + "/" + name).c_str());
-    rmdir(dir_.c_str());
-  }
+  ~PinnedDataPlane() { remove(); }
   PinnedDataPlane(const PinnedDataPlane&) = delete;
   PinnedDataPlane& operator=(const PinnedDataPlane&) = delete;
 
@@ -107,6 +108,13 @@ class PinnedDataPlane {
     if (bpf_prog_test_run_opts(bpf_program__fd(prog), &opts) != 0)
       throw std::runtime_error(std::string("test run of ") + bpf_program__name(prog) + ": " +
                                strerror(errno));
+  }
+
+  void remove() {
+    if (skel_) roceguard__destroy(skel_);
+    skel_ = nullptr;
+    for (const char* name : kPinnedMaps) unlink((dir_ + "/" + name).c_str());
+    rmdir(dir_.c_str());
   }
 
   std::string dir_;
