@@ -289,7 +289,7 @@ size_t walk_map(int fd, uint32_t key_size, uint32_t value_bytes, uint32_t max_en
   return visited;
 }
 
-QpSlotTable::QpSlotTable(int fd, int family, bool writable) : family_(family) {
+uint32_t QpSlotTable::check(int fd, int family) {
   const char* name = family == AF_INET ? kMapQp4 : kMapQp6;
   const MapUsage u = map_info(fd, name);
   bpf_map_info info{};
@@ -304,7 +304,13 @@ QpSlotTable::QpSlotTable(int fd, int family, bool writable) : family_(family) {
                     "read it. `roceguard attach` (or `run`) of this version carries over the tables of the earlier "
                     "builds it knows; `--reset-state` replaces any other, its contents lost",
                 kExitConflict);
-  slots_ = u.max_entries;
+  return u.max_entries;
+}
+
+QpSlotTable::QpSlotTable(int fd, int family, bool writable) : family_(family) {
+  const char* name = family == AF_INET ? kMapQp4 : kMapQp6;
+  const uint32_t want = family == AF_INET ? sizeof(rg_qp4_slot) : sizeof(rg_qp6_slot);
+  slots_ = check(fd, family);
   slot_size_ = want;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   length_ = (static_cast<size_t>(slots_) * want + page - 1) / page * page;
@@ -446,8 +452,8 @@ MapReader::MapReader(const std::string& pin_path) : owned_(true), pin_path_(pin_
     check_map_layout(counters_fd_, pin_path + "/" + kMapCounters, *pinned_map_layout(kMapCounters));
     check_map_layout(qp_.v4, pin_path + "/" + kMapQp4, *pinned_map_layout(kMapQp4));
     check_map_layout(qp_.v6, pin_path + "/" + kMapQp6, *pinned_map_layout(kMapQp6));
-    slots4_ = std::make_unique<QpSlotTable>(qp_.v4, AF_INET);
-    slots6_ = std::make_unique<QpSlotTable>(qp_.v6, AF_INET6);
+    QpSlotTable::check(qp_.v4, AF_INET);
+    QpSlotTable::check(qp_.v6, AF_INET6);
   } catch (...) {
     for (int fd : {counters_fd_, qp_.v4, qp_.v6})
       if (fd >= 0) close(fd);
@@ -465,13 +471,11 @@ MapReader::MapReader(int counters_fd, QpMaps qp) : counters_fd_(counters_fd), qp
   counters_max_ = c.max_entries;
   if (qp_.v4 >= 0) {
     check_map_layout(qp_.v4, kMapQp4, *pinned_map_layout(kMapQp4));
-    qp_max_.v4 = map_info(qp_.v4, kMapQp4).max_entries;
-    slots4_ = std::make_unique<QpSlotTable>(qp_.v4, AF_INET);
+    qp_max_.v4 = QpSlotTable::check(qp_.v4, AF_INET);
   }
   if (qp_.v6 >= 0) {
     check_map_layout(qp_.v6, kMapQp6, *pinned_map_layout(kMapQp6));
-    qp_max_.v6 = map_info(qp_.v6, kMapQp6).max_entries;
-    slots6_ = std::make_unique<QpSlotTable>(qp_.v6, AF_INET6);
+    qp_max_.v6 = QpSlotTable::check(qp_.v6, AF_INET6);
   }
 }
 
@@ -533,13 +537,20 @@ uint32_t walk_qp_table(const QpSlotTable* t, const std::function<void(const QpRo
 
 }  // namespace
 
+const QpSlotTable* MapReader::slots(int family) const {
+  std::unique_ptr<QpSlotTable>& t = family == AF_INET ? slots4_ : slots6_;
+  const int fd = family == AF_INET ? qp_.v4 : qp_.v6;
+  if (!t && fd >= 0) t = std::make_unique<QpSlotTable>(fd, family);
+  return t.get();
+}
+
 QpEntries MapReader::walk_qps(const std::function<void(const QpRow&, rg_direction)>& visit) const {
-  return {walk_qp_table(slots4_.get(), visit), walk_qp_table(slots6_.get(), visit)};
+  return {walk_qp_table(slots(AF_INET), visit), walk_qp_table(slots(AF_INET6), visit)};
 }
 
 void MapReader::join_other_direction(QpRow& row, rg_direction have) const {
   const uint32_t other = have == RG_DIR_EGRESS ? RG_DIR_INGRESS : RG_DIR_EGRESS;
-  const QpSlotTable* t = row.key.family == AF_INET ? slots4_.get() : slots6_.get();
+  const QpSlotTable* t = slots(row.key.family);
   const rg_qp_slot_head* s = t ? t->find(row.key, other) : nullptr;
   row.state.dir[other] = s ? s->dir : rg_qp_dir{};
   row.state.last_seen_ns[other] = s ? qp_clock_ns(s->last_seen) : 0;
@@ -709,6 +720,16 @@ MapUsage MapReader::info(int fd, const std::string& name) const { return map_inf
 MapUsage MapReader::usage(int fd, const std::string& name) const {
   if (const MapLayout* layout = pinned_map_layout(name)) check_map_layout(fd, name, *layout);
   MapUsage u = info(fd, name);
+  if (name == kMapQp4 || name == kMapQp6) {
+    // A slot table is an array, every slot an entry to the kernel: its
+    // entries are the slots holding a QP direction.
+    const int family = name == kMapQp4 ? AF_INET : AF_INET6;
+    const QpSlotTable* mine = fd == (family == AF_INET ? qp_.v4 : qp_.v6) ? slots(family) : nullptr;
+    std::optional<QpSlotTable> other;
+    if (!mine) mine = &other.emplace(fd, family);
+    u.entries = mine->walk([](const rg_qp_key&, rg_direction, const rg_qp_slot_head&) {});
+    return u;
+  }
   const uint32_t value_bytes = lookup_bytes(u, map_type_of(fd));
   if (name == kMapPeers) {
     // An array holds every key from creation: a peer slot is in use when
@@ -731,11 +752,12 @@ std::vector<MapUsage> MapReader::usage_all(std::optional<QpEntries> qp_entries,
   for (auto [fd, name, walked] : {std::tuple{qp_.v4, kMapQp4, qp_entries ? qp_entries->v4 : 0u},
                                   std::tuple{qp_.v6, kMapQp6, qp_entries ? qp_entries->v6 : 0u}}) {
     if (fd < 0) continue;
-    // A slot table is an array, every slot an entry to the kernel: its
-    // entries are the slots holding a QP direction.
+    if (!qp_entries) {
+      out.push_back(usage(fd, name));
+      continue;
+    }
     MapUsage qp = info(fd, name);
-    const QpSlotTable* t = name == kMapQp4 ? slots4_.get() : slots6_.get();
-    qp.entries = qp_entries ? walked : t->walk([](const rg_qp_key&, rg_direction, const rg_qp_slot_head&) {});
+    qp.entries = walked;
     out.push_back(qp);
   }
   if (pin_path_.empty()) return out;

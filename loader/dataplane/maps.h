@@ -168,6 +168,8 @@ class QpSlotTable {
   // place() as well. Throws when fd is no slot table of that family.
   QpSlotTable(int fd, int family, bool writable = false);
   ~QpSlotTable();
+  // The same check without mapping it; returns its slots.
+  static uint32_t check(int fd, int family);
   QpSlotTable(const QpSlotTable&) = delete;
   QpSlotTable& operator=(const QpSlotTable&) = delete;
 
@@ -248,13 +250,17 @@ class MapReader {
   QpEntries walk_qps(const std::function<void(const QpRow&, rg_direction)>& visit) const;
   // The other direction's entry of row's QP, when there is one.
   void join_other_direction(QpRow& row, rg_direction have) const;
+  // The slot table of a family (AF_INET: rg_qp4), mapped on first use:
+  // a reader of counters or peers never maps the QP tables (megabytes of
+  // pages set up and torn down per reader); nullptr when it has no fd.
+  const QpSlotTable* slots(int family) const;
 
   int counters_fd_ = -1;
   QpMaps qp_{};
   uint32_t counters_value_size_ = sizeof(rg_counters);
   uint32_t counters_max_ = 0;
   QpEntries qp_max_{};
-  std::unique_ptr<QpSlotTable> slots4_, slots6_;  // qp_ mapped
+  mutable std::unique_ptr<QpSlotTable> slots4_, slots6_;  // qp_ mapped by slots()
   bool owned_ = false;
   std::string pin_path_;
 };

@@ -935,7 +935,9 @@ TEST(NexthopCache, FilledByTheLookupThenUsedUntilTheGenerationMoves) {
     ASSERT_TRUE(v.geneve);
     EXPECT_EQ(v.dst, kPlantedMac);
     EXPECT_EQ(v.src, kDevMac);
-    if (v.family == AF_INET) EXPECT_TRUE(v.ipv4_csum_ok);
+    if (v.family == AF_INET) {
+      EXPECT_TRUE(v.ipv4_csum_ok);
+    }
   }
 
   // A route, neighbour or link event: a new generation, so the next frame

@@ -214,6 +214,47 @@ TEST_F(PinnedState, QpArrayThatIsNoSlotTableIsRefusedByName) {
   EXPECT_NE(msg.find("no per-QP slot table"), std::string::npos) << msg;
 }
 
+// Mappings of BPF maps in this process (/proc/self/maps names them).
+static int bpf_map_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find("bpf-map") != std::string::npos;
+  return n;
+}
+
+// A reader maps the QP tables (megabytes at scale) only when it reads QPs:
+// the daemon's shield reads peers every second, and the lab reads counters
+// several times a second, through readers that never look at a QP. And the
+// entries of a QP table are its occupied slots, not its capacity.
+TEST_F(PinnedState, ReaderMapsTheQpTablesOnlyToReadQps) {
+  pin_counters();
+  const int qp4 = pin_qp4();
+  pin_qp6();
+  {
+    rg::QpSlotTable table(qp4, AF_INET, true);
+    for (uint32_t i = 1; i <= 3; ++i) {
+      rg_qp_key k{};
+      k.family = AF_INET;
+      inet_pton(AF_INET, "192.0.2.1", k.src);
+      inet_pton(AF_INET, "192.0.2.2", k.dst);
+      k.dest_qp = i;
+      rg_qp_dir v{};
+      v.packets = i;
+      ASSERT_TRUE(table.place(k, RG_DIR_EGRESS, v, rg::qp_clock_now()));
+    }
+  }
+  const int before = bpf_map_mappings();
+  rg::MapReader reader(pin_);
+  reader.counters();
+  reader.peer_stats();
+  EXPECT_EQ(bpf_map_mappings(), before) << "a reader of counters and peers mapped a QP table";
+  EXPECT_EQ(reader.usage(qp4, rg::kMapQp4).entries, 3u);
+  EXPECT_EQ(reader.qps().size(), 3u);
+  EXPECT_EQ(bpf_map_mappings(), before + 2) << "reading QPs maps each QP table once";
+  reader.qps();
+  EXPECT_EQ(bpf_map_mappings(), before + 2) << "and keeps its mappings";
+}
+
 // A counter value longer than this build's (a later build with more events)
 // cannot be read into this build's rows.
 TEST_F(PinnedState, LongerCounterValueIsRefused) {
