@@ -49,8 +49,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /*
  * TC egress's encapsulation, for a RoCE frame rg_tc_egress re-marked and
- * accounted: the frame is parsed again, and the peer, the next hop and the
- * Geneve headers are decided here. Returns 0 (pass the frame as it is) or
+ * accounted and found a peer for (its slot in the CPU's scratch): the frame
+ * is parsed again, and the next hop and the Geneve headers are decided here. Returns 0 (pass the frame as it is) or
  * what is left to do (RG_TC_NEXT_*), as the per-CPU scratch says.
  */
 __noinline int rg_tc_encap(struct __sk_buff *skb, __u32 resend_head)
@@ -67,9 +67,12 @@ __noinline int rg_tc_encap(struct __sk_buff *skb, __u32 resend_head)
 	if (!skb || rg_skb_parse(skb, &p) != RG_PKT_ROCE)
 		return 0;
 	data_end = (void *)(long)skb->data_end;
-	peer = rg_route_lookup(&p, data_end, &slot);
 	scratch = rg_encap_buffer();
-	if (!peer || !scratch)
+	if (!scratch)
+		return 0;
+	slot = scratch->slot;
+	peer = rg_peer_at(slot);
+	if (!peer)
 		return 0;
 	c = rg_counters_get(skb->ifindex, RG_DIR_EGRESS);
 	ps = rg_peer_stats_get(slot);
@@ -165,7 +168,8 @@ __noinline int rg_tc_send(struct __sk_buff *skb)
 /*
  * TC egress's own work on every RoCE frame: the DSCP re-mark keeping ECN,
  * skb->priority and the per-QP accounting. Returns 0 when the frame does
- * not go on to the encapsulation (rg_tc_encap), else RG_TC_MARK_ENCAP, with
+ * not go on to the encapsulation (rg_tc_encap): no peer's route holds its
+ * destination; else RG_TC_MARK_ENCAP, with
  * RG_TC_MARK_RESEND_HEAD when the accounting found it the head of a resend
  * burst (the loss shield's "control" copies it).
  */
@@ -174,11 +178,12 @@ __noinline int rg_tc_send(struct __sk_buff *skb)
 
 __noinline int rg_tc_mark(struct __sk_buff *skb)
 {
+	struct rg_encap_scratch *s;
 	void *data_end;
 	struct rg_counters *c;
 	struct rg_qp_key qp;
 	struct rg_pkt p;
-	int head;
+	int head, routed = 0;
 
 	if (!skb)
 		return 0;
@@ -202,15 +207,25 @@ __noinline int rg_tc_mark(struct __sk_buff *skb)
 	 */
 	rg_set_skb_priority(skb, rg_cfg.skb_priority);
 	rg_qp_key_fill(&qp, &p, data_end);
-	head = rg_account(&p, &qp, c, RG_DIR_EGRESS, p.wire_len);
 
 	/*
+	 * Only a frame routed to a peer goes on, with the peer's slot in the
+	 * CPU's scratch: the encapsulation parses the frame again (its packet
+	 * pointers are its own) but neither it nor a frame without a peer
+	 * pays a second look-up. Looked up before the accounting, whose call
+	 * leaves p's pointers unknown to the verifier.
+	 *
 	 * A VLAN sub-interface hands its frames to this device with the tag in
 	 * skb metadata, not in the data; the device inserts it only after this
 	 * hook, which would put it on the outer frame and leave the inner one
 	 * untagged. Such a frame is as tagged as one with the tag inline.
 	 */
-	if (!(rg_cfg.flags & RG_CFG_F_ENCAP) || p.vlan_depth || skb->vlan_present)
+	if ((rg_cfg.flags & RG_CFG_F_ENCAP) && !p.vlan_depth && !skb->vlan_present) {
+		s = rg_encap_buffer();
+		routed = s && rg_route_lookup(&p, data_end, &s->slot);
+	}
+	head = rg_account(&p, &qp, c, RG_DIR_EGRESS, p.wire_len);
+	if (!routed)
 		return 0;
 	return RG_TC_MARK_ENCAP | (head ? RG_TC_MARK_RESEND_HEAD : 0);
 }

@@ -16,6 +16,14 @@
 #include "maps.h"
 #include "parse.h"
 
+/* The tunnel peer in slot, or NULL when the slot holds none. */
+static __always_inline const struct rg_peer *rg_peer_at(__u32 slot)
+{
+	const struct rg_peer *peer = bpf_map_lookup_elem(&rg_peers, &slot);
+
+	return peer && peer->family ? peer : NULL;
+}
+
 /* Tunnel peer for the inner destination and its slot in *slot, or NULL. */
 static __always_inline const struct rg_peer *rg_route_lookup(const struct rg_pkt *p,
 							     void *data_end, __u32 *slot)
@@ -42,9 +50,7 @@ static __always_inline const struct rg_peer *rg_route_lookup(const struct rg_pkt
 	if (!idx)
 		return NULL;
 	*slot = *idx;
-	const struct rg_peer *peer = bpf_map_lookup_elem(&rg_peers, idx);
-
-	return peer && peer->family ? peer : NULL;
+	return rg_peer_at(*slot);
 }
 
 /*
