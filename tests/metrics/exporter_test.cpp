@@ -78,6 +78,7 @@ class PinnedDataPlane {
         if (!map || bpf_map__set_pin_path(map, (dir_ + "/" + name).c_str()) != 0)
           throw std::runtime_error(std::string("set pin path of ") + name);
       }
+      rg::set_qp_entries(skel_->obj, 1024);  // as the tests' harness sizes its tables
       if (int err = roceguard__load(skel_); err != 0)
         throw std::runtime_error("load the BPF object: " + std::to_string(err));
     } catch (...) {

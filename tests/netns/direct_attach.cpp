@@ -13,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "dataplane/maps.h"
 #include "lab/topology.h"
 #include "roceguard/roceguard.h"
 #include "roceguard.skel.h"
@@ -43,6 +44,7 @@ DirectAttach::DirectAttach(const std::string& netns, const std::string& ifname, 
   skel_ = roceguard__open();
   if (!skel_) throw std::runtime_error("roceguard__open failed");
   try {
+    rg::set_qp_entries(skel_->obj, 1024);  // as the tests' harness sizes its tables
     check(roceguard__load(skel_), "roceguard__load");
     if (peer) {
       const uint32_t idx = 0;
