@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by the bench scripts that run roceguard-lab one run at a time
-# (lab_wan.sh, lab_congestion.sh), from the source tree's top: checks root
+# (lab_wan.sh, lab_congestion.sh, lab_profile.sh), from the source tree's top: checks root
 # and the lab binary (BUILD_DIR, default build), mounts bpffs, makes $tmp,
 # and on exit stops a lab still running and removes $tmp.
 # run_lab ARGS... runs one lab (at most 600 s) with its log in $tmp/log,

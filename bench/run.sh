@@ -29,4 +29,10 @@ mkdir -p "$out"
 # default, auto, picks TC on its veths).
 cmake --build "$build" -j"$(nproc)" --target roceguard-lab &&
 	BUILD_DIR="$build" VARIANTS="xdp:--ingress-hook=xdp tc:--ingress-hook=tc" bench/lab_goodput.sh 5 3
+# Where the CPU goes per delivered packet, by perf: roceguard without a
+# tunnel against no program, and the shield's "all" against none.
+BUILD_DIR="$build" OUT="$out/lab_profile_notunnel.json" LAB_ARGS="--no-tunnel --transport uc --loss 0 --host-rate 300" \
+	bench/lab_profile.sh 7
+BUILD_DIR="$build" OUT="$out/lab_profile_shield_300.json" CASES="off:--mode=with all:--mode=with,--shield=all" \
+	LAB_ARGS="--transport uc --loss 0 --host-rate 300" bench/lab_profile.sh 5
 cmake --build "$build" -j"$(nproc)" --target roceguard roce-gen && BUILD_DIR="$build" bench/vm_tunnel.sh 5

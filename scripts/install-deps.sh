@@ -22,6 +22,8 @@ packages=(
   iproute2 ethtool tshark libpcap-dev prometheus gnuplot-nox xdp-tools iperf3
   ibverbs-utils rdmacm-utils perftest rdma-core
   systemd curl jq procps kmod
+  # bench/lab_profile.sh: where the lab's CPU goes, sampled by perf
+  linux-perf
   # the metrics tests make a throwaway TLS certificate
   openssl
   # VM tier; its tests boot linux-image-amd64's 6.1, vm_jumbo_virtio boots
