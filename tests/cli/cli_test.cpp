@@ -690,6 +690,11 @@ class LoaderNetns : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
+  // With an earlier build's LRU QP tables of value_size pinned: an attach
+  // that fails half-way keeps them, the one that completes carries them
+  // into slot tables, and the programs count on from the carried values.
+  void expect_upgrade_carries_lru_qp_tables(size_t value_size);
+
   std::string tag_, ns_a_, ns_b_, pin_, tmp_;
   std::vector<pid_t> children_;
 };
@@ -1492,23 +1497,13 @@ void expect_lru_qps_carried(const Result& q) {
   EXPECT_EQ(qps[0x22]["ingress"]["rnr_nak"], 2) << "the low 16 bits";
 }
 
-// An upgrade from a build whose rg_qp4 and rg_qp6 were LRU hashes of the
-// 80-byte value: a first attach that fails half-way pins the old tables
-// again; the attach that completes carries their QPs into slot tables
-// (instead of refusing them as of another type and value size), and the
-// programs count on from the carried values.
-TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
-  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
-  ASSERT_EQ(send_roce(1, 3), 0);
-  pin_lru_qp_tables(pin_, sizeof(rg::QpDirV80));
-  ASSERT_FALSE(HasFatalFailure());
-
+void LoaderNetns::expect_upgrade_carries_lru_qp_tables(size_t value_size) {
   // Fails at vbig0, after veth0: everything is put back, the old tables too.
   create_xdp_refusing_veth();
   Result r = rg("attach --interface veth0 --interface vbig0");
   ASSERT_NE(r.rc, 0) << r.out;
   for (const char* name : {rg::kMapQp4, rg::kMapQp6})
-    EXPECT_EQ(pinned_value_size(pin_ + "/" + name), sizeof(rg::QpDirV80))
+    EXPECT_EQ(pinned_value_size(pin_ + "/" + name), value_size)
         << name << ": a failed upgrade keeps the earlier build's\n"
         << r.out;
 
@@ -1526,6 +1521,19 @@ TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
   EXPECT_EQ(qps[0x11]["egress"]["gaps"], 2);
 }
 
+// An upgrade from a build whose rg_qp4 and rg_qp6 were LRU hashes of the
+// 80-byte value: a first attach that fails half-way pins the old tables
+// again; the attach that completes carries their QPs into slot tables
+// (instead of refusing them as of another type and value size), and the
+// programs count on from the carried values.
+TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe80ByteValue) {
+  ASSERT_EQ(rg("attach --interface veth0").rc, 0);
+  ASSERT_EQ(send_roce(1, 3), 0);
+  pin_lru_qp_tables(pin_, sizeof(rg::QpDirV80));
+  ASSERT_FALSE(HasFatalFailure());
+  expect_upgrade_carries_lru_qp_tables(sizeof(rg::QpDirV80));
+}
+
 // The same from the build just before the slot tables, whose LRU hashes
 // held the 64-byte value (its counts in 32 bits).
 TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe64ByteValue) {
@@ -1537,26 +1545,7 @@ TEST_F(LoaderNetns, UpgradeCarriesTheEarlierBuildsQpTablesOfThe64ByteValue) {
   Result r = rg("stats --json --qp");
   EXPECT_EQ(r.rc, 4) << r.out;
   EXPECT_NE(r.out.find("type lru_hash, expected array"), std::string::npos) << r.out;
-
-  create_xdp_refusing_veth();
-  r = rg("attach --interface veth0 --interface vbig0");
-  ASSERT_NE(r.rc, 0) << r.out;
-  for (const char* name : {rg::kMapQp4, rg::kMapQp6})
-    EXPECT_EQ(pinned_value_size(pin_ + "/" + name), sizeof(rg::QpDirV64))
-        << name << ": a failed upgrade keeps the earlier build's\n"
-        << r.out;
-
-  r = rg("attach --interface veth0");
-  ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("carried 2 QP directions"), std::string::npos) << r.out;
-  EXPECT_EQ(pinned_value_size(pin_ + "/" + rg::kMapQp4), sizeof(rg_qp4_slot));
-  EXPECT_EQ(pinned_value_size(pin_ + "/" + rg::kMapQp6), sizeof(rg_qp6_slot));
-  expect_lru_qps_carried(rg("stats --json --qp --top 5"));
-  ASSERT_EQ(send_roce(100, 2), 0);
-  std::map<uint32_t, json> qps = qps_by_number(rg("stats --json --qp --top 5"));
-  EXPECT_EQ(qps[0x11]["egress"]["packets"], 1002);
-  EXPECT_EQ(qps[0x11]["egress"]["retransmits"], 7);
-  EXPECT_EQ(qps[0x11]["egress"]["gaps"], 2);
+  expect_upgrade_carries_lru_qp_tables(sizeof(rg::QpDirV64));
 }
 
 // Pins rg_counters in the pin directory, with a value of `events` counters
