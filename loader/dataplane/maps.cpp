@@ -452,8 +452,7 @@ MapReader::MapReader(const std::string& pin_path) : owned_(true), pin_path_(pin_
     check_map_layout(counters_fd_, pin_path + "/" + kMapCounters, *pinned_map_layout(kMapCounters));
     check_map_layout(qp_.v4, pin_path + "/" + kMapQp4, *pinned_map_layout(kMapQp4));
     check_map_layout(qp_.v6, pin_path + "/" + kMapQp6, *pinned_map_layout(kMapQp6));
-    QpSlotTable::check(qp_.v4, AF_INET);
-    QpSlotTable::check(qp_.v6, AF_INET6);
+    qp_max_ = {QpSlotTable::check(qp_.v4, AF_INET), QpSlotTable::check(qp_.v6, AF_INET6)};
   } catch (...) {
     for (int fd : {counters_fd_, qp_.v4, qp_.v6})
       if (fd >= 0) close(fd);
@@ -461,7 +460,6 @@ MapReader::MapReader(const std::string& pin_path) : owned_(true), pin_path_(pin_
   }
   counters_value_size_ = map_info(counters_fd_, kMapCounters).value_size;
   counters_max_ = map_info(counters_fd_, kMapCounters).max_entries;
-  qp_max_ = {map_info(qp_.v4, kMapQp4).max_entries, map_info(qp_.v6, kMapQp6).max_entries};
 }
 
 MapReader::MapReader(int counters_fd, QpMaps qp) : counters_fd_(counters_fd), qp_(qp) {

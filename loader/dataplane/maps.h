@@ -475,6 +475,28 @@ struct QpDirV64 {
 };
 static_assert(sizeof(QpDirV64) == 64, "the 64-byte rg_qp_dir of the LRU tables");
 
+// o as the build with the 64-byte value kept it: the four wider counts cut
+// to 32 bits, as its programs' own adds wrap them (the tests pin such
+// tables from the 80-byte figures).
+inline QpDirV64 v64_of(const QpDirV80& o) {
+  QpDirV64 v{};
+  v.packets = o.packets;
+  v.bytes = o.bytes;
+  v.max_psn = o.max_psn;
+  v.resend_next = o.resend_next;
+  v.flags = o.flags;
+  v.last_seen_ns = o.last_seen_ns;
+  v.retransmits = static_cast<uint32_t>(o.retransmits);
+  v.lost = static_cast<uint32_t>(o.lost);
+  v.cnp = static_cast<uint32_t>(o.cnp);
+  v.ecn_ce = static_cast<uint32_t>(o.ecn_ce);
+  v.gaps = o.gaps;
+  v.nak_seq_err = o.nak_seq_err;
+  v.nak_other = o.nak_other;
+  v.rnr_nak = o.rnr_nak;
+  return v;
+}
+
 // Is the pinned per-QP table name (rg_qp4 or rg_qp6) an LRU hash of the
 // 80- or the 64-byte value that migrate_qp_values carries over, sized for
 // the entries this load wants? Any other difference is for the

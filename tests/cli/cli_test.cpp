@@ -1407,21 +1407,7 @@ void pin_lru_qp_tables(const std::string& pin, uint32_t value_size) {
   // counts below in 32 bits.
   auto put = [value_size](int fd, const void* key, const rg::QpDirV80& o) {
     if (value_size == sizeof(rg::QpDirV80)) return bpf_map_update_elem(fd, key, &o, BPF_NOEXIST);
-    rg::QpDirV64 n{};
-    n.packets = o.packets;
-    n.bytes = o.bytes;
-    n.max_psn = o.max_psn;
-    n.resend_next = o.resend_next;
-    n.flags = o.flags;
-    n.last_seen_ns = o.last_seen_ns;
-    n.retransmits = static_cast<uint32_t>(o.retransmits);
-    n.lost = static_cast<uint32_t>(o.lost);
-    n.cnp = static_cast<uint32_t>(o.cnp);
-    n.ecn_ce = static_cast<uint32_t>(o.ecn_ce);
-    n.gaps = o.gaps;
-    n.nak_seq_err = o.nak_seq_err;
-    n.nak_other = o.nak_other;
-    n.rnr_nak = o.rnr_nak;
+    const rg::QpDirV64 n = rg::v64_of(o);
     return bpf_map_update_elem(fd, key, &n, BPF_NOEXIST);
   };
   struct timespec now {};

@@ -942,28 +942,6 @@ QpDirV80 v80_dir(uint64_t seed) {
   return v;
 }
 
-// The same direction as the build just before the slot tables kept it:
-// the 64-byte value, retransmits, lost, cnp and ecn_ce in 32 bits (its
-// programs' own adds wrap them).
-QpDirV64 v64_of(const QpDirV80& o) {
-  QpDirV64 v{};
-  v.packets = o.packets;
-  v.bytes = o.bytes;
-  v.max_psn = o.max_psn;
-  v.resend_next = o.resend_next;
-  v.flags = o.flags;
-  v.last_seen_ns = o.last_seen_ns;
-  v.retransmits = static_cast<uint32_t>(o.retransmits);
-  v.lost = static_cast<uint32_t>(o.lost);
-  v.cnp = static_cast<uint32_t>(o.cnp);
-  v.ecn_ce = static_cast<uint32_t>(o.ecn_ce);
-  v.gaps = o.gaps;
-  v.nak_seq_err = o.nak_seq_err;
-  v.nak_other = o.nak_other;
-  v.rnr_nak = o.rnr_nak;
-  return v;
-}
-
 // Every field of row's direction d as o's: the counts this build keeps in
 // 32 or 16 bits by their low bits, the last packet to the slot clock's
 // resolution.
